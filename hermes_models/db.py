@@ -1,0 +1,481 @@
+"""The database handle: where the file is, how connections are set up, and
+the one path every write takes.
+
+Several processes (a gateway, CLIs, worker agents) share one SQLite file.
+Each connection turns foreign keys on, waits at most one second on a busy
+lock, and keeps the file in WAL mode so readers never wait for a writer. On
+file systems where WAL cannot work (NFS, SMB, some FUSE mounts, WSL1) the
+file falls back to DELETE mode with one warning.
+
+Writes run in ``BEGIN IMMEDIATE`` transactions through :func:`write`. When
+another writer holds the lock, the transaction is rolled back and the whole
+callback runs again after a random 20-150 ms pause; random pauses spread
+competing writers out instead of waking them in step. Every 50 successful
+writes a PASSIVE checkpoint keeps the WAL file short.
+
+Models are bound to :data:`database`, a proxy that points at the database
+most recently opened by :func:`connect`, or, inside :func:`using`, at the
+database a piece of code asked for (``SessionDB`` uses that to keep two open
+files apart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import random
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote, urlsplit
+
+import peewee
+
+from .errors import (
+    NotADatabaseError,
+    ReadOnlyDatabaseError,
+    SchemaTooNewError,
+    WriteConflictError,
+)
+
+logger = logging.getLogger("hermes_models")
+
+T = TypeVar("T")
+
+#: The Hermes schema version this package reads and writes.
+SCHEMA_VERSION = 16
+
+BUSY_TIMEOUT_S = 1.0
+WRITE_MAX_ATTEMPTS = 15
+WRITE_RETRY_MIN_S = 0.020
+WRITE_RETRY_MAX_S = 0.150
+CHECKPOINT_EVERY_N_WRITES = 50
+
+#: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
+WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """True when ``exc`` says another connection holds a lock."""
+    if not isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)):
+        return False
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def resolve_path(target: str | os.PathLike[str] | None = None) -> Path:
+    """The database file a ``connect()`` target names.
+
+    ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
+    ``~/.hermes``), read at call time. A ``sqlite:///`` URL names a path
+    (``sqlite:////abs/path.db`` for absolute paths).
+
+    Raises:
+        TypeError: ``target`` is not a string or path.
+        ValueError: ``target`` is empty, in-memory, or a URL of another scheme.
+    """
+    if target is None:
+        home = os.environ.get("HERMES_HOME") or "~/.hermes"
+        return Path(os.path.abspath(Path(home).expanduser() / "state.db"))
+    if not isinstance(target, (str, os.PathLike)):
+        raise TypeError(f"target must be a path or sqlite:/// URL, not {type(target).__name__}")
+    text = os.fspath(target)
+    if not isinstance(text, str):
+        raise TypeError("target must be a text path, not bytes")
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme.lower() != "sqlite":
+            raise ValueError(
+                f"target: unsupported URL scheme {parts.scheme!r}; only sqlite:/// is supported"
+            )
+        text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if not text.strip():
+        raise ValueError("target: empty database path")
+    if text == ":memory:" or text.startswith("file::memory:"):
+        raise ValueError("target: in-memory databases are not supported (WAL needs a file)")
+    if "\x00" in text:
+        raise ValueError("target: path contains a NUL character")
+    return Path(os.path.abspath(Path(text).expanduser()))
+
+
+def sqlite_uri(path: Path, **params: str) -> str:
+    """A ``file:`` URI for ``path`` with ``#``, ``?``, ``%`` and spaces escaped."""
+    uri = "file:" + quote(str(path), safe="/")
+    if params:
+        uri += "?" + "&".join(f"{key}={value}" for key, value in params.items())
+    return uri
+
+
+def check_header(path: Path) -> None:
+    """Refuse a file that exists, is not empty and is not an SQLite database."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise NotADatabaseError(f"{path} is a directory, not an SQLite database") from None
+    if head and head != _SQLITE_HEADER:
+        raise NotADatabaseError(f"{path} is not an SQLite database")
+
+
+def secure_files(path: Path, *, create: bool) -> None:
+    """Create ``path`` with mode 0600 if asked, and tighten it and its sidecars.
+
+    Existing files are changed with ``chmod`` on the path: opening and closing
+    a descriptor would drop the POSIX locks SQLite holds on the file.
+    """
+    if os.name == "nt":
+        return
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            os.close(os.open(path, flags, 0o600))
+        except FileExistsError:
+            pass
+    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            info = os.lstat(candidate)
+            if stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) != 0o600:
+                os.chmod(candidate, 0o600)
+        except OSError:
+            continue
+
+
+def stored_schema_version(conn: sqlite3.Connection) -> int | None:
+    """The version row of ``schema_version``, or None when there is none."""
+    try:
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def refuse_newer_schema(path: Path, version: int | None) -> None:
+    """Raise when ``version`` is newer than :data:`SCHEMA_VERSION`."""
+    if version is not None and version > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"{path} has Hermes schema version {version}; hermes_models understands "
+            f"up to {SCHEMA_VERSION} and will not change it"
+        )
+
+
+def _request_wal(conn: sqlite3.Connection) -> str:
+    row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    return str(row[0]).lower()
+
+
+_wal_warned: set[str] = set()
+_wal_warned_lock = threading.Lock()
+
+
+def _set_journal_mode(conn: sqlite3.Connection, path: Path) -> str:
+    current = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    if current == "wal":
+        return current
+    try:
+        mode = retry_locked(lambda: _request_wal(conn))
+    except sqlite3.OperationalError as exc:
+        text = str(exc).lower()
+        if not any(marker in text for marker in WAL_INCOMPAT_MARKERS):
+            raise
+        with _wal_warned_lock:
+            first = str(path) not in _wal_warned
+            _wal_warned.add(str(path))
+        if first:
+            logger.warning(
+                "%s: WAL is not supported on this file system (%s); using "
+                "journal_mode=DELETE, which works on NFS/SMB/FUSE but lets writers "
+                "block readers",
+                path,
+                exc,
+            )
+        conn.execute("PRAGMA journal_mode=DELETE")
+        return "delete"
+    return mode
+
+
+def _jitter() -> None:
+    time.sleep(random.uniform(WRITE_RETRY_MIN_S, WRITE_RETRY_MAX_S))
+
+
+def retry_locked(fn: Callable[[], T], attempts: int = WRITE_MAX_ATTEMPTS) -> T:
+    """Run ``fn``, sleeping a random 20-150 ms and retrying while it is locked out."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+            if not is_lock_error(exc) or attempt == attempts:
+                raise
+        _jitter()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class HermesDatabase(peewee.SqliteDatabase):
+    """An SQLite file shared by several processes, set up the Hermes way.
+
+    Use :func:`connect` rather than building one directly: it migrates the
+    file first and keeps one handle per file per process.
+    """
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.journal: str | None = None
+        self._write_count = 0
+        self._write_count_lock = threading.Lock()
+        if read_only:
+            super().__init__(sqlite_uri(path, mode="ro"), timeout=BUSY_TIMEOUT_S, uri=True)
+        else:
+            super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
+
+    def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
+        super()._add_conn_hooks(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if self.read_only:
+            self.journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        else:
+            self.journal = _set_journal_mode(conn, self.path)
+
+    def write(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retrying while locked.
+
+        On a locked/busy error the transaction is rolled back, the thread
+        sleeps 20-150 ms and ``fn`` runs again, up to 15 times; ``fn`` must be
+        safe to re-run. Inside an open transaction ``fn`` runs in a savepoint
+        and the outermost write does the retrying.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+            WriteConflictError: still locked out after the last attempt.
+        """
+        if self.read_only:
+            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+        if self.in_transaction():
+            with self.atomic():
+                return fn()
+        for attempt in range(1, WRITE_MAX_ATTEMPTS + 1):
+            try:
+                with self.atomic("IMMEDIATE"):
+                    result = fn()
+            except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+                if not is_lock_error(exc):
+                    raise
+                if attempt == WRITE_MAX_ATTEMPTS:
+                    raise WriteConflictError(
+                        f"database is locked: {self.path} stayed locked by other writers "
+                        f"through {WRITE_MAX_ATTEMPTS} attempts"
+                    ) from exc
+                logger.debug("write locked out (attempt %d): %s", attempt, exc)
+                _jitter()
+                continue
+            self._count_write()
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _count_write(self) -> None:
+        with self._write_count_lock:
+            self._write_count += 1
+            due = self._write_count % CHECKPOINT_EVERY_N_WRITES == 0
+        if due:
+            self.checkpoint("PASSIVE")
+
+    def checkpoint(self, mode: str = "PASSIVE") -> None:
+        """Run ``PRAGMA wal_checkpoint(mode)``, ignoring any error."""
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"mode: unknown checkpoint mode {mode!r}")
+        if self.read_only or self.journal != "wal":
+            return
+        try:
+            self.execute_sql(f"PRAGMA wal_checkpoint({mode})")
+        except (sqlite3.Error, peewee.PeeweeException) as exc:
+            logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
+
+    def close(self) -> bool:
+        """Checkpoint (TRUNCATE) and close this thread's connection."""
+        if not self.is_closed() and not self.in_transaction():
+            self.checkpoint("TRUNCATE")
+        return bool(super().close())
+
+    def _forget_connections(self) -> None:
+        # After fork() the child must neither use nor close the parent's
+        # connections: closing one could checkpoint or unlink the parent's WAL.
+        _abandoned.append(self._state)
+        self._state = peewee._ConnectionLocal()
+
+
+_abandoned: list[Any] = []
+
+_current: contextvars.ContextVar[HermesDatabase | None] = contextvars.ContextVar(
+    "hermes_models_database", default=None
+)
+
+
+class _Binding(peewee.DatabaseProxy):
+    """The proxy models are bound to: :func:`using` first, else the last connect()."""
+
+    __slots__ = ("_default",)
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_callbacks", [])
+        object.__setattr__(self, "_default", None)
+
+    @property  # type: ignore[override]
+    def obj(self) -> HermesDatabase | None:
+        return _current.get() or self._default
+
+    def initialize(self, obj: Any) -> None:
+        object.__setattr__(self, "_default", obj)
+        for callback in self._callbacks:
+            callback(obj)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        object.__setattr__(self, attr, value)
+
+
+#: What every model's ``Meta.database`` points at.
+database = _Binding()
+
+
+@contextlib.contextmanager
+def using(db: HermesDatabase) -> Iterator[HermesDatabase]:
+    """Make the models use ``db`` in this thread (or task) inside the block."""
+    token = _current.set(db)
+    try:
+        yield db
+    finally:
+        _current.reset(token)
+
+
+def current() -> HermesDatabase:
+    """The database the models use here.
+
+    Raises:
+        RuntimeError: nothing was connected yet.
+    """
+    db = database.obj
+    if db is None:
+        raise RuntimeError("no database: call hermes_models.connect() first")
+    return db
+
+
+def write(fn: Callable[[], T], *, db: HermesDatabase | None = None) -> T:
+    """Run ``fn`` as one retried ``BEGIN IMMEDIATE`` write (see :meth:`HermesDatabase.write`)."""
+    return (db or current()).write(fn)
+
+
+_last_init_error: str | None = None
+_last_init_error_lock = threading.Lock()
+
+
+def record_init_error(exc: BaseException) -> None:
+    """Remember why opening a database failed, for :func:`get_last_init_error`."""
+    global _last_init_error
+    cause = getattr(exc, "orig", None) or exc
+    with _last_init_error_lock:
+        _last_init_error = f"{type(cause).__name__}: {cause}"
+
+
+def get_last_init_error() -> str | None:
+    """``"<ExcType>: <message>"`` of the last failed open in this process, or None."""
+    return _last_init_error
+
+
+def format_db_unavailable(prefix: str = "Session database not available") -> str:
+    """A one-line user message saying the database is unavailable, and why if known."""
+    cause = get_last_init_error()
+    if not cause:
+        return f"{prefix}."
+    hint = ""
+    if any(marker in cause.lower() for marker in WAL_INCOMPAT_MARKERS):
+        hint = " (the file may be on NFS/SMB/FUSE, where SQLite's WAL mode cannot work)"
+    return f"{prefix}: {cause}{hint}."
+
+
+_databases: dict[tuple[Path, bool], HermesDatabase] = {}
+_migrated: set[Path] = set()
+_open_lock = threading.RLock()
+
+
+def connect(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    migrate: bool = True,
+    read_only: bool = False,
+) -> HermesDatabase:
+    """Open the Hermes database ``target`` and bind every model to it.
+
+    ``target`` is a path or ``sqlite:///`` URL; ``None`` means
+    ``$HERMES_HOME/state.db``. With ``migrate=True`` pending migrations are
+    applied first. A second call for the same file returns the same handle.
+    ``read_only=True`` opens the file with ``mode=ro``: it must exist.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        SchemaTooNewError: a newer Hermes wrote the file.
+        FileNotFoundError: ``read_only=True`` and the file does not exist.
+    """
+    from .migrate import migrate as apply_migrations
+
+    try:
+        path = resolve_path(target)
+        with _open_lock:
+            db = _databases.get((path, read_only))
+            if db is not None and not path.exists():
+                _databases.pop((path, read_only), None)
+                _migrated.discard(path)
+                db = None
+            if db is None:
+                check_header(path)
+                if read_only:
+                    if not path.exists():
+                        raise FileNotFoundError(f"{path} does not exist (opened read-only)")
+                else:
+                    secure_files(path, create=True)
+                if migrate and not read_only and path not in _migrated:
+                    apply_migrations(path)
+                    _migrated.add(path)
+                db = HermesDatabase(path, read_only=read_only)
+                try:
+                    db.connect()
+                    refuse_newer_schema(path, stored_schema_version(db.connection()))
+                except sqlite3.DatabaseError as exc:
+                    db.close()
+                    if "not a database" in str(exc):
+                        raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+                    raise
+                except Exception:
+                    db.close()
+                    raise
+                if not read_only:
+                    secure_files(path, create=False)
+                _databases[(path, read_only)] = db
+            elif migrate and not read_only and path not in _migrated:
+                apply_migrations(path)
+                _migrated.add(path)
+    except Exception as exc:
+        record_init_error(exc)
+        raise
+    database.initialize(db)
+    return db
+
+
+def _after_fork_in_child() -> None:
+    for db in _databases.values():
+        db._forget_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,37 @@
+"""The exceptions hermes_models raises on its own account."""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+class HermesModelsError(Exception):
+    """Base class of every error hermes_models raises on its own account."""
+
+
+class NotADatabaseError(HermesModelsError):
+    """The file exists but is not an SQLite database."""
+
+
+class SchemaTooNewError(HermesModelsError):
+    """The file was written by a newer Hermes schema than this package knows."""
+
+
+class MigrationError(HermesModelsError):
+    """Migrations could not be found, locked or applied."""
+
+
+class WriteConflictError(HermesModelsError, sqlite3.OperationalError):
+    """A write stayed locked out by other writers for the whole retry budget."""
+
+
+class ReadOnlyDatabaseError(HermesModelsError, sqlite3.OperationalError):
+    """A write was attempted through a handle opened read-only."""
+
+
+class CompressionInProgressError(HermesModelsError):
+    """Another holder owns the compression lock of this session."""
+
+
+class BundleError(HermesModelsError):
+    """An export bundle or transcript file cannot be read."""

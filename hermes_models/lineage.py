@@ -1,0 +1,502 @@
+"""Session lineage: how a session's parent link is read, and the actions that
+create children.
+
+A child session is one of three kinds:
+
+* **branch** - a /branch fork. ``model_config`` carries ``_branched_from``,
+  or the parent ended with ``end_reason='branched'`` and the child started
+  at or after that end. Listed; survives deletion of its parent.
+* **compression** - the continuation written when the context of the parent
+  was compressed: the parent ended with ``'compression'`` and the child
+  started at or after that end. Hidden in listings, where its root stands
+  for the whole chain; survives deletion of its parent.
+* **ephemeral** - a delegated subagent run: any other child, and any session
+  whose ``model_config`` carries ``_delegate_from``. Never listed; deleted
+  with its parent.
+
+The rules exist twice, as SQL expressions (so listings filter in the
+database) and as :func:`kind_of` for one loaded row; the tests hold the two
+to the same answers. Chains are walked with recursive CTEs that carry the
+path walked so far, so a cycle in parent links ends the walk instead of
+looping.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import peewee
+from peewee import SQL, Case, Value, fn
+
+from .db import write
+
+if TYPE_CHECKING:
+    from .models import Session
+
+#: Separator of session ids in the walked path of a recursive CTE.
+SEP = "\x1f"
+#: Depth bound of ancestor and descendant walks.
+MAX_DEPTH = 1000
+#: Hops a compression-tip walk takes at most.
+TIP_MAX_HOPS = 100
+#: Levels a resume walk descends below the tip at most.
+RESUME_MAX_DEPTH = 32
+
+KINDS = ("root", "branch", "compression", "ephemeral")
+
+Source = Any  # a Session model class or an alias of it
+
+
+def _base(source: Source) -> type[Session]:
+    return source.model if isinstance(source, peewee.ModelAlias) else source
+
+
+def marker(field: Any, key: str) -> peewee.Node:
+    """``model_config[key]`` in SQL; NULL when absent or the text is not JSON."""
+    return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
+
+
+def delegate_marked(s: Source) -> peewee.Node:
+    """True when ``model_config`` carries ``_delegate_from``."""
+    return marker(s.model_config, "_delegate_from").is_null(False)
+
+
+def branch_marked(s: Source) -> peewee.Node:
+    """True when ``model_config`` carries ``_branched_from``."""
+    return marker(s.model_config, "_branched_from").is_null(False)
+
+
+def parent_ended(s: Source, reason: str) -> peewee.Node:
+    """True when the parent ended with ``reason`` no later than ``s`` started."""
+    parent = _base(s).alias()
+    return fn.EXISTS(
+        parent.select(SQL("1")).where(
+            parent.id == s.parent,
+            parent.end_reason == reason,
+            s.started_at >= parent.ended_at,
+        )
+    )
+
+
+def branch_expr(s: Source) -> peewee.Node:
+    """``s`` is a /branch child."""
+    return (
+        s.parent.is_null(False)
+        & ~delegate_marked(s)
+        & (branch_marked(s) | parent_ended(s, "branched"))
+    )
+
+
+def compression_expr(s: Source) -> peewee.Node:
+    """``s`` continues its parent after a compression."""
+    return (
+        s.parent.is_null(False)
+        & ~delegate_marked(s)
+        & ~branch_marked(s)
+        & ~parent_ended(s, "branched")
+        & parent_ended(s, "compression")
+    )
+
+
+def ephemeral_expr(s: Source) -> peewee.Node:
+    """``s`` is a subagent run (or carries the delegate marker)."""
+    return delegate_marked(s) | (
+        s.parent.is_null(False)
+        & ~branch_marked(s)
+        & ~parent_ended(s, "branched")
+        & ~parent_ended(s, "compression")
+    )
+
+
+def listable_expr(s: Source) -> peewee.Node:
+    """``s`` is shown in listings: a root or a branch, never ephemeral."""
+    return ~delegate_marked(s) & (
+        s.parent.is_null(True) | branch_marked(s) | parent_ended(s, "branched")
+    )
+
+
+def kind_expr(s: Source) -> peewee.Node:
+    """The kind of ``s`` as a SQL ``CASE`` expression."""
+    return Case(
+        None,
+        [
+            (delegate_marked(s), "ephemeral"),
+            (s.parent.is_null(True), "root"),
+            (branch_marked(s) | parent_ended(s, "branched"), "branch"),
+            (parent_ended(s, "compression"), "compression"),
+        ],
+        "ephemeral",
+    )
+
+
+def kind_of(session: Session) -> str:
+    """The kind of one loaded session (same rules as :func:`kind_expr`)."""
+    config = session.config
+    if config.get("_delegate_from") is not None:
+        return "ephemeral"
+    if session.parent_session_id is None:
+        return "root"
+    if config.get("_branched_from") is not None:
+        return "branch"
+    model = type(session)
+    parent = (
+        model.select(model.ended_at, model.end_reason)
+        .where(model.id == session.parent_session_id)
+        .first()
+    )
+    if parent is not None and parent.ended_at is not None and session.started_at >= parent.ended_at:
+        if parent.end_reason == "branched":
+            return "branch"
+        if parent.end_reason == "compression":
+            return "compression"
+    return "ephemeral"
+
+
+def _path(*parts: Any) -> peewee.Node:
+    node: Any = Value(SEP)
+    for part in parts:
+        node = node.concat(part).concat(SEP)
+    return node
+
+
+def _not_visited(path: Any, session_id: Any) -> peewee.Node:
+    return fn.instr(path, _path(session_id)) == 0
+
+
+def _walk(model: type[Session], session_id: str, upward: bool) -> Any:
+    step = model.alias("step")
+    base = model.select(model.id, model.parent, Value(0), _path(model.id)).where(
+        model.id == session_id
+    )
+    cte = base.cte("walk", recursive=True, columns=("id", "parent_id", "depth", "path"))
+    link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
+    recursive = (
+        step.select(step.id, step.parent, cte.c.depth + 1, cte.c.path.concat(step.id).concat(SEP))
+        .from_(cte)
+        .join(step, on=link)
+        .where(cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, step.id))
+    )
+    return cte.union_all(recursive)
+
+
+def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect:
+    """The parent chain of ``session_id``, nearest first."""
+    cte = _walk(model, session_id, upward=True)
+    return (
+        model.select()
+        .join(cte, on=(model.id == cte.c.id))
+        .where(cte.c.depth > 0)
+        .order_by(cte.c.depth)
+        .with_cte(cte)
+    )
+
+
+def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect:
+    """Every session below ``session_id``, nearest first, then by start time."""
+    cte = _walk(model, session_id, upward=False)
+    return (
+        model.select()
+        .join(cte, on=(model.id == cte.c.id))
+        .where(cte.c.depth > 0)
+        .order_by(cte.c.depth, model.started_at, model.id)
+        .with_cte(cte)
+    )
+
+
+def root_of(session: Session) -> Session:
+    """The furthest ancestor of ``session``, or ``session`` itself."""
+    cte = _walk(type(session), session.id, upward=True)
+    model = type(session)
+    found = (
+        model.select()
+        .join(cte, on=(model.id == cte.c.id))
+        .order_by(cte.c.depth.desc())
+        .with_cte(cte)
+        .first()
+    )
+    return found or session
+
+
+def children_of_kind(model: type[Session], session_id: str, kind: str) -> peewee.ModelSelect:
+    """Direct children of ``session_id`` of one kind, oldest first."""
+    predicates = {"branch": branch_expr, "compression": compression_expr, "ephemeral": ephemeral_expr}
+    if kind not in predicates:
+        raise ValueError(f"kind must be one of {sorted(predicates)}, not {kind!r}")
+    return (
+        model.select()
+        .where(model.parent == session_id, predicates[kind](model))
+        .order_by(model.started_at, model.id)
+    )
+
+
+def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect:
+    child = _base(parent).alias("latest")
+    query = child.select(child.id).where(
+        child.parent == parent.id, ~branch_marked(child), ~delegate_marked(child)
+    )
+    if after_end:
+        query = query.where(child.started_at >= parent.ended_at)
+    return query.order_by(child.started_at.desc(), child.id.desc()).limit(1)
+
+
+def _descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:
+    here = model.alias("here")
+    nxt = model.alias("nxt")
+    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
+    cte = base.cte("chain", recursive=True, columns=("id", "depth", "path"))
+    step = (
+        nxt.select(nxt.id, cte.c.depth + 1, cte.c.path.concat(nxt.id).concat(SEP))
+        .from_(cte)
+        .join(here, on=(here.id == cte.c.id))
+        .join(nxt, on=(nxt.id == _latest_child(here, after_end=compression_only)))
+        .where(cte.c.depth < hops, _not_visited(cte.c.path, nxt.id))
+    )
+    if compression_only:
+        step = step.where(here.end_reason == "compression")
+    return cte.union_all(step)
+
+
+def compression_tip_id(model: type[Session], session_id: str) -> str | None:
+    """Id of the latest continuation of ``session_id``'s compression chain.
+
+    While the current session ended with ``'compression'``, step to its most
+    recently started child that started at or after that end and is not a
+    branch or subagent; at most :data:`TIP_MAX_HOPS` steps. None for an
+    unknown id.
+    """
+    cte = _descend(model, session_id, compression_only=True, hops=TIP_MAX_HOPS)
+    row = cte.select_from(cte.c.id).order_by(cte.c.depth.desc()).limit(1).tuples().first()
+    return None if row is None else str(row[0])
+
+
+def compression_tip(session: Session) -> Session:
+    """The latest continuation of ``session``'s compression chain."""
+    tip_id = compression_tip_id(type(session), session.id)
+    if tip_id is None or tip_id == session.id:
+        return session
+    return type(session).get_by_id(tip_id)
+
+
+def resume_target_id(model: type[Session], session_id: str) -> str | None:
+    """Id of the session a /resume of ``session_id`` opens; None when unknown.
+
+    The compression tip when it has an active message; else, walking down
+    at most :data:`RESUME_MAX_DEPTH` levels through the most recently
+    started child that is not a branch or subagent, the first session with
+    an active message; else the tip.
+    """
+    from .models import Message
+
+    tip_id = compression_tip_id(model, session_id)
+    if tip_id is None:
+        return None
+    cte = _descend(model, tip_id, compression_only=False, hops=RESUME_MAX_DEPTH)
+    has_message = fn.EXISTS(
+        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
+    )
+    row = (
+        cte.select_from(cte.c.id)
+        .where(has_message)
+        .order_by(cte.c.depth)
+        .limit(1)
+        .tuples()
+        .first()
+    )
+    return tip_id if row is None else str(row[0])
+
+
+def resume_target(session: Session) -> Session:
+    """The session a /resume of ``session`` should open."""
+    target = resume_target_id(type(session), session.id)
+    if target is None or target == session.id:
+        return session
+    return type(session).get_by_id(target)
+
+
+def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
+    """Ids linked to ``session_id`` by compression edges, up and down."""
+    here = model.alias("here")
+    up = model.alias("up")
+    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
+    cte = base.cte("up_chain", recursive=True, columns=("id", "depth", "path"))
+    upward = (
+        up.select(up.id, cte.c.depth + 1, cte.c.path.concat(up.id).concat(SEP))
+        .from_(cte)
+        .join(here, on=(here.id == cte.c.id))
+        .join(up, on=(up.id == here.parent))
+        .where(compression_expr(here), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, up.id))
+    )
+    chain = cte.union_all(upward)
+    top = chain.select_from(chain.c.id).order_by(chain.c.depth.desc()).limit(1).tuples().first()
+    if top is None:
+        return []
+    down = model.alias("down")
+    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == top[0])
+    cte = base.cte("down_chain", recursive=True, columns=("id", "depth", "path"))
+    downward = (
+        down.select(down.id, cte.c.depth + 1, cte.c.path.concat(down.id).concat(SEP))
+        .from_(cte)
+        .join(down, on=(down.parent == cte.c.id))
+        .where(compression_expr(down), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, down.id))
+    )
+    chain = cte.union_all(downward)
+    return sorted({str(row[0]) for row in chain.select_from(chain.c.id).tuples()})
+
+
+# -- actions ---------------------------------------------------------------------
+
+
+def new_session_id() -> str:
+    """A fresh session id in the Hermes style: ``YYYYmmdd_HHMMSS_<8 hex>``."""
+    return f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:8]}"
+
+
+def _child_fields(parent: Session, config: dict[str, Any]) -> dict[str, Any]:
+    from .models import encode_json
+
+    return {
+        "source": parent.source,
+        "user_id": parent.user_id,
+        "model_name": parent.model_name,
+        "model_config": encode_json(config, "model_config"),
+        "system_prompt": parent.system_prompt,
+        "parent": parent.id,
+        "cwd": parent.cwd,
+        "git_branch": parent.git_branch,
+    }
+
+
+def _plain_config(parent: Session) -> dict[str, Any]:
+    config = dict(parent.config)
+    config.pop("_branched_from", None)
+    config.pop("_delegate_from", None)
+    return config
+
+
+def branch(
+    session: Session,
+    *,
+    session_id: str | None = None,
+    title: str | None = None,
+    copy_messages: bool = True,
+) -> Session:
+    """Fork ``session``: a child marked ``_branched_from``, the active
+    transcript copied, and the parent ended with ``'branched'`` (unless it
+    had already ended)."""
+    from .transcript import copy_messages as copy_transcript
+    from .transcript import recount
+    from .titles import sanitize_title
+
+    model = type(session)
+    child_id = session_id or new_session_id()
+    clean_title = sanitize_title(title)
+
+    def run() -> None:
+        now = time.time()
+        model.update(ended_at=now, end_reason="branched").where(
+            model.id == session.id, model.ended_at.is_null()
+        ).execute()
+        parent = model.get_by_id(session.id)
+        config = {**_plain_config(parent), "_branched_from": parent.id}
+        started = max(now, parent.ended_at or now)
+        model.insert(
+            id=child_id, started_at=started, title=clean_title, **_child_fields(parent, config)
+        ).execute()
+        if copy_messages:
+            copy_transcript(session.id, child_id)
+            recount(child_id)
+
+    write(run)
+    return model.get_by_id(child_id)
+
+
+def compress(
+    session: Session,
+    summary_messages: Sequence[dict[str, Any]],
+    *,
+    holder: str | None = None,
+    session_id: str | None = None,
+    title: str | None = None,
+    ttl: float = 300.0,
+) -> Session:
+    """Continue ``session`` in a new session that starts with ``summary_messages``.
+
+    Takes the compression lock, ends ``session`` with ``'compression'``,
+    creates the continuation (started no earlier than that end, titled with
+    the next lineage title), writes the summary and releases the lock.
+
+    Raises:
+        CompressionInProgressError: another holder has the lock; nothing changes.
+        ValueError: ``session`` was already compressed.
+    """
+    from .errors import CompressionInProgressError
+    from .models import CompressionLock
+    from .titles import next_title_in_lineage, sanitize_title
+    from .transcript import insert_messages, normalise_messages, recount
+
+    rows = normalise_messages(summary_messages, "summary_messages")
+    model = type(session)
+    me = holder or f"hermes_models:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
+    if not CompressionLock.acquire(session.id, me, ttl=ttl):
+        other = CompressionLock.holder(session.id)
+        raise CompressionInProgressError(
+            f"session {session.id} is being compressed by {other or 'another holder'}"
+        )
+    try:
+        child_id = session_id or new_session_id()
+
+        def run() -> None:
+            parent = model.get_by_id(session.id)
+            if parent.end_reason == "compression":
+                raise ValueError(f"session {parent.id} was already compressed")
+            now = time.time()
+            model.update(ended_at=now, end_reason="compression").where(
+                model.id == parent.id
+            ).execute()
+            new_title = sanitize_title(title) if title is not None else None
+            if new_title is None and parent.title:
+                new_title = next_title_in_lineage(parent.title)
+            model.insert(
+                id=child_id,
+                started_at=now,
+                title=new_title,
+                **_child_fields(parent, _plain_config(parent)),
+            ).execute()
+            insert_messages(child_id, rows, start=now)
+            recount(child_id)
+
+        write(run)
+    finally:
+        CompressionLock.release(session.id, me)
+    return model.get_by_id(child_id)
+
+
+def delegate(
+    session: Session,
+    *,
+    session_id: str | None = None,
+    source: str | None = None,
+    model_name: str | None = None,
+    system_prompt: str | None = None,
+) -> Session:
+    """Start a subagent run under ``session``: a child marked ``_delegate_from``."""
+    model = type(session)
+    child_id = session_id or new_session_id()
+
+    def run() -> None:
+        parent = model.get_by_id(session.id)
+        fields = _child_fields(parent, {**_plain_config(parent), "_delegate_from": parent.id})
+        if source is not None:
+            fields["source"] = source
+        if model_name is not None:
+            fields["model_name"] = model_name
+        if system_prompt is not None:
+            fields["system_prompt"] = system_prompt
+        model.insert(id=child_id, started_at=time.time(), **fields).execute()
+
+    write(run)
+    return model.get_by_id(child_id)

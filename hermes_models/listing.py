@@ -1,0 +1,239 @@
+"""Session listings as pickers show them.
+
+A listing holds roots and branches (never subagent runs). A root whose
+context was compressed stands for its whole chain: the row shown is the
+chain's tip, marked with ``_lineage_root_id``, while the preview (the first
+user message) and the position in the list come from the root. Pages count
+roots. Everything is one SQL statement built from the lineage expressions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import peewee
+from peewee import JOIN, Value, fn
+
+from .db import current
+from .lineage import SEP, TIP_MAX_HOPS, _latest_child, _not_visited, _path, listable_expr
+from .models import Message, Session, decode_content
+
+#: Characters of a preview before it is cut and ``...`` appended.
+PREVIEW_CHARS = 60
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def check_page(limit: Any, offset: Any) -> tuple[int, int]:
+    """``(limit, offset)`` checked: non-negative ints (``limit=None`` means no limit)."""
+    if limit is None:
+        limit = -1
+    elif isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be int, not {type(limit).__name__}")
+    elif limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be int, not {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset}")
+    return limit, offset
+
+
+def _sources(value: Any, argument: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TypeError(f"{argument} must be a string or a list of strings")
+
+
+def session_filters(
+    s: Any,
+    *,
+    source: Any = None,
+    exclude_sources: Any = None,
+    include_children: bool = True,
+    include_archived: bool = True,
+    archived_only: bool = False,
+) -> list[peewee.Node]:
+    """WHERE terms shared by listings and counts."""
+    terms: list[peewee.Node] = []
+    if not include_children:
+        terms.append(listable_expr(s))
+    wanted = _sources(source, "source")
+    if wanted:
+        terms.append(s.source.in_(wanted))
+    excluded = _sources(exclude_sources, "exclude_sources")
+    if excluded:
+        terms.append(s.source.not_in(excluded))
+    if archived_only:
+        terms.append(s.archived == 1)
+    elif not include_archived:
+        terms.append(s.archived == 0)
+    return terms
+
+
+def preview_text(content: Any) -> str:
+    """A one-line preview of message content: 60 characters, then ``...``."""
+    value = decode_content(content) if isinstance(content, str) or content is None else content
+    if isinstance(value, list):
+        parts = [p.get("text", "") for p in value if isinstance(p, dict)]
+        value = " ".join(p for p in parts if isinstance(p, str))
+    elif not isinstance(value, str):
+        value = "" if value is None else str(value)
+    flat = _WHITESPACE.sub(" ", value).strip()
+    return flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "..."
+
+
+def rich_listing(
+    *,
+    source: Any = None,
+    exclude_sources: Any = None,
+    limit: int | None = 20,
+    offset: int = 0,
+    include_children: bool = False,
+    min_message_count: int = 0,
+    project_compression_tips: bool = True,
+    order_by_last_active: bool = False,
+    include_archived: bool = False,
+    archived_only: bool = False,
+) -> list[dict[str, Any]]:
+    """Session rows with ``preview`` and ``last_active`` (see the module docstring)."""
+    limit, offset = check_page(limit, offset)
+    if isinstance(min_message_count, bool) or not isinstance(min_message_count, int):
+        raise TypeError("min_message_count must be int")
+    project = project_compression_tips and not include_children
+    s = Session.alias("s")
+    roots = s.select(
+        s.id.alias("root_id"), s.started_at.alias("root_started"), s.end_reason.alias("root_end")
+    ).where(
+        *session_filters(
+            s,
+            source=source,
+            exclude_sources=exclude_sources,
+            include_children=include_children,
+            include_archived=include_archived,
+            archived_only=archived_only,
+        )
+    )
+    paged_early = not order_by_last_active and min_message_count <= 0
+    if paged_early:
+        roots = roots.order_by(s.started_at.desc(), s.id.desc()).limit(limit).offset(offset)
+    roots_cte = roots.cte("roots")
+
+    shown = Session.alias("shown")
+    first_user = Message.alias("first_user")
+    preview = (
+        first_user.select(first_user.content)
+        .where(
+            first_user.session == roots_cte.c.root_id,
+            first_user.role == "user",
+            first_user.active == 1,
+        )
+        .order_by(first_user.timestamp, first_user.id)
+        .limit(1)
+    )
+    latest = Message.alias("latest_message")
+    last_active = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == shown.id),
+        shown.started_at,
+    )
+    ctes: list[Any] = [roots_cte]
+    if project:
+        tips = _tips(roots_cte)
+        ctes.extend(tips)
+        tip_cte = tips[-1]
+        shown_id = fn.COALESCE(tip_cte.c.tip_id, roots_cte.c.root_id)
+    else:
+        shown_id = roots_cte.c.root_id
+    query = (
+        shown.select(
+            shown,
+            roots_cte.c.root_id.alias("_root_id"),
+            preview.alias("preview"),
+            last_active.alias("last_active"),
+        )
+        .from_(roots_cte)
+    )
+    if project:
+        query = query.join(tip_cte, JOIN.LEFT_OUTER, on=(tip_cte.c.root_id == roots_cte.c.root_id))
+    query = query.join(shown, on=(shown.id == shown_id)).with_cte(*ctes)
+    if min_message_count > 0:
+        query = query.where(fn.COALESCE(shown.message_count, 0) >= min_message_count)
+    if order_by_last_active:
+        query = query.order_by(
+            peewee.SQL('"last_active"').desc(), roots_cte.c.root_started.desc(), shown.id.desc()
+        )
+    else:
+        query = query.order_by(roots_cte.c.root_started.desc(), roots_cte.c.root_id.desc())
+    if not paged_early:
+        query = query.limit(limit).offset(offset)
+    return [_finish(row) for row in fetch_dicts(query)]
+
+
+def _tips(roots_cte: Any) -> list[Any]:
+    here = Session.alias("here")
+    nxt = Session.alias("nxt")
+    base = roots_cte.select_from(
+        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), _path(roots_cte.c.root_id)
+    ).where(roots_cte.c.root_end == "compression")
+    walk = base.cte("walk", recursive=True, columns=("root_id", "id", "depth", "path"))
+    step = (
+        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, walk.c.path.concat(nxt.id).concat(SEP))
+        .from_(walk)
+        .join(here, on=(here.id == walk.c.id))
+        .join(nxt, on=(nxt.id == _latest_child(here, after_end=True)))
+        .where(
+            here.end_reason == "compression",
+            walk.c.depth < TIP_MAX_HOPS,
+            _not_visited(walk.c.path, nxt.id),
+        )
+    )
+    walk = walk.union_all(step)
+    # SQLite returns the bare column "id" from the row holding MAX(depth).
+    tips = (
+        walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth))
+        .group_by(walk.c.root_id)
+        .cte("tips", columns=("root_id", "tip_id", "depth"))
+    )
+    return [walk, tips]
+
+
+def _finish(row: dict[str, Any]) -> dict[str, Any]:
+    root_id = row.pop("_root_id")
+    row["preview"] = preview_text(row.get("preview"))
+    if root_id != row["id"]:
+        row["_lineage_root_id"] = root_id
+    return row
+
+
+def fetch_dicts(query: Any) -> list[dict[str, Any]]:
+    """Rows of ``query`` as dicts keyed by column name."""
+    cursor = current().execute(query)
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def count_sessions(**filters: Any) -> int:
+    """How many sessions match :func:`session_filters` terms."""
+    return int(Session.select().where(*session_filters(Session, **filters)).count())
+
+
+def plain_listing(
+    *, limit: int | None, offset: int, source: Any = None, include_archived: bool = False,
+    order: Sequence[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every session (children included), newest first."""
+    limit, offset = check_page(limit, offset)
+    query = (
+        Session.select()
+        .where(*session_filters(Session, source=source, include_archived=include_archived))
+        .order_by(*(order or (Session.started_at.desc(), Session.id.desc())))
+        .limit(limit)
+        .offset(offset)
+    )
+    return fetch_dicts(query)

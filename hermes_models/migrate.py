@@ -1,0 +1,215 @@
+"""Applying the yoyo migrations, and adopting files an older Hermes wrote.
+
+The schema lives in ``migrations/`` (shipped inside the wheel as
+``hermes_models/migrations``) and nowhere else. :func:`migrate` applies what
+is pending while holding yoyo's lock, so several processes starting at once
+apply each migration exactly once; a lock left behind by a dead process is
+reclaimed.
+
+A file with Hermes tables but no yoyo bookkeeping is adopted. At schema
+version 16 the baseline migrations are only marked as applied: nothing in the
+file changes. An older file (v2 to v15) runs the baseline migrations, which
+add the missing columns, rebuild the search indexes and tag subagent
+children, all in one transaction: a failure leaves the file as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from yoyo import get_backend, read_migrations
+from yoyo.exceptions import LockTimeout
+
+from .db import (
+    SCHEMA_VERSION,
+    check_header,
+    resolve_path,
+    retry_locked,
+    secure_files,
+    sqlite_uri,
+    stored_schema_version,
+    refuse_newer_schema,
+)
+from .errors import MigrationError, NotADatabaseError
+
+logger = logging.getLogger("hermes_models")
+
+#: The migrations that together make the Hermes v16 layout.
+BASELINE = (
+    "0001_adopt_hermes_tables",
+    "0002_hermes_v16_schema",
+    "0003_message_search",
+    "0004_tag_delegate_children",
+)
+
+#: Seconds to wait for another process's migration lock before giving up.
+LOCK_WAIT_S = 60
+LOCK_POLL_S = 2
+
+_process_lock = threading.Lock()
+
+
+def migrations_dir() -> Path:
+    """The folder holding the migration files.
+
+    Raises:
+        MigrationError: neither the installed package nor a checkout has one.
+    """
+    shipped = resources.files("hermes_models").joinpath("migrations")
+    if shipped.is_dir():
+        return Path(str(shipped))
+    checkout = Path(__file__).resolve().parent.parent / "migrations"
+    if checkout.is_dir():
+        return checkout
+    raise MigrationError("the migrations folder is missing from this installation")
+
+
+def yoyo_url(path: Path) -> str:
+    """A ``sqlite:///`` URL yoyo opens at exactly ``path`` (``#``, ``?``, ``%`` escaped)."""
+    # yoyo pastes the URL path into "file:<path>?cache=shared" unescaped, and
+    # SQLite then decodes it as a URI: percent-encoding survives that trip.
+    return "sqlite:///" + sqlite_uri(path)[len("file:") :]
+
+
+def pending(target: str | os.PathLike[str] | None = None) -> list[str]:
+    """Ids of the migrations not yet applied to ``target``."""
+    path = resolve_path(target)
+    with _backend(path) as backend:
+        todo = backend.to_apply(_migrations())
+        return [m.id for m in todo]
+
+
+def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
+    """Apply pending migrations to ``target`` and return the ids applied.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        SchemaTooNewError: a newer Hermes wrote the file (nothing is written).
+        MigrationError: the migration lock could not be taken.
+    """
+    path = resolve_path(target)
+    check_header(path)
+    _check_version(path)
+    secure_files(path, create=True)
+    migrations = _migrations()
+    with _process_lock, _backend(path) as backend, _locked(backend):
+        applied = set(backend.get_applied_migration_hashes())
+        baseline = [m for m in migrations if m.id in BASELINE]
+        done: list[str] = []
+        if not any(m.hash in applied for m in baseline):
+            version = _hermes_version(backend.connection)
+            if version == SCHEMA_VERSION:
+                backend.mark_migrations(baseline)
+                logger.info("%s: adopted a Hermes v%d database as it is", path, version)
+            elif version is not None:
+                _adopt(backend, baseline)
+                done = [m.id for m in baseline]
+                logger.info("%s: upgraded a Hermes v%d database to v16", path, version)
+        todo = backend.to_apply(migrations)
+        backend.apply_migrations(todo)
+        done.extend(m.id for m in todo)
+    secure_files(path, create=False)
+    return done
+
+
+def _migrations() -> Any:
+    return read_migrations(str(migrations_dir()))
+
+
+def _check_version(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True)
+    except sqlite3.OperationalError:
+        return  # unreadable here: yoyo's own open reports why
+    try:
+        refuse_newer_schema(path, stored_schema_version(conn))
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        raise
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _backend(path: Path) -> Iterator[Any]:
+    def open_backend() -> Any:
+        backend = get_backend(yoyo_url(path))
+        tables = {row[0] for row in backend.execute("SELECT name FROM sqlite_master")}
+        if "yoyo_lock" not in tables:
+            # Another process held the file while yoyo created its lock table.
+            backend.connection.close()
+            raise sqlite3.OperationalError("database is locked: yoyo_lock not created yet")
+        return backend
+
+    backend = retry_locked(open_backend)
+    # SQLite always rolls back DDL with its transaction; yoyo's own probe can
+    # say otherwise when another process held the lock at that moment.
+    backend.has_transactional_ddl = True
+    with backend:
+        yield backend
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _reclaim_stale_lock(backend: Any) -> bool:
+    row = backend.execute("SELECT pid FROM yoyo_lock").fetchone()
+    if row is None:
+        return False
+    pid = int(row[0])
+    # Threads of this process migrate one at a time, so a lock row with our
+    # pid is left over from a dead process whose pid we now have.
+    if pid != os.getpid() and _pid_alive(pid):
+        return False
+    logger.warning("reclaiming the migration lock left by dead process %d", pid)
+    backend.break_lock()
+    return True
+
+
+@contextlib.contextmanager
+def _locked(backend: Any) -> Iterator[None]:
+    deadline = time.monotonic() + LOCK_WAIT_S
+    with contextlib.ExitStack() as stack:
+        while True:
+            retry_locked(lambda: _reclaim_stale_lock(backend))
+            try:
+                stack.enter_context(backend.lock(timeout=LOCK_POLL_S))
+                break
+            except LockTimeout as exc:
+                if time.monotonic() > deadline:
+                    raise MigrationError(f"could not take the migration lock: {exc}") from exc
+        yield
+
+
+def _hermes_version(conn: sqlite3.Connection) -> int | None:
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "sessions" not in tables:
+        return None
+    return stored_schema_version(conn) or 0
+
+
+def _adopt(backend: Any, baseline: list[Any]) -> None:
+    with backend.transaction():
+        for migration in baseline:
+            migration.process_steps(backend, "apply")
+            backend.log_migration(migration, "apply")
+            backend.mark_one(migration, log=False)

@@ -1,0 +1,404 @@
+"""Peewee models of the Hermes v16 tables.
+
+The fields mirror the schema the migrations create, column for column (a
+test compares them). Epoch times are ``DoubleField``; JSON columns are text
+with helpers that decode them. Methods here return queries or single rows;
+anything that writes goes through :func:`hermes_models.db.write`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import peewee
+from peewee import DoubleField, ForeignKeyField, IntegerField, TextField
+
+from . import lineage
+from .db import database, write
+
+#: Prefix Hermes puts before JSON-encoded (list or dict) message content.
+CONTENT_JSON_PREFIX = "\x00json:"
+
+#: Message roles Hermes writes.
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def encode_content(content: Any) -> str | None:
+    """Message content as stored: text as is, lists and dicts as prefixed JSON."""
+    if content is None:
+        return None
+    if isinstance(content, str):
+        if content.startswith(CONTENT_JSON_PREFIX):
+            # Encoded as well, so it cannot be mistaken for JSON on the way back.
+            return CONTENT_JSON_PREFIX + json.dumps(content, ensure_ascii=False)
+        return content
+    if isinstance(content, (list, dict)):
+        return CONTENT_JSON_PREFIX + json.dumps(content, ensure_ascii=False)
+    raise TypeError(f"content must be str, list, dict or None, not {type(content).__name__}")
+
+
+def decode_content(stored: str | None) -> Any:
+    """Message content as appended: the inverse of :func:`encode_content`."""
+    if stored is None or not stored.startswith(CONTENT_JSON_PREFIX):
+        return stored
+    try:
+        return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
+    except ValueError:
+        return stored
+
+
+def encode_json(value: Any, argument: str) -> str | None:
+    """A JSON column value: None stays NULL, text is kept, anything else is dumped."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{argument} is not JSON-serialisable: {exc}") from None
+
+
+def decode_json(stored: str | None) -> Any:
+    """A JSON column decoded, or the text itself when it is not valid JSON."""
+    if stored is None:
+        return None
+    try:
+        return json.loads(stored)
+    except ValueError:
+        return stored
+
+
+class BaseModel(peewee.Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+
+class SchemaVersion(BaseModel):
+    """The single row holding the Hermes schema version (16)."""
+
+    version = IntegerField()
+
+    class Meta:
+        table_name = "schema_version"
+        primary_key = False
+
+
+class Session(BaseModel):
+    """One conversation; ``parent`` links branches, continuations and subagent runs."""
+
+    id = TextField(primary_key=True)
+    source = TextField()
+    user_id = TextField(null=True)
+    # Named model_name: ``model`` is taken by peewee model aliases.
+    model_name = TextField(null=True, column_name="model")
+    model_config = TextField(null=True)
+    system_prompt = TextField(null=True)
+    parent = ForeignKeyField(
+        "self", null=True, backref="children", column_name="parent_session_id", lazy_load=True
+    )
+    started_at = DoubleField()
+    ended_at = DoubleField(null=True)
+    end_reason = TextField(null=True)
+    message_count = IntegerField(null=True, default=0)
+    tool_call_count = IntegerField(null=True, default=0)
+    input_tokens = IntegerField(null=True, default=0)
+    output_tokens = IntegerField(null=True, default=0)
+    cache_read_tokens = IntegerField(null=True, default=0)
+    cache_write_tokens = IntegerField(null=True, default=0)
+    reasoning_tokens = IntegerField(null=True, default=0)
+    cwd = TextField(null=True)
+    git_branch = TextField(null=True)
+    billing_provider = TextField(null=True)
+    billing_base_url = TextField(null=True)
+    billing_mode = TextField(null=True)
+    estimated_cost_usd = DoubleField(null=True)
+    actual_cost_usd = DoubleField(null=True)
+    cost_status = TextField(null=True)
+    cost_source = TextField(null=True)
+    pricing_version = TextField(null=True)
+    title = TextField(null=True)
+    api_call_count = IntegerField(null=True, default=0)
+    handoff_state = TextField(null=True)
+    handoff_platform = TextField(null=True)
+    handoff_error = TextField(null=True)
+    rewind_count = IntegerField(default=0)
+    archived = IntegerField(default=0)
+
+    class Meta:
+        table_name = "sessions"
+
+    parent_session_id: str | None
+
+    def __str__(self) -> str:
+        return f"Session({self.id!r})"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """``model_config`` decoded; ``{}`` when empty or not a JSON object."""
+        value = decode_json(self.model_config)
+        return value if isinstance(value, dict) else {}
+
+    # -- lineage: queries ------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """``'root'``, ``'branch'``, ``'compression'`` or ``'ephemeral'``."""
+        return lineage.kind_of(self)
+
+    def ancestors(self) -> peewee.ModelSelect:
+        """The parent chain, nearest first (cycle-safe)."""
+        return lineage.ancestors(type(self), self.id)
+
+    def root(self) -> Session:
+        """The oldest ancestor, or this session when it has no parent."""
+        return lineage.root_of(self)
+
+    def descendants(self) -> peewee.ModelSelect:
+        """Every session below this one, nearest first (cycle-safe)."""
+        return lineage.descendants(type(self), self.id)
+
+    def branches(self) -> peewee.ModelSelect:
+        """Children that are /branch forks."""
+        return lineage.children_of_kind(type(self), self.id, "branch")
+
+    def compression_children(self) -> peewee.ModelSelect:
+        """Children that continue this session after a context compression."""
+        return lineage.children_of_kind(type(self), self.id, "compression")
+
+    def ephemeral_children(self) -> peewee.ModelSelect:
+        """Children that are delegated subagent runs."""
+        return lineage.children_of_kind(type(self), self.id, "ephemeral")
+
+    def compression_tip(self) -> Session:
+        """The latest continuation of this session's compression chain."""
+        return lineage.compression_tip(self)
+
+    def resume_target(self) -> Session:
+        """The session a /resume of this one should open."""
+        return lineage.resume_target(self)
+
+    @classmethod
+    def listable(cls) -> peewee.ModelSelect:
+        """Sessions a picker shows: roots and branches, not ephemeral, not archived."""
+        return cls.select().where(lineage.listable_expr(cls), cls.archived == 0)
+
+    # -- actions -----------------------------------------------------------------
+
+    def append(self, role: str, content: Any = None, **fields: Any) -> Message:
+        """Append a message and update this session's counters."""
+        from .transcript import append_message
+
+        message_id = append_message(self.id, role, content, **fields)
+        self.message_count = (self.message_count or 0) + 1
+        return Message.get_by_id(message_id)
+
+    def end(self, reason: str, *, at: float | None = None) -> bool:
+        """End this session with ``reason``; the first end wins. True if this call ended it."""
+        if not isinstance(reason, str) or not reason:
+            raise ValueError("reason must be a non-empty string")
+        ended_at = time.time() if at is None else float(at)
+        cls = type(self)
+
+        def run() -> int:
+            return int(
+                cls.update(ended_at=ended_at, end_reason=reason)
+                .where(cls.id == self.id, cls.ended_at.is_null())
+                .execute()
+            )
+
+        changed = write(run) > 0
+        if changed:
+            self.ended_at, self.end_reason = ended_at, reason
+        return changed
+
+    def reopen(self) -> None:
+        """Clear ``ended_at`` and ``end_reason`` so the session can be continued."""
+        cls = type(self)
+        write(lambda: cls.update(ended_at=None, end_reason=None).where(cls.id == self.id).execute())
+        self.ended_at = self.end_reason = None
+
+    def branch(self, **options: Any) -> Session:
+        """Fork this session (see :func:`hermes_models.lineage.branch`)."""
+        return lineage.branch(self, **options)
+
+    def compress(self, summary_messages: Sequence[dict[str, Any]], **options: Any) -> Session:
+        """Continue this session in a new one holding ``summary_messages``."""
+        return lineage.compress(self, summary_messages, **options)
+
+    def delegate(self, **options: Any) -> Session:
+        """Start a subagent run under this session (an ephemeral child)."""
+        return lineage.delegate(self, **options)
+
+    def rewind_to(self, user_message_id: int) -> int:
+        """Soft-delete a user message and everything after it; returns how many."""
+        from .transcript import rewind_to_message
+
+        count = rewind_to_message(self.id, user_message_id)
+        self.rewind_count = (self.rewind_count or 0) + 1
+        return count
+
+    def restore_rewound(self, since_id: int) -> int:
+        """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
+        from .transcript import restore_rewound
+
+        return restore_rewound(self.id, since_id)
+
+
+class Message(BaseModel):
+    """One message of a session; ``active = 0`` marks it soft-deleted."""
+
+    id = peewee.AutoField()
+    session = ForeignKeyField(Session, backref="messages", column_name="session_id")
+    role = TextField()
+    content = TextField(null=True)
+    tool_call_id = TextField(null=True)
+    tool_calls = TextField(null=True)
+    tool_name = TextField(null=True)
+    timestamp = DoubleField()
+    token_count = IntegerField(null=True)
+    finish_reason = TextField(null=True)
+    reasoning = TextField(null=True)
+    reasoning_content = TextField(null=True)
+    reasoning_details = TextField(null=True)
+    codex_reasoning_items = TextField(null=True)
+    codex_message_items = TextField(null=True)
+    platform_message_id = TextField(null=True)
+    observed = IntegerField(null=True, default=0)
+    active = IntegerField(default=1)
+
+    class Meta:
+        table_name = "messages"
+
+    session_id: str
+
+    @property
+    def value(self) -> Any:
+        """The content as appended (lists and dicts decoded)."""
+        return decode_content(self.content)
+
+    @classmethod
+    def for_session(cls, session_id: str, include_inactive: bool = False) -> peewee.ModelSelect:
+        """Messages of a session ordered by id; soft-deleted ones only when asked."""
+        query = cls.select().where(cls.session == session_id)
+        if not include_inactive:
+            query = query.where(cls.active == 1)
+        return query.order_by(cls.id)
+
+    @classmethod
+    def search(cls, query: str, **options: Any) -> list[dict[str, Any]]:
+        """Full-text search over messages (see :func:`hermes_models.fts.search_messages`)."""
+        from .fts import search_messages
+
+        return search_messages(query, **options)
+
+
+class StateMeta(BaseModel):
+    """Free-form key/value metadata of the store."""
+
+    key = TextField(primary_key=True)
+    value = TextField(null=True)
+
+    class Meta:
+        table_name = "state_meta"
+
+    @classmethod
+    def get_value(cls, key: str, default: str | None = None) -> str | None:
+        """The value stored under ``key``, or ``default``."""
+        row = cls.select(cls.value).where(cls.key == key).tuples().first()
+        return default if row is None else row[0]
+
+    @classmethod
+    def set_value(cls, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key``, replacing what was there."""
+        if not isinstance(key, str):
+            raise TypeError(f"key must be str, not {type(key).__name__}")
+        write(
+            lambda: cls.insert(key=key, value=value)
+            .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
+            .execute()
+        )
+
+
+class CompressionLock(BaseModel):
+    """A lease that lets one process at a time compress a session."""
+
+    session_id = TextField(primary_key=True)
+    owner = TextField(column_name="holder")
+    acquired_at = DoubleField()
+    expires_at = DoubleField()
+
+    class Meta:
+        table_name = "compression_locks"
+
+    @classmethod
+    def acquire(cls, session_id: str, holder: str, ttl: float = 300.0) -> bool:
+        """Take the lock for ``holder``; True iff it is now ours.
+
+        An expired lease is dropped first. Taking a lock already held by the
+        same holder succeeds without extending it. Any database error counts
+        as not acquired.
+        """
+        if not session_id:
+            return False
+        if not isinstance(holder, str) or not holder:
+            raise ValueError("holder must be a non-empty string")
+        ttl = _check_ttl(ttl)
+
+        def run() -> bool:
+            now = time.time()
+            cls.delete().where(cls.session_id == session_id, cls.expires_at <= now).execute()
+            cls.insert(
+                session_id=session_id, owner=holder, acquired_at=now, expires_at=now + ttl
+            ).on_conflict_ignore().execute()
+            return cls.holder_of(session_id, now) == holder
+
+        try:
+            return write(run)
+        except (peewee.DatabaseError, sqlite3.Error):
+            return False
+
+    @classmethod
+    def release(cls, session_id: str, holder: str) -> None:
+        """Drop the lock if ``holder`` has it; otherwise do nothing."""
+        if not session_id:
+            return
+        write(
+            lambda: cls.delete()
+            .where(cls.session_id == session_id, cls.owner == holder)
+            .execute()
+        )
+
+    @classmethod
+    def holder(cls, session_id: str) -> str | None:
+        """Who holds the lock now; None when nobody does or the lease expired."""
+        if not session_id:
+            return None
+        return cls.holder_of(session_id, time.time())
+
+    @classmethod
+    def holder_of(cls, session_id: str, now: float) -> str | None:
+        """Who holds the lock at time ``now``."""
+        row = (
+            cls.select(cls.owner)
+            .where(cls.session_id == session_id, cls.expires_at > now)
+            .tuples()
+            .first()
+        )
+        return None if row is None else str(row[0])
+
+
+def _check_ttl(ttl: Any) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(f"ttl must be a number of seconds, not {type(ttl).__name__}")
+    if not (0 < ttl <= 366 * 24 * 3600):
+        raise ValueError(f"ttl must be between 0 and one year in seconds, got {ttl!r}")
+    return float(ttl)
+
+
+def all_models() -> Iterable[type[BaseModel]]:
+    """The table models, in the order their tables are created."""
+    return (SchemaVersion, Session, Message, StateMeta, CompressionLock)

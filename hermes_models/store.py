@@ -1,0 +1,641 @@
+"""``SessionDB``: the Hermes session store API, returning plain dicts.
+
+Code written against Hermes' own ``SessionDB`` keeps working: the method
+names, arguments and return shapes are the same, rows come back as dicts of
+every column (``model_config`` stays JSON text, flags stay ints), and
+constraint violations raise ``sqlite3.IntegrityError``. Underneath, every
+method is a call into the models, lineage, transcript, listing and search
+modules; this class adds no SQL of its own.
+
+Each instance works on its own file even when several are open: its methods
+run with the models routed to its database (:func:`hermes_models.db.using`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import peewee
+from peewee import fn
+
+from . import listing, titles, transcript
+from .db import HermesDatabase, connect, resolve_path, using
+from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
+from .models import CompressionLock, Message, Session, StateMeta, encode_json
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SQLITE_ERRORS = {
+    "IntegrityError": sqlite3.IntegrityError,
+    "OperationalError": sqlite3.OperationalError,
+    "ProgrammingError": sqlite3.ProgrammingError,
+    "InterfaceError": sqlite3.InterfaceError,
+    "DataError": sqlite3.DataError,
+    "NotSupportedError": sqlite3.NotSupportedError,
+    "InternalError": sqlite3.InternalError,
+}
+
+
+def _api(method: F) -> F:
+    """Run a SessionDB method on its own database, with sqlite3's exception types."""
+
+    @functools.wraps(method)
+    def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        with using(self._db):
+            try:
+                return method(self, *args, **kwargs)
+            except peewee.PeeweeException as exc:
+                kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
+                raise kind(str(exc)) from exc
+
+    return cast(F, wrapper)
+
+
+#: Session columns ``update_session_meta`` may set.
+META_FIELDS = (
+    "user_id",
+    "model",
+    "model_config",
+    "system_prompt",
+    "cwd",
+    "git_branch",
+    "billing_provider",
+    "billing_base_url",
+    "billing_mode",
+    "cost_status",
+    "cost_source",
+    "pricing_version",
+    "handoff_state",
+    "handoff_platform",
+    "handoff_error",
+)
+
+_TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "api_call_count",
+)
+_FILL_IF_NULL = ("billing_provider", "billing_base_url", "billing_mode")
+_REPLACE_IF_GIVEN = ("cost_status", "cost_source", "pricing_version")
+
+
+def _field(column: str) -> peewee.Field:
+    for field in Session._meta.sorted_fields:
+        if field.column_name == column:
+            return field
+    raise KeyError(column)  # pragma: no cover
+
+
+def _count(value: Any, argument: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{argument} must not be negative, got {value}")
+    return value
+
+
+def _money(value: Any, argument: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number or None, not {type(value).__name__}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{argument} must be finite, got {value!r}")
+    return float(value)
+
+
+class SessionDB:
+    """The Hermes session store on one SQLite file.
+
+    ``db_path`` defaults to ``$HERMES_HOME/state.db``. ``read_only=True``
+    opens an existing file for reading and searching only.
+    """
+
+    def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
+        self.db_path = resolve_path(db_path)
+        self.read_only = bool(read_only)
+        self._db: HermesDatabase | None = connect(self.db_path, read_only=self.read_only)
+
+    # -- handle ------------------------------------------------------------------
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The DB-API connection of this thread (for raw SQL)."""
+        if self._db is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return cast(sqlite3.Connection, self._db.connection())
+
+    @property
+    def database(self) -> HermesDatabase:
+        """The peewee database this store uses."""
+        if self._db is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._db
+
+    def close(self) -> None:
+        """Checkpoint the WAL and close this thread's connection; idempotent."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> SessionDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db is None else ("read-only" if self.read_only else "open")
+        return f"<SessionDB {self.db_path} {state}>"
+
+    def _write(self, fn_: Callable[[], Any]) -> Any:
+        assert self._db is not None
+        return self._db.write(fn_)
+
+    # -- sessions ------------------------------------------------------------------
+
+    @_api
+    def create_session(
+        self,
+        session_id: str,
+        source: str,
+        *,
+        model: str | None = None,
+        model_config: Any = None,
+        system_prompt: str | None = None,
+        user_id: str | None = None,
+        parent_session_id: str | None = None,
+        cwd: str | None = None,
+        started_at: float | None = None,
+    ) -> str:
+        """Create a session unless it exists (the first write wins); returns its id."""
+        transcript.check_session_id(session_id)
+        transcript.check_session_id(source, "source")
+        if parent_session_id is not None:
+            transcript.check_session_id(parent_session_id, "parent_session_id")
+        row = {
+            "id": session_id,
+            "source": source,
+            "model_name": model,
+            "model_config": encode_json(model_config, "model_config"),
+            "system_prompt": system_prompt,
+            "user_id": user_id,
+            "parent": parent_session_id,
+            "cwd": cwd,
+            "started_at": time.time() if started_at is None else float(started_at),
+        }
+        self._write(lambda: Session.insert(**row).on_conflict_ignore().execute())
+        return session_id
+
+    @_api
+    def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
+        """Make sure a session exists, creating it with ``fields`` if not; returns its id."""
+        return cast(str, SessionDB.create_session.__wrapped__(self, session_id, source, **fields))  # type: ignore[attr-defined]
+
+    @_api
+    def end_session(self, session_id: str, end_reason: str) -> bool:
+        """End a session; the first end wins. True if this call ended it."""
+        transcript.check_session_id(session_id)
+        transcript.check_session_id(end_reason, "end_reason")
+        now = time.time()
+        changed = self._write(
+            lambda: Session.update(ended_at=now, end_reason=end_reason)
+            .where(Session.id == session_id, Session.ended_at.is_null())
+            .execute()
+        )
+        return bool(changed)
+
+    @_api
+    def reopen_session(self, session_id: str) -> bool:
+        """Clear a session's end so it can continue. True if it exists."""
+        transcript.check_session_id(session_id)
+        changed = self._write(
+            lambda: Session.update(ended_at=None, end_reason=None)
+            .where(Session.id == session_id)
+            .execute()
+        )
+        return bool(changed)
+
+    @_api
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        """Every column of one session, or None."""
+        if not isinstance(session_id, str) or not session_id:
+            return None
+        rows = listing.fetch_dicts(Session.select().where(Session.id == session_id))
+        return rows[0] if rows else None
+
+    @_api
+    def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
+        """The id itself if it exists, else the one session id it is a unique prefix of."""
+        if not isinstance(session_id_or_prefix, str) or not session_id_or_prefix:
+            return None
+        key = session_id_or_prefix
+        if Session.select().where(Session.id == key).exists():
+            return key
+        candidates = (
+            Session.select(Session.id)
+            .where(fn.substr(Session.id, 1, len(key)) == key)
+            .limit(2)
+            .tuples()
+        )
+        found = [row[0] for row in candidates]
+        return found[0] if len(found) == 1 else None
+
+    def _update(self, session_id: str, **values: Any) -> bool:
+        transcript.check_session_id(session_id)
+        changed = self._write(
+            lambda: Session.update(**values).where(Session.id == session_id).execute()
+        )
+        return bool(changed)
+
+    @_api
+    def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
+        """Replace a session's system prompt. True if the session exists."""
+        return self._update(session_id, system_prompt=transcript._optional_text(system_prompt, "system_prompt"))
+
+    @_api
+    def update_session_model(
+        self, session_id: str, model: str | None, model_config: Any = None
+    ) -> bool:
+        """Set a session's model (and its config, when given). True if it exists."""
+        values: dict[str, Any] = {"model_name": transcript._optional_text(model, "model")}
+        if model_config is not None:
+            values["model_config"] = encode_json(model_config, "model_config")
+        return self._update(session_id, **values)
+
+    @_api
+    def update_session_cwd(self, session_id: str, cwd: str | None) -> bool:
+        """Set a session's working directory. True if it exists."""
+        return self._update(session_id, cwd=transcript._optional_text(cwd, "cwd"))
+
+    @_api
+    def update_session_meta(self, session_id: str, **fields: Any) -> bool:
+        """Set metadata columns (see :data:`META_FIELDS`). True if the session exists."""
+        unknown = sorted(set(fields) - set(META_FIELDS))
+        if unknown:
+            raise ValueError(f"update_session_meta: unknown field(s) {', '.join(unknown)}")
+        values: dict[str, Any] = {}
+        for column, value in fields.items():
+            if column in ("model_config", "handoff_state"):
+                values[_field(column).name] = encode_json(value, column)
+            else:
+                values[_field(column).name] = transcript._optional_text(value, column)
+        if not values:
+            return self.get_session(session_id) is not None
+        return self._update(session_id, **values)
+
+    @_api
+    def update_token_counts(
+        self,
+        session_id: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        model: str | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        estimated_cost_usd: float | None = None,
+        actual_cost_usd: float | None = None,
+        cost_status: str | None = None,
+        cost_source: str | None = None,
+        pricing_version: str | None = None,
+        billing_provider: str | None = None,
+        billing_base_url: str | None = None,
+        billing_mode: str | None = None,
+        api_call_count: int = 0,
+        absolute: bool = False,
+    ) -> None:
+        """Add to (or with ``absolute=True`` set) a session's token and cost counters.
+
+        An unknown session is created with ``source='unknown'``. ``model``
+        and the billing fields are filled only while NULL.
+        """
+        transcript.check_session_id(session_id)
+        given = locals()
+        counts = {name: _count(given[name], name) for name in _TOKEN_FIELDS}
+        costs = {
+            name: _money(given[name], name) for name in ("estimated_cost_usd", "actual_cost_usd")
+        }
+        texts = {
+            name: transcript._optional_text(given[name], name)
+            for name in ("model", *_FILL_IF_NULL, *_REPLACE_IF_GIVEN)
+        }
+        values: dict[str, Any] = {}
+        for name, amount in counts.items():
+            field = _field(name)
+            values[field] = amount if absolute else fn.COALESCE(field, 0) + amount
+        for name, amount in costs.items():
+            if amount is not None:
+                field = _field(name)
+                values[field] = amount if absolute else fn.COALESCE(field, 0) + amount
+        for name in ("model", *_FILL_IF_NULL):
+            if texts[name] is not None:
+                field = _field(name)
+                values[field] = fn.COALESCE(field, texts[name])
+        for name in _REPLACE_IF_GIVEN:
+            if texts[name] is not None:
+                values[_field(name)] = texts[name]
+
+        def run() -> None:
+            Session.insert(
+                id=session_id, source="unknown", started_at=time.time()
+            ).on_conflict_ignore().execute()
+            Session.update(values).where(Session.id == session_id).execute()
+
+        self._write(run)
+
+    @_api
+    def list_sessions(
+        self,
+        limit: int | None = 20,
+        source: str | None = None,
+        offset: int = 0,
+        include_archived: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Every session (children too), newest first."""
+        return listing.plain_listing(
+            limit=limit, offset=offset, source=source, include_archived=include_archived
+        )
+
+    @_api
+    def list_sessions_rich(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        limit: int | None = 20,
+        offset: int = 0,
+        include_children: bool = False,
+        min_message_count: int = 0,
+        project_compression_tips: bool = True,
+        order_by_last_active: bool = False,
+        include_archived: bool = False,
+        archived_only: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The rows a session picker shows, with ``preview`` and ``last_active``."""
+        return listing.rich_listing(
+            source=source,
+            exclude_sources=exclude_sources,
+            limit=limit,
+            offset=offset,
+            include_children=include_children,
+            min_message_count=min_message_count,
+            project_compression_tips=project_compression_tips,
+            order_by_last_active=order_by_last_active,
+            include_archived=include_archived,
+            archived_only=archived_only,
+        )
+
+    @_api
+    def session_count(
+        self,
+        source: str | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        include_children: bool = True,
+        include_archived: bool = True,
+        archived_only: bool = False,
+    ) -> int:
+        """How many sessions match the filters (by default: all of them)."""
+        return listing.count_sessions(
+            source=source,
+            exclude_sources=exclude_sources,
+            include_children=include_children,
+            include_archived=include_archived,
+            archived_only=archived_only,
+        )
+
+    @_api
+    def message_count(self, session_id: str | None = None, include_inactive: bool = False) -> int:
+        """How many messages one session (or the whole store) holds."""
+        query = Message.select()
+        if session_id is not None:
+            query = query.where(Message.session == transcript.check_session_id(session_id))
+        if not include_inactive:
+            query = query.where(Message.active == 1)
+        return int(query.count())
+
+    @_api
+    def set_session_archived(self, session_id: str, archived: bool) -> bool:
+        """Archive (or unarchive) a session's whole compression chain. True if it exists."""
+        transcript.check_session_id(session_id)
+
+        def run() -> bool:
+            ids = compression_chain_ids(Session, session_id)
+            if not ids:
+                return False
+            Session.update(archived=1 if archived else 0).where(Session.id.in_(ids)).execute()
+            return True
+
+        return bool(self._write(run))
+
+    # -- titles ----------------------------------------------------------------------
+
+    @staticmethod
+    def sanitize_title(title: str | None) -> str | None:
+        """A title cleaned of control and invisible characters; None when empty."""
+        return titles.sanitize_title(title)
+
+    @_api
+    def set_session_title(self, session_id: str, title: str | None) -> bool:
+        """Set (or with an empty title, clear) a session's title. True if it exists.
+
+        Raises:
+            ValueError: another session already has the title, or it is too long.
+        """
+        transcript.check_session_id(session_id)
+        clean = titles.sanitize_title(title)
+
+        def run() -> bool:
+            if clean is not None:
+                holder = (
+                    Session.select(Session.id)
+                    .where(Session.title == clean, Session.id != session_id)
+                    .first()
+                )
+                if holder is not None:
+                    raise ValueError(f"title {clean!r} is already in use by session {holder.id}")
+            changed = Session.update(title=clean).where(Session.id == session_id).execute()
+            return bool(changed)
+
+        return bool(self._write(run))
+
+    @_api
+    def get_session_title(self, session_id: str) -> str | None:
+        """A session's title, or None."""
+        row = Session.select(Session.title).where(Session.id == session_id).tuples().first()
+        return None if row is None else row[0]
+
+    @_api
+    def get_session_by_title(self, title: str) -> dict[str, Any] | None:
+        """The session with exactly this title, or None."""
+        if not isinstance(title, str):
+            return None
+        rows = listing.fetch_dicts(Session.select().where(Session.title == title))
+        return rows[0] if rows else None
+
+    @_api
+    def resolve_session_by_title(self, title: str) -> str | None:
+        """Id of the session titled ``title``, preferring its newest ``"title #N"``."""
+        return titles.resolve_by_title(title)
+
+    @_api
+    def get_next_title_in_lineage(self, base_title: str) -> str:
+        """The title for the next continuation: ``"t"`` -> ``"t #2"``."""
+        if not isinstance(base_title, str) or not base_title.strip():
+            raise ValueError("base_title must be a non-empty string")
+        return titles.next_title_in_lineage(base_title.strip())
+
+    # -- messages --------------------------------------------------------------------
+
+    @_api
+    def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: Any = None,
+        tool_name: str | None = None,
+        tool_calls: Any = None,
+        tool_call_id: str | None = None,
+        token_count: int | None = None,
+        finish_reason: str | None = None,
+        reasoning: str | None = None,
+        reasoning_content: str | None = None,
+        reasoning_details: Any = None,
+        codex_reasoning_items: Any = None,
+        codex_message_items: Any = None,
+        platform_message_id: str | None = None,
+        observed: bool = False,
+        timestamp: float | None = None,
+    ) -> int:
+        """Append a message to a session and bump its counters; returns the message id."""
+        return transcript.append_message(
+            session_id,
+            role,
+            content,
+            tool_name=tool_name,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            token_count=token_count,
+            finish_reason=finish_reason,
+            reasoning=reasoning,
+            reasoning_content=reasoning_content,
+            reasoning_details=reasoning_details,
+            codex_reasoning_items=codex_reasoning_items,
+            codex_message_items=codex_message_items,
+            platform_message_id=platform_message_id,
+            observed=observed,
+            timestamp=timestamp,
+        )
+
+    @_api
+    def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
+        """A session's messages by id, content and JSON columns decoded."""
+        transcript.check_session_id(session_id)
+        query = Message.for_session(session_id, include_inactive=include_inactive)
+        return [transcript.message_dict(row) for row in listing.fetch_dicts(query)]
+
+    @_api
+    def get_messages_as_conversation(
+        self, session_id: str, include_ancestors: bool = False
+    ) -> list[dict[str, Any]]:
+        """OpenAI-style messages ordered by (timestamp, id).
+
+        With ``include_ancestors`` the parent chain comes first, root first,
+        and a prompt re-sent on resume (a user message equal to an earlier
+        one with no assistant reply between) is dropped.
+        """
+        transcript.check_session_id(session_id)
+        chain = [session_id]
+        if include_ancestors:
+            parents = Session(id=session_id).ancestors().select(Session.id).tuples()
+            chain = [row[0] for row in parents][::-1] + chain
+        entries: list[dict[str, Any]] = []
+        for member in chain:
+            query = (
+                Message.select()
+                .where(Message.session == member, Message.active == 1)
+                .order_by(Message.timestamp, Message.id)
+            )
+            for row in listing.fetch_dicts(query):
+                entries.append(transcript.conversation_entry(transcript.message_dict(row)))
+        return transcript.drop_resent_prompts(entries) if include_ancestors else entries
+
+    @_api
+    def replace_messages(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Replace all messages of a session; returns how many were written."""
+        return transcript.replace_messages(session_id, messages)
+
+    @_api
+    def rewind_to_message(self, session_id: str, user_message_id: int) -> int:
+        """Soft-delete a user message and everything after it; returns how many."""
+        return transcript.rewind_to_message(session_id, user_message_id)
+
+    @_api
+    def restore_rewound(self, session_id: str, since_id: int) -> int:
+        """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
+        return transcript.restore_rewound(session_id, since_id)
+
+    @_api
+    def clear_messages(self, session_id: str) -> int:
+        """Delete every message of a session; returns how many."""
+        return transcript.clear_messages(session_id)
+
+    # -- lineage ---------------------------------------------------------------------
+
+    @_api
+    def get_compression_tip(self, session_id: str) -> str:
+        """The latest continuation of a session's compression chain (the id itself if none)."""
+        if not isinstance(session_id, str) or not session_id:
+            return session_id
+        return compression_tip_id(Session, session_id) or session_id
+
+    @_api
+    def resolve_resume_session_id(self, session_id: str) -> str:
+        """The session a /resume of ``session_id`` opens; unknown ids come back unchanged."""
+        if not isinstance(session_id, str) or not session_id:
+            return session_id
+        return resume_target_id(Session, session_id) or session_id
+
+    # -- locks and metadata --------------------------------------------------------------
+
+    @_api
+    def try_acquire_compression_lock(
+        self, session_id: str, holder: str, ttl_seconds: float = 300.0
+    ) -> bool:
+        """Take the compression lock of a session; True iff ``holder`` now has it."""
+        if self.read_only:
+            return False
+        return CompressionLock.acquire(session_id, holder, ttl=ttl_seconds)
+
+    @_api
+    def release_compression_lock(self, session_id: str, holder: str) -> None:
+        """Release the lock if ``holder`` has it."""
+        CompressionLock.release(session_id, holder)
+
+    @_api
+    def get_compression_lock_holder(self, session_id: str) -> str | None:
+        """Who holds a session's compression lock now, or None."""
+        return CompressionLock.holder(session_id)
+
+    @_api
+    def get_meta(self, key: str) -> str | None:
+        """The value stored under ``key``, or None."""
+        return StateMeta.get_value(key)
+
+    @_api
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Store ``value`` under ``key``."""
+        StateMeta.set_value(key, value)
+
+    @staticmethod
+    def new_session_id() -> str:
+        """A fresh session id in the Hermes style."""
+        return new_session_id()

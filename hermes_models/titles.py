@@ -1,0 +1,87 @@
+"""Session titles: cleaning what people type, and numbering a lineage.
+
+Titles are unique among sessions. A compression continuation takes its
+parent's title with the next number: ``"fix the build"`` becomes
+``"fix the build #2"``, then ``"fix the build #3"``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from .models import Session
+
+#: Longest title accepted, in characters, after cleaning.
+MAX_TITLE_LENGTH = 100
+
+_NUMBERED = re.compile(r"^(?P<base>.*\S) #(?P<number>[1-9][0-9]*)$")
+_WHITESPACE = re.compile(r"\s+")
+
+
+def sanitize_title(title: str | None) -> str | None:
+    """``title`` without control or invisible characters and with whitespace
+    collapsed; None when nothing is left.
+
+    Raises:
+        TypeError: ``title`` is not a string.
+        ValueError: more than 100 characters remain.
+    """
+    if title is None:
+        return None
+    if not isinstance(title, str):
+        raise TypeError(f"title must be str or None, not {type(title).__name__}")
+    spaced = _WHITESPACE.sub(" ", title)
+    kept = "".join(ch for ch in spaced if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    clean = _WHITESPACE.sub(" ", kept).strip()
+    if not clean:
+        return None
+    if len(clean) > MAX_TITLE_LENGTH:
+        raise ValueError(
+            f"title is too long ({len(clean)} characters; at most {MAX_TITLE_LENGTH})"
+        )
+    return clean
+
+
+def split_title(title: str) -> tuple[str, int]:
+    """``"t #3"`` -> ``("t", 3)``; an unnumbered title counts as number 1."""
+    match = _NUMBERED.match(title)
+    if match is None:
+        return title, 1
+    return match.group("base"), int(match.group("number"))
+
+
+def _variants(base: str) -> list[tuple[str, float, str, int]]:
+    rows = (
+        Session.select(Session.title, Session.started_at, Session.id)
+        .where((Session.title == base) | Session.title.startswith(base + " #"))
+        .tuples()
+    )
+    found = []
+    for title, started_at, session_id in rows:
+        stem, number = split_title(title)
+        if title == base or stem == base:
+            found.append((title, started_at, session_id, number))
+    return found
+
+
+def next_title_in_lineage(title: str) -> str:
+    """The title a continuation of a session titled ``title`` gets.
+
+    ``"t"`` -> ``"t #2"``, ``"t #3"`` -> ``"t #4"``, skipping numbers other
+    sessions already hold.
+    """
+    base, number = split_title(title)
+    highest = max([number] + [found[3] for found in _variants(base)])
+    return f"{base} #{highest + 1}"
+
+
+def resolve_by_title(title: str) -> str | None:
+    """Id of the session titled ``title``, preferring its newest ``"title #N"``."""
+    if not isinstance(title, str) or not title.strip():
+        return None
+    found = _variants(title.strip())
+    if not found:
+        return None
+    newest = max(found, key=lambda row: (row[3], row[1], row[2]))
+    return str(newest[2])

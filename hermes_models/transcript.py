@@ -1,0 +1,378 @@
+"""A session's transcript: appending, rewinding, restoring and replacing messages.
+
+Each change to a session's messages and to its counters happens in one
+write, so ``message_count`` always equals the number of active messages and
+``tool_call_count`` the number of tool calls the active assistant messages
+made. Appending is the hot path: its SQL is rendered once from the model's
+fields and run directly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from peewee import SQL, Case, fn
+
+from .db import current, write
+from .models import ROLES, Message, Session, decode_content, decode_json, encode_content, encode_json
+
+#: Message columns a caller may set (everything but ``id`` and ``active``).
+MESSAGE_FIELDS = tuple(
+    field.name for field in Message._meta.sorted_fields if field.name not in ("id", "active")
+)
+_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
+_TEXT_FIELDS = ("tool_call_id", "tool_name", "finish_reason", "reasoning", "reasoning_content")
+
+#: Rows per multi-row INSERT on bulk paths.
+CHUNK_ROWS = 200
+
+
+def _columns() -> list[str]:
+    fields = Message._meta.fields
+    return [fields[name].column_name for name in MESSAGE_FIELDS]
+
+
+_INSERT_SQL = 'INSERT INTO "{table}" ({columns}) VALUES ({marks})'.format(
+    table=Message._meta.table_name,
+    columns=", ".join(f'"{c}"' for c in _columns()),
+    marks=", ".join("?" for _ in MESSAGE_FIELDS),
+)
+_COUNT_SQL = (
+    'UPDATE "{table}" SET "{mc}" = COALESCE("{mc}", 0) + 1, '
+    '"{tc}" = COALESCE("{tc}", 0) + ? WHERE "{pk}" = ?'
+).format(
+    table=Session._meta.table_name,
+    mc=Session.message_count.column_name,
+    tc=Session.tool_call_count.column_name,
+    pk=Session.id.column_name,
+)
+
+
+def check_session_id(session_id: Any, argument: str = "session_id") -> str:
+    """``session_id`` if it is a non-empty string, else a TypeError/ValueError."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"{argument} must be str, not {type(session_id).__name__}")
+    if not session_id:
+        raise ValueError(f"{argument} must not be empty")
+    return session_id
+
+
+def _check_role(role: Any) -> str:
+    if not isinstance(role, str):
+        raise TypeError(f"role must be str, not {type(role).__name__}")
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+    return role
+
+
+def _check_timestamp(timestamp: Any) -> float:
+    if timestamp is None:
+        return time.time()
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        raise TypeError(f"timestamp must be a number, not {type(timestamp).__name__}")
+    if not math.isfinite(timestamp):
+        raise ValueError(f"timestamp must be finite, got {timestamp!r}")
+    return float(timestamp)
+
+
+def _optional_int(value: Any, argument: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be int or None, not {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: Any, argument: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{argument} must be str or None, not {type(value).__name__}")
+
+
+def tool_call_total(role: str, tool_calls: Any) -> int:
+    """How many tool calls a message adds to its session's ``tool_call_count``."""
+    if role != "assistant" or not tool_calls:
+        return 0
+    calls = decode_json(tool_calls) if isinstance(tool_calls, str) else tool_calls
+    return len(calls) if isinstance(calls, list) else 0
+
+
+def message_row(session_id: str, role: str, content: Any = None, **fields: Any) -> list[Any]:
+    """The values of one message row, in :data:`MESSAGE_FIELDS` order, checked.
+
+    Raises:
+        TypeError, ValueError: an argument has the wrong type or value; the
+        message names it.
+    """
+    unknown = set(fields) - set(MESSAGE_FIELDS) - {"observed"}
+    if unknown:
+        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {
+        "session": check_session_id(session_id),
+        "role": _check_role(role),
+        "content": encode_content(content),
+        "timestamp": _check_timestamp(fields.get("timestamp")),
+        "token_count": _optional_int(fields.get("token_count"), "token_count"),
+        "observed": 1 if fields.get("observed") else 0,
+    }
+    for name in _JSON_FIELDS:
+        values[name] = encode_json(fields.get(name), name)
+    for name in _TEXT_FIELDS:
+        values[name] = _optional_text(fields.get(name), name)
+    platform_id = fields.get("platform_message_id")
+    values["platform_message_id"] = None if platform_id is None else str(platform_id)
+    return [values[name] for name in MESSAGE_FIELDS]
+
+
+def _name_unencodable(values: Sequence[Any], names: Sequence[str]) -> ValueError:
+    for name, value in zip(names, values):
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return ValueError(
+                    f"{name} contains text that cannot be stored as UTF-8 "
+                    f"(lone surrogate at position {exc.start})"
+                )
+    return ValueError("a value contains text that cannot be stored as UTF-8")
+
+
+def append_message(session_id: str, role: str, content: Any = None, **fields: Any) -> int:
+    """Append one message and bump the session's counters; returns the message id.
+
+    Raises:
+        sqlite3.IntegrityError/peewee.IntegrityError: no session ``session_id``.
+        TypeError, ValueError: a bad argument, named in the message.
+    """
+    row = message_row(session_id, role, content, **fields)
+    calls = tool_call_total(role, fields.get("tool_calls"))
+    db = current()
+
+    def run() -> int:
+        cursor = db.execute_sql(_INSERT_SQL, row)
+        message_id = int(cursor.lastrowid)
+        db.execute_sql(_COUNT_SQL, (calls, session_id))
+        return message_id
+
+    try:
+        return db.write(run)
+    except UnicodeEncodeError:
+        raise _name_unencodable(row, MESSAGE_FIELDS) from None
+
+
+def normalise_messages(messages: Iterable[Mapping[str, Any]], argument: str) -> list[dict[str, Any]]:
+    """OpenAI-style message dicts checked and keyed by message field names."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        raise TypeError(f"{argument} must be a list of message dicts")
+    out = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TypeError(f"{argument}[{index}] must be a dict, not {type(message).__name__}")
+        item = dict(message)
+        if "name" in item and "tool_name" not in item:
+            item["tool_name"] = item.pop("name")
+        item.pop("name", None)
+        if "role" not in item:
+            raise ValueError(f"{argument}[{index}] has no role")
+        out.append(item)
+    return out
+
+
+def insert_messages(session_id: str, messages: Sequence[Mapping[str, Any]], *, start: float | None = None) -> int:
+    """Insert ``messages`` with multi-row INSERTs (inside the caller's write).
+
+    Messages without a timestamp get ``start`` plus a microsecond per row,
+    keeping their order. Returns how many were inserted; counters are left
+    to :func:`recount`.
+    """
+    base = time.time() if start is None else start
+    rows = []
+    for index, message in enumerate(messages):
+        fields = {k: v for k, v in message.items() if k not in ("role", "content", "id", "active")}
+        if fields.get("timestamp") is None:
+            fields["timestamp"] = base + index * 1e-6
+        try:
+            rows.append(message_row(session_id, message["role"], message.get("content"), **fields))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"messages[{index}]: {exc}") from None
+    db = current()
+    for offset in range(0, len(rows), CHUNK_ROWS):
+        chunk = rows[offset : offset + CHUNK_ROWS]
+        marks = ", ".join("(" + ", ".join("?" * len(MESSAGE_FIELDS)) + ")" for _ in chunk)
+        sql = _INSERT_SQL.split(" VALUES ")[0] + " VALUES " + marks
+        db.execute_sql(sql, [value for row in chunk for value in row])
+    return len(rows)
+
+
+def copy_messages(source_id: str, target_id: str) -> int:
+    """Copy the active messages of ``source_id`` to ``target_id`` (inside a write)."""
+    columns = [Message._meta.fields[name] for name in MESSAGE_FIELDS if name != "session"]
+    query = Message.insert_from(
+        Message.select(SQL("?", [target_id]), *columns)
+        .where(Message.session == source_id, Message.active == 1)
+        .order_by(Message.id),
+        [Message.session, *columns],
+    )
+    return int(query.execute() or 0)
+
+
+def recount(session_id: str) -> None:
+    """Set ``message_count`` and ``tool_call_count`` from the active messages."""
+    active = Message.select(fn.COUNT(Message.id)).where(
+        Message.session == session_id, Message.active == 1
+    )
+    per_message = Case(
+        None,
+        [
+            (
+                fn.json_valid(Message.tool_calls),
+                Case(
+                    None,
+                    [(fn.json_type(Message.tool_calls) == "array", fn.json_array_length(Message.tool_calls))],
+                    0,
+                ),
+            )
+        ],
+        0,
+    )
+    calls = Message.select(fn.COALESCE(fn.SUM(per_message), 0)).where(
+        Message.session == session_id, Message.active == 1, Message.role == "assistant"
+    )
+    Session.update(message_count=active, tool_call_count=calls).where(
+        Session.id == session_id
+    ).execute()
+
+
+def rewind_to_message(session_id: str, user_message_id: int) -> int:
+    """Soft-delete an active user message and every later one; returns how many.
+
+    Raises:
+        ValueError: the id is not an active user message of that session.
+    """
+    check_session_id(session_id)
+    if isinstance(user_message_id, bool) or not isinstance(user_message_id, int):
+        raise TypeError(f"user_message_id must be int, not {type(user_message_id).__name__}")
+
+    def run() -> int:
+        target = (
+            Message.select(Message.id)
+            .where(
+                Message.id == user_message_id,
+                Message.session == session_id,
+                Message.role == "user",
+                Message.active == 1,
+            )
+            .first()
+        )
+        if target is None:
+            raise ValueError(
+                f"user_message_id {user_message_id} is not an active user message "
+                f"of session {session_id}"
+            )
+        count = (
+            Message.update(active=0)
+            .where(Message.session == session_id, Message.id >= user_message_id, Message.active == 1)
+            .execute()
+        )
+        Session.update(rewind_count=Session.rewind_count + 1).where(
+            Session.id == session_id
+        ).execute()
+        recount(session_id)
+        return int(count)
+
+    return write(run)
+
+
+def restore_rewound(session_id: str, since_id: int) -> int:
+    """Reactivate the soft-deleted messages with id >= ``since_id``; returns how many."""
+    check_session_id(session_id)
+    if isinstance(since_id, bool) or not isinstance(since_id, int):
+        raise TypeError(f"since_id must be int, not {type(since_id).__name__}")
+
+    def run() -> int:
+        count = (
+            Message.update(active=1)
+            .where(Message.session == session_id, Message.id >= since_id, Message.active == 0)
+            .execute()
+        )
+        recount(session_id)
+        return int(count)
+
+    return write(run)
+
+
+def replace_messages(session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
+    """Replace every message of a session with ``messages``; returns how many."""
+    check_session_id(session_id)
+    rows = normalise_messages(messages, "messages")
+
+    def run() -> int:
+        if not Session.select().where(Session.id == session_id).exists():
+            raise ValueError(f"session_id {session_id!r} does not exist")
+        Message.delete().where(Message.session == session_id).execute()
+        count = insert_messages(session_id, rows)
+        recount(session_id)
+        return count
+
+    return write(run)
+
+
+def clear_messages(session_id: str) -> int:
+    """Delete every message of a session; returns how many."""
+    check_session_id(session_id)
+
+    def run() -> int:
+        count = Message.delete().where(Message.session == session_id).execute()
+        recount(session_id)
+        return int(count)
+
+    return write(run)
+
+
+_CONVERSATION_FIELDS = (
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+)
+
+
+def message_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored message row (column names) with content and JSON columns decoded."""
+    out = dict(row)
+    out["content"] = decode_content(out.get("content"))
+    for name in _JSON_FIELDS:
+        if name in out:
+            out[name] = decode_json(out[name])
+    return out
+
+
+def conversation_entry(message: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI-style message dict from a decoded message row."""
+    entry = {"role": message["role"], "content": message["content"]}
+    for name in _CONVERSATION_FIELDS:
+        if message.get(name) is not None:
+            entry[name] = message[name]
+    return entry
+
+
+def drop_resent_prompts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop a user message identical to an earlier one with no assistant reply between."""
+    out = []
+    waiting: list[Any] = []
+    for entry in entries:
+        if entry["role"] == "assistant":
+            waiting = []
+        elif entry["role"] == "user":
+            if entry["content"] in waiting:
+                continue
+            waiting.append(entry["content"])
+        out.append(entry)
+    return out

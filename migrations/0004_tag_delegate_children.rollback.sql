@@ -1,0 +1,2 @@
+-- Nothing to undo: the tags cannot be told apart from tags Hermes wrote
+-- itself, and an ephemeral child stays ephemeral without its tag.
