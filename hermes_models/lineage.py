@@ -383,20 +383,21 @@ def branch(
     session_id: str | None = None,
     title: str | None = None,
     copy_messages: bool = True,
+    at: float | None = None,
 ) -> Session:
     """Fork ``session``: a child marked ``_branched_from``, the active
     transcript copied, and the parent ended with ``'branched'`` (unless it
     had already ended)."""
+    from .titles import sanitize_title
     from .transcript import copy_messages as copy_transcript
     from .transcript import recount
-    from .titles import sanitize_title
 
     model = type(session)
     child_id = session_id or new_session_id()
     clean_title = sanitize_title(title)
 
     def run() -> None:
-        now = time.time()
+        now = time.time() if at is None else float(at)
         model.update(ended_at=now, end_reason="branched").where(
             model.id == session.id, model.ended_at.is_null()
         ).execute()
@@ -422,6 +423,7 @@ def compress(
     session_id: str | None = None,
     title: str | None = None,
     ttl: float = 300.0,
+    at: float | None = None,
 ) -> Session:
     """Continue ``session`` in a new session that starts with ``summary_messages``.
 
@@ -453,7 +455,7 @@ def compress(
             parent = model.get_by_id(session.id)
             if parent.end_reason == "compression":
                 raise ValueError(f"session {parent.id} was already compressed")
-            now = time.time()
+            now = time.time() if at is None else float(at)
             model.update(ended_at=now, end_reason="compression").where(
                 model.id == parent.id
             ).execute()
@@ -482,6 +484,7 @@ def delegate(
     source: str | None = None,
     model_name: str | None = None,
     system_prompt: str | None = None,
+    at: float | None = None,
 ) -> Session:
     """Start a subagent run under ``session``: a child marked ``_delegate_from``."""
     model = type(session)
@@ -496,7 +499,7 @@ def delegate(
             fields["model_name"] = model_name
         if system_prompt is not None:
             fields["system_prompt"] = system_prompt
-        model.insert(id=child_id, started_at=time.time(), **fields).execute()
+        model.insert(id=child_id, started_at=time.time() if at is None else float(at), **fields).execute()
 
     write(run)
     return model.get_by_id(child_id)

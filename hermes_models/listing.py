@@ -77,6 +77,11 @@ def session_filters(
     return terms
 
 
+def where_all(query: Any, terms: Sequence[peewee.Node]) -> Any:
+    """``query`` filtered by every term (unchanged when there are none)."""
+    return query.where(*terms) if terms else query
+
+
 def preview_text(content: Any) -> str:
     """A one-line preview of message content: 60 characters, then ``...``."""
     value = decode_content(content) if isinstance(content, str) or content is None else content
@@ -108,17 +113,20 @@ def rich_listing(
         raise TypeError("min_message_count must be int")
     project = project_compression_tips and not include_children
     s = Session.alias("s")
-    roots = s.select(
-        s.id.alias("root_id"), s.started_at.alias("root_started"), s.end_reason.alias("root_end")
-    ).where(
-        *session_filters(
+    roots = where_all(
+        s.select(
+            s.id.alias("root_id"),
+            s.started_at.alias("root_started"),
+            s.end_reason.alias("root_end"),
+        ),
+        session_filters(
             s,
             source=source,
             exclude_sources=exclude_sources,
             include_children=include_children,
             include_archived=include_archived,
             archived_only=archived_only,
-        )
+        ),
     )
     paged_early = not order_by_last_active and min_message_count <= 0
     if paged_early:
@@ -220,7 +228,7 @@ def fetch_dicts(query: Any) -> list[dict[str, Any]]:
 
 def count_sessions(**filters: Any) -> int:
     """How many sessions match :func:`session_filters` terms."""
-    return int(Session.select().where(*session_filters(Session, **filters)).count())
+    return int(where_all(Session.select(), session_filters(Session, **filters)).count())
 
 
 def plain_listing(
@@ -229,9 +237,9 @@ def plain_listing(
 ) -> list[dict[str, Any]]:
     """Every session (children included), newest first."""
     limit, offset = check_page(limit, offset)
+    terms = session_filters(Session, source=source, include_archived=include_archived)
     query = (
-        Session.select()
-        .where(*session_filters(Session, source=source, include_archived=include_archived))
+        where_all(Session.select(), terms)
         .order_by(*(order or (Session.started_at.desc(), Session.id.desc())))
         .limit(limit)
         .offset(offset)

@@ -32,12 +32,12 @@ from yoyo.exceptions import LockTimeout
 from .db import (
     SCHEMA_VERSION,
     check_header,
+    refuse_newer_schema,
     resolve_path,
     retry_locked,
     secure_files,
     sqlite_uri,
     stored_schema_version,
-    refuse_newer_schema,
 )
 from .errors import MigrationError, NotADatabaseError
 

@@ -24,6 +24,7 @@ from peewee import fn
 
 from . import listing, titles, transcript
 from .db import HermesDatabase, connect, resolve_path, using
+from . import maintenance
 from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
 from .models import CompressionLock, Message, Session, StateMeta, encode_json
 
@@ -185,21 +186,20 @@ class SessionDB:
         row = {
             "id": session_id,
             "source": source,
-            "model_name": model,
+            "model_name": transcript._optional_text(model, "model"),
             "model_config": encode_json(model_config, "model_config"),
-            "system_prompt": system_prompt,
-            "user_id": user_id,
+            "system_prompt": transcript._optional_text(system_prompt, "system_prompt"),
+            "user_id": transcript._optional_text(user_id, "user_id"),
             "parent": parent_session_id,
-            "cwd": cwd,
-            "started_at": time.time() if started_at is None else float(started_at),
+            "cwd": transcript._optional_text(cwd, "cwd"),
+            "started_at": time.time() if started_at is None else transcript._check_timestamp(started_at),
         }
         self._write(lambda: Session.insert(**row).on_conflict_ignore().execute())
         return session_id
 
-    @_api
     def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
         """Make sure a session exists, creating it with ``fields`` if not; returns its id."""
-        return cast(str, SessionDB.create_session.__wrapped__(self, session_id, source, **fields))  # type: ignore[attr-defined]
+        return self.create_session(session_id, source, **fields)
 
     @_api
     def end_session(self, session_id: str, end_reason: str) -> bool:
@@ -639,3 +639,50 @@ class SessionDB:
     def new_session_id() -> str:
         """A fresh session id in the Hermes style."""
         return new_session_id()
+
+    # -- deletion and maintenance --------------------------------------------------------
+
+    @_api
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its messages and its subagent runs (recursively); other
+        children are kept as roots. True if it existed."""
+        transcript.check_session_id(session_id)
+        return maintenance.delete_sessions([session_id]) > 0
+
+    @_api
+    def delete_sessions(self, session_ids: Sequence[str]) -> int:
+        """Delete several sessions in one transaction; returns how many existed."""
+        if isinstance(session_ids, str) or not isinstance(session_ids, Sequence):
+            raise TypeError("session_ids must be a list of session ids")
+        for index, session_id in enumerate(session_ids):
+            transcript.check_session_id(session_id, f"session_ids[{index}]")
+        return maintenance.delete_sessions(session_ids)
+
+    @_api
+    def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago; returns how many."""
+        return maintenance.prune(older_than_days, source)
+
+    @_api
+    def count_empty_sessions(self) -> int:
+        """Sessions without messages that ended or started over a day ago."""
+        return int(maintenance.empty_sessions().count())
+
+    @_api
+    def delete_empty_sessions(self) -> int:
+        """Delete the sessions :meth:`count_empty_sessions` counts; returns how many."""
+        return maintenance.delete_empty_sessions()
+
+    @_api
+    def optimize_fts(self) -> int:
+        """Merge the full-text index segments; returns how many indexes were optimized."""
+        return maintenance.optimize_fts()
+
+    @_api
+    def vacuum(self) -> None:
+        """Compact the file (checkpointing the WAL before and after)."""
+        maintenance.vacuum()
+
+    # -- search (fts.py) ------------------------------------------------------------------
+
+    # -- export and import (bundle.py) ----------------------------------------------------

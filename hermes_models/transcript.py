@@ -17,7 +17,15 @@ from typing import Any
 from peewee import SQL, Case, fn
 
 from .db import current, write
-from .models import ROLES, Message, Session, decode_content, decode_json, encode_content, encode_json
+from .models import (
+    ROLES,
+    Message,
+    Session,
+    decode_content,
+    decode_json,
+    encode_content,
+    encode_json,
+)
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
 MESSAGE_FIELDS = tuple(
@@ -41,13 +49,8 @@ _INSERT_SQL = 'INSERT INTO "{table}" ({columns}) VALUES ({marks})'.format(
     marks=", ".join("?" for _ in MESSAGE_FIELDS),
 )
 _COUNT_SQL = (
-    'UPDATE "{table}" SET "{mc}" = COALESCE("{mc}", 0) + 1, '
-    '"{tc}" = COALESCE("{tc}", 0) + ? WHERE "{pk}" = ?'
-).format(
-    table=Session._meta.table_name,
-    mc=Session.message_count.column_name,
-    tc=Session.tool_call_count.column_name,
-    pk=Session.id.column_name,
+    f'UPDATE "{Session._meta.table_name}" SET "{Session.message_count.column_name}" = COALESCE("{Session.message_count.column_name}", 0) + 1, '
+    f'"{Session.tool_call_count.column_name}" = COALESCE("{Session.tool_call_count.column_name}", 0) + ? WHERE "{Session.id.column_name}" = ?'
 )
 
 

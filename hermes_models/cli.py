@@ -1,0 +1,353 @@
+"""``hermes-models``: the session store from a terminal.
+
+Each command parses its options, makes one or a few library calls and prints
+the result. Errors become one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import peewee
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from . import __version__
+from .db import resolve_path
+from .errors import HermesModelsError
+from .store import SessionDB
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit status for a failed command (a usage error exits with 2, as in click).
+EXIT_FAILURE = 1
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def db_option(command: F) -> F:
+    """Add ``--db PATH`` to a command."""
+    return click.option(
+        "--db",
+        "db_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        envvar="HERMES_MODELS_DB",
+        help="Database file (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes).",
+    )(command)
+
+
+@contextmanager
+def open_store(db_path: Path | None, read_only: bool = False) -> Iterator[SessionDB]:
+    """A SessionDB on ``db_path`` (the default store when None), closed afterwards."""
+    store = SessionDB(db_path, read_only=read_only)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+class HermesGroup(click.Group):
+    """A click group that turns library errors into one line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except (
+            HermesModelsError,
+            sqlite3.Error,
+            peewee.PeeweeException,
+            ValueError,
+            TypeError,
+            OSError,
+            KeyError,
+        ) as exc:
+            raise click.ClickException(_one_line(exc)) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (HermesModelsError, ValueError, click.ClickException)):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hermes-models")
+def cli() -> None:
+    """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
+
+
+@cli.command()
+@db_option
+def migrate(db_path: Path | None) -> None:
+    """Apply pending migrations (adopting an existing Hermes database)."""
+    from .migrate import migrate as apply
+
+    path = resolve_path(db_path)
+    applied = apply(path)
+    console = _console()
+    if applied:
+        for migration_id in applied:
+            console.print(f"applied {migration_id}")
+    console.print(f"{path}: schema up to date")
+
+
+def _sessions_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    id_width = max([len(row["id"]) for row in rows] + [2])
+    table.add_column("ID", no_wrap=True, min_width=id_width)
+    table.add_column("Title", no_wrap=True, max_width=24, overflow="ellipsis")
+    table.add_column("Source", no_wrap=True, min_width=6)
+    table.add_column("Msgs", justify="right", no_wrap=True, min_width=4)
+    table.add_column("Last active", no_wrap=True, min_width=16)
+    table.add_column("Preview", no_wrap=True, overflow="ellipsis", max_width=40)
+    for row in rows:
+        table.add_row(
+            escape(row["id"]),
+            escape(row.get("title") or ""),
+            escape(row["source"]),
+            str(row.get("message_count") or 0),
+            _when(row.get("last_active")),
+            escape(row.get("preview") or ""),
+        )
+    return table
+
+
+@cli.command()
+@db_option
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0))
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
+@click.option("--archived", is_flag=True, help="Show archived sessions only.")
+@click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def sessions(
+    db_path: Path | None,
+    limit: int,
+    offset: int,
+    source: str | None,
+    archived: bool,
+    recent: bool,
+    as_json: bool,
+) -> None:
+    """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
+    with open_store(db_path) as store:
+        rows = store.list_sessions_rich(
+            source=source,
+            limit=limit,
+            offset=offset,
+            archived_only=archived,
+            order_by_last_active=recent,
+        )
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, ensure_ascii=False))
+        return
+    console = _console()
+    if not rows:
+        console.print("no sessions")
+        return
+    console.print(_sessions_table(rows))
+
+
+def _resolve(store: SessionDB, session_id: str) -> str:
+    resolved = store.resolve_session_id(session_id)
+    if resolved is None:
+        resolved = store.resolve_session_by_title(session_id)
+    if resolved is None:
+        raise click.ClickException(f"no session matches {session_id!r}")
+    return resolved
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    return json.dumps(content, ensure_ascii=False)
+
+
+@cli.command()
+@db_option
+@click.argument("session_id")
+@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+def show(db_path: Path | None, session_id: str, include_inactive: bool) -> None:
+    """Show one session (by id, unique id prefix or title) and its transcript."""
+    with open_store(db_path) as store:
+        resolved = _resolve(store, session_id)
+        session = store.get_session(resolved)
+        messages = store.get_messages(resolved, include_inactive=include_inactive)
+    assert session is not None
+    console = _console()
+    console.print(f"[bold]{escape(session['id'])}[/bold]  {escape(session.get('title') or '')}")
+    console.print(
+        f"source {escape(session['source'])} · model {escape(session.get('model') or '-')} · "
+        f"started {_when(session['started_at'])} · ended {_when(session.get('ended_at'))}"
+        f"{' (' + escape(session['end_reason']) + ')' if session.get('end_reason') else ''}"
+    )
+    console.print(
+        f"{session.get('message_count') or 0} messages · "
+        f"{session.get('input_tokens') or 0} in / {session.get('output_tokens') or 0} out tokens"
+    )
+    if session.get("parent_session_id"):
+        console.print(f"parent {escape(session['parent_session_id'])}")
+    console.print()
+    for message in messages:
+        marker = "" if message["active"] else " [dim](rewound)[/dim]"
+        label = message["role"] + (f":{message['tool_name']}" if message.get("tool_name") else "")
+        console.print(f"[bold]{escape(label)}[/bold]{marker}")
+        console.print(escape(_content_text(message["content"])))
+        if message.get("tool_calls"):
+            console.print(f"[dim]tool calls: {escape(_content_text(message['tool_calls']))}[/dim]")
+        console.print()
+
+
+def _lineage_tree(store: SessionDB, session_id: str) -> Tree:
+    from .lineage import kind_of
+    from .models import Session
+
+    start = Session.get_by_id(session_id)
+    root = start.root()
+    resume = store.resolve_resume_session_id(root.id)
+
+    def label(session: Session) -> str:
+        kind = kind_of(session)
+        parts = [f"[bold]{escape(session.id)}[/bold]", f"[cyan]{kind}[/cyan]"]
+        if session.title:
+            parts.append(escape(repr(session.title)))
+        parts.append(f"{session.message_count or 0} msgs")
+        if session.end_reason:
+            parts.append(f"ended: {escape(session.end_reason)}")
+        if session.id == resume:
+            parts.append("[green]<- resume[/green]")
+        if session.id == start.id and start.id != root.id:
+            parts.append("[yellow](asked)[/yellow]")
+        return "  ".join(parts)
+
+    tree = Tree(label(root))
+    children: dict[str, list[Session]] = {}
+    for child in root.descendants():
+        children.setdefault(child.parent_session_id or "", []).append(child)
+
+    def grow(node: Tree, parent_id: str, seen: set[str]) -> None:
+        for child in children.get(parent_id, []):
+            if child.id in seen:
+                continue
+            seen.add(child.id)
+            grow(node.add(label(child)), child.id, seen)
+
+    grow(tree, root.id, {root.id})
+    return tree
+
+
+@cli.command()
+@db_option
+@click.argument("session_id")
+def lineage(db_path: Path | None, session_id: str) -> None:
+    """Draw the lineage tree around a session: kinds, titles, counts, resume target."""
+    with open_store(db_path) as store:
+        resolved = _resolve(store, session_id)
+        tree = _lineage_tree(store, resolved)
+    _console().print(tree)
+
+
+@cli.command()
+@db_option
+@click.argument("session_id")
+def resume(db_path: Path | None, session_id: str) -> None:
+    """Print the id a /resume of SESSION_ID opens (the compression tip with messages)."""
+    with open_store(db_path) as store:
+        resolved = _resolve(store, session_id)
+        click.echo(store.resolve_resume_session_id(resolved))
+
+
+@cli.command()
+@db_option
+@click.option("--keep", is_flag=True, help="Keep the demo database and print where it is.")
+def demo(db_path: Path | None, keep: bool) -> None:
+    """Build a demo store in a temporary folder and show what the package does with it."""
+    from .demo import build_demo
+
+    console = _console()
+    with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
+        path = db_path or Path(tmp) / "state.db"
+        if keep and db_path is None:
+            path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
+        with open_store(path) as store:
+            ids = build_demo(store)
+            console.rule("Sessions (as a picker lists them)")
+            console.print(_sessions_table(store.list_sessions_rich(limit=None)))
+            console.rule(f"Transcript of {ids.english}")
+            for message in store.get_messages_as_conversation(ids.english):
+                console.print(f"[bold]{message['role']}[/bold]: {escape(_content_text(message['content']))}")
+            console.rule(f"Transcript of {ids.chinese}")
+            for message in store.get_messages_as_conversation(ids.chinese):
+                console.print(f"[bold]{message['role']}[/bold]: {escape(_content_text(message['content']))}")
+            _demo_search(console, store)
+            console.rule("Lineage")
+            console.print(_lineage_tree(store, ids.english))
+            console.print(_lineage_tree(store, ids.compressed_root))
+            target = store.resolve_resume_session_id(ids.compressed_root)
+            console.rule("Resume")
+            console.print(f"/resume {ids.compressed_root} opens {target}")
+        if keep or db_path is not None:
+            console.print(f"\ndemo database: {path}")
+
+
+def _demo_search(console: Console, store: SessionDB) -> None:
+    search = getattr(store, "search_messages", None)
+    if search is None:
+        return
+    for query in ("asyncio thread", "事件循环", "异步"):
+        console.rule(f"Search: {query}")
+        for hit in search(query, limit=5):
+            console.print(f"[bold]{escape(hit['session_id'])}[/bold] {escape(hit['snippet'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status instead of raising it."""
+    try:
+        cli.main(args=argv, prog_name="hermes-models", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_FAILURE
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback
+        click.echo(f"Error: {_one_line(exc)}", err=True)
+        return EXIT_FAILURE
+    return 0
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+__all__ = ["cli", "main", "run"]
