@@ -1,0 +1,164 @@
+"""Listings as pickers show them, counts, and archiving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hermes_models import Session, SessionDB
+from hermes_models.listing import preview_text
+
+T0 = 1_700_000_000.0
+
+
+def make(store: SessionDB, sid: str, at: float, **options: Any) -> str:
+    messages = options.pop("messages", [])
+    store.create_session(sid, options.pop("source", "cli"), started_at=T0 + at, **options)
+    for n, (role, text) in enumerate(messages):
+        store.append_message(sid, role, text, timestamp=T0 + at + n + 1)
+    return sid
+
+
+def end(sid: str, reason: str, at: float) -> None:
+    Session.get_by_id(sid).end(reason, at=T0 + at)
+
+
+def ids(rows: list[dict[str, Any]]) -> list[str]:
+    return [row["id"] for row in rows]
+
+
+@pytest.fixture
+def world(store: SessionDB) -> SessionDB:
+    make(store, "alpha", 0, messages=[("user", "first question\nwith a newline"), ("assistant", "a1")])
+    end("alpha", "compression", 100)
+    make(store, "alpha-2", 100, parent_session_id="alpha", messages=[("user", "summary of alpha")])
+    end("alpha-2", "compression", 200)
+    make(store, "alpha-3", 200, parent_session_id="alpha-2", messages=[("user", "s2"), ("assistant", "x")])
+    make(store, "alpha-sub", 210, parent_session_id="alpha-3", messages=[("user", "subagent work")],
+         model_config={"_delegate_from": "alpha-3"})
+    make(store, "beta", 300, source="telegram", messages=[("user", "x" * 80)])
+    make(store, "beta-fork", 400, source="telegram", parent_session_id="beta",
+         model_config={"_branched_from": "beta"}, messages=[("user", "forked")])
+    make(store, "gamma", 500, messages=[])
+    make(store, "delta", 600, source="discord", messages=[("assistant", "no user yet")])
+    return store
+
+
+def test_rich_listing_projects_chains_and_hides_children(world: SessionDB) -> None:
+    rows = world.list_sessions_rich()
+    assert ids(rows) == ["delta", "gamma", "beta-fork", "beta", "alpha-3"]
+    alpha = rows[-1]
+    assert alpha["_lineage_root_id"] == "alpha"
+    assert alpha["preview"] == "first question with a newline"
+    assert alpha["last_active"] == T0 + 202
+    assert {k: alpha[k] for k in ("parent_session_id", "message_count", "source")} == {
+        "parent_session_id": "alpha-2",
+        "message_count": 2,
+        "source": "cli",
+    }
+    assert all("_lineage_root_id" not in row for row in rows[:-1])
+    assert rows[3]["preview"] == "x" * 60 + "..."
+    assert rows[0]["preview"] == ""
+    assert rows[1]["last_active"] == T0 + 500
+    full = world.get_session("alpha-3")
+    assert {k: v for k, v in alpha.items() if k in full} == full
+
+
+def test_rich_listing_without_projection_shows_roots(world: SessionDB) -> None:
+    rows = world.list_sessions_rich(project_compression_tips=False)
+    assert ids(rows) == ["delta", "gamma", "beta-fork", "beta", "alpha"]
+    assert "_lineage_root_id" not in rows[-1]
+
+
+def test_rich_listing_with_children_lists_every_session(world: SessionDB) -> None:
+    rows = world.list_sessions_rich(include_children=True, limit=None)
+    assert ids(rows) == [
+        "delta", "gamma", "beta-fork", "beta", "alpha-sub", "alpha-3", "alpha-2", "alpha",
+    ]
+
+
+def test_rich_listing_filters(world: SessionDB) -> None:
+    assert ids(world.list_sessions_rich(source="telegram")) == ["beta-fork", "beta"]
+    assert ids(world.list_sessions_rich(exclude_sources=["telegram", "discord"])) == ["gamma", "alpha-3"]
+    assert ids(world.list_sessions_rich(min_message_count=2)) == ["alpha-3"]
+    assert ids(world.list_sessions_rich(min_message_count=1)) == ["delta", "beta-fork", "beta", "alpha-3"]
+
+
+def test_rich_listing_orders_by_last_activity(world: SessionDB) -> None:
+    world.append_message("beta", "user", "a late reply", timestamp=T0 + 10_000)
+    rows = world.list_sessions_rich(order_by_last_active=True)
+    assert ids(rows) == ["beta", "delta", "gamma", "beta-fork", "alpha-3"]
+    assert [row["last_active"] for row in rows] == [T0 + 10_000, T0 + 601, T0 + 500, T0 + 401, T0 + 202]
+
+
+def test_rich_listing_pages_count_roots(world: SessionDB) -> None:
+    assert ids(world.list_sessions_rich(limit=2)) == ["delta", "gamma"]
+    assert ids(world.list_sessions_rich(limit=2, offset=2)) == ["beta-fork", "beta"]
+    assert ids(world.list_sessions_rich(limit=2, offset=4)) == ["alpha-3"]
+    assert ids(world.list_sessions_rich(limit=2, offset=3, order_by_last_active=True)) == ["beta", "alpha-3"]
+    assert world.list_sessions_rich(limit=0) == []
+
+
+def test_rich_listing_rejects_bad_pages(world: SessionDB) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        world.list_sessions_rich(limit=-1)
+    with pytest.raises(ValueError, match="offset"):
+        world.list_sessions_rich(offset=-5)
+    with pytest.raises(TypeError, match="limit"):
+        world.list_sessions_rich(limit="10")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="exclude_sources"):
+        world.list_sessions_rich(exclude_sources=[1, 2])  # type: ignore[list-item]
+
+
+def test_archive_applies_to_the_whole_compression_chain(world: SessionDB) -> None:
+    assert world.set_session_archived("alpha-2", True) is True
+    archived = {s.id for s in Session.select().where(Session.archived == 1)}
+    assert archived == {"alpha", "alpha-2", "alpha-3"}
+    assert "alpha-3" not in ids(world.list_sessions_rich())
+    assert ids(world.list_sessions_rich(archived_only=True)) == ["alpha-3"]
+    assert ids(world.list_sessions_rich(include_archived=True)) == [
+        "delta", "gamma", "beta-fork", "beta", "alpha-3",
+    ]
+    assert world.set_session_archived("alpha", False) is True
+    assert {s.id for s in Session.select().where(Session.archived == 1)} == set()
+    assert world.set_session_archived("nope", True) is False
+
+
+def test_archiving_a_branch_leaves_its_parent(world: SessionDB) -> None:
+    world.set_session_archived("beta-fork", True)
+    assert {s.id for s in Session.select().where(Session.archived == 1)} == {"beta-fork"}
+
+
+def test_session_count_filters(world: SessionDB) -> None:
+    assert world.session_count() == 8
+    assert world.session_count(include_children=False) == 5
+    assert world.session_count(source="telegram") == 2
+    assert world.session_count(exclude_sources=["cli"]) == 3
+    world.set_session_archived("beta", True)
+    assert world.session_count(include_archived=False) == 7
+    assert world.session_count(archived_only=True) == 1
+
+
+def test_plain_list_sessions_has_every_row(world: SessionDB) -> None:
+    rows = world.list_sessions(limit=3)
+    assert ids(rows) == ["delta", "gamma", "beta-fork"]
+    assert ids(world.list_sessions(limit=None, source="cli")) == [
+        "gamma", "alpha-sub", "alpha-3", "alpha-2", "alpha",
+    ]
+    assert rows[0] == world.get_session("delta")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("short", "short"),
+        ("  spaced\n\tout  text ", "spaced out text"),
+        ("y" * 60, "y" * 60),
+        ("y" * 61, "y" * 60 + "..."),
+        ([{"type": "text", "text": "look"}, {"type": "image_url"}, {"type": "text", "text": "here"}], "look here"),
+        (None, ""),
+    ],
+)
+def test_preview_text(content: Any, expected: str) -> None:
+    assert preview_text(content) == expected
