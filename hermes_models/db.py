@@ -171,6 +171,29 @@ def refuse_newer_schema(path: Path, version: int | None) -> None:
         )
 
 
+def check_schema_version(path: Path) -> None:
+    """Refuse ``path`` when a newer Hermes wrote it, reading it without any write.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        SchemaTooNewError: the stored schema version is newer than ours.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True)
+    except sqlite3.OperationalError:
+        return  # unreadable here: the caller's own open reports why
+    try:
+        refuse_newer_schema(path, stored_schema_version(conn))
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        raise
+    finally:
+        conn.close()
+
+
 def _request_wal(conn: sqlite3.Connection) -> str:
     row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
     return str(row[0]).lower()
@@ -439,6 +462,8 @@ def connect(
                 db = None
             if db is None:
                 check_header(path)
+                # Before any connection of ours can switch the file to WAL.
+                check_schema_version(path)
                 if read_only:
                     if not path.exists():
                         raise FileNotFoundError(f"{path} does not exist (opened read-only)")

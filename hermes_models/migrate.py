@@ -32,14 +32,14 @@ from yoyo.exceptions import LockTimeout
 from .db import (
     SCHEMA_VERSION,
     check_header,
-    refuse_newer_schema,
+    check_schema_version,
     resolve_path,
     retry_locked,
     secure_files,
     sqlite_uri,
     stored_schema_version,
 )
-from .errors import MigrationError, NotADatabaseError
+from .errors import MigrationError
 
 logger = logging.getLogger("hermes_models")
 
@@ -98,7 +98,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     """
     path = resolve_path(target)
     check_header(path)
-    _check_version(path)
+    check_schema_version(path)
     secure_files(path, create=True)
     migrations = _migrations()
     with _process_lock, _backend(path) as backend, _locked(backend):
@@ -123,23 +123,6 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
 
 def _migrations() -> Any:
     return read_migrations(str(migrations_dir()))
-
-
-def _check_version(path: Path) -> None:
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    try:
-        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True)
-    except sqlite3.OperationalError:
-        return  # unreadable here: yoyo's own open reports why
-    try:
-        refuse_newer_schema(path, stored_schema_version(conn))
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
-        raise
-    finally:
-        conn.close()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,543 @@
+"""The yoyo migrations: the exact v16 schema, yoyo/migrate() parity, the lock, refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from yoyo import get_backend
+
+import hermes_models
+from hermes_models import SchemaTooNewError
+from hermes_models.migrate import BASELINE, LOCK_POLL_S, yoyo_url
+
+REPO = Path(__file__).resolve().parent.parent
+YOYO = Path(sys.executable).parent / "yoyo"
+
+SPAWN = multiprocessing.get_context("spawn")
+
+SESSIONS_COLUMNS = [
+    # (cid, name, type, notnull, default, pk) as PRAGMA table_info reports them
+    (0, "id", "TEXT", 0, None, 1),
+    (1, "source", "TEXT", 1, None, 0),
+    (2, "user_id", "TEXT", 0, None, 0),
+    (3, "model", "TEXT", 0, None, 0),
+    (4, "model_config", "TEXT", 0, None, 0),
+    (5, "system_prompt", "TEXT", 0, None, 0),
+    (6, "parent_session_id", "TEXT", 0, None, 0),
+    (7, "started_at", "REAL", 1, None, 0),
+    (8, "ended_at", "REAL", 0, None, 0),
+    (9, "end_reason", "TEXT", 0, None, 0),
+    (10, "message_count", "INTEGER", 0, "0", 0),
+    (11, "tool_call_count", "INTEGER", 0, "0", 0),
+    (12, "input_tokens", "INTEGER", 0, "0", 0),
+    (13, "output_tokens", "INTEGER", 0, "0", 0),
+    (14, "cache_read_tokens", "INTEGER", 0, "0", 0),
+    (15, "cache_write_tokens", "INTEGER", 0, "0", 0),
+    (16, "reasoning_tokens", "INTEGER", 0, "0", 0),
+    (17, "cwd", "TEXT", 0, None, 0),
+    (18, "git_branch", "TEXT", 0, None, 0),
+    (19, "billing_provider", "TEXT", 0, None, 0),
+    (20, "billing_base_url", "TEXT", 0, None, 0),
+    (21, "billing_mode", "TEXT", 0, None, 0),
+    (22, "estimated_cost_usd", "REAL", 0, None, 0),
+    (23, "actual_cost_usd", "REAL", 0, None, 0),
+    (24, "cost_status", "TEXT", 0, None, 0),
+    (25, "cost_source", "TEXT", 0, None, 0),
+    (26, "pricing_version", "TEXT", 0, None, 0),
+    (27, "title", "TEXT", 0, None, 0),
+    (28, "api_call_count", "INTEGER", 0, "0", 0),
+    (29, "handoff_state", "TEXT", 0, None, 0),
+    (30, "handoff_platform", "TEXT", 0, None, 0),
+    (31, "handoff_error", "TEXT", 0, None, 0),
+    (32, "rewind_count", "INTEGER", 1, "0", 0),
+    (33, "archived", "INTEGER", 1, "0", 0),
+]
+
+MESSAGES_COLUMNS = [
+    (0, "id", "INTEGER", 0, None, 1),
+    (1, "session_id", "TEXT", 1, None, 0),
+    (2, "role", "TEXT", 1, None, 0),
+    (3, "content", "TEXT", 0, None, 0),
+    (4, "tool_call_id", "TEXT", 0, None, 0),
+    (5, "tool_calls", "TEXT", 0, None, 0),
+    (6, "tool_name", "TEXT", 0, None, 0),
+    (7, "timestamp", "REAL", 1, None, 0),
+    (8, "token_count", "INTEGER", 0, None, 0),
+    (9, "finish_reason", "TEXT", 0, None, 0),
+    (10, "reasoning", "TEXT", 0, None, 0),
+    (11, "reasoning_content", "TEXT", 0, None, 0),
+    (12, "reasoning_details", "TEXT", 0, None, 0),
+    (13, "codex_reasoning_items", "TEXT", 0, None, 0),
+    (14, "codex_message_items", "TEXT", 0, None, 0),
+    (15, "platform_message_id", "TEXT", 0, None, 0),
+    (16, "observed", "INTEGER", 0, "0", 0),
+    (17, "active", "INTEGER", 1, "1", 0),
+]
+
+STATE_META_COLUMNS = [(0, "key", "TEXT", 0, None, 1), (1, "value", "TEXT", 0, None, 0)]
+
+COMPRESSION_LOCKS_COLUMNS = [
+    (0, "session_id", "TEXT", 0, None, 1),
+    (1, "holder", "TEXT", 1, None, 0),
+    (2, "acquired_at", "REAL", 1, None, 0),
+    (3, "expires_at", "REAL", 1, None, 0),
+]
+
+SCHEMA_VERSION_COLUMNS = [(0, "version", "INTEGER", 1, None, 0)]
+
+INDEXES = {
+    # name: (table, unique, partial, columns)
+    "idx_sessions_source": ("sessions", 0, 0, ["source"]),
+    "idx_sessions_source_id": ("sessions", 0, 0, ["source", "id"]),
+    "idx_sessions_parent": ("sessions", 0, 0, ["parent_session_id"]),
+    "idx_sessions_started": ("sessions", 0, 0, ["started_at"]),
+    "idx_sessions_title_unique": ("sessions", 1, 1, ["title"]),
+    "idx_messages_session": ("messages", 0, 0, ["session_id", "timestamp"]),
+    "idx_messages_session_active": ("messages", 0, 0, ["session_id", "active", "timestamp"]),
+    "idx_messages_platform_msg_id": (
+        "messages",
+        0,
+        1,
+        ["session_id", "platform_message_id"],
+    ),
+    "idx_compression_locks_expires": ("compression_locks", 0, 0, ["expires_at"]),
+}
+
+TRIGGERS = [
+    "messages_fts_delete",
+    "messages_fts_insert",
+    "messages_fts_trigram_delete",
+    "messages_fts_trigram_insert",
+    "messages_fts_trigram_update",
+    "messages_fts_update",
+]
+
+INDEXED_TEXT = (
+    "COALESCE({0}.content, '') || ' ' || COALESCE({0}.tool_name, '')"
+    " || ' ' || COALESCE({0}.tool_calls, '')"
+)
+
+
+def _yoyo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(YOYO), *args, "--batch", "--no-config-file", "migrations"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def _yoyo_apply(path: Path) -> None:
+    _yoyo("apply", "--database", f"sqlite:///{path}")
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """A read-only connection that cannot create or change anything."""
+    return sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+
+
+def _query(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    conn = _open(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _schema(path: Path) -> list[tuple[Any, ...]]:
+    """Every schema object that is not yoyo's bookkeeping."""
+    return _query(
+        path,
+        "SELECT type, name, tbl_name, sql FROM sqlite_master"
+        " WHERE name NOT LIKE '%yoyo%' ORDER BY type, name",
+    )
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def migrated(db_path: Path) -> Path:
+    hermes_models.migrate(db_path)
+    return db_path
+
+
+# -- the schema ----------------------------------------------------------------
+
+
+def test_yoyo_cli_and_migrate_build_the_identical_schema(tmp_path: Path) -> None:
+    by_cli, by_api = tmp_path / "cli.db", tmp_path / "api.db"
+    _yoyo_apply(by_cli)
+    hermes_models.migrate(by_api)
+    schema = _schema(by_cli)
+    assert schema == _schema(by_api)
+    assert {row[0] for row in schema} == {"table", "index", "trigger"}
+    assert _query(by_cli, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
+        (name,) for name in BASELINE
+    ]
+
+
+def test_migrate_after_yoyo_cli_has_nothing_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    _yoyo_apply(path)
+    before = _schema(path)
+    assert hermes_models.migrate(path) == []
+    assert _schema(path) == before
+
+
+def test_yoyo_cli_after_migrate_applies_nothing(migrated: Path) -> None:
+    log = _query(migrated, "SELECT migration_id, operation FROM _yoyo_log ORDER BY created_at_utc")
+    _yoyo_apply(migrated)
+    assert (
+        _query(migrated, "SELECT migration_id, operation FROM _yoyo_log ORDER BY created_at_utc")
+        == log
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "columns"),
+    [
+        ("sessions", SESSIONS_COLUMNS),
+        ("messages", MESSAGES_COLUMNS),
+        ("state_meta", STATE_META_COLUMNS),
+        ("compression_locks", COMPRESSION_LOCKS_COLUMNS),
+        ("schema_version", SCHEMA_VERSION_COLUMNS),
+    ],
+)
+def test_tables_have_exactly_the_v16_columns(
+    migrated: Path, table: str, columns: list[tuple[Any, ...]]
+) -> None:
+    assert _query(migrated, f"PRAGMA table_info({table})") == columns
+
+
+def test_foreign_keys_point_at_sessions(migrated: Path) -> None:
+    def keys(table: str) -> list[tuple[str, str, str]]:
+        rows = _query(
+            migrated, f'SELECT "from", "table", "to" FROM pragma_foreign_key_list(\'{table}\')'
+        )
+        return sorted(rows)
+
+    assert keys("sessions") == [("parent_session_id", "sessions", "id")]
+    assert keys("messages") == [("session_id", "sessions", "id")]
+    assert keys("state_meta") == []
+    assert keys("compression_locks") == []
+
+
+def test_messages_id_is_autoincrement(migrated: Path) -> None:
+    (sql,) = _query(migrated, "SELECT sql FROM sqlite_master WHERE name = 'messages'")[0]
+    assert "id INTEGER PRIMARY KEY AUTOINCREMENT" in sql
+
+
+def test_indexes_are_exactly_the_v16_indexes(migrated: Path) -> None:
+    rows = _query(
+        migrated,
+        "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
+        " AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name",
+    )
+    assert rows == sorted((name, spec[0]) for name, spec in INDEXES.items())
+    found = {}
+    for name, (table, _, _, _) in INDEXES.items():
+        flags = {
+            row[0]: (row[1], row[2])
+            for row in _query(
+                migrated, f"SELECT name, \"unique\", partial FROM pragma_index_list('{table}')"
+            )
+        }
+        columns = [
+            row[0] for row in _query(migrated, f"SELECT name FROM pragma_index_info('{name}')")
+        ]
+        found[name] = (table, *flags[name], columns)
+    assert found == INDEXES
+
+
+def test_partial_indexes_have_their_where_clauses(migrated: Path) -> None:
+    rows = dict(
+        _query(
+            migrated,
+            "SELECT name, sql FROM sqlite_master WHERE name IN"
+            " ('idx_sessions_title_unique', 'idx_messages_platform_msg_id',"
+            "  'idx_sessions_started')",
+        )
+    )
+    assert rows["idx_sessions_title_unique"].endswith("WHERE title IS NOT NULL")
+    assert rows["idx_messages_platform_msg_id"].endswith("WHERE platform_message_id IS NOT NULL")
+    assert rows["idx_sessions_started"].endswith("(started_at DESC)")
+
+
+def test_six_search_triggers_exist(migrated: Path) -> None:
+    rows = _query(
+        migrated, "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+    )
+    assert rows == [(name, "messages") for name in TRIGGERS]
+
+
+def test_both_fts_tables_use_the_v16_layout(migrated: Path) -> None:
+    rows = _query(
+        migrated,
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+        " AND name IN ('messages_fts', 'messages_fts_trigram') ORDER BY name",
+    )
+    assert rows == [
+        ("messages_fts", "CREATE VIRTUAL TABLE messages_fts USING fts5(content)"),
+        (
+            "messages_fts_trigram",
+            "CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tokenize='trigram')",
+        ),
+    ]
+    triggers = dict(_query(migrated, "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+    for table in ("messages_fts", "messages_fts_trigram"):
+        insert = (
+            f"INSERT INTO {table}(rowid, content) VALUES (new.id, {INDEXED_TEXT.format('new')});"
+        )
+        delete = f"DELETE FROM {table} WHERE rowid = old.id;"
+        assert triggers[f"{table}_insert"] == (
+            f"CREATE TRIGGER {table}_insert AFTER INSERT ON messages BEGIN\n    {insert}\nEND"
+        )
+        assert triggers[f"{table}_delete"] == (
+            f"CREATE TRIGGER {table}_delete AFTER DELETE ON messages BEGIN\n    {delete}\nEND"
+        )
+        assert triggers[f"{table}_update"] == (
+            f"CREATE TRIGGER {table}_update AFTER UPDATE ON messages BEGIN\n"
+            f"    {delete}\n    {insert}\nEND"
+        )
+
+
+def test_triggers_keep_both_indexes_in_step(migrated: Path) -> None:
+    conn = sqlite3.connect(migrated)
+    try:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1.0)")
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, tool_name, tool_calls, timestamp)"
+            " VALUES ('s', 'assistant', 'hello 世界你好', 'grep', '[1]', 2.0)"
+        )
+        conn.execute("INSERT INTO messages (session_id, role, timestamp) VALUES ('s', 'user', 3.0)")
+        conn.commit()
+        expected = [(1, "hello 世界你好 grep [1]"), (2, "  ")]
+        for table in ("messages_fts", "messages_fts_trigram"):
+            assert (
+                conn.execute(f"SELECT rowid, content FROM {table} ORDER BY rowid").fetchall()
+                == expected
+            )
+        conn.execute("UPDATE messages SET content = 'changed', tool_name = NULL WHERE id = 1")
+        conn.execute("DELETE FROM messages WHERE id = 2")
+        conn.commit()
+        for table in ("messages_fts", "messages_fts_trigram"):
+            assert conn.execute(f"SELECT rowid, content FROM {table}").fetchall() == [
+                (1, "changed  [1]")
+            ]
+            assert conn.execute(
+                f"SELECT rowid FROM {table} WHERE {table} MATCH 'changed'"
+            ).fetchall() == [(1,)]
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+    finally:
+        conn.close()
+
+
+def test_schema_version_row_is_16(migrated: Path) -> None:
+    assert _query(migrated, "SELECT version FROM schema_version") == [(16,)]
+
+
+def test_migrate_returns_the_applied_ids_then_nothing(db_path: Path) -> None:
+    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert hermes_models.migrate(db_path) == []
+    assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
+        (name,) for name in BASELINE
+    ]
+
+
+def test_migrate_creates_the_file_mode_0600(db_path: Path) -> None:
+    hermes_models.migrate(db_path)
+    assert oct(db_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_yoyo_rollback_all_then_apply_again(tmp_path: Path) -> None:
+    path, fresh = tmp_path / "state.db", tmp_path / "fresh.db"
+    hermes_models.migrate(fresh)
+    hermes_models.migrate(path)
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1.0)")
+    conn.commit()
+    conn.close()
+
+    _yoyo("rollback", "--all", "--database", f"sqlite:///{path}")
+    assert _query(path, "SELECT migration_id FROM _yoyo_migration") == []
+    # AUTOINCREMENT's bookkeeping table cannot be dropped; everything else is gone.
+    assert [row[:2] for row in _schema(path)] == [("table", "sqlite_sequence")]
+
+    _yoyo_apply(path)
+    assert _schema(path) == _schema(fresh)
+    assert _query(path, "SELECT version FROM schema_version") == [(16,)]
+    assert _query(path, "SELECT count(*) FROM sessions") == [(0,)]
+    assert hermes_models.migrate(path) == []
+
+
+# -- refusals and odd paths -------------------------------------------------------
+
+
+def _newer_hermes_file(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE schema_version (version INTEGER NOT NULL);
+        INSERT INTO schema_version VALUES (17);
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL,
+                               started_at REAL NOT NULL, future TEXT);
+        INSERT INTO sessions VALUES ('s1', 'cli', 1.0, 'from the future');
+        """
+    )
+    conn.close()
+
+
+def test_newer_schema_is_refused_without_writes(db_path: Path) -> None:
+    _newer_hermes_file(db_path)
+    digest, mode = _digest(db_path), db_path.stat().st_mode
+    with pytest.raises(SchemaTooNewError, match="version 17"):
+        hermes_models.migrate(db_path)
+    assert _digest(db_path) == digest
+    assert db_path.stat().st_mode == mode
+    assert os.listdir(db_path.parent) == [db_path.name]
+    assert [
+        row[1] for row in _query(db_path, "SELECT type, name FROM sqlite_master ORDER BY name")
+    ] == [
+        "schema_version",
+        "sessions",
+        "sqlite_autoindex_sessions_1",
+    ]
+
+
+def test_connect_refuses_a_newer_schema_without_writes(db_path: Path) -> None:
+    _newer_hermes_file(db_path)
+    digest = _digest(db_path)
+    with pytest.raises(SchemaTooNewError):
+        hermes_models.connect(db_path)
+    with pytest.raises(SchemaTooNewError):
+        hermes_models.connect(db_path, migrate=False)
+    assert _digest(db_path) == digest
+    assert os.listdir(db_path.parent) == [db_path.name]
+    assert (hermes_models.get_last_init_error() or "").startswith("SchemaTooNewError: ")
+
+
+def test_path_with_uri_characters_is_migrated_in_place(tmp_path: Path) -> None:
+    folder = tmp_path / "odd dir #1?x%41"
+    folder.mkdir()
+    path = folder / "state #2?y=1&z%20w.db"
+    assert hermes_models.migrate(path) == list(BASELINE)
+    assert os.listdir(folder) == [path.name]
+    assert os.listdir(tmp_path) == [folder.name]
+    conn = sqlite3.connect(str(path))
+    try:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(16,)]
+    finally:
+        conn.close()
+    assert hermes_models.migrate(path) == []
+
+    db = hermes_models.connect(path)
+    db.write(lambda: db.execute_sql("INSERT INTO state_meta VALUES ('k', 'v')"))
+    db.close()
+    assert os.listdir(folder) == [path.name]
+    assert os.listdir(tmp_path) == [folder.name]
+    assert _query(path, "SELECT key, value FROM state_meta") == [("k", "v")]
+
+
+# -- the migration lock ------------------------------------------------------------------
+
+
+def _migrate_together(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait(timeout=60)
+    try:
+        results.put(("ok", hermes_models.migrate(path)))
+    except BaseException as exc:  # reported to the parent, which fails the test
+        results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+@pytest.mark.slow
+def test_eight_processes_migrating_one_fresh_file_apply_each_migration_once(db_path: Path) -> None:
+    workers = 8
+    barrier = SPAWN.Barrier(workers)
+    results = SPAWN.Queue()
+    procs = [
+        SPAWN.Process(target=_migrate_together, args=(str(db_path), barrier, results))
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    assert [proc.exitcode for proc in procs] == [0] * workers
+    assert [kind for kind, _ in outcomes] == ["ok"] * workers, outcomes
+    applied = sorted(name for _, ids in outcomes for name in ids)
+    assert applied == list(BASELINE)
+    assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
+        (name,) for name in BASELINE
+    ]
+    assert _query(
+        db_path, "SELECT migration_id, operation FROM _yoyo_log ORDER BY migration_id"
+    ) == [(name, "apply") for name in BASELINE]
+    assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
+    assert _query(db_path, "SELECT version FROM schema_version") == [(16,)]
+
+
+def _lock_and_die(url: str) -> None:
+    backend = get_backend(url)
+    held = backend.lock()
+    held.__enter__()  # kept referenced: collecting it would delete the lock row
+    os._exit(3)
+
+
+def test_stale_lock_of_a_dead_process_is_reclaimed(db_path: Path) -> None:
+    dead = SPAWN.Process(target=_lock_and_die, args=(yoyo_url(db_path),))
+    dead.start()
+    dead.join(timeout=60)
+    assert dead.exitcode == 3
+    assert _query(db_path, "SELECT pid FROM yoyo_lock") == [(dead.pid,)]
+
+    started = time.monotonic()
+    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert time.monotonic() - started < LOCK_POLL_S
+    assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
+
+
+def _hold_lock(url: str, held: Any, release: Any) -> None:
+    with get_backend(url) as backend, backend.lock():
+        held.set()
+        release.wait(timeout=60)
+
+
+def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
+    held, release = SPAWN.Event(), SPAWN.Event()
+    holder = SPAWN.Process(target=_hold_lock, args=(yoyo_url(db_path), held, release))
+    holder.start()
+    try:
+        assert held.wait(timeout=60)
+        outcome: list[Any] = []
+        worker = threading.Thread(target=lambda: outcome.append(hermes_models.migrate(db_path)))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive()
+        assert "sessions" not in {
+            row[0] for row in _query(db_path, "SELECT name FROM sqlite_master")
+        }
+        release.set()
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+        assert outcome == [list(BASELINE)]
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert holder.exitcode == 0
+    assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
