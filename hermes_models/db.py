@@ -399,6 +399,47 @@ def write(fn: Callable[[], T], *, db: HermesDatabase | None = None) -> T:
     return (db or current()).write(fn)
 
 
+class Prepared:
+    """A peewee query rendered to SQL once, then run again with new values.
+
+    Building and rendering a query costs far more than running it on hot
+    paths. ``build`` receives one placeholder string per name and returns the
+    query; every placeholder must reach the SQL as a bound parameter. Each
+    call to :meth:`execute` swaps the real values in.
+    """
+
+    def __init__(self, build: Callable[..., Any], *names: str) -> None:
+        self._build = build
+        self._names = names
+        self._rendered: tuple[str, list[Any], list[tuple[int, str]]] | None = None
+
+    def render(self, db: HermesDatabase) -> tuple[str, list[Any], list[tuple[int, str]]]:
+        """The SQL, its parameter list, and where each named value goes in it."""
+        if self._rendered is None:
+            marks = {name: f"\x00hermes_models:{name}\x00" for name in self._names}
+            with using(db):
+                sql, params = self._build(**marks).sql()
+            by_mark = {mark: name for name, mark in marks.items()}
+            positions = [
+                (index, by_mark[value])
+                for index, value in enumerate(params)
+                if isinstance(value, str) and value in by_mark
+            ]
+            missing = set(self._names) - {name for _, name in positions}
+            if missing:
+                raise RuntimeError(f"placeholders not bound as parameters: {sorted(missing)}")
+            self._rendered = (sql, list(params), positions)
+        return self._rendered
+
+    def execute(self, db: HermesDatabase, **values: Any) -> Any:
+        """Run the query on ``db`` with ``values`` for the named placeholders."""
+        sql, template, positions = self.render(db)
+        params = list(template)
+        for index, name in positions:
+            params[index] = values[name]
+        return db.execute_sql(sql, params)
+
+
 _last_init_error: str | None = None
 _last_init_error_lock = threading.Lock()
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from .db import write
+from .db import Prepared, current, write
 
 if TYPE_CHECKING:
     from .models import Session
@@ -260,6 +260,47 @@ def _descend(model: type[Session], session_id: Any, *, compression_only: bool, h
     return cte.union_all(step)
 
 
+def _tip_query(start: str) -> Any:
+    from .models import Session
+
+    cte = _descend(Session, start, compression_only=True, hops=TIP_MAX_HOPS)
+    return cte.select_from(cte.c.id).order_by(cte.c.depth.desc()).limit(1)
+
+
+def _resume_query(tip: str) -> Any:
+    from .models import Message, Session
+
+    cte = _descend(Session, tip, compression_only=False, hops=RESUME_MAX_DEPTH)
+    has_message = fn.EXISTS(
+        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
+    )
+    return cte.select_from(cte.c.id).where(has_message).order_by(cte.c.depth).limit(1)
+
+
+def _session_where_id_is(subquery: Any) -> Any:
+    from .models import Session
+
+    return Session.select().where(Session.id == subquery)
+
+
+_TIP = Prepared(_tip_query, "start")
+_RESUME = Prepared(_resume_query, "tip")
+_TIP_ROW = Prepared(lambda start: _session_where_id_is(_tip_query(start)), "start")
+_BY_ID = Prepared(_session_where_id_is, "subquery")
+
+
+def _load(model: type[Session], cursor: Any) -> Session | None:
+    """The model instance of the first row of ``cursor`` (a ``SELECT *`` of sessions)."""
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    names = {field.column_name: field.name for field in model._meta.sorted_fields}
+    columns = [names[column[0]] for column in cursor.description]
+    instance = model(__no_default__=1, **dict(zip(columns, row)))
+    instance._dirty.clear()
+    return instance
+
+
 def compression_tip_id(model: type[Session], session_id: str) -> str | None:
     """Id of the latest continuation of ``session_id``'s compression chain.
 
@@ -268,17 +309,14 @@ def compression_tip_id(model: type[Session], session_id: str) -> str | None:
     branch or subagent; at most :data:`TIP_MAX_HOPS` steps. None for an
     unknown id.
     """
-    cte = _descend(model, session_id, compression_only=True, hops=TIP_MAX_HOPS)
-    row = cte.select_from(cte.c.id).order_by(cte.c.depth.desc()).limit(1).tuples().first()
+    row = _TIP.execute(current(), start=session_id).fetchone()
     return None if row is None else str(row[0])
 
 
 def compression_tip(session: Session) -> Session:
     """The latest continuation of ``session``'s compression chain."""
-    tip_id = compression_tip_id(type(session), session.id)
-    if tip_id is None or tip_id == session.id:
-        return session
-    return type(session).get_by_id(tip_id)
+    tip = _load(type(session), _TIP_ROW.execute(current(), start=session.id))
+    return session if tip is None or tip.id == session.id else tip
 
 
 def resume_target_id(model: type[Session], session_id: str) -> str | None:
@@ -289,23 +327,10 @@ def resume_target_id(model: type[Session], session_id: str) -> str | None:
     started child that is not a branch or subagent, the first session with
     an active message; else the tip.
     """
-    from .models import Message
-
     tip_id = compression_tip_id(model, session_id)
     if tip_id is None:
         return None
-    cte = _descend(model, tip_id, compression_only=False, hops=RESUME_MAX_DEPTH)
-    has_message = fn.EXISTS(
-        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
-    )
-    row = (
-        cte.select_from(cte.c.id)
-        .where(has_message)
-        .order_by(cte.c.depth)
-        .limit(1)
-        .tuples()
-        .first()
-    )
+    row = _RESUME.execute(current(), tip=tip_id).fetchone()
     return tip_id if row is None else str(row[0])
 
 
@@ -314,7 +339,8 @@ def resume_target(session: Session) -> Session:
     target = resume_target_id(type(session), session.id)
     if target is None or target == session.id:
         return session
-    return type(session).get_by_id(target)
+    found = _load(type(session), _BY_ID.execute(current(), subquery=target))
+    return found or session
 
 
 def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:

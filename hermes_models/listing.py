@@ -16,7 +16,7 @@ from typing import Any
 import peewee
 from peewee import JOIN, Value, fn
 
-from .db import current
+from .db import Prepared, current
 from .lineage import SEP, TIP_MAX_HOPS, _latest_child, _not_visited, _path, listable_expr
 from .models import Message, Session, decode_content
 
@@ -94,6 +94,9 @@ def preview_text(content: Any) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "..."
 
 
+_LISTINGS: dict[tuple[Any, ...], Prepared] = {}
+
+
 def rich_listing(
     *,
     source: Any = None,
@@ -110,7 +113,61 @@ def rich_listing(
     """Session rows with ``preview`` and ``last_active`` (see the module docstring)."""
     limit, offset = check_page(limit, offset)
     if isinstance(min_message_count, bool) or not isinstance(min_message_count, int):
-        raise TypeError("min_message_count must be int")
+        raise TypeError(f"min_message_count must be int, not {type(min_message_count).__name__}")
+    sources = _sources(source, "source") or []
+    excluded = _sources(exclude_sources, "exclude_sources") or []
+    flags = (
+        bool(include_children),
+        bool(project_compression_tips),
+        bool(order_by_last_active),
+        bool(include_archived),
+        bool(archived_only),
+        min_message_count > 0,
+    )
+    shape = (len(sources), len(excluded), *flags)
+    prepared = _LISTINGS.get(shape)
+    if prepared is None:
+        names = [f"source{i}" for i in range(len(sources))]
+        names += [f"exclude{i}" for i in range(len(excluded))]
+
+        def build(**marks: Any) -> Any:
+            return rich_listing_query(
+                source=[marks[f"source{i}"] for i in range(len(sources))] or None,
+                exclude_sources=[marks[f"exclude{i}"] for i in range(len(excluded))] or None,
+                limit=marks["limit"],
+                offset=marks["offset"],
+                include_children=flags[0],
+                min_message_count=marks["min_count"] if flags[5] else 0,
+                project_compression_tips=flags[1],
+                order_by_last_active=flags[2],
+                include_archived=flags[3],
+                archived_only=flags[4],
+            )
+
+        prepared = Prepared(build, *names, "limit", "offset", *(["min_count"] if flags[5] else []))
+        _LISTINGS[shape] = prepared
+    values: dict[str, Any] = {"limit": limit, "offset": offset, "min_count": min_message_count}
+    values.update({f"source{i}": value for i, value in enumerate(sources)})
+    values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
+    cursor = prepared.execute(current(), **values)
+    names = [column[0] for column in cursor.description]
+    return [_finish(dict(zip(names, row))) for row in cursor.fetchall()]
+
+
+def rich_listing_query(
+    *,
+    source: Any = None,
+    exclude_sources: Any = None,
+    limit: int | None = 20,
+    offset: int = 0,
+    include_children: bool = False,
+    min_message_count: int = 0,
+    project_compression_tips: bool = True,
+    order_by_last_active: bool = False,
+    include_archived: bool = False,
+    archived_only: bool = False,
+) -> Any:
+    """The one SELECT behind :func:`rich_listing` (values may be placeholders)."""
     project = project_compression_tips and not include_children
     s = Session.alias("s")
     roots = where_all(
@@ -128,7 +185,7 @@ def rich_listing(
             archived_only=archived_only,
         ),
     )
-    paged_early = not order_by_last_active and min_message_count <= 0
+    paged_early = not order_by_last_active and not min_message_count
     if paged_early:
         roots = roots.order_by(s.started_at.desc(), s.id.desc()).limit(limit).offset(offset)
     roots_cte = roots.cte("roots")
@@ -170,7 +227,7 @@ def rich_listing(
     if project:
         query = query.join(tip_cte, JOIN.LEFT_OUTER, on=(tip_cte.c.root_id == roots_cte.c.root_id))
     query = query.join(shown, on=(shown.id == shown_id)).with_cte(*ctes)
-    if min_message_count > 0:
+    if min_message_count:
         query = query.where(fn.COALESCE(shown.message_count, 0) >= min_message_count)
     if order_by_last_active:
         query = query.order_by(
@@ -180,7 +237,7 @@ def rich_listing(
         query = query.order_by(roots_cte.c.root_started.desc(), roots_cte.c.root_id.desc())
     if not paged_early:
         query = query.limit(limit).offset(offset)
-    return [_finish(row) for row in fetch_dicts(query)]
+    return query
 
 
 def _tips(roots_cte: Any) -> list[Any]:
