@@ -412,3 +412,47 @@ def test_message_for_session_survives_lineage_actions(store: SessionDB) -> None:
     make(store, "p", 0, messages=3)
     Session.get_by_id("p").branch(session_id="b")
     assert [m.content for m in Message.for_session("b")] == ["p says 0", "p says 1", "p says 2"]
+
+
+# -- command line ----------------------------------------------------------------------
+
+
+def test_cli_lineage_tree_and_resume(chain: SessionDB) -> None:
+    from click.testing import CliRunner
+
+    from hermes_models.cli import cli
+
+    chain.set_session_title("r", "deep work")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["lineage", "c1", "--db", str(chain.db_path)])
+    assert result.exit_code == 0, result.output
+    lines = [line.rstrip() for line in result.output.splitlines()]
+    assert lines == [
+        "r  root  'deep work'  2 msgs  ended: compression",
+        "├── r-sub  ephemeral  2 msgs",
+        "├── c1  compression  2 msgs  ended: compression  (asked)",
+        "│   ├── c2  compression  2 msgs  <- resume",
+        "│   └── c1-late-delegate  ephemeral  2 msgs",
+        "└── r-branch  branch  2 msgs",
+    ]
+    result = runner.invoke(cli, ["resume", "r", "--db", str(chain.db_path)])
+    assert (result.exit_code, result.output) == (0, "c2\n")
+    result = runner.invoke(cli, ["resume", "deep work", "--db", str(chain.db_path)])
+    assert (result.exit_code, result.output) == (0, "c2\n")
+    result = runner.invoke(cli, ["lineage", "nope", "--db", str(chain.db_path)])
+    assert result.exit_code == 1
+    assert result.output == "Error: no session matches 'nope'\n"
+
+
+def test_cli_sessions_hide_what_pickers_hide(chain: SessionDB) -> None:
+    from click.testing import CliRunner
+
+    from hermes_models.cli import cli
+
+    result = CliRunner().invoke(cli, ["sessions", "--json", "--db", str(chain.db_path)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert [(row["id"], row.get("_lineage_root_id")) for row in rows] == [
+        ("r-branch", None),
+        ("c2", "r"),
+    ]
