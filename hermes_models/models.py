@@ -9,9 +9,10 @@ anything that writes goes through :func:`hermes_models.db.write`.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import peewee
@@ -59,6 +60,52 @@ def encode_json(value: Any, argument: str) -> str | None:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{argument} is not JSON-serialisable: {exc}") from None
+
+
+def unencodable_path(value: Any, path: str) -> str | None:
+    """Where in ``value`` text sits that UTF-8 cannot encode (a lone surrogate), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    try:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                found = unencodable_path(key, f"{path} key {key!r}") or unencodable_path(
+                    item, f"{path}[{key!r}]"
+                )
+                if found:
+                    return found
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                found = unencodable_path(item, f"{path}[{index}]")
+                if found:
+                    return found
+    except RecursionError:
+        return path
+    return None
+
+
+def unencodable_error(arguments: Mapping[str, Any]) -> ValueError:
+    """A ValueError naming the first argument that holds text UTF-8 cannot encode."""
+    for name, value in arguments.items():
+        found = unencodable_path(value, name)
+        if found:
+            return ValueError(
+                f"{found} contains text that cannot be stored as UTF-8 (a lone surrogate)"
+            )
+    return ValueError("a value contains text that cannot be stored as UTF-8 (a lone surrogate)")
+
+
+def check_epoch(value: Any, argument: str) -> float:
+    """``value`` as seconds since the epoch: a finite int or float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{argument} must be finite, got {value!r}")
+    return float(value)
 
 
 def decode_json(stored: str | None) -> Any:
@@ -190,17 +237,22 @@ class Session(BaseModel):
 
     def append(self, role: str, content: Any = None, **fields: Any) -> Message:
         """Append a message and update this session's counters."""
-        from .transcript import append_message
+        from .transcript import append_message, tool_call_total
 
         message_id = append_message(self.id, role, content, **fields)
         self.message_count = (self.message_count or 0) + 1
+        self.tool_call_count = (self.tool_call_count or 0) + tool_call_total(
+            role, fields.get("tool_calls")
+        )
         return Message.get_by_id(message_id)
 
     def end(self, reason: str, *, at: float | None = None) -> bool:
         """End this session with ``reason``; the first end wins. True if this call ended it."""
-        if not isinstance(reason, str) or not reason:
-            raise ValueError("reason must be a non-empty string")
-        ended_at = time.time() if at is None else float(at)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be str, not {type(reason).__name__}")
+        if not reason:
+            raise ValueError("reason must not be empty")
+        ended_at = time.time() if at is None else check_epoch(at, "at")
         cls = type(self)
 
         def run() -> int:
@@ -308,6 +360,8 @@ class StateMeta(BaseModel):
     @classmethod
     def get_value(cls, key: str, default: str | None = None) -> str | None:
         """The value stored under ``key``, or ``default``."""
+        if not isinstance(key, str):
+            raise TypeError(f"key must be str, not {type(key).__name__}")
         row = cls.select(cls.value).where(cls.key == key).tuples().first()
         return default if row is None else row[0]
 
@@ -316,6 +370,10 @@ class StateMeta(BaseModel):
         """Store ``value`` under ``key``, replacing what was there."""
         if not isinstance(key, str):
             raise TypeError(f"key must be str, not {type(key).__name__}")
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"value must be str or None, not {type(value).__name__}")
+        if unencodable_path(key, "key") or unencodable_path(value, "value"):
+            raise unencodable_error({"key": key, "value": value})
         write(
             lambda: cls.insert(key=key, value=value)
             .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
@@ -342,10 +400,10 @@ class CompressionLock(BaseModel):
         same holder succeeds without extending it. Any database error counts
         as not acquired.
         """
-        if not session_id:
+        if _lock_key(session_id) is None:
             return False
-        if not isinstance(holder, str) or not holder:
-            raise ValueError("holder must be a non-empty string")
+        if _check_holder(holder) == "":
+            raise ValueError("holder must not be empty")
         ttl = _check_ttl(ttl)
 
         def run() -> bool:
@@ -364,7 +422,7 @@ class CompressionLock(BaseModel):
     @classmethod
     def release(cls, session_id: str, holder: str) -> None:
         """Drop the lock if ``holder`` has it; otherwise do nothing."""
-        if not session_id:
+        if _lock_key(session_id) is None or not _check_holder(holder):
             return
         write(
             lambda: cls.delete()
@@ -375,7 +433,7 @@ class CompressionLock(BaseModel):
     @classmethod
     def holder(cls, session_id: str) -> str | None:
         """Who holds the lock now; None when nobody does or the lease expired."""
-        if not session_id:
+        if _lock_key(session_id) is None:
             return None
         return cls.holder_of(session_id, time.time())
 
@@ -389,6 +447,21 @@ class CompressionLock(BaseModel):
             .first()
         )
         return None if row is None else str(row[0])
+
+
+def _lock_key(session_id: Any) -> str | None:
+    """A lock's session id; None for None or "" (callers treat that as no lock)."""
+    if session_id is None or session_id == "":
+        return None
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be str, not {type(session_id).__name__}")
+    return session_id
+
+
+def _check_holder(holder: Any) -> str:
+    if not isinstance(holder, str):
+        raise TypeError(f"holder must be str, not {type(holder).__name__}")
+    return holder
 
 
 def _check_ttl(ttl: Any) -> float:

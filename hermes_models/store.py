@@ -14,6 +14,7 @@ run with the models routed to its database (:func:`hermes_models.db.using`).
 from __future__ import annotations
 
 import functools
+import inspect
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,11 +23,18 @@ from typing import Any, TypeVar, cast
 import peewee
 from peewee import fn
 
-from . import listing, titles, transcript
+from . import listing, maintenance, titles, transcript
 from .db import HermesDatabase, connect, resolve_path, using
-from . import maintenance
 from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
-from .models import CompressionLock, Message, Session, StateMeta, encode_json
+from .models import (
+    CompressionLock,
+    Message,
+    Session,
+    StateMeta,
+    check_epoch,
+    encode_json,
+    unencodable_error,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,8 +49,23 @@ _SQLITE_ERRORS = {
 }
 
 
+def _named_arguments(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """A call's arguments by parameter name (``**fields`` spread out, ``self`` left out)."""
+    bound = signature.bind(*args, **kwargs).arguments
+    named: dict[str, Any] = {}
+    for name, value in list(bound.items())[1:]:
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return named
+
+
 def _api(method: F) -> F:
     """Run a SessionDB method on its own database, with sqlite3's exception types."""
+    signature = inspect.signature(method)
 
     @functools.wraps(method)
     def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
@@ -54,6 +77,10 @@ def _api(method: F) -> F:
             except peewee.PeeweeException as exc:
                 kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
                 raise kind(str(exc)) from exc
+            except UnicodeEncodeError:
+                # Text with a lone surrogate reached SQLite; the write was rolled back.
+                named = _named_arguments(signature, (self, *args), kwargs)
+                raise unencodable_error(named) from None
 
     return cast(F, wrapper)
 
@@ -76,17 +103,6 @@ META_FIELDS = (
     "handoff_platform",
     "handoff_error",
 )
-
-_TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "api_call_count",
-)
-_FILL_IF_NULL = ("billing_provider", "billing_base_url", "billing_mode")
-_REPLACE_IF_GIVEN = ("cost_status", "cost_source", "pricing_version")
 
 
 def _field(column: str) -> peewee.Field:
@@ -111,7 +127,23 @@ def _money(value: Any, argument: str) -> float | None:
         raise TypeError(f"{argument} must be a number or None, not {type(value).__name__}")
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError(f"{argument} must be finite, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{argument} must not be negative, got {value!r}")
     return float(value)
+
+
+def _lookup_key(value: Any, argument: str) -> str | None:
+    """A key to look up; None for None or "" (nothing can match), TypeError for non-text."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be str, not {type(value).__name__}")
+    return value
+
+
+def _label(value: Any, argument: str) -> str | None:
+    """Optional text where an empty string means "not given"."""
+    return transcript._optional_text(value, argument) or None
 
 
 class SessionDB:
@@ -192,7 +224,9 @@ class SessionDB:
             "user_id": transcript._optional_text(user_id, "user_id"),
             "parent": parent_session_id,
             "cwd": transcript._optional_text(cwd, "cwd"),
-            "started_at": time.time() if started_at is None else transcript._check_timestamp(started_at),
+            "started_at": (
+                time.time() if started_at is None else check_epoch(started_at, "started_at")
+            ),
         }
         self._write(lambda: Session.insert(**row).on_conflict_ignore().execute())
         return session_id
@@ -228,7 +262,7 @@ class SessionDB:
     @_api
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """Every column of one session, or None."""
-        if not isinstance(session_id, str) or not session_id:
+        if _lookup_key(session_id, "session_id") is None:
             return None
         rows = listing.fetch_dicts(Session.select().where(Session.id == session_id))
         return rows[0] if rows else None
@@ -236,9 +270,9 @@ class SessionDB:
     @_api
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         """The id itself if it exists, else the one session id it is a unique prefix of."""
-        if not isinstance(session_id_or_prefix, str) or not session_id_or_prefix:
+        key = _lookup_key(session_id_or_prefix, "session_id_or_prefix")
+        if key is None:
             return None
-        key = session_id_or_prefix
         if Session.select().where(Session.id == key).exists():
             return key
         candidates = (
@@ -260,7 +294,8 @@ class SessionDB:
     @_api
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
         """Replace a session's system prompt. True if the session exists."""
-        return self._update(session_id, system_prompt=transcript._optional_text(system_prompt, "system_prompt"))
+        prompt = transcript._optional_text(system_prompt, "system_prompt")
+        return self._update(session_id, system_prompt=prompt)
 
     @_api
     def update_session_model(
@@ -320,30 +355,39 @@ class SessionDB:
         and the billing fields are filled only while NULL.
         """
         transcript.check_session_id(session_id)
-        given = locals()
-        counts = {name: _count(given[name], name) for name in _TOKEN_FIELDS}
-        costs = {
-            name: _money(given[name], name) for name in ("estimated_cost_usd", "actual_cost_usd")
+        if not isinstance(absolute, bool):
+            raise TypeError(f"absolute must be bool, not {type(absolute).__name__}")
+        counters = {
+            Session.input_tokens: _count(input_tokens, "input_tokens"),
+            Session.output_tokens: _count(output_tokens, "output_tokens"),
+            Session.cache_read_tokens: _count(cache_read_tokens, "cache_read_tokens"),
+            Session.cache_write_tokens: _count(cache_write_tokens, "cache_write_tokens"),
+            Session.reasoning_tokens: _count(reasoning_tokens, "reasoning_tokens"),
+            Session.api_call_count: _count(api_call_count, "api_call_count"),
+            Session.estimated_cost_usd: _money(estimated_cost_usd, "estimated_cost_usd"),
+            Session.actual_cost_usd: _money(actual_cost_usd, "actual_cost_usd"),
         }
-        texts = {
-            name: transcript._optional_text(given[name], name)
-            for name in ("model", *_FILL_IF_NULL, *_REPLACE_IF_GIVEN)
+        fill_if_null = {
+            Session.model_name: _label(model, "model"),
+            Session.billing_provider: _label(billing_provider, "billing_provider"),
+            Session.billing_base_url: _label(billing_base_url, "billing_base_url"),
+            Session.billing_mode: _label(billing_mode, "billing_mode"),
         }
-        values: dict[str, Any] = {}
-        for name, amount in counts.items():
-            field = _field(name)
-            values[field] = amount if absolute else fn.COALESCE(field, 0) + amount
-        for name, amount in costs.items():
+        replace_if_given = {
+            Session.cost_status: _label(cost_status, "cost_status"),
+            Session.cost_source: _label(cost_source, "cost_source"),
+            Session.pricing_version: _label(pricing_version, "pricing_version"),
+        }
+        values: dict[Any, Any] = {}
+        for field, amount in counters.items():
             if amount is not None:
-                field = _field(name)
                 values[field] = amount if absolute else fn.COALESCE(field, 0) + amount
-        for name in ("model", *_FILL_IF_NULL):
-            if texts[name] is not None:
-                field = _field(name)
-                values[field] = fn.COALESCE(field, texts[name])
-        for name in _REPLACE_IF_GIVEN:
-            if texts[name] is not None:
-                values[_field(name)] = texts[name]
+        for field, text in fill_if_null.items():
+            if text is not None:
+                values[field] = fn.COALESCE(field, text)
+        for field, text in replace_if_given.items():
+            if text is not None:
+                values[field] = text
 
         def run() -> None:
             Session.insert(
@@ -470,13 +514,15 @@ class SessionDB:
     @_api
     def get_session_title(self, session_id: str) -> str | None:
         """A session's title, or None."""
+        if _lookup_key(session_id, "session_id") is None:
+            return None
         row = Session.select(Session.title).where(Session.id == session_id).tuples().first()
         return None if row is None else row[0]
 
     @_api
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         """The session with exactly this title, or None."""
-        if not isinstance(title, str):
+        if _lookup_key(title, "title") is None:
             return None
         rows = listing.fetch_dicts(Session.select().where(Session.title == title))
         return rows[0] if rows else None
@@ -548,15 +594,26 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """OpenAI-style messages ordered by (timestamp, id).
 
-        With ``include_ancestors`` the parent chain comes first, root first,
-        and a prompt re-sent on resume (a user message equal to an earlier
-        one with no assistant reply between) is dropped.
+        With ``include_ancestors`` the sessions this one continues after
+        context compressions come first, the chain's root first, and a prompt
+        re-sent on resume (a user message equal to an earlier one with no
+        assistant reply between) is dropped. Only compression edges are
+        followed: a branch already holds a copy of its parent's transcript,
+        and a subagent run never saw its parent's.
         """
         transcript.check_session_id(session_id)
+        if not isinstance(include_ancestors, bool):
+            raise TypeError(
+                f"include_ancestors must be bool, not {type(include_ancestors).__name__}"
+            )
         chain = [session_id]
-        if include_ancestors:
-            parents = Session(id=session_id).ancestors().select(Session.id).tuples()
-            chain = [row[0] for row in parents][::-1] + chain
+        current = Session.get_or_none(Session.id == session_id) if include_ancestors else None
+        if current is not None:
+            for parent in current.ancestors():
+                if current.kind != "compression":
+                    break
+                chain.insert(0, parent.id)
+                current = parent
         entries: list[dict[str, Any]] = []
         for member in chain:
             query = (

@@ -78,7 +78,11 @@ def next_title_in_lineage(title: str) -> str:
 
 def resolve_by_title(title: str) -> str | None:
     """Id of the session titled ``title``, preferring its newest ``"title #N"``."""
-    if not isinstance(title, str) or not title.strip():
+    if title is None:
+        return None
+    if not isinstance(title, str):
+        raise TypeError(f"title must be str, not {type(title).__name__}")
+    if not title.strip():
         return None
     found = _variants(title.strip())
     if not found:

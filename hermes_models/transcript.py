@@ -9,7 +9,6 @@ fields and run directly.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -21,10 +20,12 @@ from .models import (
     ROLES,
     Message,
     Session,
+    check_epoch,
     decode_content,
     decode_json,
     encode_content,
     encode_json,
+    unencodable_error,
 )
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
@@ -74,11 +75,7 @@ def _check_role(role: Any) -> str:
 def _check_timestamp(timestamp: Any) -> float:
     if timestamp is None:
         return time.time()
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
-        raise TypeError(f"timestamp must be a number, not {type(timestamp).__name__}")
-    if not math.isfinite(timestamp):
-        raise ValueError(f"timestamp must be finite, got {timestamp!r}")
-    return float(timestamp)
+    return check_epoch(timestamp, "timestamp")
 
 
 def _optional_int(value: Any, argument: str) -> int | None:
@@ -130,19 +127,6 @@ def message_row(session_id: str, role: str, content: Any = None, **fields: Any) 
     return [values[name] for name in MESSAGE_FIELDS]
 
 
-def _name_unencodable(values: Sequence[Any], names: Sequence[str]) -> ValueError:
-    for name, value in zip(names, values):
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                return ValueError(
-                    f"{name} contains text that cannot be stored as UTF-8 "
-                    f"(lone surrogate at position {exc.start})"
-                )
-    return ValueError("a value contains text that cannot be stored as UTF-8")
-
-
 def append_message(session_id: str, role: str, content: Any = None, **fields: Any) -> int:
     """Append one message and bump the session's counters; returns the message id.
 
@@ -163,7 +147,8 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     try:
         return db.write(run)
     except UnicodeEncodeError:
-        raise _name_unencodable(row, MESSAGE_FIELDS) from None
+        arguments = {"session_id": session_id, "role": role, "content": content, **fields}
+        raise unencodable_error(arguments) from None
 
 
 def normalise_messages(messages: Iterable[Mapping[str, Any]], argument: str) -> list[dict[str, Any]]:
@@ -206,7 +191,12 @@ def insert_messages(session_id: str, messages: Sequence[Mapping[str, Any]], *, s
         chunk = rows[offset : offset + CHUNK_ROWS]
         marks = ", ".join("(" + ", ".join("?" * len(MESSAGE_FIELDS)) + ")" for _ in chunk)
         sql = _INSERT_SQL.split(" VALUES ")[0] + " VALUES " + marks
-        db.execute_sql(sql, [value for row in chunk for value in row])
+        try:
+            db.execute_sql(sql, [value for row in chunk for value in row])
+        except UnicodeEncodeError:
+            raise unencodable_error(
+                {f"messages[{index}]": dict(message) for index, message in enumerate(messages)}
+            ) from None
     return len(rows)
 
 
