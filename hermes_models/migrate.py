@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from yoyo import get_backend, read_migrations
+from yoyo.backends.base import TransactionManager
 from yoyo.exceptions import LockTimeout
 
 from .db import (
     SCHEMA_VERSION,
     check_header,
     check_schema_version,
+    is_lock_error,
     resolve_path,
     retry_locked,
     secure_files,
@@ -111,7 +113,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
                 backend.mark_migrations(baseline)
                 logger.info("%s: adopted a Hermes v%d database as it is", path, version)
             elif version is not None:
-                _adopt(backend, baseline)
+                _adopt(backend, baseline, version)
                 done = [m.id for m in baseline]
                 logger.info("%s: upgraded a Hermes v%d database to v16", path, version)
         todo = backend.to_apply(migrations)
@@ -183,16 +185,71 @@ def _locked(backend: Any) -> Iterator[None]:
         yield
 
 
+#: Columns every Hermes ``sessions`` / ``messages`` table has had since the first release.
+_HERMES_CORE = {
+    "sessions": {"id", "source", "started_at"},
+    "messages": {"id", "session_id", "role", "timestamp"},
+}
+
+
 def _hermes_version(conn: sqlite3.Connection) -> int | None:
+    """The Hermes schema version of a file without yoyo bookkeeping; None when empty.
+
+    A file without a version row counts as version 0.
+
+    Raises:
+        MigrationError: the file has a ``sessions`` or ``messages`` table
+            that is not Hermes' (nothing is changed).
+    """
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "sessions" not in tables:
         return None
+    for table, required in _HERMES_CORE.items():
+        if table not in tables:
+            continue
+        present = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+        missing = sorted(required - present)
+        if missing:
+            raise MigrationError(
+                f"the file has a {table!r} table without {', '.join(missing)}: it is not a "
+                "Hermes session store, and hermes_models will not change it"
+            )
     return stored_schema_version(conn) or 0
 
 
-def _adopt(backend: Any, baseline: list[Any]) -> None:
-    with backend.transaction():
-        for migration in baseline:
-            migration.process_steps(backend, "apply")
-            backend.log_migration(migration, "apply")
-            backend.mark_one(migration, log=False)
+class _ImmediateTransaction(TransactionManager):  # type: ignore[misc]
+    """A yoyo transaction begun with ``BEGIN IMMEDIATE``: the write lock is taken first."""
+
+    def _do_begin(self) -> None:
+        self.backend.execute("BEGIN IMMEDIATE")
+        # What yoyo's own begin() records, so nested steps use savepoints.
+        self.backend._in_transaction = True
+
+
+def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
+    """Run the baseline migrations on a Hermes file in one transaction.
+
+    The write lock is taken before anything is read, and the whole upgrade
+    (the migrations and yoyo's record of them) commits together or not at
+    all; a lock conflict rolls back and starts over after a short pause.
+
+    Raises:
+        MigrationError: a step failed; the file is as it was before.
+    """
+
+    def run() -> None:
+        with _ImmediateTransaction(backend):
+            for migration in baseline:
+                migration.process_steps(backend, "apply")
+                backend.log_migration(migration, "apply")
+                backend.mark_one(migration, log=False)
+
+    try:
+        retry_locked(run)
+    except sqlite3.Error as exc:
+        if is_lock_error(exc):
+            raise
+        raise MigrationError(
+            f"upgrading the Hermes v{version} database failed and was rolled back "
+            f"(the file is unchanged): {exc}"
+        ) from exc
