@@ -473,6 +473,17 @@ _migrated: set[Path] = set()
 _open_lock = threading.RLock()
 
 
+def _open_connection(db: HermesDatabase) -> None:
+    """Open this thread's connection, raising sqlite3's own error as sqlite3 would."""
+    try:
+        db.connect()
+    except peewee.DatabaseError as exc:
+        cause = getattr(exc, "orig", None)
+        if isinstance(cause, sqlite3.Error):
+            raise cause from None
+        raise
+
+
 def connect(
     target: str | os.PathLike[str] | None = None,
     *,
@@ -515,7 +526,7 @@ def connect(
                     _migrated.add(path)
                 db = HermesDatabase(path, read_only=read_only)
                 try:
-                    db.connect()
+                    _open_connection(db)
                     refuse_newer_schema(path, stored_schema_version(db.connection()))
                 except sqlite3.DatabaseError as exc:
                     db.close()

@@ -1,0 +1,763 @@
+"""The database handle: targets, connection set-up, WAL fallback, init errors, the write helper."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import peewee
+import pytest
+
+import hermes_models
+from hermes_models import (
+    HermesDatabase,
+    NotADatabaseError,
+    ReadOnlyDatabaseError,
+    StateMeta,
+    WriteConflictError,
+    format_db_unavailable,
+    get_last_init_error,
+)
+from hermes_models import db as db_module
+from hermes_models.db import record_init_error, resolve_path
+
+MIGRATE_MODULE = sys.modules["hermes_models.migrate"]
+
+EXPECTED_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1000}
+
+NFS_HINT = " (the file may be on NFS/SMB/FUSE, where SQLite's WAL mode cannot work)"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _mode(path: Path | str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _pragmas(db: HermesDatabase) -> dict[str, Any]:
+    return {name: db.execute_sql(f"PRAGMA {name}").fetchone()[0] for name in EXPECTED_PRAGMAS}
+
+
+def _meta(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT key, value FROM state_meta ORDER BY key").fetchall()
+    finally:
+        conn.close()
+
+
+def _insert(db: HermesDatabase, key: str, value: str = "v") -> Callable[[], int]:
+    def run() -> int:
+        return int(db.execute_sql("INSERT INTO state_meta VALUES (?, ?)", (key, value)).rowcount)
+
+    return run
+
+
+@contextlib.contextmanager
+def _write_lock_held(path: Path) -> Iterator[None]:
+    """Another connection holds the write lock (BEGIN IMMEDIATE) until the block ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            held.set()
+            release.wait(timeout=30)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(timeout=10)
+        yield
+    finally:
+        release.set()
+        thread.join(timeout=30)
+
+
+def _release_after(seconds: float, path: Path) -> tuple[threading.Thread, threading.Event]:
+    """Hold the write lock from another connection for ``seconds`` in a thread."""
+    held = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            held.set()
+            time.sleep(seconds)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(timeout=10)
+    return thread, held
+
+
+@pytest.fixture
+def fresh_last_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No init error recorded yet (the process-wide value is restored afterwards)."""
+    monkeypatch.setattr(db_module, "_last_init_error", None)
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Records every retry pause of the write helper (the pause itself still happens)."""
+    taken: list[float] = []
+    real = db_module._jitter
+
+    def jitter() -> None:
+        taken.append(time.monotonic())
+        real()
+
+    monkeypatch.setattr(db_module, "_jitter", jitter)
+    return taken
+
+
+@pytest.fixture
+def traced(database: HermesDatabase) -> Iterator[list[str]]:
+    """Every statement the main thread's connection runs while the test runs."""
+    statements: list[str] = []
+    conn = database.connection()
+    conn.set_trace_callback(statements.append)
+    yield statements
+    conn.set_trace_callback(None)
+
+
+# -- targets ---------------------------------------------------------------------
+
+
+def test_connect_without_target_uses_hermes_home_and_creates_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "deep" / "er" / "home"
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    db = hermes_models.connect()
+    try:
+        assert db.path == home / "state.db"
+        assert db.path.is_file()
+        assert db.execute_sql("SELECT version FROM schema_version").fetchall() == [(16,)]
+    finally:
+        db.close()
+
+
+def test_hermes_home_defaults_to_dot_hermes_at_call_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HERMES_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert resolve_path() == tmp_path / "user" / ".hermes" / "state.db"
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "elsewhere"))
+    assert resolve_path() == tmp_path / "elsewhere" / "state.db"
+
+
+def test_sqlite_urls_name_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_path(f"sqlite:///{tmp_path}/a.db") == tmp_path / "a.db"
+    assert resolve_path("sqlite:///relative.db") == tmp_path / "relative.db"
+    assert resolve_path("SQLITE:///relative.db") == tmp_path / "relative.db"
+    assert resolve_path(Path("plain.db")) == tmp_path / "plain.db"
+
+    db = hermes_models.connect(f"sqlite:///{tmp_path}/a.db")
+    try:
+        assert db.path == tmp_path / "a.db"
+        assert hermes_models.connect(tmp_path / "a.db") is db
+        assert db.execute_sql("SELECT version FROM schema_version").fetchall() == [(16,)]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("target", "error"),
+    [
+        (42, TypeError),
+        (b"state.db", TypeError),
+        (["state.db"], TypeError),
+        ("", ValueError),
+        ("   ", ValueError),
+        (":memory:", ValueError),
+        ("file::memory:?cache=shared", ValueError),
+        ("postgres://x", ValueError),
+        ("sqlite:///", ValueError),
+        ("bad\x00name.db", ValueError),
+    ],
+)
+def test_bad_targets_are_rejected_naming_target(target: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="target"):
+        hermes_models.connect(target)
+    with pytest.raises(error, match="target"):
+        hermes_models.migrate(target)
+
+
+def test_connecting_twice_returns_the_same_handle_without_migrating_again(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = hermes_models.connect(db_path)
+    calls: list[Path] = []
+    monkeypatch.setattr(MIGRATE_MODULE, "migrate", lambda path: calls.append(path) or [])
+    try:
+        assert hermes_models.connect(db_path) is first
+        assert hermes_models.connect(str(db_path)) is first
+        assert hermes_models.connect(f"sqlite:///{db_path}") is first
+        assert calls == []
+    finally:
+        first.close()
+
+
+def test_models_are_bound_to_the_last_connected_database(tmp_path: Path) -> None:
+    a = hermes_models.connect(tmp_path / "a.db")
+    b = hermes_models.connect(tmp_path / "b.db")
+    try:
+        assert db_module.current() is b
+        StateMeta.set_value("where", "b")
+        assert hermes_models.connect(tmp_path / "a.db") is a
+        assert db_module.current() is a
+        StateMeta.set_value("where", "a")
+        assert StateMeta.get_value("where") == "a"
+        assert _meta(tmp_path / "a.db") == [("where", "a")]
+        assert _meta(tmp_path / "b.db") == [("where", "b")]
+    finally:
+        a.close()
+        b.close()
+
+
+# -- connection set-up ----------------------------------------------------------------
+
+
+def test_every_thread_connection_gets_the_pragmas(database: HermesDatabase) -> None:
+    main_conn = database.connection()
+    seen: list[tuple[bool, dict[str, Any]]] = []
+
+    def run() -> None:
+        try:
+            seen.append((database.connection() is not main_conn, _pragmas(database)))
+        finally:
+            database.close()
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _pragmas(database) == EXPECTED_PRAGMAS
+    assert seen == [(True, EXPECTED_PRAGMAS)] * 3
+
+
+def test_foreign_keys_are_enforced(database: HermesDatabase) -> None:
+    with pytest.raises(peewee.IntegrityError, match="FOREIGN KEY"):
+        database.write(
+            lambda: database.execute_sql(
+                "INSERT INTO messages (session_id, role, timestamp) VALUES ('nope', 'user', 1)"
+            )
+        )
+    assert database.execute_sql("SELECT count(*) FROM messages").fetchone() == (0,)
+
+
+def test_created_files_are_private_whatever_the_umask(db_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        db = hermes_models.connect(db_path)
+        db.write(_insert(db, "k"))
+        names = sorted(os.listdir(db_path.parent))
+        modes = {name: oct(_mode(db_path.parent / name)) for name in names}
+        db.close()
+    finally:
+        os.umask(old)
+    assert modes == {"state.db": "0o600", "state.db-shm": "0o600", "state.db-wal": "0o600"}
+
+
+def test_existing_files_are_tightened_without_breaking_other_connections(db_path: Path) -> None:
+    hermes_models.migrate(db_path)
+    os.chmod(db_path, 0o644)
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        other.execute("PRAGMA journal_mode=WAL")
+        other.execute("INSERT INTO state_meta VALUES ('before', 'x')")
+        for suffix in ("-wal", "-shm"):
+            os.chmod(f"{db_path}{suffix}", 0o644)
+        db = hermes_models.connect(db_path)
+        modes = {name: oct(_mode(db_path.parent / name)) for name in os.listdir(db_path.parent)}
+        assert modes == {"state.db": "0o600", "state.db-shm": "0o600", "state.db-wal": "0o600"}
+        # The other connection still holds its locks and keeps working.
+        db.write(_insert(db, "during"))
+        other.execute("INSERT INTO state_meta VALUES ('after', 'x')")
+        db.close()
+    finally:
+        other.close()
+    assert _meta(db_path) == [("after", "x"), ("before", "x"), ("during", "v")]
+
+
+# -- WAL fallback ---------------------------------------------------------------------
+
+
+def _refuse_wal(message: str, calls: list[int]) -> Callable[[sqlite3.Connection], str]:
+    def refuse(conn: sqlite3.Connection) -> str:
+        calls.append(1)
+        raise sqlite3.OperationalError(message)
+
+    return refuse
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "hermes_models" and record.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.parametrize("marker", ["locking protocol", "not authorized"])
+def test_wal_falls_back_to_delete_with_one_warning_per_database(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    marker: str,
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal(marker, calls))
+    caplog.set_level(logging.WARNING, logger="hermes_models")
+    first, second = tmp_path / "nfs.db", tmp_path / "smb.db"
+
+    db = hermes_models.connect(first)
+    assert db.journal == "delete"
+    assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("delete",)
+    db.write(_insert(db, "main"))
+
+    def in_thread(key: str) -> None:
+        try:
+            assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("delete",)
+            db.write(_insert(db, key))
+        finally:
+            db.close()
+
+    threads = [threading.Thread(target=in_thread, args=(f"thread-{n}",)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    other = hermes_models.connect(second)
+    other.write(_insert(other, "other"))
+    db.close()
+    other.close()
+    again = hermes_models.connect(first)  # a new connection does not warn again
+    assert again.execute_sql("PRAGMA journal_mode").fetchone() == ("delete",)
+    again.close()
+
+    warnings = _warnings(caplog)
+    assert [(str(first) in w, str(second) in w, marker in w) for w in warnings] == [
+        (True, False, True),
+        (False, True, True),
+    ]
+    assert len(calls) == 6  # every new connection asks for WAL; only the first warns
+    assert _meta(first) == [("main", "v"), ("thread-0", "v"), ("thread-1", "v"), ("thread-2", "v")]
+    assert _meta(second) == [("other", "v")]
+    assert sorted(os.listdir(tmp_path)) == ["nfs.db", "smb.db"]
+
+
+def test_other_journal_errors_propagate(
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fresh_last_error: None,
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal("disk I/O error", calls))
+    caplog.set_level(logging.WARNING, logger="hermes_models")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        hermes_models.connect(db_path)
+    assert calls == [1]
+    assert _warnings(caplog) == []
+    assert get_last_init_error() == "OperationalError: disk I/O error"
+
+
+def test_a_wal_file_is_never_switched(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    hermes_models.migrate(db_path)
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    conn.close()
+    calls: list[int] = []
+    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal("locking protocol", calls))
+    caplog.set_level(logging.WARNING, logger="hermes_models")
+
+    db = hermes_models.connect(db_path)
+    try:
+        assert db.journal == "wal"
+        assert _pragmas(db) == EXPECTED_PRAGMAS
+        db.write(_insert(db, "k"))
+    finally:
+        db.close()
+    assert calls == []
+    assert _warnings(caplog) == []
+
+
+# -- init errors --------------------------------------------------------------------------
+
+
+def test_no_init_error_in_a_new_process() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "import hermes_models; print(hermes_models.get_last_init_error())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout == "None\n"
+
+
+def test_init_error_is_recorded_and_survives_a_later_success(
+    tmp_path: Path, fresh_last_error: None
+) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not sqlite at all\n")
+    with pytest.raises(NotADatabaseError):
+        hermes_models.connect(junk)
+    expected = f"NotADatabaseError: {junk} is not an SQLite database"
+    assert get_last_init_error() == expected
+
+    hermes_models.connect(tmp_path / "good.db").close()
+    assert get_last_init_error() == expected
+
+    with pytest.raises(ValueError):
+        hermes_models.connect("")
+    assert get_last_init_error() == "ValueError: target: empty database path"
+
+
+def test_format_db_unavailable_without_a_cause(fresh_last_error: None) -> None:
+    assert format_db_unavailable() == "Session database not available."
+    assert format_db_unavailable("State store down") == "State store down."
+
+
+def test_format_db_unavailable_with_a_cause(tmp_path: Path, fresh_last_error: None) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("hello")
+    with pytest.raises(NotADatabaseError):
+        hermes_models.connect(junk)
+    assert format_db_unavailable() == (
+        f"Session database not available: NotADatabaseError: {junk} is not an SQLite database."
+    )
+    assert format_db_unavailable("Cannot search") == (
+        f"Cannot search: NotADatabaseError: {junk} is not an SQLite database."
+    )
+
+
+@pytest.mark.parametrize("marker", ["locking protocol", "not authorized"])
+def test_format_db_unavailable_hints_at_network_file_systems(
+    marker: str, fresh_last_error: None
+) -> None:
+    record_init_error(sqlite3.OperationalError(marker))
+    assert format_db_unavailable() == (
+        f"Session database not available: OperationalError: {marker}{NFS_HINT}."
+    )
+
+
+def test_init_error_names_the_sqlite_cause_of_a_peewee_error(fresh_last_error: None) -> None:
+    record_init_error(
+        peewee.OperationalError(sqlite3.OperationalError("unable to open database file"))
+    )
+    assert get_last_init_error() == "OperationalError: unable to open database file"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"just some text\n" * 50, b"SQLite format 3\x00" + b"\xff" * 4080, b"\x00" * 10],
+    ids=["text", "bad-pages", "zeros"],
+)
+def test_a_file_that_is_not_sqlite_is_refused_untouched(db_path: Path, content: bytes) -> None:
+    db_path.write_bytes(content)
+    os.chmod(db_path, 0o644)
+    digest = _digest(db_path)
+    with pytest.raises(NotADatabaseError, match="not an SQLite database"):
+        hermes_models.connect(db_path)
+    with pytest.raises(NotADatabaseError, match="not an SQLite database"):
+        hermes_models.migrate(db_path)
+    with pytest.raises(NotADatabaseError, match="not an SQLite database"):
+        hermes_models.connect(db_path, read_only=True)
+    assert _digest(db_path) == digest
+    assert _mode(db_path) == 0o644
+    assert os.listdir(db_path.parent) == [db_path.name]
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(NotADatabaseError, match="is a directory"):
+        hermes_models.connect(tmp_path / "dir.db")
+
+
+# -- the write helper ---------------------------------------------------------------------
+
+
+def test_write_runs_in_begin_immediate(database: HermesDatabase, traced: list[str]) -> None:
+    assert database.write(_insert(database, "k")) == 1
+    assert traced == ["BEGIN IMMEDIATE", "INSERT INTO state_meta VALUES ('k', 'v')", "COMMIT"]
+
+
+def test_module_write_uses_the_bound_database(database: HermesDatabase, traced: list[str]) -> None:
+    assert hermes_models.write(_insert(database, "k")) == 1
+    assert traced[0] == "BEGIN IMMEDIATE"
+    assert _meta(database.path) == [("k", "v")]
+
+
+def test_write_retries_while_another_connection_holds_the_lock(
+    database: HermesDatabase, pauses: list[float]
+) -> None:
+    # A short busy timeout makes each attempt give up quickly, so the retry
+    # loop (not SQLite's busy handler) has to wait the lock out.
+    database.execute_sql("PRAGMA busy_timeout = 50")
+    runs: list[int] = []
+    insert = _insert(database, "k")
+
+    def run() -> int:
+        runs.append(1)
+        return insert()
+
+    holder, _ = _release_after(0.5, database.path)
+    started = time.monotonic()
+    try:
+        assert database.write(run) == 1
+    finally:
+        holder.join()
+    elapsed = time.monotonic() - started
+    assert runs == [1]  # BEGIN IMMEDIATE was refused before the callback ran
+    assert len(pauses) >= 2
+    assert 0.4 < elapsed < 2.0
+    assert _meta(database.path) == [("k", "v")]
+
+
+def test_pauses_are_random_between_20_and_150_ms(
+    database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(db_module.time, "sleep", slept.append)
+    attempts: list[int] = []
+
+    def run() -> int:
+        attempts.append(1)
+        if len(attempts) < 12:
+            raise sqlite3.OperationalError("database is locked")
+        return 7
+
+    assert database.write(run) == 7
+    assert len(slept) == 11
+    assert all(0.020 <= s <= 0.150 for s in slept)
+    assert len(set(slept)) == 11
+
+
+def test_a_lock_error_inside_the_callback_reruns_it_from_scratch(
+    database: HermesDatabase, pauses: list[float]
+) -> None:
+    runs: list[int] = []
+
+    def run() -> str:
+        runs.append(1)
+        database.execute_sql("INSERT INTO state_meta VALUES (?, 'v')", (f"try-{len(runs)}",))
+        if len(runs) < 3:
+            raise peewee.OperationalError("database table is locked")
+        return "ok"
+
+    assert database.write(run) == "ok"
+    assert (len(runs), len(pauses)) == (3, 2)
+    assert _meta(database.path) == [("try-3", "v")]
+
+
+def test_write_gives_up_with_write_conflict_error(
+    database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WRITE_MAX_ATTEMPTS", 3)
+    database.execute_sql("PRAGMA busy_timeout = 50")
+    runs: list[int] = []
+
+    def run() -> None:
+        runs.append(1)
+
+    with _write_lock_held(database.path):
+        with pytest.raises(WriteConflictError) as caught:
+            database.write(run)
+    assert isinstance(caught.value, sqlite3.OperationalError)
+    assert "locked" in str(caught.value)
+    assert (runs, len(pauses)) == ([], 2)
+    assert database.write(_insert(database, "after")) == 1
+
+
+def test_write_conflict_after_the_callback_kept_failing(
+    database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WRITE_MAX_ATTEMPTS", 4)
+    runs: list[int] = []
+
+    def run() -> None:
+        runs.append(1)
+        database.execute_sql("INSERT INTO state_meta VALUES ('k', 'v')")
+        raise sqlite3.OperationalError("database is busy")
+
+    with pytest.raises(WriteConflictError, match="locked"):
+        database.write(run)
+    assert (len(runs), len(pauses)) == (4, 3)
+    assert _meta(database.path) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        peewee.IntegrityError("UNIQUE constraint failed: state_meta.key"),
+        sqlite3.OperationalError("no such table: nowhere"),
+        ValueError("bad argument"),
+    ],
+    ids=["integrity", "operational", "value"],
+)
+def test_other_errors_roll_back_and_propagate_at_once(
+    database: HermesDatabase, pauses: list[float], error: Exception
+) -> None:
+    runs: list[int] = []
+
+    def run() -> None:
+        runs.append(1)
+        database.execute_sql("INSERT INTO state_meta VALUES ('k', 'v')")
+        raise error
+
+    with pytest.raises(type(error)) as caught:
+        database.write(run)
+    assert caught.value is error
+    assert (runs, pauses) == ([1], [])
+    assert _meta(database.path) == []
+    assert not database.in_transaction()
+
+
+def test_a_real_constraint_violation_is_not_retried(
+    database: HermesDatabase, pauses: list[float]
+) -> None:
+    database.write(_insert(database, "k"))
+    runs: list[int] = []
+
+    def run() -> int:
+        runs.append(1)
+        return _insert(database, "k", "other")()
+
+    with pytest.raises(peewee.IntegrityError, match="UNIQUE"):
+        database.write(run)
+    assert (runs, pauses) == ([1], [])
+    assert _meta(database.path) == [("k", "v")]
+
+
+def test_nested_write_runs_in_a_savepoint(database: HermesDatabase, traced: list[str]) -> None:
+    def outer() -> str:
+        _insert(database, "outer")()
+        assert database.write(_insert(database, "inner")) == 1
+        return "done"
+
+    assert database.write(outer) == "done"
+    assert [s.split('"')[0] for s in traced] == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO state_meta VALUES ('outer', 'v')",
+        "SAVEPOINT ",
+        "INSERT INTO state_meta VALUES ('inner', 'v')",
+        "RELEASE SAVEPOINT ",
+        "COMMIT",
+    ]
+    assert _meta(database.path) == [("inner", "v"), ("outer", "v")]
+
+
+def test_a_failed_nested_write_is_not_retried_and_rolls_back_only_itself(
+    database: HermesDatabase, pauses: list[float]
+) -> None:
+    inner_runs: list[int] = []
+
+    def inner() -> None:
+        inner_runs.append(1)
+        _insert(database, "inner")()
+        raise sqlite3.OperationalError("database is locked")
+
+    def outer() -> str:
+        _insert(database, "outer")()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            database.write(inner)
+        return "kept"
+
+    assert database.write(outer) == "kept"
+    assert (inner_runs, pauses) == ([1], [])
+    assert _meta(database.path) == [("outer", "v")]
+
+
+def test_a_passive_checkpoint_follows_every_50th_write(
+    database: HermesDatabase, traced: list[str]
+) -> None:
+    for n in range(120):
+        if n == 30:
+            with pytest.raises(ValueError):
+                database.write(lambda: (_ for _ in ()).throw(ValueError("not counted")))
+        database.write(_insert(database, f"k{n:03d}"))
+    commits, checkpoints_after = 0, []
+    for statement in traced:
+        if statement == "COMMIT":
+            commits += 1
+        elif statement.startswith("PRAGMA wal_checkpoint"):
+            checkpoints_after.append((commits, statement))
+    assert checkpoints_after == [
+        (50, "PRAGMA wal_checkpoint(PASSIVE)"),
+        (100, "PRAGMA wal_checkpoint(PASSIVE)"),
+    ]
+
+
+def test_checkpoint_rejects_unknown_modes(database: HermesDatabase) -> None:
+    with pytest.raises(ValueError, match="mode"):
+        database.checkpoint("FAST")
+
+
+def test_close_truncates_the_wal(database: HermesDatabase) -> None:
+    wal = Path(f"{database.path}-wal")
+    reader = sqlite3.connect(database.path)  # keeps the WAL file from being deleted on close
+    try:
+        reader.execute("SELECT count(*) FROM state_meta").fetchone()
+        for n in range(20):
+            database.write(_insert(database, f"k{n}"))
+        assert wal.stat().st_size > 0
+        database.close()
+        assert wal.stat().st_size == 0
+        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (20,)
+    finally:
+        reader.close()
+
+
+def test_read_only_handle_reads_and_refuses_writes(db_path: Path) -> None:
+    db = hermes_models.connect(db_path)
+    db.write(_insert(db, "k"))
+    db.close()
+    digest = _digest(db_path)
+
+    ro = hermes_models.connect(db_path, read_only=True)
+    try:
+        assert ro.read_only
+        assert ro.execute_sql("SELECT key, value FROM state_meta").fetchall() == [("k", "v")]
+        runs: list[int] = []
+        with pytest.raises(ReadOnlyDatabaseError, match="read-only"):
+            ro.write(lambda: runs.append(1))
+        assert runs == []
+        with pytest.raises(peewee.OperationalError, match="readonly"):
+            ro.execute_sql("INSERT INTO state_meta VALUES ('x', 'y')")
+    finally:
+        ro.close()
+    assert _digest(db_path) == digest
+
+
+def test_read_only_needs_an_existing_file(db_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        hermes_models.connect(db_path, read_only=True)
+    assert os.listdir(db_path.parent) == []
