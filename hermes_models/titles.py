@@ -77,15 +77,22 @@ def next_title_in_lineage(title: str) -> str:
 
 
 def resolve_by_title(title: str) -> str | None:
-    """Id of the session titled ``title``, preferring its newest ``"title #N"``."""
+    """Id of the session titled ``title``, preferring its newest ``"title #N"``.
+
+    A numbered continuation wins over the exact title; among several, the
+    one started last (then the highest number) wins.
+    """
     if title is None:
         return None
     if not isinstance(title, str):
         raise TypeError(f"title must be str, not {type(title).__name__}")
     if not title.strip():
         return None
-    found = _variants(title.strip())
-    if not found:
+    base = title.strip()
+    found = _variants(base)
+    numbered = [row for row in found if row[0] != base]
+    candidates = numbered or found
+    if not candidates:
         return None
-    newest = max(found, key=lambda row: (row[3], row[1], row[2]))
+    newest = max(candidates, key=lambda row: (row[1], row[3], row[2]))
     return str(newest[2])
