@@ -16,15 +16,17 @@ from urllib.parse import quote
 
 import pytest
 from yoyo import get_backend
+from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
-from hermes_models import SchemaTooNewError
+from hermes_models import MigrationError, SchemaTooNewError
 from hermes_models.migrate import BASELINE, LOCK_POLL_S, yoyo_url
 
 REPO = Path(__file__).resolve().parent.parent
 YOYO = Path(sys.executable).parent / "yoyo"
 
 SPAWN = multiprocessing.get_context("spawn")
+MIGRATE_MODULE = sys.modules["hermes_models.migrate"]
 
 SESSIONS_COLUMNS = [
     # (cid, name, type, notnull, default, pk) as PRAGMA table_info reports them
@@ -541,3 +543,42 @@ def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
         holder.join(timeout=30)
     assert holder.exitcode == 0
     assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
+
+
+def test_a_lock_held_too_long_gives_up_with_migration_error(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(MIGRATE_MODULE, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(MIGRATE_MODULE, "LOCK_POLL_S", 0.2)
+    held, release = SPAWN.Event(), SPAWN.Event()
+    holder = SPAWN.Process(target=_hold_lock, args=(yoyo_url(db_path), held, release))
+    holder.start()
+    try:
+        assert held.wait(timeout=60)
+        with pytest.raises(
+            MigrationError, match=f"could not take the migration lock.*{holder.pid}"
+        ):
+            hermes_models.migrate(db_path)
+        assert "sessions" not in {
+            row[0] for row in _query(db_path, "SELECT name FROM sqlite_master")
+        }
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert hermes_models.migrate(db_path) == list(BASELINE)
+
+
+def test_migrations_are_applied_while_holding_the_yoyo_lock(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[list[str], list[tuple[Any, ...]]]] = []
+    real = DatabaseBackend.apply_migrations
+
+    def spy(self: Any, migrations: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(([m.id for m in migrations], _query(db_path, "SELECT pid FROM yoyo_lock")))
+        return real(self, migrations, *args, **kwargs)
+
+    monkeypatch.setattr(DatabaseBackend, "apply_migrations", spy)
+    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert seen == [(list(BASELINE), [(os.getpid(),)])]
+    assert _query(db_path, "SELECT pid FROM yoyo_lock") == []
