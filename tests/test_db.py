@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -24,6 +25,7 @@ from hermes_models import (
     HermesDatabase,
     NotADatabaseError,
     ReadOnlyDatabaseError,
+    SessionDB,
     StateMeta,
     WriteConflictError,
     format_db_unavailable,
@@ -761,3 +763,62 @@ def test_read_only_needs_an_existing_file(db_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         hermes_models.connect(db_path, read_only=True)
     assert os.listdir(db_path.parent) == []
+
+
+def test_every_store_write_runs_inside_begin_immediate(store: SessionDB) -> None:
+    statements: list[str] = []
+    conn = store._conn
+    conn.set_trace_callback(statements.append)
+    try:
+        store.create_session("a", "cli", model="m")
+        store.ensure_session("b", "cli")
+        store.append_message("a", "user", "hi")
+        rewind_from = store.append_message("a", "user", "again")
+        store.append_message("a", "assistant", "x", tool_calls=[{"id": "c1"}])
+        store.update_system_prompt("a", "prompt")
+        store.update_session_model("a", "m2")
+        store.update_session_cwd("a", "/work")
+        store.update_session_meta("a", git_branch="main")
+        store.update_token_counts("a", input_tokens=3)
+        store.update_token_counts("unknown-id", output_tokens=2)
+        store.set_session_title("a", "title")
+        store.set_meta("k", "v")
+        store.set_session_archived("a", True)
+        store.set_session_archived("a", False)
+        store.rewind_to_message("a", rewind_from)
+        store.restore_rewound("a", rewind_from)
+        store.replace_messages("b", [{"role": "user", "content": "q"}])
+        store.clear_messages("b")
+        store.end_session("a", "compression")
+        store.reopen_session("a")
+        store.try_acquire_compression_lock("a", "holder")
+        store.release_compression_lock("a", "holder")
+        store.create_session("c", "cli", parent_session_id="a")
+        store.delete_session("c")
+        store.delete_sessions(["b"])
+        store.prune_sessions(0)
+        store.delete_empty_sessions()
+    finally:
+        conn.set_trace_callback(None)
+
+    target = re.compile(
+        r'^(?:(?:INSERT|REPLACE)(?:\s+OR\s+\w+)?\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+"?(\w+)',
+        re.IGNORECASE,
+    )
+    outside, begins, written = [], [], set()
+    depth = 0
+    for statement in statements:
+        text = statement.strip()
+        upper = text.upper()
+        if upper.startswith("BEGIN"):
+            begins.append(upper)
+            depth = 1
+        elif upper in ("COMMIT", "ROLLBACK"):
+            depth = 0
+        elif match := target.match(text):
+            written.add(match.group(1))
+            if not depth:
+                outside.append(text)
+    assert outside == []
+    assert set(begins) == {"BEGIN IMMEDIATE"}
+    assert written == {"sessions", "messages", "state_meta", "compression_locks"}
