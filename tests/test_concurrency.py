@@ -172,3 +172,33 @@ def test_eight_processes_racing_for_a_compression_lock_one_wins(db_path: Path) -
     assert sorted(str(won) for _, won in outcomes) == ["False"] * 7 + ["True"]
     winners = [holder for holder, won in outcomes if won is True]
     assert _holder(db_path) == [(winners[0],)]
+
+
+def _connect_together(path: str, name: str, barrier: Any, results: Any) -> None:
+    try:
+        barrier.wait(timeout=120)
+        db = hermes_models.connect(path)
+        try:
+            db.write(lambda: db.execute_sql("INSERT INTO state_meta VALUES (?, 'v')", (name,)))
+            results.put((name, db.journal))
+        finally:
+            db.close()
+    except BaseException as exc:  # reported to the parent, which fails the test
+        results.put((name, f"{type(exc).__name__}: {exc}"))
+
+
+@pytest.mark.slow
+def test_eight_processes_opening_one_fresh_file_all_get_wal(db_path: Path) -> None:
+    names = [f"process-{n}" for n in range(8)]
+    outcomes = _run_together(
+        _connect_together, [(str(db_path), n) for n in names], SPAWN.Barrier(8)
+    )
+    assert outcomes == [(name, "wal") for name in names]
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT key FROM state_meta ORDER BY key").fetchall() == [
+            (name,) for name in names
+        ]
+    finally:
+        conn.close()
