@@ -49,9 +49,13 @@ _INSERT_SQL = 'INSERT INTO "{table}" ({columns}) VALUES ({marks})'.format(
     columns=", ".join(f'"{c}"' for c in _columns()),
     marks=", ".join("?" for _ in MESSAGE_FIELDS),
 )
+_MESSAGES = Session.message_count.column_name
+_TOOL_CALLS = Session.tool_call_count.column_name
 _COUNT_SQL = (
-    f'UPDATE "{Session._meta.table_name}" SET "{Session.message_count.column_name}" = COALESCE("{Session.message_count.column_name}", 0) + 1, '
-    f'"{Session.tool_call_count.column_name}" = COALESCE("{Session.tool_call_count.column_name}", 0) + ? WHERE "{Session.id.column_name}" = ?'
+    f'UPDATE "{Session._meta.table_name}" '
+    f'SET "{_MESSAGES}" = COALESCE("{_MESSAGES}", 0) + 1, '
+    f'"{_TOOL_CALLS}" = COALESCE("{_TOOL_CALLS}", 0) + ? '
+    f'WHERE "{Session.id.column_name}" = ?'
 )
 
 
@@ -151,7 +155,9 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
         raise unencodable_error(arguments) from None
 
 
-def normalise_messages(messages: Iterable[Mapping[str, Any]], argument: str) -> list[dict[str, Any]]:
+def normalise_messages(
+    messages: Iterable[Mapping[str, Any]], argument: str
+) -> list[dict[str, Any]]:
     """OpenAI-style message dicts checked and keyed by message field names."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
         raise TypeError(f"{argument} must be a list of message dicts")
@@ -169,7 +175,9 @@ def normalise_messages(messages: Iterable[Mapping[str, Any]], argument: str) -> 
     return out
 
 
-def insert_messages(session_id: str, messages: Sequence[Mapping[str, Any]], *, start: float | None = None) -> int:
+def insert_messages(
+    session_id: str, messages: Sequence[Mapping[str, Any]], *, start: float | None = None
+) -> int:
     """Insert ``messages`` with multi-row INSERTs (inside the caller's write).
 
     Messages without a timestamp get ``start`` plus a microsecond per row,
@@ -224,7 +232,12 @@ def recount(session_id: str) -> None:
                 fn.json_valid(Message.tool_calls),
                 Case(
                     None,
-                    [(fn.json_type(Message.tool_calls) == "array", fn.json_array_length(Message.tool_calls))],
+                    [
+                        (
+                            fn.json_type(Message.tool_calls) == "array",
+                            fn.json_array_length(Message.tool_calls),
+                        )
+                    ],
                     0,
                 ),
             )
@@ -267,7 +280,9 @@ def rewind_to_message(session_id: str, user_message_id: int) -> int:
             )
         count = (
             Message.update(active=0)
-            .where(Message.session == session_id, Message.id >= user_message_id, Message.active == 1)
+            .where(
+                Message.session == session_id, Message.id >= user_message_id, Message.active == 1
+            )
             .execute()
         )
         Session.update(rewind_count=Session.rewind_count + 1).where(
