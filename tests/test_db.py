@@ -545,7 +545,7 @@ def test_write_retries_while_another_connection_holds_the_lock(
 
 
 def test_pauses_are_random_between_20_and_150_ms(
-    database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
+    database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slept: list[float] = []
     monkeypatch.setattr(db_module.time, "sleep", slept.append)
