@@ -131,15 +131,16 @@ INDEXED_TEXT = (
 )
 
 
-def _yoyo(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(YOYO), *args, "--batch", "--no-config-file", "migrations"],
+def _yoyo(command: str, *args: str, sources: tuple[str, ...] = ("migrations",)) -> None:
+    """Run the yoyo command line from the checkout, as a deploy would."""
+    done = subprocess.run(
+        [str(YOYO), command, "--batch", *args, *sources],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
     )
+    assert done.returncode == 0, done.stderr
 
 
 def _yoyo_apply(path: Path) -> None:
@@ -189,6 +190,16 @@ def test_yoyo_cli_and_migrate_build_the_identical_schema(tmp_path: Path) -> None
     assert schema == _schema(by_api)
     assert {row[0] for row in schema} == {"table", "index", "trigger"}
     assert _query(by_cli, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
+        (name,) for name in BASELINE
+    ]
+
+
+def test_yoyo_cli_with_only_the_checkout_yoyo_ini(tmp_path: Path) -> None:
+    by_ini, by_api = tmp_path / "ini.db", tmp_path / "api.db"
+    _yoyo("apply", "--database", f"sqlite:///{by_ini}", sources=())
+    hermes_models.migrate(by_api)
+    assert _schema(by_ini) == _schema(by_api)
+    assert _query(by_ini, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
         (name,) for name in BASELINE
     ]
 
