@@ -506,10 +506,10 @@ def test_eight_processes_migrating_one_fresh_file_apply_each_migration_once(db_p
 
 
 def _lock_and_die(url: str) -> None:
-    backend = get_backend(url)
-    held = backend.lock()
-    held.__enter__()  # kept referenced: collecting it would delete the lock row
-    os._exit(3)
+    with get_backend(url) as backend:  # yoyo's date adapters, as migrate() uses them
+        held = backend.lock()
+        held.__enter__()  # kept referenced: collecting it would delete the lock row
+        os._exit(3)
 
 
 def test_stale_lock_of_a_dead_process_is_reclaimed(db_path: Path) -> None:
