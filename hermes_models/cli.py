@@ -6,8 +6,8 @@ the result. Errors become one line on stderr and a non-zero exit status.
 
 from __future__ import annotations
 
-import functools
 import json
+import os
 import sqlite3
 import sys
 import tempfile
@@ -39,21 +39,43 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
+_DB_HELP = "Database file (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes)."
+
+
+def _inherit_db(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """A command's ``--db``, else the one given before the command name (or the env var)."""
+    if value is None and ctx.parent is not None:
+        inherited: Path | None = ctx.find_root().params.get("db_path")
+        return inherited
+    return value
+
+
 def db_option(command: F) -> F:
-    """Add ``--db PATH`` to a command."""
+    """Add ``--db PATH`` to a command (``hermes-models --db PATH COMMAND`` works too)."""
     return click.option(
         "--db",
         "db_path",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        envvar="HERMES_MODELS_DB",
-        help="Database file (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes).",
+        callback=_inherit_db,
+        help=_DB_HELP,
     )(command)
 
 
 @contextmanager
-def open_store(db_path: Path | None, read_only: bool = False) -> Iterator[SessionDB]:
-    """A SessionDB on ``db_path`` (the default store when None), closed afterwards."""
+def open_store(
+    db_path: Path | None, read_only: bool = False, must_exist: bool = False
+) -> Iterator[SessionDB]:
+    """A SessionDB on ``db_path`` (the default store when None), closed afterwards.
+
+    With ``must_exist`` a missing file is an error instead of a new empty store.
+    """
+    if must_exist:
+        path = resolve_path(db_path)
+        if not path.exists():
+            raise click.ClickException(
+                f"{path} does not exist (create it with: hermes-models migrate --db {path})"
+            )
     store = SessionDB(db_path, read_only=read_only)
     try:
         yield store
@@ -73,7 +95,12 @@ class HermesGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (
+            click.ClickException,
+            click.exceptions.Exit,
+            click.exceptions.Abort,
+            BrokenPipeError,
+        ):
             raise
         except (
             HermesModelsError,
@@ -95,8 +122,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 @click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar="HERMES_MODELS_DB",
+    help=_DB_HELP + " Env: HERMES_MODELS_DB.",
+)
 @click.version_option(__version__, prog_name="hermes-models")
-def cli() -> None:
+def cli(db_path: Path | None) -> None:
     """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
 
 
@@ -115,15 +150,20 @@ def migrate(db_path: Path | None) -> None:
     console.print(f"{path}: schema up to date")
 
 
-def _sessions_table(rows: list[dict[str, Any]]) -> Table:
+def _sessions_table(rows: list[dict[str, Any]], width: int) -> Table:
+    """The session listing as a table fitting ``width`` columns of terminal."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     id_width = max([len(row["id"]) for row in rows] + [2])
+    # ID, source, count and time keep their width; title and preview share the rest.
+    room = max(width - (id_width + 8 + 4 + 16 + 2 * 5), 16)
+    title_width = min(24, max(8, room // 3))
+    preview_width = max(8, min(40, room - title_width))
     table.add_column("ID", no_wrap=True, min_width=id_width)
-    table.add_column("Title", no_wrap=True, max_width=24, overflow="ellipsis")
-    table.add_column("Source", no_wrap=True, min_width=6)
+    table.add_column("Title", no_wrap=True, width=title_width, overflow="ellipsis")
+    table.add_column("Source", no_wrap=True, min_width=6, max_width=8, overflow="ellipsis")
     table.add_column("Msgs", justify="right", no_wrap=True, min_width=4)
     table.add_column("Last active", no_wrap=True, min_width=16)
-    table.add_column("Preview", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("Preview", no_wrap=True, width=preview_width, overflow="ellipsis")
     for row in rows:
         table.add_row(
             escape(row["id"]),
@@ -154,7 +194,7 @@ def sessions(
     as_json: bool,
 ) -> None:
     """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True) as store:
         rows = store.list_sessions_rich(
             source=source,
             limit=limit,
@@ -170,13 +210,15 @@ def sessions(
     if not rows:
         console.print("no sessions")
         return
-    console.print(_sessions_table(rows))
+    console.print(_sessions_table(rows, console.width))
 
 
 def _resolve(store: SessionDB, session_id: str) -> str:
+    """A session id from an id, a unique id prefix, an exact title or a lineage title."""
     resolved = store.resolve_session_id(session_id)
     if resolved is None:
-        resolved = store.resolve_session_by_title(session_id)
+        exact = store.get_session_by_title(session_id)
+        resolved = exact["id"] if exact else store.resolve_session_by_title(session_id)
     if resolved is None:
         raise click.ClickException(f"no session matches {session_id!r}")
     return resolved
@@ -196,13 +238,14 @@ def _content_text(content: Any) -> str:
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
 def show(db_path: Path | None, session_id: str, include_inactive: bool) -> None:
     """Show one session (by id, unique id prefix or title) and its transcript."""
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True) as store:
         resolved = _resolve(store, session_id)
         session = store.get_session(resolved)
         messages = store.get_messages(resolved, include_inactive=include_inactive)
     assert session is not None
     console = _console()
-    console.print(f"[bold]{escape(session['id'])}[/bold]  {escape(session.get('title') or '')}")
+    title = f"  {escape(session['title'])}" if session.get("title") else ""
+    console.print(f"[bold]{escape(session['id'])}[/bold]{title}")
     console.print(
         f"source {escape(session['source'])} · model {escape(session.get('model') or '-')} · "
         f"started {_when(session['started_at'])} · ended {_when(session.get('ended_at'))}"
@@ -268,7 +311,7 @@ def _lineage_tree(store: SessionDB, session_id: str) -> Tree:
 @click.argument("session_id")
 def lineage(db_path: Path | None, session_id: str) -> None:
     """Draw the lineage tree around a session: kinds, titles, counts, resume target."""
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True) as store:
         resolved = _resolve(store, session_id)
         tree = _lineage_tree(store, resolved)
     _console().print(tree)
@@ -279,7 +322,7 @@ def lineage(db_path: Path | None, session_id: str) -> None:
 @click.argument("session_id")
 def resume(db_path: Path | None, session_id: str) -> None:
     """Print the id a /resume of SESSION_ID opens (the compression tip with messages)."""
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True) as store:
         resolved = _resolve(store, session_id)
         click.echo(store.resolve_resume_session_id(resolved))
 
@@ -291,6 +334,10 @@ def demo(db_path: Path | None, keep: bool) -> None:
     """Build a demo store in a temporary folder and show what the package does with it."""
     from .demo import build_demo
 
+    if db_path is not None and db_path.exists() and db_path.stat().st_size > 0:
+        raise click.ClickException(
+            f"{db_path} already exists; the demo writes a new database (pick a new path)"
+        )
     console = _console()
     with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
         path = db_path or Path(tmp) / "state.db"
@@ -299,13 +346,13 @@ def demo(db_path: Path | None, keep: bool) -> None:
         with open_store(path) as store:
             ids = build_demo(store)
             console.rule("Sessions (as a picker lists them)")
-            console.print(_sessions_table(store.list_sessions_rich(limit=None)))
-            console.rule(f"Transcript of {ids.english}")
-            for message in store.get_messages_as_conversation(ids.english):
-                console.print(f"[bold]{message['role']}[/bold]: {escape(_content_text(message['content']))}")
-            console.rule(f"Transcript of {ids.chinese}")
-            for message in store.get_messages_as_conversation(ids.chinese):
-                console.print(f"[bold]{message['role']}[/bold]: {escape(_content_text(message['content']))}")
+            rows = store.list_sessions_rich(limit=None)
+            console.print(_sessions_table(rows, console.width))
+            for session_id in (ids.english, ids.chinese):
+                console.rule(f"Transcript of {session_id}")
+                for message in store.get_messages_as_conversation(session_id):
+                    text = escape(_content_text(message["content"]))
+                    console.print(f"[bold]{message['role']}[/bold]: {text}")
             _demo_search(console, store)
             console.rule("Lineage")
             console.print(_lineage_tree(store, ids.english))
@@ -334,12 +381,27 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return EXIT_FAILURE
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()
+        return exc.exit_code
+    except click.UsageError as exc:
+        # One line, like every other error; the hint says where the usage is.
+        command = exc.ctx.command_path if exc.ctx is not None else "hermes-models"
+        message = " ".join(exc.format_message().split())
+        click.echo(f"Error: {message} (see '{command} --help')", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except Exception as exc:  # noqa: BLE001 - the CLI never shows a traceback
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, and keep Python
+        # from complaining again when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILURE
+    except Exception as exc:  # the CLI never shows a traceback
         click.echo(f"Error: {_one_line(exc)}", err=True)
         return EXIT_FAILURE
     return 0
