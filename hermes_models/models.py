@@ -404,7 +404,7 @@ class CompressionLock(BaseModel):
             return False
         if _check_holder(holder) == "":
             raise ValueError("holder must not be empty")
-        ttl = _check_ttl(ttl)
+        ttl = check_ttl(ttl)
 
         def run() -> bool:
             now = time.time()
@@ -464,11 +464,12 @@ def _check_holder(holder: Any) -> str:
     return holder
 
 
-def _check_ttl(ttl: Any) -> float:
+def check_ttl(ttl: Any, argument: str = "ttl") -> float:
+    """A lock lease in seconds: a number above 0 and at most a year."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise TypeError(f"ttl must be a number of seconds, not {type(ttl).__name__}")
+        raise TypeError(f"{argument} must be a number of seconds, not {type(ttl).__name__}")
     if not (0 < ttl <= 366 * 24 * 3600):
-        raise ValueError(f"ttl must be between 0 and one year in seconds, got {ttl!r}")
+        raise ValueError(f"{argument} must be between 0 and one year in seconds, got {ttl!r}")
     return float(ttl)
 
 

@@ -32,6 +32,7 @@ from .models import (
     Session,
     StateMeta,
     check_epoch,
+    check_ttl,
     encode_json,
     unencodable_error,
 )
@@ -668,9 +669,10 @@ class SessionDB:
         self, session_id: str, holder: str, ttl_seconds: float = 300.0
     ) -> bool:
         """Take the compression lock of a session; True iff ``holder`` now has it."""
+        ttl = check_ttl(ttl_seconds, "ttl_seconds")
         if self.read_only:
             return False
-        return CompressionLock.acquire(session_id, holder, ttl=ttl_seconds)
+        return CompressionLock.acquire(session_id, holder, ttl=ttl)
 
     @_api
     def release_compression_lock(self, session_id: str, holder: str) -> None:

@@ -738,3 +738,66 @@ def test_model_config_json_round_trips_through_get_session(store: SessionDB) -> 
     config = {"nested": {"list": [1, 2.5, None, "é"]}, "_delegate_from": "p"}
     store.create_session("s1", "cli", model_config=config, started_at=T0)
     assert json.loads(store.get_session("s1")["model_config"]) == config
+
+
+# -- compression locks through SessionDB ------------------------------------------------------
+
+
+def test_compression_lock_methods(store: SessionDB) -> None:
+    assert store.try_acquire_compression_lock("s1", "gateway:pid=1", ttl_seconds=60) is True
+    assert store.try_acquire_compression_lock("s1", "cli:pid=2") is False
+    assert store.try_acquire_compression_lock("s1", "gateway:pid=1") is True
+    assert store.get_compression_lock_holder("s1") == "gateway:pid=1"
+    assert store.release_compression_lock("s1", "cli:pid=2") is None
+    assert store.get_compression_lock_holder("s1") == "gateway:pid=1"
+    store.release_compression_lock("s1", "gateway:pid=1")
+    assert store.get_compression_lock_holder("s1") is None
+    assert store.try_acquire_compression_lock("s1", "short", ttl_seconds=0.05) is True
+    time.sleep(0.1)
+    assert store.get_compression_lock_holder("s1") is None
+    assert store.try_acquire_compression_lock("s1", "cli:pid=2") is True
+    assert store.try_acquire_compression_lock("", "x") is False
+    assert store.get_compression_lock_holder("") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "argument"),
+    [
+        (("s1", "me", 0), ValueError, "ttl_seconds"),
+        (("s1", "me", "60"), TypeError, "ttl_seconds"),
+        (("s1", "", 60), ValueError, "holder"),
+        (("s1", 5, 60), TypeError, "holder"),
+        ((5, "me", 60), TypeError, "session_id"),
+    ],
+)
+def test_compression_lock_names_a_bad_argument(
+    store: SessionDB, args: tuple[Any, ...], error: type[Exception], argument: str
+) -> None:
+    with pytest.raises(error, match=rf"^{argument} "):
+        store.try_acquire_compression_lock(*args)
+    assert store._conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone() == (0,)
+
+
+def test_one_of_many_threads_wins_the_lock(store: SessionDB) -> None:
+    barrier = threading.Barrier(8)
+    results: dict[str, bool] = {}
+    errors: list[BaseException] = []
+
+    def contend(name: str) -> None:
+        try:
+            barrier.wait()
+            results[name] = store.try_acquire_compression_lock("contested", name)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            store.database.close()
+
+    threads = [threading.Thread(target=contend, args=(f"t{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    winners = [name for name, won in results.items() if won]
+    assert len(results) == 8 and len(winners) == 1
+    assert store.get_compression_lock_holder("contested") == winners[0]
