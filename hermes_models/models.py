@@ -229,7 +229,7 @@ class Session(BaseModel):
         return lineage.resume_target(self)
 
     @classmethod
-    def listable(cls) -> peewee.ModelSelect:
+    def listable(cls) -> peewee.ModelSelect[Session]:
         """Sessions a picker shows: roots and branches, not ephemeral, not archived."""
         return cls.select().where(lineage.listable_expr(cls), cls.archived == 0)
 
@@ -333,7 +333,9 @@ class Message(BaseModel):
         return decode_content(self.content)
 
     @classmethod
-    def for_session(cls, session_id: str, include_inactive: bool = False) -> peewee.ModelSelect:
+    def for_session(
+        cls, session_id: str, include_inactive: bool = False
+    ) -> peewee.ModelSelect[Message]:
         """Messages of a session ordered by id; soft-deleted ones only when asked."""
         query = cls.select().where(cls.session == session_id)
         if not include_inactive:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
+from typing import cast
 
 from .models import Session
 
@@ -52,10 +54,11 @@ def split_title(title: str) -> tuple[str, int]:
 
 
 def _variants(base: str) -> list[tuple[str, float, str, int]]:
-    rows = (
+    rows = cast(
+        "Iterable[tuple[str, float, str]]",
         Session.select(Session.title, Session.started_at, Session.id)
         .where((Session.title == base) | Session.title.startswith(base + " #"))
-        .tuples()
+        .tuples(),
     )
     found = []
     for title, started_at, session_id in rows:

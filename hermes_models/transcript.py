@@ -9,13 +9,14 @@ fields and run directly.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from peewee import SQL, Case, fn
 
-from .db import current, write
+from .db import HermesDatabase, current, write
 from .models import (
     ROLES,
     Message,
@@ -57,6 +58,11 @@ _COUNT_SQL = (
     f'"{_TOOL_CALLS}" = COALESCE("{_TOOL_CALLS}", 0) + ? '
     f'WHERE "{Session.id.column_name}" = ?'
 )
+
+
+def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
+    """Run pre-rendered SQL on ``db`` (inside the caller's write)."""
+    return cast(sqlite3.Cursor, db.execute_sql(sql, params))  # type: ignore[no-untyped-call]
 
 
 def check_session_id(session_id: Any, argument: str = "session_id") -> str:
@@ -143,9 +149,8 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     db = current()
 
     def run() -> int:
-        cursor = db.execute_sql(_INSERT_SQL, row)
-        message_id = int(cursor.lastrowid)
-        db.execute_sql(_COUNT_SQL, (calls, session_id))
+        message_id = int(_execute(db, _INSERT_SQL, row).lastrowid or 0)
+        _execute(db, _COUNT_SQL, (calls, session_id))
         return message_id
 
     try:
@@ -200,7 +205,7 @@ def insert_messages(
         marks = ", ".join("(" + ", ".join("?" * len(MESSAGE_FIELDS)) + ")" for _ in chunk)
         sql = _INSERT_SQL.split(" VALUES ")[0] + " VALUES " + marks
         try:
-            db.execute_sql(sql, [value for row in chunk for value in row])
+            _execute(db, sql, [value for row in chunk for value in row])
         except UnicodeEncodeError:
             raise unencodable_error(
                 {f"messages[{index}]": dict(message) for index, message in enumerate(messages)}
