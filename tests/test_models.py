@@ -502,3 +502,22 @@ def test_acquire_turns_a_database_error_into_false(
     monkeypatch.undo()
     assert CompressionLock.select().count() == 0
     assert CompressionLock.acquire("s1", "me") is True
+
+
+# -- factories --------------------------------------------------------------------------------
+
+
+def test_factory_sequences_restart_in_every_test(database: HermesDatabase) -> None:
+    first = SessionFactory()
+    message = MessageFactory(session=first)
+    assert (first.id, first.started_at) == ("session-0000", EPOCH)
+    assert (message.content, message.timestamp) == ("message number 0", EPOCH + 1.0)
+    assert Session.get_by_id(first.id).message_count == 1
+
+
+def test_message_factory_builds_its_session_through_the_write_path(
+    database: HermesDatabase,
+) -> None:
+    message = MessageFactory(role="assistant", tool_calls=[{"id": "c"}])
+    session = Session.get_by_id(message.session_id)
+    assert (session.id, session.message_count, session.tool_call_count) == ("session-0000", 1, 1)
