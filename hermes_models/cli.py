@@ -6,6 +6,7 @@ the result. Errors become one line on stderr and a non-zero exit status.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sqlite3
@@ -372,6 +373,181 @@ def _demo_search(console: Console, store: SessionDB) -> None:
         console.rule(f"Search: {query}")
         for hit in search(query, limit=5):
             console.print(f"[bold]{escape(hit['session_id'])}[/bold] {escape(hit['snippet'])}")
+
+
+# -- export, import and health ---------------------------------------------------------
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (drawn on a terminal only), handed out as a callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = (label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    live = console.is_terminal
+    with Progress(*columns, console=console, transient=True, disable=not live) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextmanager
+def _output(path: Path | None) -> Iterator[Any]:
+    """``path``, or standard output as UTF-8 text when None."""
+    if path is not None:
+        yield path
+        return
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
+    try:
+        yield stream
+    finally:
+        stream.flush()
+        stream.detach()
+
+
+@cli.command()
+@db_option
+@click.option("--session", "session_id", help="Only this session's lineage (id, prefix or title).")
+@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["jsonl", "md"]), default="jsonl", show_default=True,
+    help="jsonl: the lossless bundle `import` reads; md: Markdown to read.",
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="File to write (default: standard output).",
+)
+def export(
+    db_path: Path | None, session_id: str | None, source: str | None, fmt: str, output: Path | None
+) -> None:
+    """Export sessions with their messages, lineage and soft-deleted messages included."""
+    with open_store(db_path) as store:
+        if session_id is not None:
+            session_id = _resolve(store, session_id)
+        with _output(output) as target, _progress("exporting") as progress:
+            if fmt == "jsonl":
+                counts = store.export_bundle(
+                    target, session_id=session_id, source=source, progress=progress
+                )
+            else:
+                count = store.export_markdown(
+                    target, session_id=session_id, source=source, progress=progress
+                )
+                counts = {"sessions": count}
+    if output is not None:
+        what = f"{counts['sessions']} sessions"
+        if "messages" in counts:
+            what += f" and {counts['messages']} messages"
+        _console().print(f"wrote {what} to {escape(str(output))}")
+
+
+@cli.command("import")
+@db_option
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--source", default="cli", show_default=True,
+    help="Source of transcripts whose meta line names no platform.",
+)
+def import_(db_path: Path | None, path: Path, source: str) -> None:
+    """Import a JSONL bundle, a legacy <session_id>.jsonl transcript, or a folder of them.
+
+    Sessions already in the database are left as they are, so importing twice
+    is the same as importing once.
+    """
+    from .bundle import is_bundle
+
+    console = _console()
+    with open_store(db_path) as store, _progress("importing") as progress:
+        if path.is_file() and is_bundle(path):
+            report = store.import_bundle(path, progress=progress)
+            console.print(
+                f"imported {report['sessions_added']} sessions and {report['messages_added']} "
+                f"messages ({report['sessions_skipped']} sessions already present, "
+                f"{report['messages_renumbered']} messages given new ids)"
+            )
+            return
+        totals = store.import_transcripts(path, source=source, progress=progress)
+    console.print(
+        f"imported {totals['sessions_added']} sessions and {totals['messages_added']} messages "
+        f"from {totals['files']} transcript files ({totals['sessions_skipped']} already present, "
+        f"{totals['lines_skipped']} lines skipped)"
+    )
+    for failure in totals["failed"]:
+        click.echo(f"failed: {failure['error']}", err=True)
+    if totals["failed"]:
+        raise click.exceptions.Exit(EXIT_FAILURE)
+
+
+def _bytes(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@cli.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def stats(db_path: Path | None, as_json: bool) -> None:
+    """Sessions, messages, file and WAL size, and search index rows against messages."""
+    from .health import stats as store_stats
+
+    with open_store(db_path) as store:
+        report = store_stats(store.database)
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False))
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    rows = [
+        ("file", escape(report["path"])),
+        ("schema", f"v{report['schema_version']} ({report['journal_mode']} journal)"),
+        ("sessions", str(report["sessions"])),
+        ("messages", f"{report['messages']} ({report['active_messages']} active, "
+                     f"{report['inactive_messages']} rewound)"),
+        ("file size", _bytes(report["file_bytes"])),
+        ("WAL size", _bytes(report["wal_bytes"])),
+    ]
+    for name, count in report["fts_rows"].items():
+        state = "in step" if count == report["messages"] else f"messages: {report['messages']}"
+        rows.append((name, f"{count} rows ({state})"))
+    for name, value in rows:
+        table.add_row(name, value)
+    _console().print(table)
+
+
+@cli.command()
+@db_option
+def doctor(db_path: Path | None) -> None:
+    """Check the file (integrity, search indexes, foreign keys) without changing it.
+
+    Exits with status 1 when a check fails.
+    """
+    from .db import connect
+    from .health import doctor as check
+
+    path = resolve_path(db_path)
+    if not path.is_file():
+        raise click.ClickException(f"no database at {path}")
+    db = connect(path, migrate=False)
+    try:
+        report = check(db)
+    finally:
+        db.close()
+    console = _console()
+    for item in report["checks"]:
+        mark = "[green]ok[/green]  " if item["ok"] else "[red]FAIL[/red]"
+        console.print(f"{mark} {escape(item['name'])}: {escape(item['detail'])}")
+    failed = [item for item in report["checks"] if not item["ok"]]
+    if failed:
+        console.print(f"{path}: {len(failed)} of {len(report['checks'])} checks failed")
+        raise click.exceptions.Exit(EXIT_FAILURE)
+    console.print(f"{path}: healthy ({len(report['checks'])} checks passed)")
 
 
 def main(argv: list[str] | None = None) -> int:

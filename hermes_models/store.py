@@ -17,7 +17,7 @@ import functools
 import inspect
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import peewee
@@ -109,7 +109,7 @@ META_FIELDS = (
 def _field(column: str) -> peewee.Field:
     for field in Session._meta.sorted_fields:
         if field.column_name == column:
-            return cast(peewee.Field, field)
+            return field
     raise KeyError(column)  # pragma: no cover
 
 
@@ -166,7 +166,7 @@ class SessionDB:
         """The DB-API connection of this thread (for raw SQL)."""
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return cast(sqlite3.Connection, self._db.connection())  # type: ignore[no-untyped-call]
+        return cast(sqlite3.Connection, self._db.connection())
 
     @property
     def database(self) -> HermesDatabase:
@@ -276,12 +276,11 @@ class SessionDB:
             return None
         if Session.select().where(Session.id == key).exists():
             return key
-        candidates = cast(
-            "Iterable[tuple[str]]",
+        candidates = (
             Session.select(Session.id)
             .where(fn.substr(Session.id, 1, len(key)) == key)
             .limit(2)
-            .tuples(),
+            .tuples()
         )
         found = [row[0] for row in candidates]
         return found[0] if len(found) == 1 else None
@@ -611,7 +610,7 @@ class SessionDB:
         chain = [session_id]
         current = Session.get_or_none(Session.id == session_id) if include_ancestors else None
         if current is not None:
-            for parent in cast("Iterable[Session]", current.ancestors()):
+            for parent in current.ancestors():
                 if current.kind != "compression":
                     break
                 chain.insert(0, parent.id)
@@ -746,3 +745,81 @@ class SessionDB:
     # -- search (fts.py) ------------------------------------------------------------------
 
     # -- export and import (bundle.py) ----------------------------------------------------
+
+    @_api
+    def export_session(self, session_id: str) -> dict[str, Any] | None:
+        """One session's columns with its ``messages`` (as :meth:`get_messages`), or None."""
+        session = self.get_session(session_id)
+        if session is None:
+            return None
+        return {**session, "messages": self.get_messages(session_id)}
+
+    @_api
+    def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
+        """Every session (children too, newest first) as :meth:`export_session` gives it."""
+        rows = listing.plain_listing(limit=None, offset=0, source=source, include_archived=True)
+        return [{**row, "messages": self.get_messages(row["id"])} for row in rows]
+
+    @_api
+    def export_bundle(
+        self,
+        target: Any,
+        *,
+        session_id: str | None = None,
+        source: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, int]:
+        """Write the lossless JSONL bundle to a path or text stream (see :mod:`.bundle`).
+
+        ``session_id`` exports that session's lineage, ``source`` the sessions
+        of one source; ancestors come along. Returns the session and message counts.
+        """
+        from .bundle import export_bundle
+
+        return export_bundle(target, session_id=session_id, source=source, progress=progress)
+
+    @_api
+    def export_markdown(
+        self,
+        target: Any,
+        *,
+        session_id: str | None = None,
+        source: str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Write the sessions as readable Markdown; returns how many sessions."""
+        from .markdown import export_markdown
+
+        return export_markdown(target, session_id=session_id, source=source, progress=progress)
+
+    @_api
+    def import_bundle(
+        self, source: Any, *, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, int]:
+        """Add the sessions of a bundle (path or text stream) this file lacks, with their
+        messages, in one transaction; sessions already here are left as they are.
+
+        Raises:
+            BundleError: the bundle is malformed, truncated or newer than this package.
+        """
+        from .bundle import load
+        from .importer import import_bundle
+
+        return import_bundle(load(source), progress=progress)
+
+    @_api
+    def import_transcripts(
+        self,
+        path: Any,
+        *,
+        source: str = "cli",
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Import legacy ``<session_id>.jsonl`` transcripts: one file, or a folder of them.
+
+        Raises:
+            BundleError: ``path`` is one file that cannot be read as a transcript.
+        """
+        from .transcript_files import import_transcripts
+
+        return import_transcripts(path, source=source, progress=progress)

@@ -1,0 +1,142 @@
+"""Sessions rendered as Markdown, for people to read (not to import).
+
+Each session becomes a section: its title (or id), a short list of facts
+(source, model, times, lineage kind and parent, counters), then every message
+under a heading with its role and UTC time. Rewound (soft-deleted) messages
+are shown and marked. Tool calls and list/dict content are shown as JSON
+blocks. The output is deterministic, like the JSONL bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import IO, Any
+
+from .bundle import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    Progress,
+    message_rows,
+    open_output,
+    selection,
+    session_rows,
+)
+from .db import current
+from .lineage import kind_of
+from .models import Session, decode_content, decode_json
+
+
+def _when(epoch: Any) -> str:
+    if not isinstance(epoch, (int, float)):
+        return "-"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fence(text: str, info: str = "") -> str:
+    ticks = "```"
+    while ticks in text:
+        ticks += "`"
+    return f"{ticks}{info}\n{text}\n{ticks}"
+
+
+def _json_block(value: Any) -> str:
+    return _fence(json.dumps(value, ensure_ascii=False, indent=2), "json")
+
+
+def _session_lines(row: dict[str, Any]) -> Iterator[str]:
+    session = Session(**{f.name: row[f.column_name] for f in Session._meta.sorted_fields})
+    yield f"## {row['title'] or row['id']}"
+    yield ""
+    yield f"- id: `{row['id']}`"
+    yield f"- source: {row['source']} · model: {row['model'] or '-'}"
+    ended = _when(row["ended_at"])
+    if row["end_reason"]:
+        ended += f" ({row['end_reason']})"
+    yield f"- started: {_when(row['started_at'])} · ended: {ended}"
+    kind = kind_of(session)
+    if row["parent_session_id"]:
+        yield f"- lineage: {kind} of `{row['parent_session_id']}`"
+    else:
+        yield f"- lineage: {kind}"
+    yield (
+        f"- messages: {row['message_count'] or 0} · tool calls: {row['tool_call_count'] or 0}"
+        f" · tokens: {row['input_tokens'] or 0} in / {row['output_tokens'] or 0} out"
+    )
+    if row["archived"]:
+        yield "- archived"
+    yield ""
+
+
+def _message_lines(row: dict[str, Any]) -> Iterator[str]:
+    label = row["role"] + (f" · {row['tool_name']}" if row["tool_name"] else "")
+    rewound = " · rewound" if not row["active"] else ""
+    yield f"### {label} · {_when(row['timestamp'])}{rewound}"
+    yield ""
+    content = decode_content(row["content"])
+    if isinstance(content, str):
+        yield content if content.strip() else "_(empty)_"
+    elif content is None:
+        yield "_(no content)_"
+    else:
+        yield _json_block(content)
+    if row["tool_calls"]:
+        yield ""
+        yield "Tool calls:"
+        yield ""
+        yield _json_block(decode_json(row["tool_calls"]))
+    yield ""
+
+
+def _collect(
+    session_id: str | None, source: str | None
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    with current().atomic():
+        ids = selection(session_id, source)
+        sessions = [dict(zip(SESSION_COLUMNS, row)) for row in session_rows(ids)]
+        by_session: dict[str, list[dict[str, Any]]] = {}
+        for row in message_rows(ids):
+            message = dict(zip(MESSAGE_COLUMNS, row))
+            by_session.setdefault(message["session_id"], []).append(message)
+    return sessions, by_session
+
+
+def _render(
+    sessions: list[dict[str, Any]],
+    by_session: dict[str, list[dict[str, Any]]],
+    progress: Progress | None,
+) -> Iterator[str]:
+    yield "# Hermes sessions\n"
+    for done, session in enumerate(sessions, 1):
+        yield "\n"
+        for line in _session_lines(session):
+            yield line + "\n"
+        for message in by_session.get(session["id"], []):
+            for line in _message_lines(message):
+                yield line + "\n"
+        if progress is not None:
+            progress(done, len(sessions))
+
+
+def markdown_lines(
+    session_id: str | None = None, source: str | None = None, progress: Progress | None = None
+) -> Iterator[str]:
+    """The Markdown of the chosen sessions (see :func:`hermes_models.bundle.selection`)."""
+    yield from _render(*_collect(session_id, source), progress)
+
+
+def export_markdown(
+    target: str | os.PathLike[str] | IO[str],
+    *,
+    session_id: str | None = None,
+    source: str | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Write Markdown to a path or text stream; returns how many sessions it shows."""
+    sessions, by_session = _collect(session_id, source)
+    with open_output(target) as out:
+        for line in _render(sessions, by_session, progress):
+            out.write(line)
+    return len(sessions)
