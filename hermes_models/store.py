@@ -17,7 +17,7 @@ import functools
 import inspect
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import peewee
@@ -109,7 +109,7 @@ META_FIELDS = (
 def _field(column: str) -> peewee.Field:
     for field in Session._meta.sorted_fields:
         if field.column_name == column:
-            return field
+            return cast(peewee.Field, field)
     raise KeyError(column)  # pragma: no cover
 
 
@@ -166,7 +166,7 @@ class SessionDB:
         """The DB-API connection of this thread (for raw SQL)."""
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return cast(sqlite3.Connection, self._db.connection())
+        return cast(sqlite3.Connection, self._db.connection())  # type: ignore[no-untyped-call]
 
     @property
     def database(self) -> HermesDatabase:
@@ -276,11 +276,12 @@ class SessionDB:
             return None
         if Session.select().where(Session.id == key).exists():
             return key
-        candidates = (
+        candidates = cast(
+            "Iterable[tuple[str]]",
             Session.select(Session.id)
             .where(fn.substr(Session.id, 1, len(key)) == key)
             .limit(2)
-            .tuples()
+            .tuples(),
         )
         found = [row[0] for row in candidates]
         return found[0] if len(found) == 1 else None
@@ -610,7 +611,7 @@ class SessionDB:
         chain = [session_id]
         current = Session.get_or_none(Session.id == session_id) if include_ancestors else None
         if current is not None:
-            for parent in current.ancestors():
+            for parent in cast("Iterable[Session]", current.ancestors()):
                 if current.kind != "compression":
                     break
                 chain.insert(0, parent.id)
