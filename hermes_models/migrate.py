@@ -96,7 +96,9 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     Raises:
         NotADatabaseError: the file is not an SQLite database.
         SchemaTooNewError: a newer Hermes wrote the file (nothing is written).
-        MigrationError: the migration lock could not be taken.
+        MigrationError: the migration lock could not be taken, the file has a
+            ``sessions`` table that is not Hermes', or upgrading an older Hermes
+            file failed (it is left as it was).
     """
     path = resolve_path(target)
     check_header(path)
