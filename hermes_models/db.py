@@ -539,9 +539,12 @@ def connect(
                 if not read_only:
                     secure_files(path, create=False)
                 _databases[(path, read_only)] = db
-            elif migrate and not read_only and path not in _migrated:
-                apply_migrations(path)
-                _migrated.add(path)
+            else:
+                # Another process may have upgraded the file since we opened it.
+                refuse_newer_schema(path, stored_schema_version(db.connection()))
+                if migrate and not read_only and path not in _migrated:
+                    apply_migrations(path)
+                    _migrated.add(path)
     except Exception as exc:
         record_init_error(exc)
         raise

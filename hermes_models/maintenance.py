@@ -16,6 +16,7 @@ from typing import Any
 from peewee import SQL, Value, fn
 
 from .db import current, write
+from .errors import ReadOnlyDatabaseError
 from .lineage import MAX_DEPTH, SEP, _not_visited, _path, ephemeral_expr
 from .models import CompressionLock, Message, Session
 
@@ -144,6 +145,8 @@ def optimize_fts() -> int:
 def vacuum() -> None:
     """Checkpoint the WAL, rebuild the file compactly, and checkpoint again."""
     db = current()
+    if db.read_only:
+        raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; VACUUM is refused")
     db.checkpoint("TRUNCATE")
     db.execute_sql("VACUUM")
     db.checkpoint("TRUNCATE")

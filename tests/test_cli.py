@@ -308,14 +308,22 @@ def test_demo_into_a_new_file_keeps_it(tmp_path: Path) -> None:
         assert store.resolve_resume_session_id("demo-retries") == "demo-retries-2"
 
 
+def count_sessions(path: Path) -> tuple[int]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+    finally:
+        conn.close()
+
+
 def test_demo_refuses_an_existing_database(filled: Path) -> None:
-    before = sqlite3.connect(filled).execute("SELECT COUNT(*) FROM sessions").fetchone()
+    before = count_sessions(filled)
     result = invoke("demo", "--db", str(filled))
     assert result.exit_code == 1
     assert result.output == (
         f"Error: {filled} already exists; the demo writes a new database (pick a new path)\n"
     )
-    assert sqlite3.connect(filled).execute("SELECT COUNT(*) FROM sessions").fetchone() == before
+    assert count_sessions(filled) == before
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -822,3 +822,15 @@ def test_every_store_write_runs_inside_begin_immediate(store: SessionDB) -> None
     assert outside == []
     assert set(begins) == {"BEGIN IMMEDIATE"}
     assert written == {"sessions", "messages", "state_meta", "compression_locks"}
+
+
+def test_a_cached_handle_notices_a_newer_schema_written_by_another_process(db_path: Path) -> None:
+    hermes_models.connect(db_path)
+    other = sqlite3.connect(db_path)
+    with other:
+        other.execute("UPDATE schema_version SET version = 17")
+    other.close()
+    with pytest.raises(hermes_models.SchemaTooNewError, match="version 17"):
+        hermes_models.connect(db_path)
+    with pytest.raises(hermes_models.SchemaTooNewError, match="version 17"):
+        SessionDB(db_path)

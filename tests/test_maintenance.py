@@ -128,3 +128,16 @@ def test_optimize_and_vacuum_keep_everything(tree: SessionDB) -> None:
     assert snapshot(tree) == before
     assert os.path.getsize(f"{tree.db_path}-wal") == 0
     assert tree._conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_vacuum_on_a_read_only_store_is_refused(tree: SessionDB) -> None:
+    from hermes_models import ReadOnlyDatabaseError
+
+    tree.close()
+    reader = SessionDB(tree.db_path, read_only=True)
+    try:
+        with pytest.raises(ReadOnlyDatabaseError, match="read-only"):
+            reader.vacuum()
+        assert reader.session_count() == 8
+    finally:
+        reader.close()
