@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +130,7 @@ def test_upgraded_file_has_the_v16_schema(old_file: tuple[int, Path], tmp_path: 
             out[table] = sorted(
                 _query(
                     p,
-                    "SELECT name, type, \"notnull\", dflt_value, pk"
+                    'SELECT name, type, "notnull", dflt_value, pk'
                     f" FROM pragma_table_info('{table}')",
                 )
             )
@@ -316,6 +319,73 @@ def test_cli_migrate_upgrades_an_old_file(tmp_path: Path) -> None:
         f"{path}: schema up to date"
     ]
     assert _query(path, "SELECT version FROM schema_version") == [(16,)]
+
+
+def _adopt_together(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait(timeout=60)
+    try:
+        results.put(("ok", hermes_models.migrate(path)))
+    except BaseException as exc:  # reported to the parent, which fails the test
+        results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+@pytest.mark.slow
+def test_four_processes_opening_an_old_file_upgrade_it_once(tmp_path: Path) -> None:
+    path = legacy.build(tmp_path / "state.db", 10)
+    before = _read(path)
+    spawn = multiprocessing.get_context("spawn")
+    barrier, results = spawn.Barrier(4), spawn.Queue()
+    procs = [
+        spawn.Process(target=_adopt_together, args=(str(path), barrier, results)) for _ in range(4)
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    assert sorted(outcomes) == [("ok", []), ("ok", []), ("ok", []), ("ok", list(BASELINE))]
+    assert _query(path, "SELECT migration_id, operation FROM _yoyo_log ORDER BY 1") == [
+        (name, "apply") for name in BASELINE
+    ]
+    after = _read(path)
+    assert [{k: r[k] for k in before["messages"][0]} for r in after["messages"]] == before[
+        "messages"
+    ]
+
+
+def test_upgrade_waits_for_a_hermes_writer_holding_the_lock(tmp_path: Path) -> None:
+    path = legacy.build(tmp_path / "state.db", 10)
+    locked, appended = threading.Event(), []
+
+    def hermes_writer() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            cursor = conn.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp)"
+                " VALUES ('root-en', 'user', 'written during the upgrade', ?)",
+                (legacy.T0 + 700,),
+            )
+            appended.append(cursor.lastrowid)
+            locked.set()
+            time.sleep(0.5)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=hermes_writer)
+    writer.start()
+    assert locked.wait(10)
+    try:
+        assert _adopt(path) == list(BASELINE)
+    finally:
+        writer.join()
+    conn = sqlite3.connect(path)
+    try:
+        assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
+        assert legacy.fts_ids(conn, "messages_fts", "upgrade") == appended
+    finally:
+        conn.close()
 
 
 # -- v16 files and failures: nothing changes ----------------------------------------------
