@@ -65,19 +65,24 @@ def _has_v16_layout(cursor, table, options):
     row = cursor.fetchone()
     if row is None:
         return False
-    expected = _squash(f"CREATE VIRTUAL TABLE {table} USING fts5(content{options})")
-    if _squash(row[0]) != expected:
+    layout = _squash(f"CREATE VIRTUAL TABLE {table} USING fts5(content{options})")
+    if _squash(row[0]) != layout:
         return False
     cursor.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
     )
-    present = {name: _squash(sql) for name, sql in cursor.fetchall()}
-    for name, sql in _triggers(table).items():
+    present = dict(cursor.fetchall())
+    expected = _triggers(table)
+    for name in expected:
         if name not in present:
             return False
-        if not name.endswith("_delete") and "tool_calls" not in present[name]:
+        if not name.endswith("_delete") and "tool_calls" not in _squash(present[name]):
             return False
-    return True
+    # Any other trigger writing to the index would index messages twice.
+    mention = re.compile(rf"\b{table}\b")
+    return not any(
+        mention.search(sql or "") for name, sql in present.items() if name not in expected
+    )
 
 
 def _drop(cursor, table):

@@ -311,6 +311,27 @@ def test_search_triggers_under_other_names_are_replaced(tmp_path: Path) -> None:
         conn.close()
 
 
+def test_a_stray_trigger_writing_to_a_search_index_is_removed(tmp_path: Path) -> None:
+    path = legacy.build(tmp_path / "state.db", 15)
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TRIGGER legacy_unindex AFTER UPDATE OF tool_name ON messages"
+        " BEGIN DELETE FROM messages_fts WHERE rowid = old.id; END"
+    )
+    conn.commit()
+    conn.close()
+    _adopt(path)
+    triggers = _query(path, "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+    assert [r[0] for r in triggers] == V16_TRIGGERS
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE messages SET tool_name = 'renamed_tool' WHERE id = 3")
+        assert legacy.fts_ids(conn, "messages_fts", "renamed_tool") == [3]
+        assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
+    finally:
+        conn.close()
+
+
 def test_cli_migrate_upgrades_an_old_file(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 10)
     result = CliRunner().invoke(cli, ["migrate", "--db", str(path)])
