@@ -291,7 +291,7 @@ class HermesDatabase(peewee.SqliteDatabase):
                 return fn()
         for attempt in range(1, WRITE_MAX_ATTEMPTS + 1):
             try:
-                with self.atomic("IMMEDIATE"):
+                with _Immediate(self):
                     result = fn()
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 if not is_lock_error(exc):
@@ -337,6 +337,40 @@ class HermesDatabase(peewee.SqliteDatabase):
         # connections: closing one could checkpoint or unlink the parent's WAL.
         _abandoned.append(self._state)
         self._state = peewee._ConnectionLocal()
+
+
+class _Immediate:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection.
+
+    A lean stand-in for ``atomic('IMMEDIATE')`` on the write path: it sits on
+    peewee's transaction stack, so ``atomic()`` blocks inside it become
+    savepoints as usual.
+    """
+
+    __slots__ = ("conn", "db")
+
+    def __init__(self, db: HermesDatabase) -> None:
+        self.db = db
+        self.conn: sqlite3.Connection = db.connection()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> _Immediate:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.db.push_transaction(self)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.db.pop_transaction()
+        if exc_type is not None:
+            self.conn.rollback()
+            self.db._clear_commit_callbacks()
+            return
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.rollback()
+            self.db._clear_commit_callbacks()
+            raise
+        self.db._run_commit_callbacks()
 
 
 _abandoned: list[Any] = []

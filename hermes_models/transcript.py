@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
+import peewee
 from peewee import SQL, Case, fn
 
 from .db import HermesDatabase, current, write
@@ -61,8 +62,13 @@ _COUNT_SQL = (
 
 
 def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
-    """Run pre-rendered SQL on ``db`` (inside the caller's write)."""
-    return cast(sqlite3.Cursor, db.execute_sql(sql, params))  # type: ignore[no-untyped-call]
+    """Run pre-rendered SQL on ``db``'s connection (inside the caller's write).
+
+    Errors come out as peewee's exception types, like every other model call.
+    """
+    conn = cast(sqlite3.Connection, db.connection())  # type: ignore[no-untyped-call]
+    with peewee.__exception_wrapper__:
+        return conn.execute(sql, params)
 
 
 def check_session_id(session_id: Any, argument: str = "session_id") -> str:
