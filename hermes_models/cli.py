@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -365,14 +366,96 @@ def demo(db_path: Path | None, keep: bool) -> None:
             console.print(f"\ndemo database: {path}")
 
 
-def _demo_search(console: Console, store: SessionDB) -> None:
-    search = getattr(store, "search_messages", None)
-    if search is None:
+_MARKED = re.compile(r">>>(.*?)<<<", re.DOTALL)
+
+
+def _marked(console: Console, snippet: str) -> str:
+    """A search snippet on one line as rich markup: ``>>>match<<<`` highlighted on a
+    colour terminal, the markers kept elsewhere."""
+    if console.color_system is None:
+        return escape(" ".join(snippet.split()))
+    parts, at = [], 0
+    for match in _MARKED.finditer(snippet):
+        parts.append(escape(snippet[at : match.start()]))
+        parts.append(f"[bold black on yellow]{escape(match.group(1))}[/]")
+        at = match.end()
+    parts.append(escape(snippet[at:]))
+    return " ".join("".join(parts).split())
+
+
+def _print_hits(console: Console, hits: list[dict[str, Any]]) -> None:
+    for hit in hits:
+        tool = f":{hit['tool_name']}" if hit.get("tool_name") else ""
+        console.print(
+            f"[bold]{escape(hit['session_id'])}[/bold] [cyan]{escape(hit['role'] + tool)}[/cyan] "
+            f"[dim]#{hit['id']} {_when(hit['timestamp'])} {escape(hit['source'] or '')}[/dim]"
+        )
+        console.print(f"  {_marked(console, hit['snippet'])}")
+
+
+def _print_session_hits(console: Console, rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        via = row["matched_session_id"]
+        where = "" if via == row["id"] else f" [dim](best hit in {escape(via)})[/dim]"
+        title = f" {escape(repr(row['title']))}" if row.get("title") else ""
+        console.print(
+            f"[bold]{escape(row['id'])}[/bold]{title} [cyan]{row['hits']} hit"
+            f"{'' if row['hits'] == 1 else 's'}[/cyan] score {row['score']:.2f}{where}"
+        )
+        console.print(f"  {_marked(console, row['best_snippet'])}")
+
+
+@cli.command()
+@db_option
+@click.argument("query")
+@click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
+@click.option("--role", "roles", multiple=True, help="Only messages of this role (repeatable).")
+@click.option("--sessions", "by_session", is_flag=True, help="One row per session (lineage root).")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def search(
+    db_path: Path | None,
+    query: str,
+    sources: tuple[str, ...],
+    roles: tuple[str, ...],
+    by_session: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Full-text search of messages (words, "phrases", prefix*, OR/NOT; Chinese,
+    Japanese and Korean substrings), matches highlighted."""
+    with open_store(db_path, must_exist=True) as store:
+        if by_session:
+            if roles:
+                raise click.UsageError("--role cannot be combined with --sessions")
+            rows = store.search_sessions(query, limit=limit, source=list(sources) or None)
+        else:
+            rows = store.search_messages(
+                query,
+                source_filter=list(sources) or None,
+                role_filter=list(roles) or None,
+                limit=limit,
+            )
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, ensure_ascii=False))
         return
+    console = _console()
+    if not rows:
+        console.print("no matches")
+    elif by_session:
+        _print_session_hits(console, rows)
+    else:
+        _print_hits(console, rows)
+
+
+def _demo_search(console: Console, store: SessionDB) -> None:
     for query in ("asyncio thread", "事件循环", "异步"):
-        console.rule(f"Search: {query}")
-        for hit in search(query, limit=5):
-            console.print(f"[bold]{escape(hit['session_id'])}[/bold] {escape(hit['snippet'])}")
+        console.rule(f"Search messages: {query}")
+        _print_hits(console, store.search_messages(query, limit=5))
+    query = "checkpoint OR jitter"
+    console.rule(f"Search sessions: {query} (subagent and continuation hits count for their root)")
+    _print_session_hits(console, store.search_sessions(query, limit=5))
 
 
 # -- export, import and health ---------------------------------------------------------

@@ -745,6 +745,49 @@ class SessionDB:
 
     # -- search (fts.py) ------------------------------------------------------------------
 
+    @_api
+    def search_messages(
+        self,
+        query: str,
+        source_filter: Sequence[str] | None = None,
+        exclude_sources: Sequence[str] | None = None,
+        role_filter: Sequence[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        sort: str | None = None,
+        include_inactive: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Messages matching ``query`` with ``>>>``/``<<<`` snippets and context; never
+        raises for any query text (see :func:`hermes_models.search.search_messages`)."""
+        from .search import search_messages
+
+        return search_messages(
+            query,
+            source_filter=source_filter,
+            exclude_sources=exclude_sources,
+            role_filter=role_filter,
+            limit=limit,
+            offset=offset,
+            sort=sort,
+            include_inactive=include_inactive,
+        )
+
+    @_api
+    def search_sessions(
+        self,
+        query: str | None = None,
+        limit: int = 10,
+        rank_mode: str | None = None,
+        *,
+        source: str | Sequence[str] | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
+        ``best_snippet``, ``matched_session_id``); without a query, every session."""
+        from .search import search_sessions
+
+        return search_sessions(query, limit, rank_mode, source=source, offset=offset)
+
     # -- export and import (bundle.py) ----------------------------------------------------
 
     @_api

@@ -1,0 +1,271 @@
+"""The search query language: what a user types, made safe for FTS5 and LIKE.
+
+A query is read as terms joined by ``OR``, ``AND`` and ``NOT`` (uppercase,
+between terms). A balanced ``"quoted phrase"`` is one term; so is any other
+run of non-space characters, which is matched as a phrase, so ``chat-send``,
+``P2.2`` and ``simulate.p2.test.ts`` find those exact sequences. A trailing
+``*`` asks for a prefix. Everything else FTS5 would read as syntax (stray
+quotes, parentheses, braces, colons, ``^``, ``+``, dangling operators, NUL
+and other control characters) is neutralised: the parsed query renders every
+term as a quoted FTS5 string, so no input can make a ``MATCH`` fail.
+
+Precedence is FTS5's: ``NOT`` binds tightest, then ``AND`` (also implied
+between adjacent terms), then ``OR``. The parsed form is a disjunction of
+groups, each a set of required terms and a set of excluded terms, which is
+what lets one query mix index lookups and ``LIKE`` scans term by term.
+
+Terms containing Chinese, Japanese or Korean characters are substring terms:
+from three characters on they go to the trigram index, shorter ones to
+``LIKE`` (no trigram can match them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Code point ranges that make a term CJK: Han (unified, extension A and B),
+#: CJK symbols and punctuation, Hiragana, Katakana and Hangul syllables.
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x3000, 0x303F),
+    (0x3040, 0x309F),
+    (0x30A0, 0x30FF),
+    (0xAC00, 0xD7AF),
+)
+
+OPERATORS = frozenset({"AND", "OR", "NOT"})
+
+#: Terms kept from one query; the rest are dropped (a pasted page of text
+#: would otherwise build an SQL expression SQLite refuses).
+MAX_TERMS = 64
+
+#: The shortest substring the trigram index can find.
+TRIGRAM_MIN_CHARS = 3
+
+#: Where a term is looked up: the BM25 word index, the trigram index, or LIKE.
+WORDS, TRIGRAM, LIKE = "words", "trigram", "like"
+
+_CJK_CHARS = "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES)
+_CJK = re.compile(f"[{_CJK_CHARS}]")
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def contains_cjk(text: str) -> bool:
+    """True when ``text`` has a character of :data:`CJK_RANGES`."""
+    return _CJK.search(text) is not None
+
+
+def escape_like(text: str) -> str:
+    """``text`` with ``\\``, ``%`` and ``_`` escaped for ``LIKE ... ESCAPE '\\'``."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def ascii_lower(text: str) -> str:
+    """``text`` lowercased the way SQLite's ``lower()`` does: ASCII letters only."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+@dataclass(frozen=True)
+class Term:
+    """One searchable string: a word, a phrase, or a CJK substring."""
+
+    text: str
+    prefix: bool = False
+
+    @property
+    def cjk(self) -> bool:
+        """True when the term is matched as a substring (it has CJK characters)."""
+        return contains_cjk(self.text)
+
+    @property
+    def route(self) -> str:
+        """:data:`WORDS`, :data:`TRIGRAM` or :data:`LIKE`, by the characters alone."""
+        if not self.cjk:
+            return WORDS
+        return TRIGRAM if len(self.text) >= TRIGRAM_MIN_CHARS else LIKE
+
+    def fts(self) -> str:
+        """The term as an FTS5 string: quoted, ``*`` appended for a prefix."""
+        star = "*" if self.prefix and not self.cjk else ""
+        return '"' + self.text.replace('"', '""') + '"' + star
+
+    def like(self) -> str:
+        """A ``LIKE`` pattern finding the term anywhere (wildcards escaped)."""
+        return "%" + escape_like(self.text) + "%"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Terms that must all match (``include``) and terms that must not (``exclude``)."""
+
+    include: tuple[Term, ...]
+    exclude: tuple[Term, ...] = ()
+
+    def fts(self) -> str:
+        """The group as an FTS5 expression."""
+        text = " AND ".join(term.fts() for term in self.include)
+        for term in self.exclude:
+            text += " NOT " + term.fts()
+        return text
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """A parsed query: matches when any of its groups matches."""
+
+    groups: tuple[Group, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def terms(self) -> tuple[Term, ...]:
+        """Every term, included or excluded, in order."""
+        return tuple(t for g in self.groups for t in (*g.include, *g.exclude))
+
+    def positive_terms(self) -> tuple[Term, ...]:
+        """The terms a hit contains (the ones a snippet marks)."""
+        return tuple(t for g in self.groups for t in g.include)
+
+    def routes(self) -> frozenset[str]:
+        """The routes of all terms."""
+        return frozenset(term.route for term in self.terms())
+
+    def fts(self) -> str:
+        """The whole query as one FTS5 expression."""
+        if len(self.groups) == 1:
+            return self.groups[0].fts()
+        return " OR ".join(f"({group.fts()})" for group in self.groups)
+
+
+def _trim(word: str) -> str:
+    start, end = 0, len(word)
+    while start < end and not word[start].isalnum():
+        start += 1
+    while end > start and not word[end - 1].isalnum():
+        end -= 1
+    return word[start:end]
+
+
+def _tokens(text: str) -> list[str | Term]:
+    """Operators (as strings) and terms, in order; stray syntax dropped.
+
+    Control characters and lone surrogates (which SQLite cannot take) count as spaces.
+    """
+    text = _CONTROL.sub(" ", text)
+    out: list[str | Term] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+            continue
+        if ch == '"':
+            close = text.find('"', i + 1)
+            if close < 0:
+                i += 1  # an unbalanced quote is dropped
+                continue
+            phrase = text[i + 1 : close].strip()
+            prefix = text.startswith("*", close + 1)
+            if any(c.isalnum() for c in phrase):
+                out.append(Term(phrase, prefix))
+            i = close + 1
+            while i < n and text[i] == "*":
+                i += 1
+            continue
+        end = i
+        while end < n and not text[end].isspace() and text[end] != '"':
+            end += 1
+        word = text[i:end]
+        i = end
+        if word in OPERATORS:
+            out.append(word)
+            continue
+        core = _trim(word)
+        if core:
+            stem = word.rstrip("*")
+            out.append(Term(core, stem != word and stem.endswith(core)))
+    return out
+
+
+def parse(text: str | None) -> SearchQuery:
+    """Parse what a user typed; an empty :class:`SearchQuery` when nothing is searchable.
+
+    Never raises for any string.
+    """
+    if text is None:
+        return SearchQuery(())
+    if not isinstance(text, str):
+        raise TypeError(f"query must be str, not {type(text).__name__}")
+    groups: list[Group] = []
+    include: list[Term] = []
+    exclude: list[Term] = []
+    negate = False
+    count = 0
+
+    def close_group() -> None:
+        if include:
+            groups.append(Group(tuple(include), tuple(exclude)))
+        include.clear()
+        exclude.clear()
+
+    for token in _tokens(text):
+        if isinstance(token, str):
+            if token == "OR":
+                close_group()
+                negate = False
+            elif token == "NOT":
+                negate = bool(include)  # NOT needs a term on its left
+            continue
+        if count >= MAX_TERMS:
+            break
+        count += 1
+        (exclude if negate else include).append(token)
+        negate = False
+    close_group()
+    return SearchQuery(tuple(groups))
+
+
+# -- snippets made in Python -----------------------------------------------------------
+
+#: Characters of a snippet cut from text (LIKE hits, JSON content).
+SNIPPET_CHARS = 120
+MARK_OPEN, MARK_CLOSE, ELLIPSIS = ">>>", "<<<", "..."
+
+
+def _pattern(term: Term) -> str:
+    if term.cjk:
+        return re.escape(term.text)
+    words = [w for w in re.split(r"[\W_]+", term.text) if w]
+    if not words:
+        return re.escape(term.text)
+    body = r"[\W_]+".join(re.escape(w) for w in words)
+    tail = r"[^\W_]*" if term.prefix else r"(?![^\W_])"
+    return r"(?<![^\W_])" + body + tail
+
+
+def term_regex(terms: tuple[Term, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive regex finding any of ``terms`` (None when there are none)."""
+    patterns = sorted({_pattern(t) for t in terms}, key=len, reverse=True)
+    if not patterns:
+        return None
+    return re.compile("|".join(patterns), re.IGNORECASE)
+
+
+def highlight(text: str, regex: re.Pattern[str] | None, width: int = SNIPPET_CHARS) -> str:
+    """About ``width`` characters of ``text`` centred on the first match, matches
+    marked ``>>>``/``<<<``; the start of ``text`` when nothing matches."""
+    first = regex.search(text) if regex is not None else None
+    if first is None:
+        return text[:width] + (ELLIPSIS if len(text) > width else "")
+    pad = max(0, width - (first.end() - first.start())) // 2
+    start = max(0, first.start() - pad)
+    end = max(first.end(), min(len(text), start + width))
+    start = max(0, min(start, end - width))
+    marked = first.re.sub(lambda m: MARK_OPEN + m.group(0) + MARK_CLOSE, text[start:end])
+    return (ELLIPSIS if start > 0 else "") + marked + (ELLIPSIS if end < len(text) else "")

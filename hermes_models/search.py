@@ -1,0 +1,444 @@
+"""Searching messages and sessions: hits as dicts with snippets and context.
+
+:func:`search_messages` returns matching messages, best first (or by time),
+each with a snippet whose matches are marked ``>>>``/``<<<`` and the
+messages around it. :func:`search_sessions` counts the same hits per
+lineage root: a compression continuation or a subagent run counts for the
+session it continues or serves, while a /branch fork is a result of its own.
+
+The SQL comes from :mod:`hermes_models.fts`; this module checks arguments,
+runs statements (falling back to LIKE when an index is missing or fails)
+and turns rows into dicts. Content stored as JSON is shown as its text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import peewee
+from peewee import JOIN, SQL, Value, fn
+
+from .db import current
+from .fts import (
+    INDEXES,
+    Filters,
+    Shape,
+    Statement,
+    available_routes,
+    hits_query,
+    search_statement,
+    slot,
+    snippet_statement,
+    term_values,
+    warn_once,
+)
+from .lineage import MAX_DEPTH, SEP, _not_visited, _path, branch_expr
+from .listing import check_page, fetch_dicts
+from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
+from .query import LIKE, SearchQuery, highlight, parse, term_regex
+
+T = TypeVar("T")
+
+#: Characters of each message in a hit's ``context``.
+CONTEXT_CHARS = 200
+#: ``sort`` values of :func:`search_messages`; anything but newest/oldest orders by rank.
+SORTS = (None, "relevance", "rank", "newest", "oldest")
+#: ``rank_mode`` values of :func:`search_sessions`.
+RANK_MODES = (None, "relevance", "recent")
+
+
+def execute(sql: str, params: list[Any]) -> Any:
+    """Run one search statement on the current database; the cursor."""
+    return current().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+
+
+def _strings(value: Any, argument: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return tuple(sorted(value)) if isinstance(value, (set, frozenset)) else tuple(value)
+    raise TypeError(f"{argument} must be a string or a list of strings")
+
+
+def readable(stored: str | None) -> str:
+    """Message content as text: JSON parts joined, ``[image]`` for pictures."""
+    value = decode_content(stored)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    for part in value if isinstance(value, list) else [value]:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif isinstance(part, dict) and "image" in str(part.get("type", "")):
+            parts.append("[image]")
+    return " ".join(parts) if parts else json.dumps(value, ensure_ascii=False)
+
+
+def _snippet(content: str | None, tool_name: str | None, tool_calls: str | None, regex: Any) -> str:
+    haystack = " ".join(p for p in (readable(content), tool_name, tool_calls) if p)
+    return highlight(haystack, regex)
+
+
+def routed(query: SearchQuery, run: Callable[[Shape], T]) -> T:
+    """``run`` with the query's shape on this file; with LIKE when an index fails."""
+    available = available_routes()
+    for route in sorted({t.route for t in query.terms()} - available):
+        warn_once(
+            f"missing:{route}",
+            "%s: the full-text table %s is missing (SQLite without FTS5 or trigram?); "
+            "searching it with LIKE instead",
+            current().path,
+            INDEXES[route]._meta.table_name,
+        )
+    shape = Shape.of(query, available)
+    if set(shape.routes) == {LIKE}:
+        return run(shape)
+    try:
+        return run(shape)
+    except (peewee.DatabaseError, sqlite3.DatabaseError) as exc:
+        warn_once(
+            f"failed:{exc}",
+            "%s: full-text search failed (%s); searching with LIKE instead",
+            current().path,
+            exc,
+        )
+        return run(shape.degraded())
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def search_messages(
+    query: str | None,
+    source_filter: Any = None,
+    exclude_sources: Any = None,
+    role_filter: Any = None,
+    limit: int | None = 20,
+    offset: int = 0,
+    sort: str | None = None,
+    include_inactive: bool = False,
+) -> list[dict[str, Any]]:
+    """Messages matching ``query``; never raises for any query text.
+
+    Each hit has ``id, session_id, role, snippet, timestamp, tool_name,
+    source, model, session_started, context``. ``sort`` is ``'newest'``,
+    ``'oldest'`` or (default) by rank. Soft-deleted messages only with
+    ``include_inactive=True``.
+
+    Raises:
+        TypeError, ValueError: an argument other than the query text is wrong.
+    """
+    parsed = parse(query)
+    limit, offset = check_page(limit, offset)
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(map(repr, SORTS))}; got {sort!r}")
+    filters = Filters(
+        _strings(source_filter, "source_filter"),
+        _strings(exclude_sources, "exclude_sources") or (),
+        _strings(role_filter, "role_filter") or (),
+        bool(include_inactive),
+    )
+    if not parsed or limit == 0 or filters.sources == ():
+        return []
+    order = sort if sort in ("newest", "oldest") else "rank"
+    values = {**filters.values(), "limit": limit, "offset": offset}
+
+    def run(shape: Shape) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
+        values.update(term_values(parsed, shape))
+        statement = search_statement(shape, filters.shape(), order)
+        rows = list(execute(statement.sql, statement.bind(values)).fetchall())
+        snippets: dict[int, str] = {}
+        if rows and shape.single is not None:
+            values["ids"] = json.dumps([row[0] for row in rows])
+            statement = snippet_statement(shape.single)
+            snippets = dict(execute(statement.sql, statement.bind(values)).fetchall())
+        return rows, snippets
+
+    rows, snippets = routed(parsed, run)
+    return _hits(rows, snippets, parsed, filters.include_inactive)
+
+
+def _text(content: str | None) -> str:
+    if content is None or content.startswith(CONTENT_JSON_PREFIX):
+        return readable(content)
+    return content
+
+
+def _hits(
+    rows: list[tuple[Any, ...]],
+    snippets: dict[int, str],
+    query: SearchQuery,
+    include_inactive: bool,
+) -> list[dict[str, Any]]:
+    regex = None
+    around = _context([row[0] for row in rows], include_inactive) if rows else {}
+    out = []
+    for (
+        message_id,
+        session_id,
+        timestamp,
+        role,
+        content,
+        tool_name,
+        tool_calls,
+        source,
+        model,
+        started,
+        _rank,
+    ) in rows:
+        text = _text(content)
+        snippet = snippets.get(message_id)
+        if snippet is None or (content is not None and "\x00" in content):
+            regex = regex or term_regex(query.positive_terms())
+            snippet = _snippet(content, tool_name, tool_calls, regex)
+        else:
+            snippet = snippet.rstrip()
+        before, after = around.get(message_id, (None, None))
+        context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
+        if before is not None:
+            context.insert(0, before)
+        if after is not None:
+            context.append(after)
+        out.append(
+            {
+                "id": message_id,
+                "session_id": session_id,
+                "role": role,
+                "snippet": snippet,
+                "timestamp": timestamp,
+                "tool_name": tool_name,
+                "source": source,
+                "model": model,
+                "session_started": started,
+                "context": context,
+            }
+        )
+    return out
+
+
+def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
+    x = Message.alias("before" if before else "after")
+    if before:
+        near = (x.timestamp <= hit.timestamp) & ((x.timestamp < hit.timestamp) | (x.id < hit.id))
+        order = (x.timestamp.desc(), x.id.desc())
+    else:
+        near = (x.timestamp >= hit.timestamp) & ((x.timestamp > hit.timestamp) | (x.id > hit.id))
+        order = (x.timestamp.asc(), x.id.asc())
+    query = x.select(x.id).where(x.session == hit.session, near)
+    if not include_inactive:
+        query = query.where(x.active == 1)
+    return query.order_by(*order).limit(1)
+
+
+_context_statements: dict[bool, Statement] = {}
+SLOT_IDS = slot("ids").value
+
+
+def _context_statement(include_inactive: bool) -> Statement:
+    statement = _context_statements.get(include_inactive)
+    if statement is None:
+        hit, prev, nxt = Message.alias("hit"), Message.alias("prev"), Message.alias("next")
+        query = (
+            hit.select(hit.id, prev.role, prev.content, nxt.role, nxt.content)
+            .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
+            .switch(hit)
+            .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
+            .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT_IDS])))
+        )
+        statement = _context_statements[include_inactive] = Statement.render(query)
+    return statement
+
+
+def _context(ids: list[int], include_inactive: bool) -> dict[int, tuple[Any, Any]]:
+    """For each hit id, the message before and after it in its session (or None)."""
+    statement = _context_statement(include_inactive)
+    out = {}
+    cursor = execute(statement.sql, statement.bind({"ids": json.dumps(ids)}))
+    for hit_id, prev_role, prev_content, next_role, next_content in cursor.fetchall():
+        before = (
+            None
+            if prev_role is None
+            else {"role": prev_role, "content": _text(prev_content)[:CONTEXT_CHARS]}
+        )
+        after = (
+            None
+            if next_role is None
+            else {"role": next_role, "content": _text(next_content)[:CONTEXT_CHARS]}
+        )
+        out[hit_id] = (before, after)
+    return out
+
+
+# -- sessions -----------------------------------------------------------------------------
+
+
+def _owners(hits: Any) -> tuple[Any, Any]:
+    """CTEs mapping each hit's session to the lineage root it counts for.
+
+    The walk goes up through compression and subagent links and stops below
+    a branch (a fork is its own result) or at a session without a parent.
+    """
+    here, parent = Session.alias("here"), Session.alias("up")
+    start = hits.select_from(
+        hits.c.session_id, hits.c.session_id, Value(0), _path(hits.c.session_id)
+    ).distinct()
+    climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
+    step = (
+        here.select(
+            climb.c.start, parent.id, climb.c.depth + 1, climb.c.path.concat(parent.id).concat(SEP)
+        )
+        .from_(climb)
+        .join(here, on=(here.id == climb.c.id))
+        .join(parent, on=(parent.id == here.parent))
+        .where(
+            ~cast(Any, branch_expr(here)),
+            climb.c.depth < MAX_DEPTH,
+            _not_visited(climb.c.path, parent.id),
+        )
+    )
+    climb = climb.union_all(step)
+    # SQLite returns the bare column "id" from the row holding MAX(depth).
+    owners = (
+        climb.select_from(climb.c.start, climb.c.id, fn.MAX(climb.c.depth))
+        .group_by(climb.c.start)
+        .cte("owners", columns=("start", "root_id", "depth"))
+    )
+    return climb, owners
+
+
+def _sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
+    hits = hits_query(shape, Filters().shape(), slim=True).cte(
+        "hits", columns=("id", "session_id", "timestamp", "rank")
+    )
+    climb, owners = _owners(hits)
+    root = owners.c.root_id
+    ranked = (
+        hits.select_from(
+            root,
+            hits.c.id,
+            hits.c.session_id,
+            hits.c.rank,
+            fn.ROW_NUMBER().over(
+                partition_by=[root],
+                order_by=[hits.c.rank, hits.c.timestamp.desc(), hits.c.id.desc()],
+            ),
+            fn.COUNT(hits.c.id).over(partition_by=[root]),
+            fn.MAX(hits.c.timestamp).over(partition_by=[root]),
+        )
+        .join(owners, on=(owners.c.start == hits.c.session_id))
+        .cte("ranked", columns=("root_id", "best_id", "matched", "rank", "rn", "n", "latest"))
+    )
+    s = Session
+    query = (
+        s.select(
+            s,
+            ranked.c.best_id.alias("_best_id"),
+            ranked.c.matched.alias("_matched"),
+            ranked.c.rank.alias("_rank"),
+            ranked.c.n.alias("_hits"),
+        )
+        .join(ranked, on=(ranked.c.root_id == s.id))
+        .where(ranked.c.rn == 1)
+        .with_cte(hits, climb, owners, ranked)
+    )
+    if n_sources is not None:
+        query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
+    if rank_mode == "recent":
+        order = [ranked.c.latest.desc(), ranked.c.rank, s.id]
+    else:
+        order = [ranked.c.rank, ranked.c.latest.desc(), s.id]
+    return Statement.render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
+
+
+_session_statements: dict[tuple[Any, ...], Statement] = {}
+
+
+def search_sessions(
+    query: str | None = None,
+    limit: int | None = 10,
+    rank_mode: str | None = None,
+    *,
+    source: Any = None,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Sessions whose messages match ``query``, one row per lineage root.
+
+    Each row is the root session's columns plus ``hits`` (matching active
+    messages), ``score`` (of the best hit; higher is better, 0 without an
+    index rank), ``matched_session_id`` and ``best_snippet``. ``rank_mode``
+    ``'recent'`` orders by the latest match, otherwise by the best score.
+    Without a query (``None`` or blank): every session, newest activity
+    first, with ``last_active``.
+
+    Raises:
+        TypeError, ValueError: an argument other than the query text is wrong.
+    """
+    limit, offset = check_page(limit, offset)
+    if rank_mode not in RANK_MODES:
+        raise ValueError(f"rank_mode must be None, 'relevance' or 'recent'; got {rank_mode!r}")
+    sources = _strings(source, "source")
+    if query is None or (isinstance(query, str) and not query.strip()):
+        return _all_sessions(sources, limit, offset)
+    parsed = parse(query)
+    if not parsed or limit == 0 or sources == ():
+        return []
+    values: dict[str, Any] = {"limit": limit, "offset": offset}
+    values.update({f"s{i}": item for i, item in enumerate(sources or ())})
+    n_sources = None if sources is None else len(sources)
+
+    def run(shape: Shape) -> list[dict[str, Any]]:
+        key = (shape, n_sources, rank_mode)
+        statement = _session_statements.get(key)
+        if statement is None:
+            statement = _session_statements[key] = _sessions_statement(*key)
+        cursor = execute(statement.sql, statement.bind({**values, **term_values(parsed, shape)}))
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    rows = routed(parsed, run)
+    snippets = _best_snippets([row["_best_id"] for row in rows], parsed)
+    for row in rows:
+        rank = row.pop("_rank") or 0.0
+        row["hits"] = row.pop("_hits")
+        row["score"] = 0.0 - rank
+        row["matched_session_id"] = row.pop("_matched")
+        row["best_snippet"] = snippets.get(row.pop("_best_id"), "")
+    return rows
+
+
+def _best_snippets(ids: list[int], query: SearchQuery) -> dict[int, str]:
+    if not ids:
+        return {}
+    regex = term_regex(query.positive_terms())
+    rows: Any = (
+        Message.select(Message.id, Message.content, Message.tool_name, Message.tool_calls)
+        .where(Message.id.in_(ids))
+        .tuples()
+    )
+    return {row[0]: _snippet(row[1], row[2], row[3], regex) for row in rows}
+
+
+def _all_sessions(sources: tuple[str, ...] | None, limit: int, offset: int) -> list[dict[str, Any]]:
+    if sources == ():
+        return []
+    latest = Message.alias("latest")
+    last_active = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == Session.id),
+        Session.started_at,
+    )
+    query = Session.select(Session, last_active.alias("last_active"))
+    if sources is not None:
+        query = query.where(Session.source.in_(sources))
+    query = query.order_by(
+        SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
+    )
+    return fetch_dicts(query.limit(limit).offset(offset))

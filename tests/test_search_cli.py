@@ -1,0 +1,119 @@
+"""``hermes-models search`` and the search part of ``hermes-models demo``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from hermes_models import SessionDB
+from hermes_models.cli import cli
+
+T0 = 1_767_603_600.0  # 2026-01-05 09:00 UTC
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def filled(db_path: Path) -> Path:
+    with SessionDB(db_path) as store:
+        store.create_session("en", "cli", started_at=T0)
+        store.create_session("zh", "telegram", started_at=T0 + 60)
+        store.append_message("en", "user", "How do I use the asyncio event loop?", timestamp=T0 + 1)
+        store.append_message(
+            "en", "assistant", "Run [bold]asyncio[/bold].run(main()).\nDone.", timestamp=T0 + 2
+        )
+        store.append_message("zh", "user", "事件循环是怎么工作的？", timestamp=T0 + 61)
+        store.append_message(
+            "zh", "assistant", "事件循环调度协程。", tool_name="explain", timestamp=T0 + 62
+        )
+    return db_path
+
+
+def test_search_prints_hits_with_marked_matches(filled: Path) -> None:
+    result = invoke("search", "--db", str(filled), "asyncio")
+    assert result.exit_code == 0, result.output
+    assert result.output == (
+        "en assistant #2 2026-01-05 09:00 cli\n"
+        "  Run [bold]>>>asyncio<<<[/bold].run(main()). Done.\n"
+        "en user #1 2026-01-05 09:00 cli\n"
+        "  How do I use the >>>asyncio<<< event loop?\n"
+    )
+
+
+def test_search_cjk_role_source_and_limit(filled: Path) -> None:
+    out = invoke("search", "--db", str(filled), "事件循环", "--role", "assistant").output
+    assert (
+        out
+        == "zh assistant:explain #4 2026-01-05 09:01 telegram\n  >>>事件循环<<<调度协程。 explain\n"
+    )
+    assert invoke(
+        "search", "--db", str(filled), "事件循环 OR asyncio", "--source", "cli", "--limit", "1"
+    ).output == (
+        "en assistant #2 2026-01-05 09:00 cli\n"
+        "  Run [bold]>>>asyncio<<<[/bold].run(main()). Done.\n"
+    )
+    assert (
+        invoke("search", "--db", str(filled), "asyncio", "--source", "telegram").output
+        == "no matches\n"
+    )
+
+
+def test_search_sessions(filled: Path) -> None:
+    result = invoke(
+        "search", "--db", str(filled), "事件循环 OR asyncio", "--sessions", "--source", "telegram"
+    )
+    assert result.exit_code == 0, result.output
+    with SessionDB(filled) as store:
+        best = store.search_messages("事件循环 OR asyncio", source_filter="telegram")[0]["snippet"]
+        score = store.search_sessions("事件循环 OR asyncio", source="telegram")[0]["score"]
+    assert result.output == f"zh 2 hits score {score:.2f}\n  {best}\n"
+
+
+def test_search_json_is_the_library_result(filled: Path) -> None:
+    out = invoke("search", "--db", str(filled), "事件循环", "--json").output
+    with SessionDB(filled) as store:
+        assert [json.loads(line) for line in out.splitlines()] == store.search_messages("事件循环")
+    out = invoke("search", "--db", str(filled), "asyncio", "--json", "--sessions").output
+    with SessionDB(filled) as store:
+        assert [json.loads(line) for line in out.splitlines()] == store.search_sessions("asyncio")
+
+
+@pytest.mark.parametrize("query", ['"unbalanced', "C++", "AND", "foo:bar", "^*"])
+def test_search_never_fails_on_odd_queries(filled: Path, query: str) -> None:
+    result = invoke("search", "--db", str(filled), query)
+    assert (result.exit_code, result.output) == (0, "no matches\n")
+
+
+def test_search_errors_are_one_line(tmp_path: Path, filled: Path) -> None:
+    missing = tmp_path / "nope.db"
+    result = invoke("search", "--db", str(missing), "x")
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {missing} does not exist (create it with: hermes-models migrate --db {missing})\n"
+    )
+    assert not missing.exists()
+    result = invoke("search", "--db", str(filled), "x", "--sessions", "--role", "user")
+    assert result.exit_code == 2
+    assert "--role cannot be combined with --sessions" in result.output
+
+
+def test_demo_shows_english_chinese_and_session_searches() -> None:
+    result = invoke("demo")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Search messages: asyncio thread" in out
+    assert (
+        "  Wrap it: await >>>asyncio<<<.wait_for(>>>asyncio<<<.to_>>>thread<<<(read_file, path),"
+        " timeout=5)." in out
+    )
+    assert "Search messages: 事件循环" in out
+    assert "  请解释一下 Python 异步编程中的>>>事件循环<<<是怎么工作的？" in out
+    assert "Search messages: 异步" in out
+    assert "  请解释一下 Python >>>异步<<<编程中的事件循环是怎么工作的？" in out
+    assert "demo-retries 'writer retry policy' 3 hits score " in out
+    assert "(best hit in demo-subagent)" in out
