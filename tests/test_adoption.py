@@ -200,6 +200,48 @@ def test_search_indexes_find_old_english_and_chinese_content(old_file: tuple[int
 
 
 @pytest.mark.parametrize("old_file", OLD, indirect=True)
+def test_search_messages_finds_old_content_in_english_and_chinese(
+    old_file: tuple[int, Path],
+) -> None:
+    _, path = old_file
+    messages = _read(path)["messages"]
+    active = [m for m in messages if m.get("active", 1) == 1]
+
+    def matching(needle: str, rows: list[dict[str, Any]]) -> list[int]:
+        return sorted(m["id"] for m in rows if needle in _indexed_text(m))
+
+    with SessionDB(path) as store:
+
+        def found(query: str, **options: Any) -> list[int]:
+            return sorted(hit["id"] for hit in store.search_messages(query, limit=100, **options))
+
+        # BM25 words, tool names, trigram (3+ CJK characters) and LIKE (1-2).
+        for query in ("asyncio", "uvloop", "web_search", "事件循环", "线程池", "协程"):
+            assert found(query) == matching(query, active), query
+        assert found("trio") == []
+        assert found("trio", include_inactive=True) == matching("trio", messages)
+        first = store.search_messages("事件循环", sort="oldest", limit=1)
+    question = next(m for m in messages if m["content"] == "请解释事件循环的工作原理")
+    assert first == [
+        {
+            "id": question["id"],
+            "session_id": "root-zh",
+            "role": "user",
+            "snippet": "请解释>>>事件循环<<<的工作原理",
+            "timestamp": legacy.T0 + 301,
+            "tool_name": None,
+            "source": "telegram",
+            "model": "qwen-max",
+            "session_started": legacy.T0 + 300,
+            "context": [
+                {"role": "user", "content": "请解释事件循环的工作原理"},
+                {"role": "assistant", "content": "事件循环负责调度协程和回调。"},
+            ],
+        }
+    ]
+
+
+@pytest.mark.parametrize("old_file", OLD, indirect=True)
 def test_lineage_works_on_the_upgraded_file(old_file: tuple[int, Path]) -> None:
     _, path = old_file
     with SessionDB(path) as store:
