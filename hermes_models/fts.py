@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import peewee
-from peewee import JOIN, SQL, Value, fn
+from peewee import SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
 from .db import current, database
@@ -146,6 +146,12 @@ class Shape:
         kinds = set(self.routes)
         return next(iter(kinds)) if len(kinds) == 1 and LIKE not in kinds else None
 
+    @property
+    def rank_route(self) -> str | None:
+        """The index that ranks a mixed query: words if it has any, else trigrams."""
+        positive = {r for include, _ in self.groups for r in include}
+        return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
+
     def degraded(self) -> Shape:
         """Every term through LIKE."""
         return Shape(
@@ -155,21 +161,27 @@ class Shape:
 
 
 def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
-    """Values of the term slots of ``shape`` for ``query``."""
+    """Values of the term slots of ``shape`` for ``query`` (only those its SQL has)."""
+    single = shape.single
     out: dict[str, Any] = {"q": query.fts(), "json": '^"json"'}
+    if single == WORDS:
+        return out
     positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
     k = 0
-    for group, (include, _) in zip(query.groups, shape.groups):
-        for term in (*group.include, *group.exclude):
-            out[f"t{k}"] = term.fts()
-            out[f"p{k}"] = term.like()
-            out[f"l{k}"] = ascii_lower(term.text)
+    for group, (include, exclude) in zip(query.groups, shape.groups):
+        for term, route in zip((*group.include, *group.exclude), (*include, *exclude)):
+            if route != LIKE:
+                out[f"t{k}"] = term.fts()
+            if route != WORDS:
+                out[f"p{k}"] = term.like()
+                out[f"l{k}"] = ascii_lower(term.text)
             k += 1
         for term, route in zip(group.include, include):
             if route in positive:
                 positive[route].append(term.fts())
-    for route, terms in positive.items():
-        out[f"any_{route}"] = " OR ".join(terms) or '""'
+    if single is None:
+        for route, terms in positive.items():
+            out[f"any_{route}"] = " OR ".join(terms) or '""'
     return out
 
 
@@ -212,12 +224,16 @@ class Statement:
         return params
 
 
+#: Bound as a parameter: SQLite does not fold ``char(0)`` into a constant.
+NUL = "\x00"
+
+
 def _rowids(index: type[FTS5Model], value: Any) -> Any:
     return index.select(index.rowid).where(index.match(value))
 
 
 def _starts_with_nul(m: Any) -> Any:
-    return (m.content >= fn.char(0)) & (m.content < fn.char(1))
+    return (m.content >= Value(NUL)) & (m.content < Value("\x01"))
 
 
 def _behind_nul(m: Any, shape: Shape, v: Valuer) -> Any:
@@ -234,11 +250,10 @@ def _like(m: Any, k: int, v: Valuer) -> Any:
     def like(column: Any) -> Any:
         return peewee.NodeList((column, SQL("LIKE"), pattern, SQL("ESCAPE '\\'")), parens=True)
 
-    after_nul = (fn.instr(m.content, fn.char(0)) > 0) & (
+    after_nul = (fn.instr(m.content, Value(NUL)) > 0) & (
         fn.instr(fn.lower(m.content), v(f"l{k}")) > 0
     )
-    # NULL columns would make the OR NULL, and NOT NULL drops the row.
-    return fn.COALESCE(like(m.content) | like(m.tool_name) | like(m.tool_calls) | after_nul, 0)
+    return like(m.content) | like(m.tool_name) | like(m.tool_calls) | after_nul
 
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer) -> Any:
@@ -247,7 +262,7 @@ def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer) -> Any:
     if route == LIKE:
         return _like(m, k, v)
     trigram = m.id.in_(_rowids(MessageTrigramIndex, v(f"t{k}")))
-    return trigram | fn.COALESCE(_behind_nul(m, shape, v) & _like(m, k, v), 0)
+    return trigram | (_behind_nul(m, shape, v) & _like(m, k, v))
 
 
 def predicate(m: Any, shape: Shape, v: Valuer = slot) -> Any:
@@ -259,7 +274,9 @@ def predicate(m: Any, shape: Shape, v: Valuer = slot) -> Any:
             terms.append(_term(m, shape, route, k, v))
             k += 1
         for route in exclude:
-            terms.append(~_term(m, shape, route, k, v))
+            # NULL columns can make a term NULL rather than false, and NOT NULL
+            # would drop the row (COALESCE only here: it slows the scan down).
+            terms.append(~fn.COALESCE(_term(m, shape, route, k, v), 0))
             k += 1
         groups.append(functools.reduce(operator.and_, terms))
     return functools.reduce(operator.or_, groups)
@@ -334,18 +351,22 @@ HIT_COLUMNS = (
 )
 
 
-def hits_query(shape: Shape, filters: tuple[Any, ...], *, slim: bool = False) -> Any:
+def hits_query(
+    shape: Shape, filters: tuple[Any, ...], *, slim: bool = False, ranked: bool = True
+) -> Any:
     """Every hit of a query of ``shape`` (:data:`HIT_COLUMNS`), unordered and unlimited.
 
-    ``rank`` is BM25's (lower is better; 0 for hits no index ranked).
+    ``rank`` is BM25's (lower is better; 0 for hits no index ranked, and for
+    every hit with ``ranked=False``, which saves scoring them).
     """
     m, s = Message, Session
     where = filter_terms(filters, m, s)
     single = shape.single
     if single is not None:
         index = INDEXES[single]
+        rank = index.rank() if ranked else Value(0.0)
         query = (
-            index.select(*_columns(m, s, index.rank(), slim))
+            index.select(*_columns(m, s, rank, slim))
             .join(m, on=(m.id == index.rowid))
             .join(s, on=(s.id == m.session))
             .where(index.match(slot("q")), *where)
@@ -358,38 +379,73 @@ def hits_query(shape: Shape, filters: tuple[Any, ...], *, slim: bool = False) ->
             )
             query = query.union_all(behind)
         return query
-    joins: list[Any] = []
-    score: Any = Value(0.0)
-    for route in (WORDS, TRIGRAM):
-        if route in shape.routes:
-            index = INDEXES[route]
-            ranks = (
-                index.select(index.rowid.alias("rid"), index.rank().alias("r"))
-                .where(index.match(slot(f"any_{route}")))
-                .alias(f"rank_{route}")
-            )
-            joins.append(ranks)
-            score = score + fn.COALESCE(ranks.c.r, 0)
-    query = m.select(*_columns(m, s, score, slim)).join(s, on=(s.id == m.session))
-    for ranks in joins:
-        query = query.join(ranks, JOIN.LEFT_OUTER, on=(ranks.c.rid == m.id), src=m)
-    return query.where(predicate(m, shape), *where)
+    matching = [predicate(m, shape), *where]
+    unranked = m.select(*_columns(m, s, Value(0.0), slim)).join(s, on=(s.id == m.session))
+    route = shape.rank_route if ranked else None
+    if route is None:
+        return unranked.where(*matching)
+    # The hits the index ranks, driven by the index, then all other hits. (A
+    # LEFT JOIN on the ranks would scan them once per message: no index.)
+    index = INDEXES[route]
+    found = slot(f"any_{route}")
+    ranks = (
+        index.select(index.rowid.alias("rid"), index.rank().alias("r"))
+        .where(index.match(found))
+        .alias("ranks")
+    )
+    with_rank = (
+        m.select(*_columns(m, s, ranks.c.r, slim))
+        .from_(ranks)
+        .join(m, on=(m.id == ranks.c.rid))
+        .join(s, on=(s.id == m.session))
+        .where(*matching)
+    )
+    return with_rank.union_all(unranked.where(*matching, m.id.not_in(_rowids(index, found))))
+
+
+def _order(sort: str, table: Any = None) -> list[Any]:
+    def col(name: str) -> Any:
+        return SQL(f'"{name}"') if table is None else getattr(table.c, name)
+
+    if sort == "newest":
+        return [col("timestamp").desc(), col("id").desc()]
+    if sort == "oldest":
+        return [col("timestamp"), col("id")]
+    return [col("rank"), col("timestamp").desc(), col("id").desc()]
 
 
 @functools.lru_cache(maxsize=256)
 def search_statement(shape: Shape, filters: tuple[Any, ...], sort: str) -> Statement:
-    """One page of hits, ordered by ``sort``: ``'rank'``, ``'newest'`` or ``'oldest'``."""
-    query = hits_query(shape, filters)
-    order: list[Any]
-    if sort == "newest":
-        order = [SQL('"timestamp"').desc(), SQL('"id"').desc()]
-    elif sort == "oldest":
-        order = [SQL('"timestamp"'), SQL('"id"')]
-    elif shape.single == WORDS:
-        order = [SQL('"rank"')]  # FTS5 hands rows over in rank order
-    else:
-        order = [SQL('"rank"'), SQL('"timestamp"').desc(), SQL('"id"').desc()]
-    return Statement.render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
+    """One page of hits, ordered by ``sort``: ``'rank'``, ``'newest'`` or ``'oldest'``.
+
+    Rows are :data:`HIT_COLUMNS`; ranked word searches add a ``snippet`` column
+    (other searches get theirs from :func:`snippet_statement`).
+    """
+    limit, offset = slot("limit"), slot("offset")
+    if sort == "rank" and shape.single == WORDS:
+        # FTS5 hands rows over in rank order, so the page stops after ``limit``
+        # rows and the snippets are made right here, for those rows only.
+        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
+        return Statement.render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
+    # Otherwise every hit is sorted: sort narrow rows, then read the page's messages.
+    page = (
+        hits_query(shape, filters, slim=True, ranked=sort == "rank")
+        .order_by(*_order(sort))
+        .limit(limit)
+        .offset(offset)
+        .cte("page", columns=("id", "session_id", "timestamp", "rank"))
+    )
+    m, s = Message, Session
+    query = (
+        m.select(*_columns(m, s, page.c.rank, slim=False))
+        .from_(page)
+        .join(m, on=(m.id == page.c.id))
+        .join(s, on=(s.id == m.session))
+        .order_by(*_order(sort, page))
+        .with_cte(page)
+    )
+    return Statement.render(query)
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,6 +21,7 @@ from three characters on they go to the trigram index, shorter ones to
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -78,12 +79,12 @@ class Term:
     text: str
     prefix: bool = False
 
-    @property
+    @functools.cached_property
     def cjk(self) -> bool:
         """True when the term is matched as a substring (it has CJK characters)."""
         return contains_cjk(self.text)
 
-    @property
+    @functools.cached_property
     def route(self) -> str:
         """:data:`WORDS`, :data:`TRIGRAM` or :data:`LIKE`, by the characters alone."""
         if not self.cjk:

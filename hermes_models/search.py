@@ -23,6 +23,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .db import current
 from .fts import (
+    HIT_COLUMNS,
     INDEXES,
     Filters,
     Shape,
@@ -157,7 +158,9 @@ def search_messages(
         statement = search_statement(shape, filters.shape(), order)
         rows = list(execute(statement.sql, statement.bind(values)).fetchall())
         snippets: dict[int, str] = {}
-        if rows and shape.single is not None:
+        if rows and len(rows[0]) > len(HIT_COLUMNS):
+            snippets = {row[0]: row[-1] for row in rows}
+        elif rows and shape.single is not None:
             values["ids"] = json.dumps([row[0] for row in rows])
             statement = snippet_statement(shape.single)
             snippets = dict(execute(statement.sql, statement.bind(values)).fetchall())
@@ -182,19 +185,9 @@ def _hits(
     regex = None
     around = _context([row[0] for row in rows], include_inactive) if rows else {}
     out = []
-    for (
-        message_id,
-        session_id,
-        timestamp,
-        role,
-        content,
-        tool_name,
-        tool_calls,
-        source,
-        model,
-        started,
-        _rank,
-    ) in rows:
+    for row in rows:
+        (message_id, session_id, timestamp, role, content, tool_name, tool_calls) = row[:7]
+        source, model, started = row[7:10]
         text = _text(content)
         snippet = snippets.get(message_id)
         if snippet is None or (content is not None and "\x00" in content):
