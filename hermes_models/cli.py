@@ -180,8 +180,14 @@ def _sessions_table(rows: list[dict[str, Any]], width: int) -> Table:
 
 @cli.command()
 @db_option
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0))
-@click.option("--offset", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(min=0), metavar="N",
+    help="At most N rows.",
+)
+@click.option(
+    "--offset", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+    help="Skip the first N rows.",
+)
 @click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
@@ -411,7 +417,10 @@ def _print_session_hits(console: Console, rows: list[dict[str, Any]]) -> None:
 @click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
 @click.option("--role", "roles", multiple=True, help="Only messages of this role (repeatable).")
 @click.option("--sessions", "by_session", is_flag=True, help="One row per session (lineage root).")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(min=0), metavar="N",
+    help="At most N rows.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def search(
     db_path: Path | None,
