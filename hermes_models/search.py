@@ -6,7 +6,7 @@ messages around it. :func:`search_sessions` counts the same hits per
 lineage root: a compression continuation or a subagent run counts for the
 session it continues or serves, while a /branch fork is a result of its own.
 
-The SQL comes from :mod:`hermes_models.fts`; this module checks arguments,
+The SQL comes from :mod:`hermes_models.statements`; this module checks arguments,
 runs statements (falling back to LIKE when an index is missing or fails)
 and turns rows into dicts. Content stored as JSON is shown as its text.
 """
@@ -22,24 +22,20 @@ import peewee
 from peewee import JOIN, SQL, Value, fn
 
 from .db import current
-from .fts import (
-    HIT_COLUMNS,
-    INDEXES,
-    Filters,
-    Shape,
-    Statement,
-    available_routes,
-    hits_query,
-    search_statement,
-    slot,
-    snippet_statement,
-    term_values,
-    warn_once,
-)
+from .fts import INDEXES, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, SEP, _not_visited, _path, branch_expr
 from .listing import check_page, fetch_dicts
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 from .query import LIKE, SearchQuery, highlight, parse, term_regex
+from .statements import (
+    HIT_COLUMNS,
+    Filters,
+    Statement,
+    hits_query,
+    search_statement,
+    slot,
+    snippet_statement,
+)
 
 T = TypeVar("T")
 
