@@ -202,3 +202,87 @@ def test_eight_processes_opening_one_fresh_file_all_get_wal(db_path: Path) -> No
         ]
     finally:
         conn.close()
+
+
+MIXED_WRITERS = 8
+MIXED_APPENDS = 150
+MIXED_READERS = 3
+
+
+def _mixed_writer(path: str, worker: int, barrier: Any, results: Any) -> None:
+    try:
+        with SessionDB(path) as store:
+            session_id = f"writer-{worker}"
+            store.create_session(session_id, "cli" if worker % 2 else "telegram")
+            barrier.wait(timeout=120)
+            for index in range(MIXED_APPENDS):
+                text = f"checkpoint note {index} from writer {worker} 数据库检查点"
+                store.append_message(session_id, "user" if index % 2 else "assistant", text)
+            results.put((f"w{worker}", "ok", MIXED_APPENDS))
+    except BaseException as exc:
+        results.put((f"w{worker}", "error", f"{type(exc).__name__}: {exc}"))
+
+
+def _mixed_reader(path: str, reader: int, stop_after: float, barrier: Any, results: Any) -> None:
+    try:
+        with SessionDB(path) as store:
+            barrier.wait(timeout=120)
+            deadline = time.monotonic() + stop_after
+            rounds = 0
+            while time.monotonic() < deadline:
+                hits = store.search_messages("checkpoint", limit=20)
+                cjk = store.search_messages("检查点", limit=5)
+                short = store.search_messages("数据", limit=5)
+                listed = store.list_sessions_rich(limit=50)
+                grouped = store.search_sessions("writer", limit=5)
+                # Every row a reader sees is a whole row.
+                assert all(hit["snippet"] and hit["session_id"].startswith("writer-") for hit in hits)
+                assert all(hit["session_id"].startswith("writer-") for hit in cjk + short)
+                assert all(row["source"] in ("cli", "telegram") for row in listed)
+                assert all(row["hits"] >= 1 for row in grouped)
+                rounds += 1
+            results.put((f"r{reader}", "ok", rounds))
+    except BaseException as exc:
+        results.put((f"r{reader}", "error", f"{type(exc).__name__}: {exc}"))
+
+
+@pytest.mark.slow
+def test_eight_writers_and_searching_readers_at_once(db_path: Path) -> None:
+    hermes_models.migrate(db_path)
+    barrier = SPAWN.Barrier(MIXED_WRITERS + MIXED_READERS)
+    arguments: list[tuple[Any, ...]] = [(str(db_path), w) for w in range(MIXED_WRITERS)]
+    results = SPAWN.Queue()
+    procs = [
+        SPAWN.Process(target=_mixed_writer, args=(*args, barrier, results)) for args in arguments
+    ] + [
+        SPAWN.Process(target=_mixed_reader, args=(str(db_path), r, 3.0, barrier, results))
+        for r in range(MIXED_READERS)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        outcomes = sorted(results.get(timeout=300) for _ in procs)
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+    assert [(name, kind) for name, kind, _ in outcomes] == sorted(
+        [(f"r{r}", "ok") for r in range(MIXED_READERS)]
+        + [(f"w{w}", "ok") for w in range(MIXED_WRITERS)]
+    ), outcomes
+    assert all(rounds >= 1 for name, _, rounds in outcomes if name.startswith("r"))
+
+    with SessionDB(db_path) as store:
+        assert store.message_count() == MIXED_WRITERS * MIXED_APPENDS
+        assert [store.get_session(f"writer-{w}")["message_count"] for w in range(MIXED_WRITERS)] == [
+            MIXED_APPENDS
+        ] * MIXED_WRITERS
+        everything = store.search_messages("checkpoint", limit=None)
+        assert len(everything) == MIXED_WRITERS * MIXED_APPENDS
+        assert len(store.search_messages("检查点", limit=None)) == MIXED_WRITERS * MIXED_APPENDS
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        for table in ("messages_fts", "messages_fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+    finally:
+        conn.close()
