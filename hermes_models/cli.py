@@ -28,7 +28,7 @@ from rich.tree import Tree
 
 from . import __version__
 from .db import resolve_path
-from .errors import HermesModelsError
+from .errors import HermesModelsError, ReadOnlyDatabaseError
 from .store import SessionDB
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,7 +57,9 @@ def db_option(command: F) -> F:
     return click.option(
         "--db",
         "db_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        # A directory is refused by the library, like any file that is not a database.
+        type=click.Path(path_type=Path),
+        metavar="FILE",
         default=None,
         callback=_inherit_db,
         help=_DB_HELP,
@@ -66,11 +68,15 @@ def db_option(command: F) -> F:
 
 @contextmanager
 def open_store(
-    db_path: Path | None, read_only: bool = False, must_exist: bool = False
+    db_path: Path | None,
+    read_only: bool = False,
+    must_exist: bool = False,
+    reading: bool = False,
 ) -> Iterator[SessionDB]:
     """A SessionDB on ``db_path`` (the default store when None), closed afterwards.
 
     With ``must_exist`` a missing file is an error instead of a new empty store.
+    A command that only reads (``reading``) opens a file it cannot write read-only.
     """
     if must_exist:
         path = resolve_path(db_path)
@@ -78,7 +84,12 @@ def open_store(
             raise click.ClickException(
                 f"{path} does not exist (create it with: hermes-models migrate --db {path})"
             )
-    store = SessionDB(db_path, read_only=read_only)
+    try:
+        store = SessionDB(db_path, read_only=read_only)
+    except ReadOnlyDatabaseError:
+        if not reading:
+            raise
+        store = SessionDB(db_path, read_only=True)
     try:
         yield store
     finally:
@@ -127,7 +138,8 @@ def _one_line(exc: BaseException) -> str:
 @click.option(
     "--db",
     "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
+    metavar="FILE",
     default=None,
     envvar="HERMES_MODELS_DB",
     help=_DB_HELP + " Env: HERMES_MODELS_DB.",
@@ -202,7 +214,7 @@ def sessions(
     as_json: bool,
 ) -> None:
     """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
-    with open_store(db_path, must_exist=True) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         rows = store.list_sessions_rich(
             source=source,
             limit=limit,
@@ -246,7 +258,7 @@ def _content_text(content: Any) -> str:
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
 def show(db_path: Path | None, session_id: str, include_inactive: bool) -> None:
     """Show one session (by id, unique id prefix or title) and its transcript."""
-    with open_store(db_path, must_exist=True) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         resolved = _resolve(store, session_id)
         session = store.get_session(resolved)
         messages = store.get_messages(resolved, include_inactive=include_inactive)
@@ -319,7 +331,7 @@ def _lineage_tree(store: SessionDB, session_id: str) -> Tree:
 @click.argument("session_id")
 def lineage(db_path: Path | None, session_id: str) -> None:
     """Draw the lineage tree around a session: kinds, titles, counts, resume target."""
-    with open_store(db_path, must_exist=True) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         resolved = _resolve(store, session_id)
         tree = _lineage_tree(store, resolved)
     _console().print(tree)
@@ -330,7 +342,7 @@ def lineage(db_path: Path | None, session_id: str) -> None:
 @click.argument("session_id")
 def resume(db_path: Path | None, session_id: str) -> None:
     """Print the id a /resume of SESSION_ID opens (the compression tip with messages)."""
-    with open_store(db_path, must_exist=True) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         resolved = _resolve(store, session_id)
         click.echo(store.resolve_resume_session_id(resolved))
 

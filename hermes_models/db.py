@@ -60,8 +60,6 @@ CHECKPOINT_EVERY_N_WRITES = 50
 #: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
 WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
 
 def is_lock_error(exc: BaseException) -> bool:
     """True when ``exc`` says another connection holds a lock."""
@@ -71,7 +69,24 @@ def is_lock_error(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-def resolve_path(target: str | os.PathLike[str] | None = None) -> Path:
+def is_read_only_error(exc: BaseException) -> bool:
+    """True when ``exc`` says SQLite cannot write the file, or the folder it lives in."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc).lower()
+
+
+def _refuse_read_only(path: Path) -> ReadOnlyDatabaseError:
+    return ReadOnlyDatabaseError(
+        f"{path} cannot be written here (the file or its folder is read-only); "
+        "open it with read_only=True to read it"
+    )
+
+
+def resolve_path(
+    target: str | os.PathLike[str] | None = None, *, argument: str = "target"
+) -> Path:
     """The database file a ``connect()`` target names.
 
     ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
@@ -86,23 +101,25 @@ def resolve_path(target: str | os.PathLike[str] | None = None) -> Path:
         home = os.environ.get("HERMES_HOME") or "~/.hermes"
         return Path(os.path.abspath(Path(home).expanduser() / "state.db"))
     if not isinstance(target, (str, os.PathLike)):
-        raise TypeError(f"target must be a path or sqlite:/// URL, not {type(target).__name__}")
+        raise TypeError(
+            f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}"
+        )
     text = os.fspath(target)
     if not isinstance(text, str):
-        raise TypeError("target must be a text path, not bytes")
+        raise TypeError(f"{argument} must be a text path, not bytes")
     if "://" in text:
         parts = urlsplit(text)
         if parts.scheme.lower() != "sqlite":
             raise ValueError(
-                f"target: unsupported URL scheme {parts.scheme!r}; only sqlite:/// is supported"
+                f"{argument}: unsupported URL scheme {parts.scheme!r}; only sqlite:/// is supported"
             )
         text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not text.strip():
-        raise ValueError("target: empty database path")
+        raise ValueError(f"{argument}: empty database path")
     if text == ":memory:" or text.startswith("file::memory:"):
-        raise ValueError("target: in-memory databases are not supported (WAL needs a file)")
+        raise ValueError(f"{argument}: in-memory databases are not supported (WAL needs a file)")
     if "\x00" in text:
-        raise ValueError("target: path contains a NUL character")
+        raise ValueError(f"{argument}: path contains a NUL character")
     return Path(os.path.abspath(Path(text).expanduser()))
 
 
@@ -115,15 +132,35 @@ def sqlite_uri(path: Path, **params: str) -> str:
 
 
 def check_header(path: Path) -> None:
-    """Refuse a file that exists, is not empty and is not an SQLite database."""
+    """Refuse a directory, or a file that is not empty and is not an SQLite database.
+
+    The file is read through SQLite, never opened directly: closing a
+    descriptor of our own would drop every POSIX lock this process's SQLite
+    connections hold on the file, and another process could then take the
+    file for unused and delete the WAL they are writing to.
+    """
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(_SQLITE_HEADER))
+        info = os.stat(path)
     except FileNotFoundError:
         return
-    except IsADirectoryError:
-        raise NotADatabaseError(f"{path} is a directory, not an SQLite database") from None
-    if head and head != _SQLITE_HEADER:
+    if stat.S_ISDIR(info.st_mode):
+        raise NotADatabaseError(f"{path} is a directory, not an SQLite database")
+    if info.st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=0)
+    except sqlite3.Error:
+        return  # unreadable here: the caller's own open reports why
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        return  # locked, or a read-only folder: not a question of what the file is
+    finally:
+        conn.close()
+    if not pages:
+        # SQLite reads a few stray bytes as an empty database, and would overwrite them.
         raise NotADatabaseError(f"{path} is not an SQLite database")
 
 
@@ -171,17 +208,22 @@ def refuse_newer_schema(path: Path, version: int | None) -> None:
         )
 
 
-def check_schema_version(path: Path) -> None:
+def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
     """Refuse ``path`` when a newer Hermes wrote it, reading it without any write.
+
+    ``params`` are the URI parameters of the read (default ``mode=ro``).
 
     Raises:
         NotADatabaseError: the file is not an SQLite database.
         SchemaTooNewError: the stored schema version is newer than ours.
+        ReadOnlyDatabaseError: the folder is read-only, so SQLite cannot open
+            the file for writing (nor read it in WAL mode without ``params``
+            from :func:`read_only_params`).
     """
     if not path.exists() or path.stat().st_size == 0:
         return
     try:
-        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True)
+        conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
     except sqlite3.OperationalError:
         return  # unreadable here: the caller's own open reports why
     try:
@@ -189,9 +231,83 @@ def check_schema_version(path: Path) -> None:
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        if is_read_only_error(exc):
+            raise _refuse_read_only(path) from exc
         raise
     finally:
         conn.close()
+
+
+def check_writable(path: Path) -> None:
+    """Refuse at once a file SQLite could only open read-only (file mode, folder, mount).
+
+    Without this check the first write would wait out every lock retry
+    before failing with a misleading "locked" error.
+
+    Raises:
+        ReadOnlyDatabaseError: the file or its folder cannot be written.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
+    try:
+        # Changing a page is what SQLite refuses on a read-only file; rolled back,
+        # the change never reaches the file.
+        conn.execute("BEGIN IMMEDIATE")
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        if is_read_only_error(exc):
+            raise _refuse_read_only(path) from exc
+        if not is_lock_error(exc):
+            raise
+        # Another process is writing: the file can be written.
+    finally:
+        conn.close()
+
+
+def read_only_params(path: Path) -> dict[str, str]:
+    """URI parameters that read the existing file ``path`` without writing anything.
+
+    Reading a WAL file needs its ``-shm`` index, which SQLite creates next to
+    the file. In a read-only folder without that index the file is read as
+    an immutable snapshot (``immutable=1``): changes made later by processes
+    that can write the folder are not seen by this handle.
+
+    Raises:
+        sqlite3.OperationalError: the folder is read-only and the ``-wal`` file
+            holds changes not yet in the database file (a snapshot would miss them).
+    """
+    params = {"mode": "ro"}
+    error: sqlite3.Error
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, **params), uri=True)
+    except sqlite3.Error as exc:
+        error = exc
+    else:
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return params
+        except sqlite3.Error as exc:
+            error = exc
+        finally:
+            conn.close()
+    wal = Path(f"{path}-wal")
+    unmerged = wal.exists() and wal.stat().st_size > 0
+    if not is_read_only_error(error) and not (unmerged and "unable to open" in str(error)):
+        return params
+    if unmerged:
+        raise sqlite3.OperationalError(
+            f"{path} cannot be read here: its folder is read-only and {wal.name} holds "
+            "changes not yet merged into the file (open it once where the folder is writable)"
+        )
+    logger.warning(
+        "%s: the folder is read-only and the file has no -shm index; reading it as an "
+        "immutable snapshot (later changes by other processes are not seen)",
+        path,
+    )
+    return {**params, "immutable": "1"}
 
 
 def _request_wal(conn: sqlite3.Connection) -> str:
@@ -252,14 +368,17 @@ class HermesDatabase(peewee.SqliteDatabase):
     file first and keeps one handle per file per process.
     """
 
-    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, read_only: bool = False, params: dict[str, str] | None = None
+    ) -> None:
         self.path = path
         self.read_only = read_only
         self.journal: str | None = None
         self._write_count = 0
         self._write_count_lock = threading.Lock()
         if read_only:
-            super().__init__(sqlite_uri(path, mode="ro"), timeout=BUSY_TIMEOUT_S, uri=True)
+            uri = sqlite_uri(path, **(params or {"mode": "ro"}))
+            super().__init__(uri, timeout=BUSY_TIMEOUT_S, uri=True)
         else:
             super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
 
@@ -281,7 +400,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         and the outermost write does the retrying.
 
         Raises:
-            ReadOnlyDatabaseError: the handle was opened read-only.
+            ReadOnlyDatabaseError: the handle was opened read-only, or SQLite cannot
+                write the file or its folder.
             WriteConflictError: still locked out after the last attempt.
         """
         if self.read_only:
@@ -294,6 +414,8 @@ class HermesDatabase(peewee.SqliteDatabase):
                 with _Immediate(self):
                     result = fn()
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+                if is_read_only_error(exc):
+                    raise _refuse_read_only(self.path) from exc
                 if not is_lock_error(exc):
                     raise
                 if attempt == WRITE_MAX_ATTEMPTS:
@@ -548,17 +670,19 @@ def connect(
                 db = None
             if db is None:
                 check_header(path)
-                # Before any connection of ours can switch the file to WAL.
-                check_schema_version(path)
+                params = None
                 if read_only:
                     if not path.exists():
                         raise FileNotFoundError(f"{path} does not exist (opened read-only)")
-                else:
+                    params = read_only_params(path)
+                # Before any connection of ours can switch the file to WAL.
+                check_schema_version(path, params)
+                if not read_only:
                     secure_files(path, create=True)
                 if migrate and not read_only and path not in _migrated:
                     apply_migrations(path)
                     _migrated.add(path)
-                db = HermesDatabase(path, read_only=read_only)
+                db = HermesDatabase(path, read_only=read_only, params=params)
                 try:
                     _open_connection(db)
                     refuse_newer_schema(path, stored_schema_version(db.connection()))

@@ -26,7 +26,7 @@ class WriteConflictError(HermesModelsError, sqlite3.OperationalError):
 
 
 class ReadOnlyDatabaseError(HermesModelsError, sqlite3.OperationalError):
-    """A write was attempted through a handle opened read-only."""
+    """A write was refused: the handle is read-only, or the file or its folder is."""
 
 
 class CompressionInProgressError(HermesModelsError):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import peewee
 from peewee import SQL, Case, Value, fn
 
+from .checks import check_finite, check_flag, check_text
 from .db import Prepared, current, write
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 #: Separator of session ids in the walked path of a recursive CTE.
 SEP = "\x1f"
+#: Escape character of session ids in a walked path.
+ESC = "\x1e"
 #: Depth bound of ancestor and descendant walks.
 MAX_DEPTH = 1000
 #: Hops a compression-tip walk takes at most.
@@ -156,11 +159,22 @@ def kind_of(session: Session) -> str:
     return "ephemeral"
 
 
+def _token(session_id: Any) -> Any:
+    """``session_id`` as written into a walked path: :data:`ESC` and :data:`SEP` escaped,
+    so that no id, whatever characters it holds, can look like a list of ids."""
+    return fn.replace(fn.replace(session_id, ESC, ESC + "0"), SEP, ESC + "1")
+
+
 def _path(*parts: Any) -> peewee.Node:
     node: Any = Value(SEP)
     for part in parts:
-        node = node.concat(part).concat(SEP)
+        node = _extend(node, part)
     return node
+
+
+def _extend(path: Any, session_id: Any) -> Any:
+    """``path`` with ``session_id`` appended."""
+    return path.concat(_token(session_id)).concat(SEP)
 
 
 def _not_visited(path: Any, session_id: Any) -> peewee.Node:
@@ -175,7 +189,7 @@ def _walk(model: type[Session], session_id: str, upward: bool) -> Any:
     cte = base.cte("walk", recursive=True, columns=("id", "parent_id", "depth", "path"))
     link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
     recursive = (
-        step.select(step.id, step.parent, cte.c.depth + 1, cte.c.path.concat(step.id).concat(SEP))
+        step.select(step.id, step.parent, cte.c.depth + 1, _extend(cte.c.path, step.id))
         .from_(cte)
         .join(step, on=link)
         .where(cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, step.id))
@@ -249,7 +263,7 @@ def _descend(model: type[Session], session_id: Any, *, compression_only: bool, h
     base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
     cte = base.cte("chain", recursive=True, columns=("id", "depth", "path"))
     step = (
-        nxt.select(nxt.id, cte.c.depth + 1, cte.c.path.concat(nxt.id).concat(SEP))
+        nxt.select(nxt.id, cte.c.depth + 1, _extend(cte.c.path, nxt.id))
         .from_(cte)
         .join(here, on=(here.id == cte.c.id))
         .join(nxt, on=(nxt.id == _latest_child(here, after_end=compression_only)))
@@ -350,7 +364,7 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
     cte = base.cte("up_chain", recursive=True, columns=("id", "depth", "path"))
     upward = (
-        up.select(up.id, cte.c.depth + 1, cte.c.path.concat(up.id).concat(SEP))
+        up.select(up.id, cte.c.depth + 1, _extend(cte.c.path, up.id))
         .from_(cte)
         .join(here, on=(here.id == cte.c.id))
         .join(up, on=(up.id == here.parent))
@@ -364,7 +378,7 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     base = model.select(model.id, Value(0), _path(model.id)).where(model.id == top[0])
     cte = base.cte("down_chain", recursive=True, columns=("id", "depth", "path"))
     downward = (
-        down.select(down.id, cte.c.depth + 1, cte.c.path.concat(down.id).concat(SEP))
+        down.select(down.id, cte.c.depth + 1, _extend(cte.c.path, down.id))
         .from_(cte)
         .join(down, on=(down.parent == cte.c.id))
         .where(compression_expr(down), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, down.id))
@@ -396,6 +410,17 @@ def _child_fields(parent: Session, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _child_id(session_id: Any) -> str:
+    """The id a new child gets: ``session_id`` checked, or a fresh one when None."""
+    if session_id is None:
+        return new_session_id()
+    return str(check_text(session_id, "session_id", empty=False))
+
+
+def _moment(at: Any) -> float | None:
+    return None if at is None else check_finite(at, "at")
+
+
 def _plain_config(parent: Session) -> dict[str, Any]:
     config = dict(parent.config)
     config.pop("_branched_from", None)
@@ -419,11 +444,13 @@ def branch(
     from .transcript import recount
 
     model = type(session)
-    child_id = session_id or new_session_id()
+    child_id = _child_id(session_id)
     clean_title = sanitize_title(title)
+    copy = check_flag(copy_messages, "copy_messages")
+    moment = _moment(at)
 
     def run() -> None:
-        now = time.time() if at is None else float(at)
+        now = time.time() if moment is None else moment
         model.update(ended_at=now, end_reason="branched").where(
             model.id == session.id, model.ended_at.is_null()
         ).execute()
@@ -433,7 +460,7 @@ def branch(
         model.insert(
             id=child_id, started_at=started, title=clean_title, **_child_fields(parent, config)
         ).execute()
-        if copy_messages:
+        if copy:
             copy_transcript(session.id, child_id)
             recount(child_id)
 
@@ -468,33 +495,37 @@ def compress(
 
     rows = normalise_messages(summary_messages, "summary_messages")
     model = type(session)
+    if holder is not None:
+        check_text(holder, "holder", empty=False)
     me = holder or f"hermes_models:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
+    child_id = _child_id(session_id)
+    new_title = sanitize_title(title)
+    moment = _moment(at)
     if not CompressionLock.acquire(session.id, me, ttl=ttl):
         other = CompressionLock.holder(session.id)
         raise CompressionInProgressError(
             f"session {session.id} is being compressed by {other or 'another holder'}"
         )
     try:
-        child_id = session_id or new_session_id()
 
         def run() -> None:
             parent = model.get_by_id(session.id)
             if parent.end_reason == "compression":
                 raise ValueError(f"session {parent.id} was already compressed")
-            now = time.time() if at is None else float(at)
+            now = time.time() if moment is None else moment
             model.update(ended_at=now, end_reason="compression").where(
                 model.id == parent.id
             ).execute()
-            new_title = sanitize_title(title) if title is not None else None
-            if new_title is None and parent.title:
-                new_title = next_title_in_lineage(parent.title)
+            child_title = new_title
+            if child_title is None and parent.title:
+                child_title = next_title_in_lineage(parent.title)
             model.insert(
                 id=child_id,
                 started_at=now,
-                title=new_title,
+                title=child_title,
                 **_child_fields(parent, _plain_config(parent)),
             ).execute()
-            insert_messages(child_id, rows, start=now)
+            insert_messages(child_id, rows, start=now, argument="summary_messages")
             recount(child_id)
 
         write(run)
@@ -514,18 +545,20 @@ def delegate(
 ) -> Session:
     """Start a subagent run under ``session``: a child marked ``_delegate_from``."""
     model = type(session)
-    child_id = session_id or new_session_id()
+    child_id = _child_id(session_id)
+    given = {
+        "source": check_text(source, "source", optional=True, empty=False),
+        "model_name": check_text(model_name, "model_name", optional=True),
+        "system_prompt": check_text(system_prompt, "system_prompt", optional=True),
+    }
+    moment = _moment(at)
 
     def run() -> None:
         parent = model.get_by_id(session.id)
         fields = _child_fields(parent, {**_plain_config(parent), "_delegate_from": parent.id})
-        if source is not None:
-            fields["source"] = source
-        if model_name is not None:
-            fields["model_name"] = model_name
-        if system_prompt is not None:
-            fields["system_prompt"] = system_prompt
-        model.insert(id=child_id, started_at=time.time() if at is None else float(at), **fields).execute()
+        fields.update({name: value for name, value in given.items() if value is not None})
+        started = time.time() if moment is None else moment
+        model.insert(id=child_id, started_at=started, **fields).execute()
 
     write(run)
     return model.get_by_id(child_id)

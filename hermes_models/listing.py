@@ -16,8 +16,9 @@ from typing import Any
 import peewee
 from peewee import JOIN, Value, fn
 
+from .checks import check_flag, check_int64
 from .db import Prepared, current
-from .lineage import SEP, TIP_MAX_HOPS, _latest_child, _not_visited, _path, listable_expr
+from .lineage import TIP_MAX_HOPS, _extend, _latest_child, _not_visited, _path, listable_expr
 from .models import Message, Session, decode_content
 
 #: Characters of a preview before it is cut and ``...`` appended.
@@ -27,18 +28,9 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def check_page(limit: Any, offset: Any) -> tuple[int, int]:
-    """``(limit, offset)`` checked: non-negative ints (``limit=None`` means no limit)."""
-    if limit is None:
-        limit = -1
-    elif isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be int, not {type(limit).__name__}")
-    elif limit < 0:
-        raise ValueError(f"limit must not be negative, got {limit}")
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be int, not {type(offset).__name__}")
-    if offset < 0:
-        raise ValueError(f"offset must not be negative, got {offset}")
-    return limit, offset
+    """``(limit, offset)`` checked: non-negative 64-bit ints (``limit=None`` means no limit)."""
+    limit = -1 if limit is None else check_int64(limit, "limit", minimum=0)
+    return limit, check_int64(offset, "offset", minimum=0)
 
 
 def _sources(value: Any, argument: str) -> list[str] | None:
@@ -62,6 +54,9 @@ def session_filters(
 ) -> list[peewee.Node]:
     """WHERE terms shared by listings and counts."""
     terms: list[peewee.Node] = []
+    include_children = check_flag(include_children, "include_children")
+    include_archived = check_flag(include_archived, "include_archived")
+    archived_only = check_flag(archived_only, "archived_only")
     if not include_children:
         terms.append(listable_expr(s))
     wanted = _sources(source, "source")
@@ -112,16 +107,15 @@ def rich_listing(
 ) -> list[dict[str, Any]]:
     """Session rows with ``preview`` and ``last_active`` (see the module docstring)."""
     limit, offset = check_page(limit, offset)
-    if isinstance(min_message_count, bool) or not isinstance(min_message_count, int):
-        raise TypeError(f"min_message_count must be int, not {type(min_message_count).__name__}")
+    min_message_count = check_int64(min_message_count, "min_message_count", minimum=0)
     sources = _sources(source, "source") or []
     excluded = _sources(exclude_sources, "exclude_sources") or []
     flags = (
-        bool(include_children),
-        bool(project_compression_tips),
-        bool(order_by_last_active),
-        bool(include_archived),
-        bool(archived_only),
+        check_flag(include_children, "include_children"),
+        check_flag(project_compression_tips, "project_compression_tips"),
+        check_flag(order_by_last_active, "order_by_last_active"),
+        check_flag(include_archived, "include_archived"),
+        check_flag(archived_only, "archived_only"),
         min_message_count > 0,
     )
     shape = (len(sources), len(excluded), *flags)
@@ -248,7 +242,7 @@ def _tips(roots_cte: Any) -> list[Any]:
     ).where(roots_cte.c.root_end == "compression")
     walk = base.cte("walk", recursive=True, columns=("root_id", "id", "depth", "path"))
     step = (
-        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, walk.c.path.concat(nxt.id).concat(SEP))
+        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, _extend(walk.c.path, nxt.id))
         .from_(walk)
         .join(here, on=(here.id == walk.c.id))
         .join(nxt, on=(nxt.id == _latest_child(here, after_end=True)))

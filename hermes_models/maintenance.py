@@ -15,9 +15,10 @@ from typing import Any
 
 from peewee import SQL, Value, fn
 
+from .checks import check_finite, check_text
 from .db import current, write
 from .errors import ReadOnlyDatabaseError
-from .lineage import MAX_DEPTH, SEP, _not_visited, _path, ephemeral_expr
+from .lineage import MAX_DEPTH, _extend, _not_visited, _path, ephemeral_expr
 from .models import CompressionLock, Message, Session
 
 #: Sessions without messages younger than this are left alone by
@@ -34,7 +35,7 @@ def doomed_ids(session_ids: Iterable[str]) -> list[str]:
     base = Session.select(Session.id, Value(0), _path(Session.id)).where(Session.id.in_(ids))
     cte = base.cte("doomed", recursive=True, columns=("id", "depth", "path"))
     step = (
-        child.select(child.id, cte.c.depth + 1, cte.c.path.concat(child.id).concat(SEP))
+        child.select(child.id, cte.c.depth + 1, _extend(cte.c.path, child.id))
         .from_(cte)
         .join(child, on=(child.parent == cte.c.id))
         .where(ephemeral_expr(child), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, child.id))
@@ -84,11 +85,11 @@ def prune(older_than_days: float = 90, source: str | None = None) -> int:
     Their subagent runs go with them; other children are kept. Returns how
     many sessions matched.
     """
-    if isinstance(older_than_days, bool) or not isinstance(older_than_days, (int, float)):
-        raise TypeError("older_than_days must be a number")
-    if older_than_days < 0:
+    days = check_finite(older_than_days, "older_than_days")
+    if days < 0:
         raise ValueError(f"older_than_days must not be negative, got {older_than_days}")
-    cutoff = time.time() - float(older_than_days) * 86400.0
+    check_text(source, "source", optional=True)
+    cutoff = time.time() - days * 86400.0
 
     def run() -> int:
         query = Session.select(Session.id).where(

@@ -34,6 +34,7 @@ from .db import (
     SCHEMA_VERSION,
     check_header,
     check_schema_version,
+    check_writable,
     is_lock_error,
     resolve_path,
     retry_locked,
@@ -103,6 +104,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     path = resolve_path(target)
     check_header(path)
     check_schema_version(path)
+    check_writable(path)
     secure_files(path, create=True)
     migrations = _migrations()
     with _process_lock, _backend(path) as backend, _locked(backend):

@@ -9,7 +9,6 @@ anything that writes goes through :func:`hermes_models.db.write`.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ import peewee
 from peewee import DoubleField, ForeignKeyField, IntegerField, TextField
 
 from . import lineage
+from .checks import check_finite, check_flag, check_json_depth, check_text
 from .db import database, write
 
 #: Prefix Hermes puts before JSON-encoded (list or dict) message content.
@@ -38,7 +38,11 @@ def encode_content(content: Any) -> str | None:
             return CONTENT_JSON_PREFIX + json.dumps(content, ensure_ascii=False)
         return content
     if isinstance(content, (list, dict)):
-        return CONTENT_JSON_PREFIX + json.dumps(content, ensure_ascii=False)
+        check_json_depth(content, "content")
+        try:
+            return CONTENT_JSON_PREFIX + json.dumps(content, ensure_ascii=False)
+        except TypeError as exc:
+            raise TypeError(f"content is not JSON-serialisable: {exc}") from None
     raise TypeError(f"content must be str, list, dict or None, not {type(content).__name__}")
 
 
@@ -48,18 +52,26 @@ def decode_content(stored: str | None) -> Any:
         return stored
     try:
         return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
-    except ValueError:
+    except (ValueError, RecursionError):
         return stored
 
 
 def encode_json(value: Any, argument: str) -> str | None:
-    """A JSON column value: None stays NULL, text is kept, anything else is dumped."""
+    """A JSON column value: None stays NULL, text is kept, anything else is dumped.
+
+    NaN and infinities are refused: SQLite's JSON functions, which read
+    these columns, would take the text for invalid JSON.
+    """
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, (list, tuple, dict)):
+        check_json_depth(value, argument)
     try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except TypeError as exc:
         raise TypeError(f"{argument} is not JSON-serialisable: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{argument} cannot be stored as JSON: {exc}") from None
 
 
 def unencodable_path(value: Any, path: str) -> str | None:
@@ -101,11 +113,7 @@ def unencodable_error(arguments: Mapping[str, Any]) -> ValueError:
 
 def check_epoch(value: Any, argument: str) -> float:
     """``value`` as seconds since the epoch: a finite int or float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{argument} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{argument} must be finite, got {value!r}")
-    return float(value)
+    return check_finite(value, argument)
 
 
 def decode_json(stored: str | None) -> Any:
@@ -114,7 +122,7 @@ def decode_json(stored: str | None) -> Any:
         return None
     try:
         return json.loads(stored)
-    except ValueError:
+    except (ValueError, RecursionError):
         return stored
 
 
@@ -248,10 +256,7 @@ class Session(BaseModel):
 
     def end(self, reason: str, *, at: float | None = None) -> bool:
         """End this session with ``reason``; the first end wins. True if this call ended it."""
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be str, not {type(reason).__name__}")
-        if not reason:
-            raise ValueError("reason must not be empty")
+        check_text(reason, "reason", empty=False)
         ended_at = time.time() if at is None else check_epoch(at, "at")
         cls = type(self)
 
@@ -337,8 +342,9 @@ class Message(BaseModel):
         cls, session_id: str, include_inactive: bool = False
     ) -> peewee.ModelSelect[Message]:
         """Messages of a session ordered by id; soft-deleted ones only when asked."""
+        check_text(session_id, "session_id")
         query = cls.select().where(cls.session == session_id)
-        if not include_inactive:
+        if not check_flag(include_inactive, "include_inactive"):
             query = query.where(cls.active == 1)
         return query.order_by(cls.id)
 
@@ -362,20 +368,15 @@ class StateMeta(BaseModel):
     @classmethod
     def get_value(cls, key: str, default: str | None = None) -> str | None:
         """The value stored under ``key``, or ``default``."""
-        if not isinstance(key, str):
-            raise TypeError(f"key must be str, not {type(key).__name__}")
+        check_text(key, "key")
         row = cls.select(cls.value).where(cls.key == key).tuples().first()
         return default if row is None else row[0]
 
     @classmethod
     def set_value(cls, key: str, value: str | None) -> None:
         """Store ``value`` under ``key``, replacing what was there."""
-        if not isinstance(key, str):
-            raise TypeError(f"key must be str, not {type(key).__name__}")
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"value must be str or None, not {type(value).__name__}")
-        if unencodable_path(key, "key") or unencodable_path(value, "value"):
-            raise unencodable_error({"key": key, "value": value})
+        check_text(key, "key")
+        check_text(value, "value", optional=True)
         write(
             lambda: cls.insert(key=key, value=value)
             .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
@@ -455,15 +456,11 @@ def _lock_key(session_id: Any) -> str | None:
     """A lock's session id; None for None or "" (callers treat that as no lock)."""
     if session_id is None or session_id == "":
         return None
-    if not isinstance(session_id, str):
-        raise TypeError(f"session_id must be str, not {type(session_id).__name__}")
-    return session_id
+    return check_text(session_id, "session_id")
 
 
 def _check_holder(holder: Any) -> str:
-    if not isinstance(holder, str):
-        raise TypeError(f"holder must be str, not {type(holder).__name__}")
-    return holder
+    return str(check_text(holder, "holder"))
 
 
 def check_ttl(ttl: Any, argument: str = "ttl") -> float:

@@ -24,6 +24,7 @@ import peewee
 from peewee import fn
 
 from . import listing, maintenance, titles, transcript
+from .checks import check_finite, check_flag, check_int64
 from .db import HermesDatabase, connect, resolve_path, using
 from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
 from .models import (
@@ -114,11 +115,7 @@ def _field(column: str) -> peewee.Field:
 
 
 def _count(value: Any, argument: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{argument} must be int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{argument} must not be negative, got {value}")
-    return value
+    return check_int64(value, argument, minimum=0)
 
 
 def _money(value: Any, argument: str) -> float | None:
@@ -126,11 +123,10 @@ def _money(value: Any, argument: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{argument} must be a number or None, not {type(value).__name__}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{argument} must be finite, got {value!r}")
-    if value < 0:
+    amount = check_finite(value, argument)
+    if amount < 0:
         raise ValueError(f"{argument} must not be negative, got {value!r}")
-    return float(value)
+    return amount
 
 
 def _lookup_key(value: Any, argument: str) -> str | None:
@@ -155,8 +151,8 @@ class SessionDB:
     """
 
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
-        self.db_path = resolve_path(db_path)
-        self.read_only = bool(read_only)
+        self.db_path = resolve_path(db_path, argument="db_path")
+        self.read_only = check_flag(read_only, "read_only")
         self._db: HermesDatabase | None = connect(self.db_path, read_only=self.read_only)
 
     # -- handle ------------------------------------------------------------------
@@ -276,10 +272,12 @@ class SessionDB:
             return None
         if Session.select().where(Session.id == key).exists():
             return key
+        # Compared as bytes: SQLite's text functions stop at a NUL character.
+        prefix = key.encode("utf-8")
         candidates = cast(
             "Iterable[tuple[str]]",
             Session.select(Session.id)
-            .where(fn.substr(Session.id, 1, len(key)) == key)
+            .where(fn.substr(Session.id.cast("BLOB"), 1, len(prefix)) == prefix)
             .limit(2)
             .tuples(),
         )
@@ -357,8 +355,7 @@ class SessionDB:
         and the billing fields are filled only while NULL.
         """
         transcript.check_session_id(session_id)
-        if not isinstance(absolute, bool):
-            raise TypeError(f"absolute must be bool, not {type(absolute).__name__}")
+        absolute = check_flag(absolute, "absolute")
         counters = {
             Session.input_tokens: _count(input_tokens, "input_tokens"),
             Session.output_tokens: _count(output_tokens, "output_tokens"),
@@ -464,7 +461,7 @@ class SessionDB:
         query = Message.select()
         if session_id is not None:
             query = query.where(Message.session == transcript.check_session_id(session_id))
-        if not include_inactive:
+        if not check_flag(include_inactive, "include_inactive"):
             query = query.where(Message.active == 1)
         return int(query.count())
 
@@ -472,6 +469,7 @@ class SessionDB:
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
         """Archive (or unarchive) a session's whole compression chain. True if it exists."""
         transcript.check_session_id(session_id)
+        archived = check_flag(archived, "archived")
 
         def run() -> bool:
             ids = compression_chain_ids(Session, session_id)
@@ -537,8 +535,10 @@ class SessionDB:
     @_api
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """The title for the next continuation: ``"t"`` -> ``"t #2"``."""
-        if not isinstance(base_title, str) or not base_title.strip():
+        if base_title is None or (isinstance(base_title, str) and not base_title.strip()):
             raise ValueError("base_title must be a non-empty string")
+        if not isinstance(base_title, str):
+            raise TypeError(f"base_title must be str, not {type(base_title).__name__}")
         return titles.next_title_in_lineage(base_title.strip())
 
     # -- messages --------------------------------------------------------------------
@@ -604,10 +604,7 @@ class SessionDB:
         and a subagent run never saw its parent's.
         """
         transcript.check_session_id(session_id)
-        if not isinstance(include_ancestors, bool):
-            raise TypeError(
-                f"include_ancestors must be bool, not {type(include_ancestors).__name__}"
-            )
+        include_ancestors = check_flag(include_ancestors, "include_ancestors")
         chain = [session_id]
         current = Session.get_or_none(Session.id == session_id) if include_ancestors else None
         if current is not None:
@@ -652,14 +649,14 @@ class SessionDB:
     @_api
     def get_compression_tip(self, session_id: str) -> str:
         """The latest continuation of a session's compression chain (the id itself if none)."""
-        if not isinstance(session_id, str) or not session_id:
+        if _lookup_key(session_id, "session_id") is None:
             return session_id
         return compression_tip_id(Session, session_id) or session_id
 
     @_api
     def resolve_resume_session_id(self, session_id: str) -> str:
         """The session a /resume of ``session_id`` opens; unknown ids come back unchanged."""
-        if not isinstance(session_id, str) or not session_id:
+        if _lookup_key(session_id, "session_id") is None:
             return session_id
         return resume_target_id(Session, session_id) or session_id
 

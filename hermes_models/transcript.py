@@ -17,6 +17,7 @@ from typing import Any, cast
 import peewee
 from peewee import SQL, Case, fn
 
+from .checks import check_flag, check_int64, check_text
 from .db import HermesDatabase, current, write
 from .models import (
     ROLES,
@@ -72,12 +73,10 @@ def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cur
 
 
 def check_session_id(session_id: Any, argument: str = "session_id") -> str:
-    """``session_id`` if it is a non-empty string, else a TypeError/ValueError."""
-    if not isinstance(session_id, str):
-        raise TypeError(f"{argument} must be str, not {type(session_id).__name__}")
-    if not session_id:
-        raise ValueError(f"{argument} must not be empty")
-    return session_id
+    """``session_id`` if it is a non-empty, storable string, else a TypeError/ValueError."""
+    if session_id.__class__ is str and session_id.isascii() and session_id:
+        return session_id  # the common case, checked quickly on the hot path
+    return str(check_text(session_id, argument, empty=False))
 
 
 def _check_role(role: Any) -> str:
@@ -94,12 +93,21 @@ def _check_timestamp(timestamp: Any) -> float:
     return check_epoch(timestamp, "timestamp")
 
 
-def _optional_int(value: Any, argument: str) -> int | None:
+def _optional_count(value: Any, argument: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{argument} must be int or None, not {type(value).__name__}")
-    return value
+    return check_int64(value, argument, minimum=0)
+
+
+def _platform_id(value: Any) -> str | None:
+    """A platform's message id as text (chat platforms often number them)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"platform_message_id must be str, int or None, not {type(value).__name__}")
 
 
 def _optional_text(value: Any, argument: str) -> str | None:
@@ -131,15 +139,14 @@ def message_row(session_id: str, role: str, content: Any = None, **fields: Any) 
         "role": _check_role(role),
         "content": encode_content(content),
         "timestamp": _check_timestamp(fields.get("timestamp")),
-        "token_count": _optional_int(fields.get("token_count"), "token_count"),
-        "observed": 1 if fields.get("observed") else 0,
+        "token_count": _optional_count(fields.get("token_count"), "token_count"),
+        "observed": int(check_flag(fields.get("observed"), "observed", none_is_false=True)),
     }
     for name in _JSON_FIELDS:
         values[name] = encode_json(fields.get(name), name)
     for name in _TEXT_FIELDS:
         values[name] = _optional_text(fields.get(name), name)
-    platform_id = fields.get("platform_message_id")
-    values["platform_message_id"] = None if platform_id is None else str(platform_id)
+    values["platform_message_id"] = _platform_id(fields.get("platform_message_id"))
     return [values[name] for name in MESSAGE_FIELDS]
 
 
@@ -187,7 +194,11 @@ def normalise_messages(
 
 
 def insert_messages(
-    session_id: str, messages: Sequence[Mapping[str, Any]], *, start: float | None = None
+    session_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    start: float | None = None,
+    argument: str = "messages",
 ) -> int:
     """Insert ``messages`` with multi-row INSERTs (inside the caller's write).
 
@@ -204,7 +215,7 @@ def insert_messages(
         try:
             rows.append(message_row(session_id, message["role"], message.get("content"), **fields))
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"messages[{index}]: {exc}") from None
+            raise type(exc)(f"{argument}[{index}]: {exc}") from None
     db = current()
     for offset in range(0, len(rows), CHUNK_ROWS):
         chunk = rows[offset : offset + CHUNK_ROWS]
@@ -214,7 +225,7 @@ def insert_messages(
             _execute(db, sql, [value for row in chunk for value in row])
         except UnicodeEncodeError:
             raise unencodable_error(
-                {f"messages[{index}]": dict(message) for index, message in enumerate(messages)}
+                {f"{argument}[{index}]": dict(message) for index, message in enumerate(messages)}
             ) from None
     return len(rows)
 
@@ -270,8 +281,7 @@ def rewind_to_message(session_id: str, user_message_id: int) -> int:
         ValueError: the id is not an active user message of that session.
     """
     check_session_id(session_id)
-    if isinstance(user_message_id, bool) or not isinstance(user_message_id, int):
-        raise TypeError(f"user_message_id must be int, not {type(user_message_id).__name__}")
+    check_int64(user_message_id, "user_message_id")
 
     def run() -> int:
         target = (
@@ -308,8 +318,7 @@ def rewind_to_message(session_id: str, user_message_id: int) -> int:
 def restore_rewound(session_id: str, since_id: int) -> int:
     """Reactivate the soft-deleted messages with id >= ``since_id``; returns how many."""
     check_session_id(session_id)
-    if isinstance(since_id, bool) or not isinstance(since_id, int):
-        raise TypeError(f"since_id must be int, not {type(since_id).__name__}")
+    check_int64(since_id, "since_id")
 
     def run() -> int:
         count = (
