@@ -167,8 +167,10 @@ def check_header(path: Path) -> None:
 def secure_files(path: Path, *, create: bool) -> None:
     """Create ``path`` with mode 0600 if asked, and tighten it and its sidecars.
 
-    Existing files are changed with ``chmod`` on the path: opening and closing
-    a descriptor would drop the POSIX locks SQLite holds on the file.
+    Tightening only takes permissions away (group and other bits): a file
+    its owner made read-only stays read-only. Existing files are changed
+    with ``chmod`` on the path: opening and closing a descriptor would drop
+    the POSIX locks SQLite holds on the file.
     """
     if os.name == "nt":
         return
@@ -182,8 +184,9 @@ def secure_files(path: Path, *, create: bool) -> None:
     for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             info = os.lstat(candidate)
-            if stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) != 0o600:
-                os.chmod(candidate, 0o600)
+            mode = stat.S_IMODE(info.st_mode)
+            if stat.S_ISREG(info.st_mode) and mode & ~0o600:
+                os.chmod(candidate, mode & 0o600)
         except OSError:
             continue
 
@@ -678,6 +681,7 @@ def connect(
                 # Before any connection of ours can switch the file to WAL.
                 check_schema_version(path, params)
                 if not read_only:
+                    check_writable(path)
                     secure_files(path, create=True)
                 if migrate and not read_only and path not in _migrated:
                     apply_migrations(path)

@@ -323,12 +323,12 @@ def _ro_message(path: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("file_mode", "folder_mode"),
-    [(0o444, 0o777), (0o444, 0o555), (0o666, 0o555)],
-    ids=["read-only file", "read-only file and folder", "read-only folder"],
+    ("file_mode", "folder_mode", "own_file"),
+    [(0o444, 0o777, False), (0o444, 0o777, True), (0o444, 0o555, False), (0o666, 0o555, False)],
+    ids=["read-only file", "own read-only file", "read-only file and folder", "read-only folder"],
 )
 def test_read_only_files_and_folders_read_and_search_but_never_write(
-    shared: Path, tmp_path: Path, file_mode: int, folder_mode: int
+    shared: Path, tmp_path: Path, file_mode: int, folder_mode: int, own_file: bool
 ) -> None:
     shared.mkdir()
     path = shared / "state.db"
@@ -345,13 +345,17 @@ def test_read_only_files_and_folders_read_and_search_but_never_write(
     rows = snapshot(path)
     content = path.read_bytes()
     assert sorted(os.listdir(shared)) == ["state.db"]
+    if own_file and os.geteuid() == 0:
+        os.chown(path, _nobody(), _nobody())  # its owner may chmod it, and must not
     os.chmod(path, file_mode)
     os.chmod(shared, folder_mode)
     try:
         result = run_unprivileged(read_only_scenario, path, tmp_path)
+        mode = stat.S_IMODE(path.stat().st_mode)
     finally:
         os.chmod(shared, 0o755)
         os.chmod(path, 0o644)
+    assert mode == file_mode
     assert result["open read-write"] == _ro_message(path)
     assert result["open read-write seconds"] < 5
     assert result["migrate"] == _ro_message(path)
