@@ -260,12 +260,11 @@ def check_writable(path: Path) -> None:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         conn.execute(f"PRAGMA user_version = {version}")
         conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
         if is_read_only_error(exc):
             raise _refuse_read_only(path) from exc
-        if not is_lock_error(exc):
-            raise
-        # Another process is writing: the file can be written.
+        # Busy (another process is writing, so the file can be written), or a
+        # failure the open that follows reports in its own words.
     finally:
         conn.close()
 
