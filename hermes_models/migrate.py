@@ -107,6 +107,8 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     check_writable(path)
     secure_files(path, create=True)
     migrations = _migrations()
+    if _up_to_date(path, migrations):
+        return []
     with _process_lock, _backend(path) as backend, _locked(backend):
         applied = set(backend.get_applied_migration_hashes())
         baseline = [m for m in migrations if m.id in BASELINE]
@@ -129,6 +131,29 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
 
 def _migrations() -> Any:
     return read_migrations(str(migrations_dir()))
+
+
+def _up_to_date(path: Path, migrations: Any) -> bool:
+    """True when every migration is recorded as applied (read without any write).
+
+    Every process checks this on its first open: taking yoyo's lock (a write)
+    only when something is pending keeps start-up from queueing behind
+    another process's long write transaction.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return False
+    try:
+        rows = conn.execute("SELECT migration_hash FROM _yoyo_migration").fetchall()
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    applied = {row[0] for row in rows}
+    return all(m.hash in applied for m in migrations)
 
 
 @contextlib.contextmanager

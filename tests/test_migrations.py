@@ -593,3 +593,27 @@ def test_migrations_are_applied_while_holding_the_yoyo_lock(
     assert hermes_models.migrate(db_path) == list(BASELINE)
     assert seen == [(list(BASELINE), [(os.getpid(),)])]
     assert _query(db_path, "SELECT pid FROM yoyo_lock") == []
+
+
+def test_an_up_to_date_file_is_checked_without_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    assert hermes_models.migrate(path) != []
+    # Were the lock taken, the held write lock below would make migrate() give up.
+    monkeypatch.setattr(sys.modules["hermes_models.migrate"], "LOCK_WAIT_S", 1)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # another process mid-way through a long write
+        assert hermes_models.migrate(path) == []
+        writer.execute("ROLLBACK")
+        log_rows = writer.execute("SELECT COUNT(*) FROM _yoyo_log").fetchone()
+        assert writer.execute("SELECT COUNT(*) FROM yoyo_lock").fetchone() == (0,)
+    finally:
+        writer.close()
+    assert hermes_models.migrate(path) == []
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("SELECT COUNT(*) FROM _yoyo_log").fetchone() == log_rows
+    finally:
+        check.close()
