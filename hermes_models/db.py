@@ -689,6 +689,8 @@ def connect(
                 try:
                     _open_connection(db)
                     refuse_newer_schema(path, stored_schema_version(db.connection()))
+                    if read_only:
+                        _require_store(db)
                 except sqlite3.DatabaseError as exc:
                     db.close()
                     if "not a database" in str(exc):
@@ -711,6 +713,17 @@ def connect(
         raise
     database.initialize(db)
     return db
+
+
+def _require_store(db: HermesDatabase) -> None:
+    """Refuse a read-only handle on a file without the session tables."""
+    conn = db.connection()  # type: ignore[no-untyped-call]
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "sessions" not in names or "messages" not in names:
+        raise NotADatabaseError(
+            f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "
+            "open it once without read_only=True to create the schema"
+        )
 
 
 def _after_fork_in_child() -> None:

@@ -617,3 +617,17 @@ def test_the_default_retry_budget_ends_in_a_clear_error_not_a_hang(filled: Sessi
     low = 15 * db_module.BUSY_TIMEOUT_S + 14 * db_module.WRITE_RETRY_MIN_S
     assert low <= elapsed < low + 14 * db_module.WRITE_RETRY_MAX_S + 5
     assert filled.get_meta("k") == "v"
+
+
+def test_read_only_handle_on_a_file_without_the_store_is_refused_clearly(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    for path in (empty, other):
+        before = path.read_bytes()
+        with pytest.raises(hermes_models.NotADatabaseError, match="no Hermes session store"):
+            SessionDB(path, read_only=True)
+        assert path.read_bytes() == before
