@@ -21,9 +21,10 @@ from typing import Any, TypeVar, cast
 import peewee
 from peewee import JOIN, SQL, Value, fn
 
+from .checks import check_flag
 from .db import current
 from .fts import INDEXES, Shape, available_routes, term_values, warn_once
-from .lineage import MAX_DEPTH, SEP, _not_visited, _path, branch_expr
+from .lineage import MAX_DEPTH, _extend, _not_visited, _path, branch_expr
 from .listing import check_page, fetch_dicts
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 from .query import LIKE, SearchQuery, highlight, parse, term_regex
@@ -136,13 +137,15 @@ def search_messages(
     """
     parsed = parse(query)
     limit, offset = check_page(limit, offset)
+    if sort is not None and not isinstance(sort, str):
+        raise TypeError(f"sort must be a string or None, not {type(sort).__name__}")
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(map(repr, SORTS))}; got {sort!r}")
     filters = Filters(
         _strings(source_filter, "source_filter"),
         _strings(exclude_sources, "exclude_sources") or (),
         _strings(role_filter, "role_filter") or (),
-        bool(include_inactive),
+        check_flag(include_inactive, "include_inactive"),
     )
     if not parsed or limit == 0 or filters.sources == ():
         return []
@@ -283,7 +286,7 @@ def _owners(hits: Any) -> tuple[Any, Any]:
     climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
     step = (
         here.select(
-            climb.c.start, parent.id, climb.c.depth + 1, climb.c.path.concat(parent.id).concat(SEP)
+            climb.c.start, parent.id, climb.c.depth + 1, _extend(climb.c.path, parent.id)
         )
         .from_(climb)
         .join(here, on=(here.id == climb.c.id))
@@ -372,6 +375,8 @@ def search_sessions(
         TypeError, ValueError: an argument other than the query text is wrong.
     """
     limit, offset = check_page(limit, offset)
+    if rank_mode is not None and not isinstance(rank_mode, str):
+        raise TypeError(f"rank_mode must be a string or None, not {type(rank_mode).__name__}")
     if rank_mode not in RANK_MODES:
         raise ValueError(f"rank_mode must be None, 'relevance' or 'recent'; got {rank_mode!r}")
     sources = _strings(source, "source")

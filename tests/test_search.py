@@ -416,3 +416,32 @@ def test_json_content_with_cjk_in_every_route(store: SessionDB) -> None:
     assert hit["snippet"] == "图片说明：>>>猫在睡觉<<< [image]"
     assert hit["context"] == ctx(("user", "图片说明：猫在睡觉 [image]"))
     assert json.loads(json.dumps(hit)) == hit
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda s: s.search_messages("loop", include_inactive="no"), TypeError, "include_inactive"),
+        (lambda s: s.search_messages("loop", include_inactive=2), ValueError, "include_inactive"),
+        (lambda s: s.search_messages("loop", sort=5), TypeError, "sort"),
+        (lambda s: s.search_sessions("loop", rank_mode=5), TypeError, "rank_mode"),
+    ],
+)
+def test_search_arguments_of_the_wrong_kind_are_named(
+    store: SessionDB, call: Any, error: type[Exception], name: str
+) -> None:
+    with pytest.raises(error, match=f"^{name}"):
+        call(store)
+
+
+def test_search_sessions_groups_ids_holding_the_path_separator(store: SessionDB) -> None:
+    from hermes_models import Session
+
+    odd_root, odd_child = "b", "a\x1fb"
+    store.create_session(odd_root, "cli", started_at=T0)
+    store.append_message(odd_root, "user", "first words about teapots", timestamp=T0 + 1)
+    Session.get_by_id(odd_root).end("compression", at=T0 + 10)
+    store.create_session(odd_child, "cli", parent_session_id=odd_root, started_at=T0 + 10)
+    store.append_message(odd_child, "user", "more teapots after compression", timestamp=T0 + 11)
+    rows = store.search_sessions("teapots")
+    assert [(row["id"], row["hits"]) for row in rows] == [(odd_root, 2)]
