@@ -110,6 +110,10 @@ def selection(session_id: str | None = None, source: str | None = None) -> list[
     Raises:
         ValueError: ``session_id`` does not exist.
     """
+    if session_id is not None and not isinstance(session_id, str):
+        raise TypeError(f"session_id must be str or None, not {type(session_id).__name__}")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"source must be str or None, not {type(source).__name__}")
     if session_id is None and source is None:
         return None
     rows = raw(Session.select(Session.id, Session.parent, Session.source)).fetchall()
@@ -222,13 +226,29 @@ def bundle_lines(
         yield line
 
 
+def file_path(value: Any, argument: str) -> Path | None:
+    """``value`` as a path (``~`` expanded), or None when it is a text stream.
+
+    Raises:
+        TypeError: ``value`` is neither a path nor a stream.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        if not isinstance(text, str):
+            raise TypeError(f"{argument} must be a text path, not bytes")
+        return Path(text).expanduser()
+    if hasattr(value, "write") or hasattr(value, "read"):
+        return None
+    raise TypeError(f"{argument} must be a path or a text stream, not {type(value).__name__}")
+
+
 @contextmanager
 def open_output(target: str | os.PathLike[str] | IO[str]) -> Iterator[IO[str]]:
     """A text stream for ``target``: a path is written atomically (temp file, rename)."""
-    if not isinstance(target, (str, os.PathLike)):
-        yield target
+    path = file_path(target, "target")
+    if path is None:
+        yield cast(IO[str], target)
         return
-    path = Path(os.fspath(target))
     handle = tempfile.NamedTemporaryFile(
         "w",
         encoding="utf-8",
@@ -353,7 +373,7 @@ def read_bundle(lines: Iterable[str], origin: str = "bundle") -> Bundle:
 
 def is_bundle(path: str | os.PathLike[str]) -> bool:
     """True when the first non-empty line of the file is a bundle header."""
-    with open(os.fspath(path), encoding="utf-8", errors="replace") as handle:
+    with open(os.path.expanduser(os.fspath(path)), encoding="utf-8", errors="replace") as handle:
         for line in handle:
             if line.strip():
                 try:
@@ -366,9 +386,10 @@ def is_bundle(path: str | os.PathLike[str]) -> bool:
 
 def load(source: str | os.PathLike[str] | IO[str]) -> Bundle:
     """Read and check a bundle from a path or text stream."""
-    if not isinstance(source, (str, os.PathLike)):
-        return read_bundle(source, str(getattr(source, "name", "bundle")))
-    path = Path(os.fspath(source))
+    path = file_path(source, "source")
+    if path is None:
+        stream = cast(IO[str], source)
+        return read_bundle(stream, str(getattr(stream, "name", "bundle")))
     with open(path, encoding="utf-8") as handle:
         return read_bundle(handle, str(path))
 

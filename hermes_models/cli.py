@@ -96,6 +96,10 @@ def open_store(
         store.close()
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _when(epoch: float | None) -> str:
     if epoch is None:
         return "-"
@@ -530,7 +534,7 @@ def export(
     db_path: Path | None, session_id: str | None, source: str | None, fmt: str, output: Path | None
 ) -> None:
     """Export sessions with their messages, lineage and soft-deleted messages included."""
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         if session_id is not None:
             session_id = _resolve(store, session_id)
         with _output(output) as target, _progress("exporting") as progress:
@@ -544,9 +548,9 @@ def export(
                 )
                 counts = {"sessions": count}
     if output is not None:
-        what = f"{counts['sessions']} sessions"
+        what = _plural(counts["sessions"], "session")
         if "messages" in counts:
-            what += f" and {counts['messages']} messages"
+            what += " and " + _plural(counts["messages"], "message")
         _console().print(f"wrote {what} to {escape(str(output))}")
 
 
@@ -602,7 +606,7 @@ def stats(db_path: Path | None, as_json: bool) -> None:
     """Sessions, messages, file and WAL size, and search index rows against messages."""
     from .health import stats as store_stats
 
-    with open_store(db_path) as store:
+    with open_store(db_path, must_exist=True, reading=True) as store:
         report = store_stats(store.database)
     if as_json:
         click.echo(json.dumps(report, ensure_ascii=False))

@@ -176,7 +176,11 @@ def transcript_paths(path: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
-    target = Path(os.fspath(path))
+    from .bundle import file_path
+
+    target = file_path(path, "path")
+    if target is None:
+        raise TypeError(f"path must be a file or folder path, not {type(path).__name__}")
     if target.is_dir():
         return sorted(p for p in target.glob("*.jsonl") if p.is_file())
     if not target.exists():
@@ -204,7 +208,7 @@ def import_transcripts(
     """
     transcript.check_session_id(source, "source")
     files = transcript_paths(path)
-    single = not Path(os.fspath(path)).is_dir()
+    single = not Path(os.fspath(path)).expanduser().is_dir()
     report: dict[str, Any] = {
         "files": len(files),
         "sessions_added": 0,

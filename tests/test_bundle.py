@@ -684,3 +684,37 @@ def test_cli_import_of_a_bad_bundle_is_one_line(tmp_path: Path) -> None:
     assert result.stderr == (
         f"Error: {bundle}: the header announces 1 messages but the file holds 0 (truncated?)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda s: s.export_bundle(5), TypeError, "target"),
+        (lambda s: s.export_bundle(io.StringIO(), session_id=5), TypeError, "session_id"),
+        (lambda s: s.export_markdown(io.StringIO(), source=5), TypeError, "source"),
+        (lambda s: s.import_bundle(5), TypeError, "source"),
+        (lambda s: s.import_transcripts(5), TypeError, "path"),
+    ],
+)
+def test_export_and_import_arguments_of_the_wrong_kind_are_named(
+    store: SessionDB, call: Any, error: type[Exception], name: str
+) -> None:
+    with pytest.raises(error, match=f"^{name}"):
+        call(store)
+
+
+def test_export_and_import_paths_expand_the_home_folder(
+    store: SessionDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store.create_session("s", "cli", started_at=1_700_000_000.0)
+    store.append_message("s", "user", "hello", timestamp=1_700_000_001.0)
+    assert store.export_bundle("~/backup.jsonl") == {"sessions": 1, "messages": 1}
+    assert (tmp_path / "backup.jsonl").exists()
+    other = SessionDB(tmp_path / "other.db")
+    try:
+        result = other.import_bundle("~/backup.jsonl")
+        assert other.get_messages("s")[0]["content"] == "hello"
+        assert result["sessions_added"] == 1
+    finally:
+        other.close()

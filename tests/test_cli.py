@@ -479,3 +479,28 @@ def test_console_script_refuses_a_newer_schema(db_path: Path) -> None:
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.count("\n") == 1
     assert "schema version 99" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["export"], ["stats"]])
+def test_reading_commands_refuse_a_missing_file_without_creating_it(
+    tmp_path: Path, command: list[str]
+) -> None:
+    path = tmp_path / "typo.db"
+    result = invoke(*command, "--db", str(path))
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {path} does not exist")
+    assert not path.exists()
+
+
+def test_export_counts_are_worded_for_one_and_many(tmp_path: Path) -> None:
+    path = tmp_path / "one.db"
+    with SessionDB(path) as store:
+        store.create_session("solo", "cli")
+        store.append_message("solo", "user", "hello")
+        store.append_message("solo", "assistant", "hi")
+    out = tmp_path / "one.md"
+    result = invoke("export", "--db", str(path), "--format", "md", "-o", str(out))
+    assert (result.exit_code, result.output) == (0, f"wrote 1 session to {out}\n")
+    out = tmp_path / "one.jsonl"
+    result = invoke("export", "--db", str(path), "-o", str(out))
+    assert (result.exit_code, result.output) == (0, f"wrote 1 session and 2 messages to {out}\n")
