@@ -28,9 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hot_paths import plain_append  # noqa: E402
+from hot_paths import plain_append
 
-import hermes_models  # noqa: E402
+import hermes_models
 
 
 def worker(mode: str, path: str, index: int, count: int, barrier: Any, results: Any) -> None:
@@ -47,8 +47,10 @@ def worker(mode: str, path: str, index: int, count: int, barrier: Any, results: 
     else:
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("INSERT OR IGNORE INTO sessions (id, source, started_at) VALUES (?, 'bench', ?)",
-                     (session_id, time.time()))
+        conn.execute(
+            "INSERT OR IGNORE INTO sessions (id, source, started_at) VALUES (?, 'bench', ?)",
+            (session_id, time.time()),
+        )
 
         def append(n: int) -> None:
             plain_append(conn, session_id, n)

@@ -30,7 +30,9 @@ from hermes_models.models import decode_content
 JSON_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
 
 
-def median_pair(rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]) -> tuple[float, float]:
+def median_pair(
+    rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]
+) -> tuple[float, float]:
     ours(), plain()
     a, b = [], []
     for _ in range(rounds):
@@ -57,9 +59,26 @@ def plain_append(conn: sqlite3.Connection, session_id: str, n: int) -> int:
             "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls,"
             " tool_name, timestamp, token_count, finish_reason, reasoning, reasoning_content,"
             " reasoning_details, codex_reasoning_items, codex_message_items,"
-            " platform_message_id, observed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, "user", f"plain message {n} about asyncio", None, None, None,
-             time.time(), None, None, None, None, None, None, None, None, 0),
+            " platform_message_id, observed)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                "user",
+                f"plain message {n} about asyncio",
+                None,
+                None,
+                None,
+                time.time(),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                0,
+            ),
         )
         conn.execute(
             "UPDATE sessions SET message_count = COALESCE(message_count, 0) + 1,"

@@ -62,7 +62,9 @@ def build(path: Path) -> None:
             parent, config = f"s{n - 1:05d}", json.dumps({"_branched_from": f"s{n - 1:05d}"})
         if rng.random() < 0.5:
             ended, reason = started + 25.0, "user_exit"
-        sessions.append((sid, "cli" if n % 3 else "telegram", parent, started, ended, reason, config))
+        sessions.append(
+            (sid, "cli" if n % 3 else "telegram", parent, started, ended, reason, config)
+        )
     with conn:
         conn.executemany(
             "INSERT INTO sessions (id, source, parent_session_id, started_at, ended_at, end_reason,"
@@ -137,7 +139,9 @@ def plain_resume(conn: sqlite3.Connection, session_id: str) -> str:
     return tip
 
 
-def interleave(rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]) -> tuple[float, float]:
+def interleave(
+    rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]
+) -> tuple[float, float]:
     """Median seconds of each, run alternately."""
     ours(), plain()  # warm up
     a, b = [], []
@@ -152,8 +156,10 @@ def interleave(rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]) -
 
 
 def report(name: str, ours: float, plain: float, target: str) -> None:
-    print(f"{name:<44} ours {ours * 1e3:9.3f} ms   plain {plain * 1e3:9.3f} ms   "
-          f"ratio ours/plain {ours / plain:5.2f}   (target {target})")
+    print(
+        f"{name:<44} ours {ours * 1e3:9.3f} ms   plain {plain * 1e3:9.3f} ms   "
+        f"ratio ours/plain {ours / plain:5.2f}   (target {target})"
+    )
 
 
 def main() -> None:
@@ -166,8 +172,10 @@ def main() -> None:
     if not path.exists():
         started = time.perf_counter()
         build(path)
-        print(f"built {path} in {time.perf_counter() - started:.1f} s "
-              f"({SESSIONS} sessions, {MESSAGES} messages, a {CHAIN}-deep chain)")
+        print(
+            f"built {path} in {time.perf_counter() - started:.1f} s "
+            f"({SESSIONS} sessions, {MESSAGES} messages, a {CHAIN}-deep chain)"
+        )
     store = SessionDB(path)
     plain = sqlite3.connect(path)
     expected_tip = f"chain-{CHAIN - 1:03d}"

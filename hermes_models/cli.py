@@ -197,11 +197,19 @@ def _sessions_table(rows: list[dict[str, Any]], width: int) -> Table:
 @cli.command()
 @db_option
 @click.option(
-    "--limit", default=20, show_default=True, type=click.IntRange(min=0), metavar="N",
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
     help="At most N rows.",
 )
 @click.option(
-    "--offset", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+    "--offset",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
     help="Skip the first N rows.",
 )
 @click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
@@ -434,7 +442,11 @@ def _print_session_hits(console: Console, rows: list[dict[str, Any]]) -> None:
 @click.option("--role", "roles", multiple=True, help="Only messages of this role (repeatable).")
 @click.option("--sessions", "by_session", is_flag=True, help="One row per session (lineage root).")
 @click.option(
-    "--limit", default=20, show_default=True, type=click.IntRange(min=0), metavar="N",
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
     help="At most N rows.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
@@ -523,11 +535,18 @@ def _output(path: Path | None) -> Iterator[Any]:
 @click.option("--session", "session_id", help="Only this session's lineage (id, prefix or title).")
 @click.option("--source", default=None, help="Only sessions from this source.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["jsonl", "md"]), default="jsonl", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "md"]),
+    default="jsonl",
+    show_default=True,
     help="jsonl: the lossless bundle `import` reads; md: Markdown to read.",
 )
 @click.option(
-    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
     help="File to write (default: standard output).",
 )
 def export(
@@ -558,7 +577,9 @@ def export(
 @db_option
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option(
-    "--source", default="cli", show_default=True,
+    "--source",
+    default="cli",
+    show_default=True,
     help="Source of transcripts whose meta line names no platform.",
 )
 def import_(db_path: Path | None, path: Path, source: str) -> None:
@@ -616,8 +637,11 @@ def stats(db_path: Path | None, as_json: bool) -> None:
         ("file", escape(report["path"])),
         ("schema", f"v{report['schema_version']} ({report['journal_mode']} journal)"),
         ("sessions", str(report["sessions"])),
-        ("messages", f"{report['messages']} ({report['active_messages']} active, "
-                     f"{report['inactive_messages']} rewound)"),
+        (
+            "messages",
+            f"{report['messages']} ({report['active_messages']} active, "
+            f"{report['inactive_messages']} rewound)",
+        ),
         ("file size", _bytes(report["file_bytes"])),
         ("WAL size", _bytes(report["wal_bytes"])),
     ]

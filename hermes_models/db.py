@@ -84,9 +84,7 @@ def _refuse_read_only(path: Path) -> ReadOnlyDatabaseError:
     )
 
 
-def resolve_path(
-    target: str | os.PathLike[str] | None = None, *, argument: str = "target"
-) -> Path:
+def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str = "target") -> Path:
     """The database file a ``connect()`` target names.
 
     ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
@@ -101,9 +99,7 @@ def resolve_path(
         home = os.environ.get("HERMES_HOME") or "~/.hermes"
         return Path(os.path.abspath(Path(home).expanduser() / "state.db"))
     if not isinstance(target, (str, os.PathLike)):
-        raise TypeError(
-            f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}"
-        )
+        raise TypeError(f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}")
     text = os.fspath(target)
     if not isinstance(text, str):
         raise TypeError(f"{argument} must be a text path, not bytes")

@@ -70,7 +70,9 @@ _SUMMARY = [
 ]
 
 
-def _conversation(store: SessionDB, session_id: str, turns: list[tuple[str, str]], t0: float) -> None:
+def _conversation(
+    store: SessionDB, session_id: str, turns: list[tuple[str, str]], t0: float
+) -> None:
     for offset, (role, content) in enumerate(turns):
         store.append_message(session_id, role, content, timestamp=t0 + 10.0 * (offset + 1))
 
@@ -88,7 +90,9 @@ def build_demo(store: SessionDB) -> DemoIds:
     store.set_session_title(english, "asyncio file IO")
     store.update_token_counts(english, input_tokens=812, output_tokens=240, api_call_count=2)
 
-    chinese = store.create_session("demo-chinese", "telegram", model="demo-model", started_at=t0 + 600)
+    chinese = store.create_session(
+        "demo-chinese", "telegram", model="demo-model", started_at=t0 + 600
+    )
     _conversation(store, chinese, _CHINESE, t0 + 600)
     store.set_session_title(chinese, "Python 异步编程")
 
@@ -114,7 +118,10 @@ def build_demo(store: SessionDB) -> DemoIds:
         subagent,
         [
             ("user", "Search the SQLite docs for wal_checkpoint modes."),
-            ("assistant", "PASSIVE, FULL, RESTART and TRUNCATE; TRUNCATE also empties the WAL file."),
+            (
+                "assistant",
+                "PASSIVE, FULL, RESTART and TRUNCATE; TRUNCATE also empties the WAL file.",
+            ),
         ],
         continuation.started_at + 5,
     )

@@ -237,7 +237,11 @@ def root_of(session: Session) -> Session:
 
 def children_of_kind(model: type[Session], session_id: str, kind: str) -> peewee.ModelSelect:
     """Direct children of ``session_id`` of one kind, oldest first."""
-    predicates = {"branch": branch_expr, "compression": compression_expr, "ephemeral": ephemeral_expr}
+    predicates = {
+        "branch": branch_expr,
+        "compression": compression_expr,
+        "ephemeral": ephemeral_expr,
+    }
     if kind not in predicates:
         raise ValueError(f"kind must be one of {sorted(predicates)}, not {kind!r}")
     return (

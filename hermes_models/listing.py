@@ -209,15 +209,12 @@ def rich_listing_query(
         shown_id = fn.COALESCE(tip_cte.c.tip_id, roots_cte.c.root_id)
     else:
         shown_id = roots_cte.c.root_id
-    query = (
-        shown.select(
-            shown,
-            roots_cte.c.root_id.alias("_root_id"),
-            preview.alias("preview"),
-            last_active.alias("last_active"),
-        )
-        .from_(roots_cte)
-    )
+    query = shown.select(
+        shown,
+        roots_cte.c.root_id.alias("_root_id"),
+        preview.alias("preview"),
+        last_active.alias("last_active"),
+    ).from_(roots_cte)
     if project:
         query = query.join(tip_cte, JOIN.LEFT_OUTER, on=(tip_cte.c.root_id == roots_cte.c.root_id))
     query = query.join(shown, on=(shown.id == shown_id)).with_cte(*ctes)
@@ -283,7 +280,11 @@ def count_sessions(**filters: Any) -> int:
 
 
 def plain_listing(
-    *, limit: int | None, offset: int, source: Any = None, include_archived: bool = False,
+    *,
+    limit: int | None,
+    offset: int,
+    source: Any = None,
+    include_archived: bool = False,
     order: Sequence[Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every session (children included), newest first."""

@@ -378,9 +378,11 @@ class StateMeta(BaseModel):
         check_text(key, "key")
         check_text(value, "value", optional=True)
         write(
-            lambda: cls.insert(key=key, value=value)
-            .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
-            .execute()
+            lambda: (
+                cls.insert(key=key, value=value)
+                .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
+                .execute()
+            )
         )
 
 
@@ -428,9 +430,7 @@ class CompressionLock(BaseModel):
         if _lock_key(session_id) is None or not _check_holder(holder):
             return
         write(
-            lambda: cls.delete()
-            .where(cls.session_id == session_id, cls.owner == holder)
-            .execute()
+            lambda: cls.delete().where(cls.session_id == session_id, cls.owner == holder).execute()
         )
 
     @classmethod

@@ -285,9 +285,7 @@ def _owners(hits: Any) -> tuple[Any, Any]:
     ).distinct()
     climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
     step = (
-        here.select(
-            climb.c.start, parent.id, climb.c.depth + 1, _extend(climb.c.path, parent.id)
-        )
+        here.select(climb.c.start, parent.id, climb.c.depth + 1, _extend(climb.c.path, parent.id))
         .from_(climb)
         .join(here, on=(here.id == climb.c.id))
         .join(parent, on=(parent.id == here.parent))

@@ -239,9 +239,11 @@ class SessionDB:
         transcript.check_session_id(end_reason, "end_reason")
         now = time.time()
         changed = self._write(
-            lambda: Session.update(ended_at=now, end_reason=end_reason)
-            .where(Session.id == session_id, Session.ended_at.is_null())
-            .execute()
+            lambda: (
+                Session.update(ended_at=now, end_reason=end_reason)
+                .where(Session.id == session_id, Session.ended_at.is_null())
+                .execute()
+            )
         )
         return bool(changed)
 
@@ -250,9 +252,11 @@ class SessionDB:
         """Clear a session's end so it can continue. True if it exists."""
         transcript.check_session_id(session_id)
         changed = self._write(
-            lambda: Session.update(ended_at=None, end_reason=None)
-            .where(Session.id == session_id)
-            .execute()
+            lambda: (
+                Session.update(ended_at=None, end_reason=None)
+                .where(Session.id == session_id)
+                .execute()
+            )
         )
         return bool(changed)
 

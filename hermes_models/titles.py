@@ -39,9 +39,7 @@ def sanitize_title(title: str | None) -> str | None:
     if not clean:
         return None
     if len(clean) > MAX_TITLE_LENGTH:
-        raise ValueError(
-            f"title is too long ({len(clean)} characters; at most {MAX_TITLE_LENGTH})"
-        )
+        raise ValueError(f"title is too long ({len(clean)} characters; at most {MAX_TITLE_LENGTH})")
     return clean
 
 

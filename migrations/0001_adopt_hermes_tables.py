@@ -84,8 +84,7 @@ def _add_missing_columns(cursor):
 
 def _rename_duplicate_titles(cursor):
     cursor.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'index'"
-        " AND name = 'idx_sessions_title_unique'"
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'idx_sessions_title_unique'"
     )
     if cursor.fetchone():
         return

@@ -33,12 +33,10 @@ def _triggers(table):
     delete = f"DELETE FROM {table} WHERE rowid = old.id;"
     return {
         f"{table}_insert": (
-            f"CREATE TRIGGER {table}_insert AFTER INSERT ON messages BEGIN\n"
-            f"    {insert}\nEND"
+            f"CREATE TRIGGER {table}_insert AFTER INSERT ON messages BEGIN\n    {insert}\nEND"
         ),
         f"{table}_delete": (
-            f"CREATE TRIGGER {table}_delete AFTER DELETE ON messages BEGIN\n"
-            f"    {delete}\nEND"
+            f"CREATE TRIGGER {table}_delete AFTER DELETE ON messages BEGIN\n    {delete}\nEND"
         ),
         f"{table}_update": (
             f"CREATE TRIGGER {table}_update AFTER UPDATE ON messages BEGIN\n"

@@ -24,7 +24,9 @@ def main() -> None:
     while True:
         n += 1
         role = "user" if n % 2 else "assistant"
-        calls = [{"id": f"c{n}", "type": "function"}] if role == "assistant" and n % 3 == 0 else None
+        calls = (
+            [{"id": f"c{n}", "type": "function"}] if role == "assistant" and n % 3 == 0 else None
+        )
         message_id = store.append_message(
             session_id, role, f"{session_id} line {n} 断电测试 {'x' * (n % 50)}", tool_calls=calls
         )

@@ -352,9 +352,7 @@ def test_file_that_is_not_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_a_directory_is_not_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_main(capsys, "sessions", "--db", str(tmp_path))
-    assert_one_line_error(
-        code, out, err, f"{tmp_path} is a directory, not an SQLite database"
-    )
+    assert_one_line_error(code, out, err, f"{tmp_path} is a directory, not an SQLite database")
 
 
 def test_reading_a_missing_file_creates_nothing(

@@ -236,7 +236,9 @@ def _mixed_reader(path: str, reader: int, stop_after: float, barrier: Any, resul
                 listed = store.list_sessions_rich(limit=50)
                 grouped = store.search_sessions("writer", limit=5)
                 # Every row a reader sees is a whole row.
-                assert all(hit["snippet"] and hit["session_id"].startswith("writer-") for hit in hits)
+                assert all(
+                    hit["snippet"] and hit["session_id"].startswith("writer-") for hit in hits
+                )
                 assert all(hit["session_id"].startswith("writer-") for hit in cjk + short)
                 assert all(row["source"] in ("cli", "telegram") for row in listed)
                 assert all(row["hits"] >= 1 for row in grouped)
@@ -273,9 +275,9 @@ def test_eight_writers_and_searching_readers_at_once(db_path: Path) -> None:
 
     with SessionDB(db_path) as store:
         assert store.message_count() == MIXED_WRITERS * MIXED_APPENDS
-        assert [store.get_session(f"writer-{w}")["message_count"] for w in range(MIXED_WRITERS)] == [
-            MIXED_APPENDS
-        ] * MIXED_WRITERS
+        assert [
+            store.get_session(f"writer-{w}")["message_count"] for w in range(MIXED_WRITERS)
+        ] == [MIXED_APPENDS] * MIXED_WRITERS
         everything = store.search_messages("checkpoint", limit=None)
         assert len(everything) == MIXED_WRITERS * MIXED_APPENDS
         assert len(store.search_messages("检查点", limit=None)) == MIXED_WRITERS * MIXED_APPENDS

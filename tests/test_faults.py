@@ -33,14 +33,17 @@ def check_file(db_path: Path, acked: list[int]) -> None:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         for table in ("messages_fts", "messages_fts_trigram"):
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
-            assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone() == conn.execute(
-                "SELECT COUNT(*) FROM messages"
-            ).fetchone()
+            assert (
+                conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
+                == conn.execute("SELECT COUNT(*) FROM messages").fetchone()
+            )
         counters = conn.execute(
             "SELECT s.id, s.message_count, (SELECT COUNT(*) FROM messages m"
             " WHERE m.session_id = s.id AND m.active = 1) FROM sessions s"
         ).fetchall()
-        assert [(sid, stored) for sid, stored, _ in counters] == [(sid, real) for sid, _, real in counters]
+        assert [(sid, stored) for sid, stored, _ in counters] == [
+            (sid, real) for sid, _, real in counters
+        ]
         present = {row[0] for row in conn.execute("SELECT id FROM messages")}
         missing = sorted(set(acked) - present)
         assert missing == []

@@ -149,7 +149,9 @@ def chain(store: SessionDB) -> SessionDB:
     make(store, "r", 0, messages=2)
     end("r", "compression", 100)
     make(store, "c1", 100, parent="r", messages=2)
-    make(store, "r-sub", 90, parent="r", messages=2)  # live-parent subagent, newest start before end
+    make(
+        store, "r-sub", 90, parent="r", messages=2
+    )  # live-parent subagent, newest start before end
     make(store, "r-branch", 150, parent="r", config={"_branched_from": "r"}, messages=2)
     end("c1", "compression", 200)
     make(store, "c2", 200, parent="c1", messages=2)
@@ -197,7 +199,9 @@ def test_resume_walks_past_empty_heads(store: SessionDB) -> None:
     make(store, "grandchild-old", 110, parent="empty-tip", messages=1)
     make(store, "grandchild-new", 120, parent="empty-tip")
     make(store, "great-grandchild", 130, parent="grandchild-new", messages=3)
-    make(store, "marked", 140, parent="empty-tip", config={"_branched_from": "empty-tip"}, messages=1)
+    make(
+        store, "marked", 140, parent="empty-tip", config={"_branched_from": "empty-tip"}, messages=1
+    )
     assert store.get_compression_tip("p") == "empty-tip"
     assert store.resolve_resume_session_id("p") == "great-grandchild"
     assert Session.get_by_id("p").resume_target().id == "great-grandchild"
@@ -275,7 +279,9 @@ def test_a_cycle_in_parent_links_hangs_nothing(cycle: SessionDB) -> None:
                 results["resume"] = cycle.resolve_resume_session_id("x")
                 results["chain"] = compression_chain_ids(Session, "x")
                 results["kind"] = x.kind
-                results["listing"] = [r["id"] for r in cycle.list_sessions_rich(include_children=True)]
+                results["listing"] = [
+                    r["id"] for r in cycle.list_sessions_rich(include_children=True)
+                ]
         done.set()
 
     worker = threading.Thread(target=run, daemon=True)
@@ -340,7 +346,12 @@ def test_compress_creates_a_titled_continuation(store: SessionDB) -> None:
     child = Session.get_by_id("p").compress(summary, session_id="p2", holder="me", at=T0 + 700)
     parent = Session.get_by_id("p")
     assert (parent.end_reason, parent.ended_at) == ("compression", T0 + 700)
-    assert (child.id, child.kind, child.title, child.started_at) == ("p2", "compression", "planning #2", T0 + 700)
+    assert (child.id, child.kind, child.title, child.started_at) == (
+        "p2",
+        "compression",
+        "planning #2",
+        T0 + 700,
+    )
     assert json.loads(child.model_config) == {"temperature": 0.2}
     assert (child.message_count, child.tool_call_count) == (2, 1)
     assert [(m["role"], m["content"]) for m in store.get_messages("p2")] == [

@@ -30,16 +30,40 @@ def ids(rows: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture
 def world(store: SessionDB) -> SessionDB:
-    make(store, "alpha", 0, messages=[("user", "first question\nwith a newline"), ("assistant", "a1")])
+    make(
+        store,
+        "alpha",
+        0,
+        messages=[("user", "first question\nwith a newline"), ("assistant", "a1")],
+    )
     end("alpha", "compression", 100)
     make(store, "alpha-2", 100, parent_session_id="alpha", messages=[("user", "summary of alpha")])
     end("alpha-2", "compression", 200)
-    make(store, "alpha-3", 200, parent_session_id="alpha-2", messages=[("user", "s2"), ("assistant", "x")])
-    make(store, "alpha-sub", 210, parent_session_id="alpha-3", messages=[("user", "subagent work")],
-         model_config={"_delegate_from": "alpha-3"})
+    make(
+        store,
+        "alpha-3",
+        200,
+        parent_session_id="alpha-2",
+        messages=[("user", "s2"), ("assistant", "x")],
+    )
+    make(
+        store,
+        "alpha-sub",
+        210,
+        parent_session_id="alpha-3",
+        messages=[("user", "subagent work")],
+        model_config={"_delegate_from": "alpha-3"},
+    )
     make(store, "beta", 300, source="telegram", messages=[("user", "x" * 80)])
-    make(store, "beta-fork", 400, source="telegram", parent_session_id="beta",
-         model_config={"_branched_from": "beta"}, messages=[("user", "forked")])
+    make(
+        store,
+        "beta-fork",
+        400,
+        source="telegram",
+        parent_session_id="beta",
+        model_config={"_branched_from": "beta"},
+        messages=[("user", "forked")],
+    )
     make(store, "gamma", 500, messages=[])
     make(store, "delta", 600, source="discord", messages=[("assistant", "no user yet")])
     return store
@@ -74,29 +98,53 @@ def test_rich_listing_without_projection_shows_roots(world: SessionDB) -> None:
 def test_rich_listing_with_children_lists_every_session(world: SessionDB) -> None:
     rows = world.list_sessions_rich(include_children=True, limit=None)
     assert ids(rows) == [
-        "delta", "gamma", "beta-fork", "beta", "alpha-sub", "alpha-3", "alpha-2", "alpha",
+        "delta",
+        "gamma",
+        "beta-fork",
+        "beta",
+        "alpha-sub",
+        "alpha-3",
+        "alpha-2",
+        "alpha",
     ]
 
 
 def test_rich_listing_filters(world: SessionDB) -> None:
     assert ids(world.list_sessions_rich(source="telegram")) == ["beta-fork", "beta"]
-    assert ids(world.list_sessions_rich(exclude_sources=["telegram", "discord"])) == ["gamma", "alpha-3"]
+    assert ids(world.list_sessions_rich(exclude_sources=["telegram", "discord"])) == [
+        "gamma",
+        "alpha-3",
+    ]
     assert ids(world.list_sessions_rich(min_message_count=2)) == ["alpha-3"]
-    assert ids(world.list_sessions_rich(min_message_count=1)) == ["delta", "beta-fork", "beta", "alpha-3"]
+    assert ids(world.list_sessions_rich(min_message_count=1)) == [
+        "delta",
+        "beta-fork",
+        "beta",
+        "alpha-3",
+    ]
 
 
 def test_rich_listing_orders_by_last_activity(world: SessionDB) -> None:
     world.append_message("beta", "user", "a late reply", timestamp=T0 + 10_000)
     rows = world.list_sessions_rich(order_by_last_active=True)
     assert ids(rows) == ["beta", "delta", "gamma", "beta-fork", "alpha-3"]
-    assert [row["last_active"] for row in rows] == [T0 + 10_000, T0 + 601, T0 + 500, T0 + 401, T0 + 202]
+    assert [row["last_active"] for row in rows] == [
+        T0 + 10_000,
+        T0 + 601,
+        T0 + 500,
+        T0 + 401,
+        T0 + 202,
+    ]
 
 
 def test_rich_listing_pages_count_roots(world: SessionDB) -> None:
     assert ids(world.list_sessions_rich(limit=2)) == ["delta", "gamma"]
     assert ids(world.list_sessions_rich(limit=2, offset=2)) == ["beta-fork", "beta"]
     assert ids(world.list_sessions_rich(limit=2, offset=4)) == ["alpha-3"]
-    assert ids(world.list_sessions_rich(limit=2, offset=3, order_by_last_active=True)) == ["beta", "alpha-3"]
+    assert ids(world.list_sessions_rich(limit=2, offset=3, order_by_last_active=True)) == [
+        "beta",
+        "alpha-3",
+    ]
     assert world.list_sessions_rich(limit=0) == []
 
 
@@ -118,7 +166,11 @@ def test_archive_applies_to_the_whole_compression_chain(world: SessionDB) -> Non
     assert "alpha-3" not in ids(world.list_sessions_rich())
     assert ids(world.list_sessions_rich(archived_only=True)) == ["alpha-3"]
     assert ids(world.list_sessions_rich(include_archived=True)) == [
-        "delta", "gamma", "beta-fork", "beta", "alpha-3",
+        "delta",
+        "gamma",
+        "beta-fork",
+        "beta",
+        "alpha-3",
     ]
     assert world.set_session_archived("alpha", False) is True
     assert {s.id for s in Session.select().where(Session.archived == 1)} == set()
@@ -144,7 +196,11 @@ def test_plain_list_sessions_has_every_row(world: SessionDB) -> None:
     rows = world.list_sessions(limit=3)
     assert ids(rows) == ["delta", "gamma", "beta-fork"]
     assert ids(world.list_sessions(limit=None, source="cli")) == [
-        "gamma", "alpha-sub", "alpha-3", "alpha-2", "alpha",
+        "gamma",
+        "alpha-sub",
+        "alpha-3",
+        "alpha-2",
+        "alpha",
     ]
     assert rows[0] == world.get_session("delta")
 
@@ -156,7 +212,14 @@ def test_plain_list_sessions_has_every_row(world: SessionDB) -> None:
         ("  spaced\n\tout  text ", "spaced out text"),
         ("y" * 60, "y" * 60),
         ("y" * 61, "y" * 60 + "..."),
-        ([{"type": "text", "text": "look"}, {"type": "image_url"}, {"type": "text", "text": "here"}], "look here"),
+        (
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url"},
+                {"type": "text", "text": "here"},
+            ],
+            "look here",
+        ),
         (None, ""),
     ],
 )

@@ -67,7 +67,14 @@ def test_deleted_messages_leave_the_search_indexes(tree: SessionDB) -> None:
 
 def test_delete_sessions_counts_the_ones_that_existed(tree: SessionDB) -> None:
     assert tree.delete_sessions(["other", "cont", "missing"]) == 2
-    assert [row[0] for row in snapshot(tree)[0]] == ["fork", "sub", "sub-fork", "sub-sub", "tagged", "top"]
+    assert [row[0] for row in snapshot(tree)[0]] == [
+        "fork",
+        "sub",
+        "sub-fork",
+        "sub-sub",
+        "tagged",
+        "top",
+    ]
     with pytest.raises(TypeError, match="session_ids"):
         tree.delete_sessions("other")
     with pytest.raises(TypeError, match=r"session_ids\[1\]"):
@@ -94,8 +101,13 @@ def test_prune_removes_old_ended_sessions(store: SessionDB) -> None:
     store.end_session("old-tg", "done")
     store.create_session("recent", "cli", started_at=now - 5 * 86400)
     store.end_session("recent", "done")
-    store.create_session("child", "cli", parent_session_id="old-ended",
-                         model_config={"_branched_from": "old-ended"}, started_at=now - 1)
+    store.create_session(
+        "child",
+        "cli",
+        parent_session_id="old-ended",
+        model_config={"_branched_from": "old-ended"},
+        started_at=now - 1,
+    )
     assert store.prune_sessions(older_than_days=90, source="cli") == 1
     assert sorted(s.id for s in Session.select()) == ["child", "old-open", "old-tg", "recent"]
     assert store.get_session("child")["parent_session_id"] is None
