@@ -381,7 +381,7 @@ class HermesDatabase(peewee.SqliteDatabase):
             super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
 
     def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
-        super()._add_conn_hooks(conn)
+        super()._add_conn_hooks(conn)  # type: ignore[misc]
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if self.read_only:
@@ -455,8 +455,9 @@ class HermesDatabase(peewee.SqliteDatabase):
     def _forget_connections(self) -> None:
         # After fork() the child must neither use nor close the parent's
         # connections: closing one could checkpoint or unlink the parent's WAL.
-        _abandoned.append(self._state)
-        self._state = peewee._ConnectionLocal()
+        handle: Any = self
+        _abandoned.append(handle._state)
+        handle._state = peewee._ConnectionLocal()
 
 
 class _Immediate:
@@ -471,7 +472,7 @@ class _Immediate:
 
     def __init__(self, db: HermesDatabase) -> None:
         self.db = db
-        self.conn: sqlite3.Connection = db.connection()  # type: ignore[no-untyped-call]
+        self.conn: sqlite3.Connection = db.connection()
 
     def __enter__(self) -> _Immediate:
         self.conn.execute("BEGIN IMMEDIATE")
@@ -479,18 +480,19 @@ class _Immediate:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.db.pop_transaction()
+        db: Any = self.db  # peewee's commit-callback hooks are not in its stubs
+        db.pop_transaction()
         if exc_type is not None:
             self.conn.rollback()
-            self.db._clear_commit_callbacks()
+            db._clear_commit_callbacks()
             return
         try:
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.rollback()
-            self.db._clear_commit_callbacks()
+            db._clear_commit_callbacks()
             raise
-        self.db._run_commit_callbacks()
+        db._run_commit_callbacks()
 
 
 _abandoned: list[Any] = []
@@ -509,7 +511,7 @@ class _Binding(peewee.DatabaseProxy):
         object.__setattr__(self, "_callbacks", [])
         object.__setattr__(self, "_default", None)
 
-    @property  # type: ignore[override]
+    @property
     def obj(self) -> HermesDatabase | None:
         return _current.get() or self._default
 
@@ -713,7 +715,7 @@ def connect(
 
 def _require_store(db: HermesDatabase) -> None:
     """Refuse a read-only handle on a file without the session tables."""
-    conn = db.connection()  # type: ignore[no-untyped-call]
+    conn = db.connection()
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "sessions" not in names or "messages" not in names:
         raise NotADatabaseError(

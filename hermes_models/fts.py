@@ -87,12 +87,12 @@ _warned: set[tuple[str, str]] = set()
 def available_routes() -> frozenset[str]:
     """The routes the open file can serve: LIKE always, each index when its table exists."""
     db = current()
-    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]  # type: ignore[no-untyped-call]
+    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]
     cached = _schema_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]
     names = {model._meta.table_name: route for route, model in INDEXES.items()}
-    rows = db.execute_sql(  # type: ignore[no-untyped-call]
+    rows = db.execute_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", list(names)
     ).fetchall()
     routes = frozenset({LIKE, *(names[row[0]] for row in rows)})

@@ -27,7 +27,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import peewee
 from peewee import SQL, Case, Value, fn
@@ -52,28 +52,30 @@ RESUME_MAX_DEPTH = 32
 KINDS = ("root", "branch", "compression", "ephemeral")
 
 Source = Any  # a Session model class or an alias of it
+#: A peewee expression node (peewee's stubs do not type its operators).
+Expr = Any
 
 
 def _base(source: Source) -> type[Session]:
-    return source.model if isinstance(source, peewee.ModelAlias) else source
+    return cast("type[Session]", source.model if isinstance(source, peewee.ModelAlias) else source)
 
 
-def marker(field: Any, key: str) -> peewee.Node:
+def marker(field: Any, key: str) -> Expr:
     """``model_config[key]`` in SQL; NULL when absent or the text is not JSON."""
     return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
 
 
-def delegate_marked(s: Source) -> peewee.Node:
+def delegate_marked(s: Source) -> Expr:
     """True when ``model_config`` carries ``_delegate_from``."""
     return marker(s.model_config, "_delegate_from").is_null(False)
 
 
-def branch_marked(s: Source) -> peewee.Node:
+def branch_marked(s: Source) -> Expr:
     """True when ``model_config`` carries ``_branched_from``."""
     return marker(s.model_config, "_branched_from").is_null(False)
 
 
-def parent_ended(s: Source, reason: str) -> peewee.Node:
+def parent_ended(s: Source, reason: str) -> Expr:
     """True when the parent ended with ``reason`` no later than ``s`` started."""
     parent = _base(s).alias()
     return fn.EXISTS(
@@ -85,7 +87,7 @@ def parent_ended(s: Source, reason: str) -> peewee.Node:
     )
 
 
-def branch_expr(s: Source) -> peewee.Node:
+def branch_expr(s: Source) -> Expr:
     """``s`` is a /branch child."""
     return (
         s.parent.is_null(False)
@@ -94,7 +96,7 @@ def branch_expr(s: Source) -> peewee.Node:
     )
 
 
-def compression_expr(s: Source) -> peewee.Node:
+def compression_expr(s: Source) -> Expr:
     """``s`` continues its parent after a compression."""
     return (
         s.parent.is_null(False)
@@ -105,7 +107,7 @@ def compression_expr(s: Source) -> peewee.Node:
     )
 
 
-def ephemeral_expr(s: Source) -> peewee.Node:
+def ephemeral_expr(s: Source) -> Expr:
     """``s`` is a subagent run (or carries the delegate marker)."""
     return delegate_marked(s) | (
         s.parent.is_null(False)
@@ -115,14 +117,14 @@ def ephemeral_expr(s: Source) -> peewee.Node:
     )
 
 
-def listable_expr(s: Source) -> peewee.Node:
+def listable_expr(s: Source) -> Expr:
     """``s`` is shown in listings: a root or a branch, never ephemeral."""
     return ~delegate_marked(s) & (
         s.parent.is_null(True) | branch_marked(s) | parent_ended(s, "branched")
     )
 
 
-def kind_expr(s: Source) -> peewee.Node:
+def kind_expr(s: Source) -> Expr:
     """The kind of ``s`` as a SQL ``CASE`` expression."""
     return Case(
         None,
@@ -165,7 +167,7 @@ def _token(session_id: Any) -> Any:
     return fn.replace(fn.replace(session_id, ESC, ESC + "0"), SEP, ESC + "1")
 
 
-def _path(*parts: Any) -> peewee.Node:
+def _path(*parts: Any) -> Expr:
     node: Any = Value(SEP)
     for part in parts:
         node = _extend(node, part)
@@ -177,7 +179,7 @@ def _extend(path: Any, session_id: Any) -> Any:
     return path.concat(_token(session_id)).concat(SEP)
 
 
-def _not_visited(path: Any, session_id: Any) -> peewee.Node:
+def _not_visited(path: Any, session_id: Any) -> Expr:
     return fn.instr(path, _path(session_id)) == 0
 
 
@@ -197,7 +199,7 @@ def _walk(model: type[Session], session_id: str, upward: bool) -> Any:
     return cte.union_all(recursive)
 
 
-def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect:
+def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
     """The parent chain of ``session_id``, nearest first."""
     cte = _walk(model, session_id, upward=True)
     return (
@@ -209,7 +211,7 @@ def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect:
     )
 
 
-def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect:
+def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
     """Every session below ``session_id``, nearest first, then by start time."""
     cte = _walk(model, session_id, upward=False)
     return (
@@ -235,7 +237,9 @@ def root_of(session: Session) -> Session:
     return found or session
 
 
-def children_of_kind(model: type[Session], session_id: str, kind: str) -> peewee.ModelSelect:
+def children_of_kind(
+    model: type[Session], session_id: str, kind: str
+) -> peewee.ModelSelect[Session]:
     """Direct children of ``session_id`` of one kind, oldest first."""
     predicates = {
         "branch": branch_expr,
@@ -251,7 +255,7 @@ def children_of_kind(model: type[Session], session_id: str, kind: str) -> peewee
     )
 
 
-def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect:
+def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Session]:
     child = _base(parent).alias("latest")
     query = child.select(child.id).where(
         child.parent == parent.id, ~branch_marked(child), ~delegate_marked(child)
@@ -315,7 +319,7 @@ def _load(model: type[Session], cursor: Any) -> Session | None:
     names = {field.column_name: field.name for field in model._meta.sorted_fields}
     columns = [names[column[0]] for column in cursor.description]
     instance = model(__no_default__=1, **dict(zip(columns, row)))
-    instance._dirty.clear()
+    cast(Any, instance)._dirty.clear()  # loaded, not changed
     return instance
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from peewee import SQL, Value, fn
 
@@ -97,7 +97,7 @@ def prune(older_than_days: float = 90, source: str | None = None) -> int:
         )
         if source is not None:
             query = query.where(Session.source == source)
-        ids = [row[0] for row in query.tuples()]
+        ids = [str(row[0]) for row in cast(Iterable[Any], query.tuples())]
         _delete_now(ids)
         return len(ids)
 

@@ -204,7 +204,7 @@ class Session(BaseModel):
         """``'root'``, ``'branch'``, ``'compression'`` or ``'ephemeral'``."""
         return lineage.kind_of(self)
 
-    def ancestors(self) -> peewee.ModelSelect:
+    def ancestors(self) -> peewee.ModelSelect[Session]:
         """The parent chain, nearest first (cycle-safe)."""
         return lineage.ancestors(type(self), self.id)
 
@@ -212,19 +212,19 @@ class Session(BaseModel):
         """The oldest ancestor, or this session when it has no parent."""
         return lineage.root_of(self)
 
-    def descendants(self) -> peewee.ModelSelect:
+    def descendants(self) -> peewee.ModelSelect[Session]:
         """Every session below this one, nearest first (cycle-safe)."""
         return lineage.descendants(type(self), self.id)
 
-    def branches(self) -> peewee.ModelSelect:
+    def branches(self) -> peewee.ModelSelect[Session]:
         """Children that are /branch forks."""
         return lineage.children_of_kind(type(self), self.id, "branch")
 
-    def compression_children(self) -> peewee.ModelSelect:
+    def compression_children(self) -> peewee.ModelSelect[Session]:
         """Children that continue this session after a context compression."""
         return lineage.children_of_kind(type(self), self.id, "compression")
 
-    def ephemeral_children(self) -> peewee.ModelSelect:
+    def ephemeral_children(self) -> peewee.ModelSelect[Session]:
         """Children that are delegated subagent runs."""
         return lineage.children_of_kind(type(self), self.id, "ephemeral")
 

@@ -50,7 +50,7 @@ RANK_MODES = (None, "relevance", "recent")
 
 def execute(sql: str, params: list[Any]) -> Any:
     """Run one search statement on the current database; the cursor."""
-    return current().execute_sql(sql, params)  # type: ignore[no-untyped-call]
+    return current().execute_sql(sql, params)
 
 
 def _strings(value: Any, argument: str) -> tuple[str, ...] | None:

@@ -162,7 +162,7 @@ class SessionDB:
         """The DB-API connection of this thread (for raw SQL)."""
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return cast(sqlite3.Connection, self._db.connection())  # type: ignore[no-untyped-call]
+        return cast(sqlite3.Connection, self._db.connection())
 
     @property
     def database(self) -> HermesDatabase:

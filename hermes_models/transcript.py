@@ -67,8 +67,8 @@ def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cur
 
     Errors come out as peewee's exception types, like every other model call.
     """
-    conn = cast(sqlite3.Connection, db.connection())  # type: ignore[no-untyped-call]
-    with peewee.__exception_wrapper__:
+    conn = cast(sqlite3.Connection, db.connection())
+    with cast(Any, peewee).__exception_wrapper__:
         return conn.execute(sql, params)
 
 
