@@ -33,15 +33,16 @@ JSON_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "cod
 def median_pair(
     rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]
 ) -> tuple[float, float]:
+    """Median seconds of each; the two alternate, and which goes first alternates too."""
     ours(), plain()
-    a, b = [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        ours()
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        plain()
-        b.append(time.perf_counter() - start)
+    a: list[float] = []
+    b: list[float] = []
+    for n in range(rounds):
+        pair = ((ours, a), (plain, b)) if n % 2 == 0 else ((plain, b), (ours, a))
+        for call, into in pair:
+            start = time.perf_counter()
+            call()
+            into.append(time.perf_counter() - start)
     return statistics.median(a), statistics.median(b)
 
 

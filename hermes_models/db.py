@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import logging
 import os
 import random
@@ -372,8 +373,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.path = path
         self.read_only = read_only
         self.journal: str | None = None
-        self._write_count = 0
-        self._write_count_lock = threading.Lock()
+        self._writes = itertools.count(1)  # next() is atomic under the GIL
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
             super().__init__(uri, timeout=BUSY_TIMEOUT_S, uri=True)
@@ -429,10 +429,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _count_write(self) -> None:
-        with self._write_count_lock:
-            self._write_count += 1
-            due = self._write_count % CHECKPOINT_EVERY_N_WRITES == 0
-        if due:
+        if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:
             self.checkpoint("PASSIVE")
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
@@ -526,6 +523,16 @@ class _Binding(peewee.DatabaseProxy):
 
 #: What every model's ``Meta.database`` points at.
 database = _Binding()
+
+
+def bind_current(db: HermesDatabase) -> contextvars.Token[HermesDatabase | None]:
+    """Route the models to ``db`` here until :func:`unbind_current` (see :func:`using`)."""
+    return _current.set(db)
+
+
+def unbind_current(token: contextvars.Token[HermesDatabase | None]) -> None:
+    """Undo one :func:`bind_current`."""
+    _current.reset(token)
 
 
 @contextlib.contextmanager

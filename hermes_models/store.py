@@ -25,7 +25,7 @@ from peewee import fn
 
 from . import listing, maintenance, titles, transcript
 from .checks import check_finite, check_flag, check_int64
-from .db import HermesDatabase, connect, resolve_path, using
+from .db import HermesDatabase, bind_current, connect, resolve_path, unbind_current
 from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
 from .models import (
     CompressionLock,
@@ -73,16 +73,18 @@ def _api(method: F) -> F:
     def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        with using(self._db):
-            try:
-                return method(self, *args, **kwargs)
-            except peewee.PeeweeException as exc:
-                kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
-                raise kind(str(exc)) from exc
-            except UnicodeEncodeError:
-                # Text with a lone surrogate reached SQLite; the write was rolled back.
-                named = _named_arguments(signature, (self, *args), kwargs)
-                raise unencodable_error(named) from None
+        token = bind_current(self._db)  # what using() does, without a generator
+        try:
+            return method(self, *args, **kwargs)
+        except peewee.PeeweeException as exc:
+            kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
+            raise kind(str(exc)) from exc
+        except UnicodeEncodeError:
+            # Text with a lone surrogate reached SQLite; the write was rolled back.
+            named = _named_arguments(signature, (self, *args), kwargs)
+            raise unencodable_error(named) from None
+        finally:
+            unbind_current(token)
 
     return cast(F, wrapper)
 
@@ -591,8 +593,7 @@ class SessionDB:
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
         """A session's messages by id, content and JSON columns decoded."""
         transcript.check_session_id(session_id)
-        query = Message.for_session(session_id, include_inactive=include_inactive)
-        return [transcript.message_dict(row) for row in listing.fetch_dicts(query)]
+        return transcript.messages_of(session_id, check_flag(include_inactive, "include_inactive"))
 
     @_api
     def get_messages_as_conversation(

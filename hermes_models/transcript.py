@@ -18,7 +18,7 @@ import peewee
 from peewee import SQL, Case, fn
 
 from .checks import check_flag, check_int64, check_text
-from .db import HermesDatabase, current, write
+from .db import HermesDatabase, Prepared, current, write
 from .models import (
     ROLES,
     Message,
@@ -35,6 +35,7 @@ from .models import (
 MESSAGE_FIELDS = tuple(
     field.name for field in Message._meta.sorted_fields if field.name not in ("id", "active")
 )
+_ROLE_SET = frozenset(ROLES)
 _JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
 _TEXT_FIELDS = ("tool_call_id", "tool_name", "finish_reason", "reasoning", "reasoning_content")
 
@@ -62,13 +63,17 @@ _COUNT_SQL = (
 )
 
 
+#: Turns sqlite3 exceptions into peewee's, like every other model call.
+_AS_PEEWEE_ERRORS = cast(Any, peewee).__exception_wrapper__
+
+
 def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
     """Run pre-rendered SQL on ``db``'s connection (inside the caller's write).
 
     Errors come out as peewee's exception types, like every other model call.
     """
     conn = cast(sqlite3.Connection, db.connection())
-    with cast(Any, peewee).__exception_wrapper__:
+    with _AS_PEEWEE_ERRORS:
         return conn.execute(sql, params)
 
 
@@ -80,6 +85,8 @@ def check_session_id(session_id: Any, argument: str = "session_id") -> str:
 
 
 def _check_role(role: Any) -> str:
+    if role.__class__ is str and role in _ROLE_SET:
+        return role
     if not isinstance(role, str):
         raise TypeError(f"role must be str, not {type(role).__name__}")
     if role not in ROLES:
@@ -124,6 +131,9 @@ def tool_call_total(role: str, tool_calls: Any) -> int:
     return len(calls) if isinstance(calls, list) else 0
 
 
+_ALLOWED_FIELDS = frozenset(MESSAGE_FIELDS) | {"observed"}
+
+
 def message_row(session_id: str, role: str, content: Any = None, **fields: Any) -> list[Any]:
     """The values of one message row, in :data:`MESSAGE_FIELDS` order, checked.
 
@@ -131,23 +141,29 @@ def message_row(session_id: str, role: str, content: Any = None, **fields: Any) 
         TypeError, ValueError: an argument has the wrong type or value; the
         message names it.
     """
-    unknown = set(fields) - set(MESSAGE_FIELDS) - {"observed"}
+    unknown = fields.keys() - _ALLOWED_FIELDS
     if unknown:
         raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {
-        "session": check_session_id(session_id),
-        "role": _check_role(role),
-        "content": encode_content(content),
-        "timestamp": _check_timestamp(fields.get("timestamp")),
-        "token_count": _optional_count(fields.get("token_count"), "token_count"),
-        "observed": int(check_flag(fields.get("observed"), "observed", none_is_false=True)),
-    }
-    for name in _JSON_FIELDS:
-        values[name] = encode_json(fields.get(name), name)
-    for name in _TEXT_FIELDS:
-        values[name] = _optional_text(fields.get(name), name)
-    values["platform_message_id"] = _platform_id(fields.get("platform_message_id"))
-    return [values[name] for name in MESSAGE_FIELDS]
+    get = fields.get
+    # The order of MESSAGE_FIELDS (a test pins it); written out, it is the hot path.
+    return [
+        check_session_id(session_id),
+        _check_role(role),
+        encode_content(content),
+        _optional_text(get("tool_call_id"), "tool_call_id"),
+        encode_json(get("tool_calls"), "tool_calls"),
+        _optional_text(get("tool_name"), "tool_name"),
+        _check_timestamp(get("timestamp")),
+        _optional_count(get("token_count"), "token_count"),
+        _optional_text(get("finish_reason"), "finish_reason"),
+        _optional_text(get("reasoning"), "reasoning"),
+        _optional_text(get("reasoning_content"), "reasoning_content"),
+        encode_json(get("reasoning_details"), "reasoning_details"),
+        encode_json(get("codex_reasoning_items"), "codex_reasoning_items"),
+        encode_json(get("codex_message_items"), "codex_message_items"),
+        _platform_id(get("platform_message_id")),
+        int(check_flag(get("observed"), "observed", none_is_false=True)),
+    ]
 
 
 def append_message(session_id: str, role: str, content: Any = None, **fields: Any) -> int:
@@ -162,8 +178,10 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     db = current()
 
     def run() -> int:
-        message_id = int(_execute(db, _INSERT_SQL, row).lastrowid or 0)
-        _execute(db, _COUNT_SQL, (calls, session_id))
+        conn = cast(sqlite3.Connection, db.connection())
+        with _AS_PEEWEE_ERRORS:
+            message_id = int(conn.execute(_INSERT_SQL, row).lastrowid or 0)
+            conn.execute(_COUNT_SQL, (calls, session_id))
         return message_id
 
     try:
@@ -370,6 +388,31 @@ _CONVERSATION_FIELDS = (
     "codex_reasoning_items",
     "codex_message_items",
 )
+
+
+def _messages_query(session_id: str, include_inactive: bool) -> Any:
+    return Message.for_session(session_id, include_inactive=include_inactive)
+
+
+_MESSAGES = {
+    flag: Prepared(lambda session_id, flag=flag: _messages_query(session_id, flag), "session_id")
+    for flag in (False, True)
+}
+
+
+def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
+    """Every column of a session's messages by id, content and JSON columns decoded."""
+    cursor = _MESSAGES[bool(include_inactive)].execute(current(), session_id=session_id)
+    names = [column[0] for column in cursor.description]
+    out = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values))
+        row["content"] = decode_content(row["content"])
+        for name in _JSON_FIELDS:
+            if row[name] is not None:
+                row[name] = decode_json(row[name])
+        out.append(row)
+    return out
 
 
 def message_dict(row: Mapping[str, Any]) -> dict[str, Any]:

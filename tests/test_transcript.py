@@ -659,3 +659,23 @@ def test_writes_through_raw_conn_see_the_same_rows(chat: SessionDB) -> None:
         chat._conn.execute(
             "INSERT INTO messages (session_id, role, timestamp) VALUES ('nope', 'user', 1)"
         )
+
+
+def test_message_row_follows_the_column_order_of_the_insert() -> None:
+    from hermes_models.transcript import MESSAGE_FIELDS, message_row
+
+    assert MESSAGE_FIELDS == (
+        "session", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
+        "token_count", "finish_reason", "reasoning", "reasoning_content", "reasoning_details",
+        "codex_reasoning_items", "codex_message_items", "platform_message_id", "observed",
+    )  # fmt: skip
+    row = message_row(
+        "s", "assistant", "c", tool_call_id="i", tool_calls=[1], tool_name="n", timestamp=2.0,
+        token_count=3, finish_reason="f", reasoning="r", reasoning_content="rc",
+        reasoning_details={"d": 1}, codex_reasoning_items=[2], codex_message_items=[3],
+        platform_message_id=7, observed=True,
+    )  # fmt: skip
+    assert row == [
+        "s", "assistant", "c", "i", "[1]", "n", 2.0, 3, "f", "r", "rc", '{"d": 1}', "[2]", "[3]",
+        "7", 1,
+    ]  # fmt: skip
