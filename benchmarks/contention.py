@@ -33,7 +33,10 @@ from hot_paths import plain_append
 import hermes_models
 
 
-def worker(mode: str, path: str, index: int, count: int, barrier: Any, results: Any) -> None:
+def worker(
+    mode: str, path: str, index: int, count: int, every: int, barrier: Any, results: Any
+) -> None:
+    hermes_models.db.CHECKPOINT_EVERY_N_WRITES = every
     session_id = f"{mode}-{index}"
     latencies: list[float] = []
     errors: list[str] = []
@@ -66,14 +69,17 @@ def worker(mode: str, path: str, index: int, count: int, barrier: Any, results: 
     results.put((mode, latencies, errors))
 
 
-def run(mode: str, processes: int, count: int) -> dict[str, Any]:
+def run(mode: str, processes: int, count: int, every: int) -> dict[str, Any]:
     path = Path(tempfile.mkdtemp(prefix="hermes-contention-")) / "state.db"
     hermes_models.migrate(path)
+    setup = sqlite3.connect(path)
+    setup.execute("PRAGMA journal_mode=WAL")  # both sides run on a WAL file
+    setup.close()
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes + 1)
     results = ctx.Queue()
     workers = [
-        ctx.Process(target=worker, args=(mode, str(path), i, count, barrier, results))
+        ctx.Process(target=worker, args=(mode, str(path), i, count, every, barrier, results))
         for i in range(processes)
     ]
     for process in workers:
@@ -108,11 +114,17 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--per-process", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=hermes_models.db.CHECKPOINT_EVERY_N_WRITES,
+        help="hermes_models' PASSIVE checkpoint cadence (diagnosis: a huge value turns it off)",
+    )
     args = parser.parse_args()
     print(f"{args.processes} processes x {args.per_process} appends, one file")
     for _ in range(args.repeat):
         for mode in ("jitter", "busy-handler"):
-            r = run(mode, args.processes, args.per_process)
+            r = run(mode, args.processes, args.per_process, args.checkpoint_every)
             print(
                 f"{r['mode']:<13} {r['throughput']:8.0f} msg/s   p50 {r['p50'] * 1e3:7.2f} ms   "
                 f"p99 {r['p99'] * 1e3:8.2f} ms   max {r['max'] * 1e3:8.2f} ms   "
