@@ -308,16 +308,12 @@ def _row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
     )
 
 
-def read_bundle(lines: Iterable[str], origin: str = "bundle") -> Bundle:
-    """Parse and check a bundle.
+def json_objects(lines: Iterable[str], origin: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line number, "origin:line", object)`` for each non-blank line of a JSONL text.
 
     Raises:
-        BundleError: not a bundle, a newer format, a bad or truncated line,
-            duplicate ids, or a message of a session the bundle lacks.
+        BundleError: a line is not valid JSON or not a JSON object.
     """
-    bundle: Bundle | None = None
-    session_ids: set[str] = set()
-    message_ids: set[int] = set()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -328,6 +324,20 @@ def read_bundle(lines: Iterable[str], origin: str = "bundle") -> Bundle:
             raise BundleError(f"{where}: not valid JSON") from None
         if not isinstance(record, dict):
             raise BundleError(f"{where}: a line must be a JSON object")
+        yield number, where, record
+
+
+def read_bundle(lines: Iterable[str], origin: str = "bundle") -> Bundle:
+    """Parse and check a bundle.
+
+    Raises:
+        BundleError: not a bundle, a newer format, a bad or truncated line,
+            duplicate ids, or a message of a session the bundle lacks.
+    """
+    bundle: Bundle | None = None
+    session_ids: set[str] = set()
+    message_ids: set[int] = set()
+    for _, where, record in json_objects(lines, origin):
         if bundle is None:
             if record.get("format") != FORMAT:
                 raise BundleError(f"{where}: not a {FORMAT} file (no header line)")

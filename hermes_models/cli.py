@@ -96,6 +96,11 @@ def open_store(
         store.close()
 
 
+def _echo_json_lines(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        click.echo(json.dumps(row, ensure_ascii=False))
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
@@ -235,8 +240,7 @@ def sessions(
             order_by_last_active=recent,
         )
     if as_json:
-        for row in rows:
-            click.echo(json.dumps(row, ensure_ascii=False))
+        _echo_json_lines(rows)
         return
     console = _console()
     if not rows:
@@ -474,8 +478,7 @@ def search(
                 limit=limit,
             )
     if as_json:
-        for row in rows:
-            click.echo(json.dumps(row, ensure_ascii=False))
+        _echo_json_lines(rows)
         return
     console = _console()
     if not rows:

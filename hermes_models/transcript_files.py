@@ -20,7 +20,6 @@ ignored, and so are lines with roles the store does not hold.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import titles, transcript
-from .bundle import Progress
+from .bundle import Progress, json_objects
 from .db import current
 from .errors import BundleError
 from .importer import insert_rows
@@ -64,16 +63,7 @@ def read_transcript(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], i
     messages: list[dict[str, Any]] = []
     skipped = 0
     with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise BundleError(f"{where}: not valid JSON") from None
-            if not isinstance(record, dict):
-                raise BundleError(f"{where}: a line must be a JSON object")
+        for number, where, record in json_objects(handle, str(path)):
             if record.get("timestamp") is not None:
                 record["timestamp"] = _timestamp(record["timestamp"], where)
             role = record.get("role")
