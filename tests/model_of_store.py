@@ -1,0 +1,483 @@
+"""A pure-Python model of the store's rules, written from SPEC sections 4 and 6.
+
+It knows nothing of SQL: sessions and messages are plain records, and every
+rule (kinds, compression tips, resume targets, what deletion cascades and
+orphans, archiving a chain, counters, listings, transcripts) is computed by
+walking them. ``tests/test_stateful.py`` drives the real store and this model
+through the same random operations and compares what each one shows.
+
+Where SPEC is silent the model takes the store's reading: a resume walk
+counts only active messages ("has a message"), ``last_active`` counts
+soft-deleted messages too, and compressing a session that had ended for
+another reason moves its end to the compression.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Hops a compression-tip walk takes at most (SPEC 4).
+TIP_MAX_HOPS = 100
+#: Levels a resume walk descends below the tip at most (SPEC 4).
+RESUME_MAX_DEPTH = 32
+#: Characters of a listing preview before it is cut (SPEC 6).
+PREVIEW_CHARS = 60
+
+_NUMBERED = re.compile(r"^(?P<base>.*\S) #(?P<number>[1-9][0-9]*)$")
+_CONVERSATION_FIELDS = ("tool_calls", "tool_call_id", "tool_name")
+
+
+class CompressedAlready(Exception):
+    """The model refuses to compress a session that ended with 'compression'."""
+
+
+class NotAnActiveUserMessage(Exception):
+    """The model refuses a rewind target."""
+
+
+class TitleInUse(Exception):
+    """The model refuses a title another session holds."""
+
+
+def decode(text: str | None) -> Any:
+    """A JSON column as the store decodes it (the text itself when not JSON)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def encode(value: Any) -> str | None:
+    """A JSON column as the store writes it (text kept as is)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass
+class MSession:
+    id: str
+    source: str
+    started_at: float
+    parent: str | None = None
+    model_config: str | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    archived: int = 0
+    rewind_count: int = 0
+    title: str | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        value = decode(self.model_config)
+        return value if isinstance(value, dict) else {}
+
+    def marked(self, key: str) -> bool:
+        return self.config.get(key) is not None
+
+    def plain_config(self) -> dict[str, Any]:
+        config = dict(self.config)
+        config.pop("_branched_from", None)
+        config.pop("_delegate_from", None)
+        return config
+
+
+@dataclass
+class MMessage:
+    id: int
+    session_id: str
+    role: str
+    content: Any
+    timestamp: float
+    tool_calls: Any = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    active: int = 1
+
+    def copy_to(self, session_id: str, new_id: int) -> MMessage:
+        return MMessage(
+            new_id,
+            session_id,
+            self.role,
+            self.content,
+            self.timestamp,
+            self.tool_calls,
+            self.tool_call_id,
+            self.tool_name,
+        )
+
+
+def tool_calls_of(message: MMessage) -> int:
+    """What one active message adds to its session's ``tool_call_count``."""
+    if message.role != "assistant":
+        return 0
+    calls = (
+        decode(message.tool_calls) if isinstance(message.tool_calls, str) else message.tool_calls
+    )
+    return len(calls) if isinstance(calls, list) else 0
+
+
+def split_title(title: str) -> tuple[str, int]:
+    match = _NUMBERED.match(title)
+    if match is None:
+        return title, 1
+    return match.group("base"), int(match.group("number"))
+
+
+def preview_of(content: Any) -> str:
+    if isinstance(content, list):
+        content = " ".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text", ""), str)
+        )
+    elif not isinstance(content, str):
+        content = "" if content is None else str(content)
+    flat = " ".join(content.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "..."
+
+
+@dataclass
+class StoreModel:
+    sessions: dict[str, MSession] = field(default_factory=dict)
+    messages: dict[int, MMessage] = field(default_factory=dict)
+    last_message_id: int = 0
+
+    # -- reading -----------------------------------------------------------------
+
+    def children(self, session_id: str) -> list[MSession]:
+        return [s for s in self.sessions.values() if s.parent == session_id]
+
+    def kind(self, session_id: str) -> str:
+        s = self.sessions[session_id]
+        if s.marked("_delegate_from"):
+            return "ephemeral"
+        if s.parent is None:
+            return "root"
+        if s.marked("_branched_from"):
+            return "branch"
+        parent = self.sessions[s.parent]
+        if parent.ended_at is not None and s.started_at >= parent.ended_at:
+            if parent.end_reason == "branched":
+                return "branch"
+            if parent.end_reason == "compression":
+                return "compression"
+        return "ephemeral"
+
+    def session_messages(self, session_id: str, include_inactive: bool = False) -> list[MMessage]:
+        return sorted(
+            (
+                m
+                for m in self.messages.values()
+                if m.session_id == session_id and (include_inactive or m.active)
+            ),
+            key=lambda m: m.id,
+        )
+
+    def counters(self, session_id: str) -> tuple[int, int]:
+        active = self.session_messages(session_id)
+        return len(active), sum(tool_calls_of(m) for m in active)
+
+    def _latest_child(self, session_id: str, *, after_end: bool) -> str | None:
+        here = self.sessions[session_id]
+        candidates = [
+            c
+            for c in self.children(session_id)
+            if not c.marked("_branched_from")
+            and not c.marked("_delegate_from")
+            and (not after_end or (here.ended_at is not None and c.started_at >= here.ended_at))
+        ]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda c: (c.started_at, c.id)).id
+
+    def tip(self, session_id: str) -> str:
+        if session_id not in self.sessions:
+            return session_id
+        here, seen, hops = session_id, {session_id}, 0
+        while hops < TIP_MAX_HOPS and self.sessions[here].end_reason == "compression":
+            nxt = self._latest_child(here, after_end=True)
+            if nxt is None or nxt in seen:
+                break
+            here, hops = nxt, hops + 1
+            seen.add(here)
+        return here
+
+    def resume_target(self, session_id: str) -> str:
+        if session_id not in self.sessions:
+            return session_id
+        tip = self.tip(session_id)
+        here, seen, depth = tip, {tip}, 0
+        while True:
+            if self.session_messages(here):
+                return here
+            if depth >= RESUME_MAX_DEPTH:
+                return tip
+            nxt = self._latest_child(here, after_end=False)
+            if nxt is None or nxt in seen:
+                return tip
+            here, depth = nxt, depth + 1
+            seen.add(here)
+
+    def compression_chain(self, session_id: str) -> list[str]:
+        top = session_id
+        while self.kind(top) == "compression":
+            top = self.sessions[top].parent  # type: ignore[assignment]
+        chain, frontier = {top}, [top]
+        while frontier:
+            here = frontier.pop()
+            for child in self.children(here):
+                if child.id not in chain and self.kind(child.id) == "compression":
+                    chain.add(child.id)
+                    frontier.append(child.id)
+        return sorted(chain)
+
+    def last_active(self, session_id: str) -> float:
+        stamps = [m.timestamp for m in self.session_messages(session_id, include_inactive=True)]
+        return max(stamps) if stamps else self.sessions[session_id].started_at
+
+    def preview(self, session_id: str) -> str:
+        users = [m for m in self.session_messages(session_id) if m.role == "user"]
+        if not users:
+            return ""
+        return preview_of(min(users, key=lambda m: (m.timestamp, m.id)).content)
+
+    def listing(
+        self,
+        *,
+        include_children: bool = False,
+        archived_only: bool = False,
+        order_by_last_active: bool = False,
+    ) -> list[dict[str, Any]]:
+        """``list_sessions_rich(limit=None, ...)``: shown id, lineage root, preview, last_active."""
+        rows: list[dict[str, Any]] = []
+        for s in self.sessions.values():
+            if not include_children and self.kind(s.id) not in ("root", "branch"):
+                continue
+            if s.archived != (1 if archived_only else 0):
+                continue
+            project = not include_children and s.end_reason == "compression"
+            shown = self.tip(s.id) if project else s.id
+            row: dict[str, Any] = {
+                "id": shown,
+                "preview": self.preview(s.id),
+                "last_active": self.last_active(shown),
+                "_root": (s.started_at, s.id),
+            }
+            if shown != s.id:
+                row["_lineage_root_id"] = s.id
+            rows.append(row)
+        if order_by_last_active:
+            rows.sort(key=lambda r: (r["last_active"], r["_root"][0], r["id"]), reverse=True)
+        else:
+            rows.sort(key=lambda r: r["_root"], reverse=True)
+        for row in rows:
+            del row["_root"]
+        return rows
+
+    def conversation(self, session_id: str, include_ancestors: bool) -> list[dict[str, Any]]:
+        chain = [session_id]
+        if include_ancestors:
+            here = session_id
+            while self.kind(here) == "compression":
+                here = self.sessions[here].parent  # type: ignore[assignment]
+                chain.insert(0, here)
+        entries = []
+        for member in chain:
+            for m in sorted(self.session_messages(member), key=lambda m: (m.timestamp, m.id)):
+                entry: dict[str, Any] = {"role": m.role, "content": m.content}
+                values = {
+                    "tool_calls": decode(encode(m.tool_calls)),
+                    "tool_call_id": m.tool_call_id,
+                    "tool_name": m.tool_name,
+                }
+                for name in _CONVERSATION_FIELDS:
+                    if values[name] is not None:
+                        entry[name] = values[name]
+                entries.append(entry)
+        if not include_ancestors:
+            return entries
+        kept: list[dict[str, Any]] = []
+        waiting: list[Any] = []
+        for entry in entries:
+            if entry["role"] == "assistant":
+                waiting = []
+            elif entry["role"] == "user":
+                if entry["content"] in waiting:
+                    continue
+                waiting.append(entry["content"])
+            kept.append(entry)
+        return kept
+
+    def next_title(self, title: str) -> str:
+        base, number = split_title(title)
+        numbers = [number]
+        for other in (s.title for s in self.sessions.values() if s.title is not None):
+            stem, n = split_title(other)
+            if other == base or (other.startswith(base + " #") and stem == base):
+                numbers.append(n)
+        return f"{base} #{max(numbers) + 1}"
+
+    # -- writing -----------------------------------------------------------------
+
+    def _new_message(
+        self, session_id: str, role: str, content: Any, timestamp: float, **fields: Any
+    ) -> int:
+        self.last_message_id += 1
+        self.messages[self.last_message_id] = MMessage(
+            self.last_message_id, session_id, role, content, timestamp, **fields
+        )
+        return self.last_message_id
+
+    def create(
+        self,
+        session_id: str,
+        source: str,
+        started_at: float,
+        *,
+        parent: str | None = None,
+        model_config: Any = None,
+    ) -> None:
+        if session_id in self.sessions:
+            return
+        assert parent is None or parent in self.sessions
+        self.sessions[session_id] = MSession(
+            session_id, source, started_at, parent=parent, model_config=encode(model_config)
+        )
+
+    def append(
+        self, session_id: str, role: str, content: Any, timestamp: float, **fields: Any
+    ) -> int:
+        return self._new_message(session_id, role, content, timestamp, **fields)
+
+    def rewind(self, session_id: str, message_id: int) -> int:
+        target = self.messages.get(message_id)
+        if (
+            target is None
+            or target.session_id != session_id
+            or target.role != "user"
+            or not target.active
+        ):
+            raise NotAnActiveUserMessage(message_id)
+        hidden = [m for m in self.session_messages(session_id) if m.id >= message_id]
+        for m in hidden:
+            m.active = 0
+        self.sessions[session_id].rewind_count += 1
+        return len(hidden)
+
+    def restore(self, session_id: str, since_id: int) -> int:
+        back = [
+            m
+            for m in self.session_messages(session_id, include_inactive=True)
+            if m.id >= since_id and not m.active
+        ]
+        for m in back:
+            m.active = 1
+        return len(back)
+
+    def end(self, session_id: str, reason: str, at: float) -> bool:
+        s = self.sessions[session_id]
+        if s.ended_at is not None:
+            return False
+        s.ended_at, s.end_reason = at, reason
+        return True
+
+    def reopen(self, session_id: str) -> bool:
+        s = self.sessions[session_id]
+        s.ended_at = s.end_reason = None
+        return True
+
+    def _child(
+        self,
+        parent: MSession,
+        child_id: str,
+        started_at: float,
+        config: dict[str, Any],
+        title: str | None = None,
+    ) -> MSession:
+        child = MSession(
+            child_id,
+            parent.source,
+            started_at,
+            parent=parent.id,
+            model_config=encode(config),
+            title=title,
+        )
+        self.sessions[child_id] = child
+        return child
+
+    def branch(self, session_id: str, child_id: str, at: float, copy: bool) -> None:
+        parent = self.sessions[session_id]
+        if parent.ended_at is None:
+            parent.ended_at, parent.end_reason = at, "branched"
+        config = {**parent.plain_config(), "_branched_from": parent.id}
+        self._child(parent, child_id, max(at, parent.ended_at), config)
+        if copy:
+            for m in self.session_messages(session_id):
+                self.last_message_id += 1
+                self.messages[self.last_message_id] = m.copy_to(child_id, self.last_message_id)
+
+    def compress(
+        self, session_id: str, child_id: str, summary: list[dict[str, Any]], at: float
+    ) -> None:
+        parent = self.sessions[session_id]
+        if parent.end_reason == "compression":
+            raise CompressedAlready(session_id)
+        title = self.next_title(parent.title) if parent.title else None
+        parent.ended_at, parent.end_reason = at, "compression"
+        self._child(parent, child_id, at, parent.plain_config(), title)
+        for index, item in enumerate(summary):
+            fields = {k: v for k, v in item.items() if k not in ("role", "content")}
+            self._new_message(
+                child_id, item["role"], item.get("content"), at + index * 1e-6, **fields
+            )
+
+    def delegate(self, session_id: str, child_id: str, at: float) -> None:
+        parent = self.sessions[session_id]
+        self._child(parent, child_id, at, {**parent.plain_config(), "_delegate_from": parent.id})
+
+    def doomed(self, session_id: str) -> set[str]:
+        """``session_id`` and every ephemeral descendant reached through ephemeral links."""
+        doomed, frontier = {session_id}, [session_id]
+        while frontier:
+            here = frontier.pop()
+            for child in self.children(here):
+                if child.id not in doomed and self.kind(child.id) == "ephemeral":
+                    doomed.add(child.id)
+                    frontier.append(child.id)
+        return doomed
+
+    def delete(self, session_id: str) -> set[str]:
+        if session_id not in self.sessions:
+            return set()
+        doomed = self.doomed(session_id)
+        for s in self.sessions.values():
+            if s.parent in doomed and s.id not in doomed:
+                s.parent = None
+        for sid in doomed:
+            del self.sessions[sid]
+        for mid in [m.id for m in self.messages.values() if m.session_id in doomed]:
+            del self.messages[mid]
+        return doomed
+
+    def set_archived(self, session_id: str, archived: bool) -> bool:
+        if session_id not in self.sessions:
+            return False
+        for sid in self.compression_chain(session_id):
+            self.sessions[sid].archived = 1 if archived else 0
+        return True
+
+    def set_title(self, session_id: str, title: str | None) -> bool:
+        if title is not None and any(
+            s.title == title and s.id != session_id for s in self.sessions.values()
+        ):
+            raise TitleInUse(title)
+        if session_id not in self.sessions:
+            return False
+        self.sessions[session_id].title = title
+        return True
