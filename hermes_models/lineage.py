@@ -494,7 +494,9 @@ def compress(
 
     Raises:
         CompressionInProgressError: another holder has the lock; nothing changes.
-        ValueError: ``session`` was already compressed.
+        ValueError: ``session`` has already ended (compressed, branched, closed):
+            moving its end would re-classify its existing children, so it
+            must be reopened first.
     """
     from .errors import CompressionInProgressError
     from .models import CompressionLock
@@ -520,6 +522,11 @@ def compress(
             parent = model.get_by_id(session.id)
             if parent.end_reason == "compression":
                 raise ValueError(f"session {parent.id} was already compressed")
+            if parent.ended_at is not None:
+                raise ValueError(
+                    f"session {parent.id} already ended ({parent.end_reason or 'no reason'});"
+                    " reopen it before compressing"
+                )
             now = time.time() if moment is None else moment
             model.update(ended_at=now, end_reason="compression").where(
                 model.id == parent.id

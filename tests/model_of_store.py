@@ -31,7 +31,7 @@ _CONVERSATION_FIELDS = ("tool_calls", "tool_call_id", "tool_name")
 
 
 class CompressedAlready(Exception):
-    """The model refuses to compress a session that ended with 'compression'."""
+    """The model refuses to compress a session that has already ended."""
 
 
 class NotAnActiveUserMessage(Exception):
@@ -426,7 +426,7 @@ class StoreModel:
         self, session_id: str, child_id: str, summary: list[dict[str, Any]], at: float
     ) -> None:
         parent = self.sessions[session_id]
-        if parent.end_reason == "compression":
+        if parent.ended_at is not None:
             raise CompressedAlready(session_id)
         title = self.next_title(parent.title) if parent.title else None
         parent.ended_at, parent.end_reason = at, "compression"

@@ -467,3 +467,21 @@ def test_cli_sessions_hide_what_pickers_hide(chain: SessionDB) -> None:
         ("r-branch", None),
         ("c2", "r"),
     ]
+
+
+def test_compress_refuses_a_session_that_already_ended(store: SessionDB) -> None:
+    """Moving the end would turn a branch started after it into an ephemeral child."""
+    make(store, "p", 0, messages=2)
+    end("p", "branched", 50)
+    make(store, "hermes-branch", 60, parent="p", messages=1)  # no marker: Hermes' heuristic
+    assert kinds("hermes-branch") == {"hermes-branch": "branch"}
+    with pytest.raises(ValueError, match=r"already ended \(branched\); reopen it"):
+        Session.get_by_id("p").compress([{"role": "user", "content": "s"}], session_id="p2")
+    assert store.get_session("p2") is None
+    assert (Session.get_by_id("p").end_reason, kinds("hermes-branch")) == (
+        "branched",
+        {"hermes-branch": "branch"},
+    )
+    store.reopen_session("p")
+    cont = Session.get_by_id("p").compress([{"role": "user", "content": "s"}], session_id="p2")
+    assert cont.kind == "compression"
