@@ -28,8 +28,8 @@ from .errors import (
     SchemaTooNewError,
     WriteConflictError,
 )
-from .migrate import migrate
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta
+from .schema import migrate
 from .store import SessionDB
 
 __version__ = "0.1.0"

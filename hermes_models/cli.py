@@ -162,7 +162,7 @@ def cli(db_path: Path | None) -> None:
 @db_option
 def migrate(db_path: Path | None) -> None:
     """Apply pending migrations (adopting an existing Hermes database)."""
-    from .migrate import migrate as apply
+    from .schema import migrate as apply
 
     path = resolve_path(db_path)
     applied = apply(path)

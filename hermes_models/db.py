@@ -665,7 +665,7 @@ def connect(
         SchemaTooNewError: a newer Hermes wrote the file.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
     """
-    from .migrate import migrate as apply_migrations
+    from .schema import migrate as apply_migrations
 
     try:
         path = resolve_path(target)

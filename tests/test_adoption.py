@@ -18,8 +18,8 @@ import hermes_models
 from hermes_models import MigrationError, SessionDB
 from hermes_models.cli import cli
 from hermes_models.lineage import kind_of
-from hermes_models.migrate import BASELINE
 from hermes_models.models import Session
+from hermes_models.schema import BASELINE
 
 #: The files upgraded in place (v16 is adopted as it is).
 OLD = [

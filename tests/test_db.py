@@ -34,7 +34,7 @@ from hermes_models import (
 from hermes_models import db as db_module
 from hermes_models.db import record_init_error, resolve_path
 
-MIGRATE_MODULE = sys.modules["hermes_models.migrate"]
+MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
 EXPECTED_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1000}
 

@@ -20,13 +20,13 @@ from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
 from hermes_models import MigrationError, SchemaTooNewError
-from hermes_models.migrate import BASELINE, LOCK_POLL_S, yoyo_url
+from hermes_models.schema import BASELINE, LOCK_POLL_S, yoyo_url
 
 REPO = Path(__file__).resolve().parent.parent
 YOYO = Path(sys.executable).parent / "yoyo"
 
 SPAWN = multiprocessing.get_context("spawn")
-MIGRATE_MODULE = sys.modules["hermes_models.migrate"]
+MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
 SESSIONS_COLUMNS = [
     # (cid, name, type, notnull, default, pk) as PRAGMA table_info reports them
@@ -601,7 +601,7 @@ def test_an_up_to_date_file_is_checked_without_writing(
     path = tmp_path / "state.db"
     assert hermes_models.migrate(path) != []
     # Were the lock taken, the held write lock below would make migrate() give up.
-    monkeypatch.setattr(sys.modules["hermes_models.migrate"], "LOCK_WAIT_S", 1)
+    monkeypatch.setattr(sys.modules["hermes_models.schema"], "LOCK_WAIT_S", 1)
     writer = sqlite3.connect(path, isolation_level=None)
     try:
         writer.execute("BEGIN IMMEDIATE")  # another process mid-way through a long write
