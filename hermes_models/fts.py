@@ -100,6 +100,12 @@ def available_routes() -> frozenset[str]:
     return routes
 
 
+def present_indexes() -> list[type[FTS5Model]]:
+    """The index models whose tables the open file has."""
+    routes = available_routes()
+    return [model for route, model in INDEXES.items() if route in routes]
+
+
 def warn_once(reason: str, message: str, *args: Any) -> None:
     """Log ``message`` as a warning once per database file and ``reason``."""
     key = (str(getattr(current(), "path", "")), reason)

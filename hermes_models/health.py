@@ -16,10 +16,9 @@ from typing import Any, cast
 
 import peewee
 
-from .db import SCHEMA_VERSION, HermesDatabase, current, stored_schema_version
+from .db import SCHEMA_VERSION, HermesDatabase, current, stored_schema_version, using
 
 #: The search indexes a v16 file has, and the text their triggers index.
-FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 _INDEXED = (
     "COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || "
     "COALESCE(m.tool_calls, '')"
@@ -47,8 +46,10 @@ def _names(db: HermesDatabase, kind: str) -> set[str]:
 
 def present_fts_tables(db: HermesDatabase) -> list[str]:
     """The message search indexes the file has."""
-    tables = _names(db, "table")
-    return [table for table in FTS_TABLES if table in tables]
+    from .fts import present_indexes
+
+    with using(db):
+        return [model._meta.table_name for model in present_indexes()]
 
 
 def _size(path: Path) -> int:

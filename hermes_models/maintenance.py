@@ -124,21 +124,11 @@ def delete_empty_sessions() -> int:
     return int(write(run))
 
 
-def fts_tables() -> list[str]:
-    """The full-text tables present in the file."""
-    rows = current().execute_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' "
-        "AND name IN ('messages_fts', 'messages_fts_trigram') ORDER BY name"
-    )
-    return [str(row[0]) for row in rows.fetchall()]
-
-
 def optimize_fts() -> int:
     """Merge the segments of each full-text index; returns how many were optimized."""
-    from .fts import MessageIndex, MessageTrigramIndex
+    from .fts import present_indexes
 
-    present = set(fts_tables())
-    models = [m for m in (MessageIndex, MessageTrigramIndex) if m._meta.table_name in present]
+    models = present_indexes()
     write(lambda: [model.optimize() for model in models])
     return len(models)
 
