@@ -18,7 +18,7 @@ import peewee
 
 from .db import SCHEMA_VERSION, HermesDatabase, current, stored_schema_version, using
 
-#: The search indexes a v16 file has, and the text their triggers index.
+#: The text the search-index triggers put in each index.
 _INDEXED = (
     "COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || "
     "COALESCE(m.tool_calls, '')"
