@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import legacy
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +19,8 @@ from hermes_models.cli import cli
 from hermes_models.lineage import kind_of
 from hermes_models.models import Session
 from hermes_models.schema import BASELINE
+
+import legacy
 
 #: The files upgraded in place (v16 is adopted as it is).
 OLD = [

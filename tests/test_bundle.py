@@ -10,13 +10,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import legacy
 import pytest
 from click.testing import CliRunner
 
 from hermes_models import BundleError, SessionDB, importer
 from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.cli import cli
+
+import legacy
 
 
 def _rows(path: Path, table: str) -> list[tuple[Any, ...]]:

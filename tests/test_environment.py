@@ -41,6 +41,8 @@ from hermes_models import (
 from hermes_models import db as db_module
 from hermes_models.cli import main
 
+from snapshots import snapshot
+
 T0 = 1_700_000_000.0
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -61,25 +63,6 @@ def build(path: Path) -> None:
         store.append_message("c2", "user", "hello after compression")
         store.set_meta("k", "v")
         assert store.try_acquire_compression_lock("c2", "holder-0", ttl_seconds=3600)
-
-
-def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table, read through a connection of its own (which, when it
-    is the file's last, removes the -wal and -shm files as it closes)."""
-    conn = sqlite3.connect(path)
-    try:
-        names = [
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-            )
-        ]
-        return {
-            name: sorted(conn.execute(f'SELECT * FROM "{name}"').fetchall(), key=repr)
-            for name in names
-        }
-    finally:
-        conn.close()
 
 
 def sound(path: Path) -> tuple[Any, ...]:
@@ -342,7 +325,7 @@ def test_read_only_files_and_folders_read_and_search_but_never_write(
             "resume": _cli("resume", "--db", str(path), "c1"),
             "lineage": _cli("lineage", "--db", str(path), "c2"),
         }
-    rows = snapshot(path)
+    rows = snapshot(path, read_only=False)
     content = path.read_bytes()
     assert sorted(os.listdir(shared)) == ["state.db"]
     if own_file and os.geteuid() == 0:
@@ -370,7 +353,7 @@ def test_read_only_files_and_folders_read_and_search_but_never_write(
     assert {name: cli[name] for name in expected_cli} == expected_cli
     assert cli["migrate"] == (1, "", f"Error: {_ro_message(path).split(': ', 1)[1]}\n")
     assert path.read_bytes() == content
-    assert snapshot(path) == rows
+    assert snapshot(path, read_only=False) == rows
     if folder_mode == 0o555:
         assert sorted(os.listdir(shared)) == ["state.db"]
 
@@ -437,14 +420,14 @@ DISK_FULL_WRITES: dict[str, Callable[[SessionDB], Any]] = {
 def test_a_full_disk_fails_the_write_cleanly_and_writes_resume_after_space_is_freed(
     filled: SessionDB, name: str
 ) -> None:
-    before = snapshot(filled.db_path)
+    before = snapshot(filled.db_path, read_only=False)
     _cap(filled, spare_pages=1)
     with pytest.raises(sqlite3.OperationalError) as caught:
         DISK_FULL_WRITES[name](filled)
     assert type(caught.value) is sqlite3.OperationalError
     assert str(caught.value) == "database or disk is full"
     assert filled.database.in_transaction() is False
-    assert snapshot(filled.db_path) == before
+    assert snapshot(filled.db_path, read_only=False) == before
     filled._conn.execute("PRAGMA max_page_count = 1073741823")
     DISK_FULL_WRITES[name](filled)
     assert filled.append_message("s1", "user", "after") > 0
@@ -452,14 +435,14 @@ def test_a_full_disk_fails_the_write_cleanly_and_writes_resume_after_space_is_fr
 
 
 def test_a_full_disk_during_compression_releases_the_lock(filled: SessionDB) -> None:
-    before = snapshot(filled.db_path)
+    before = snapshot(filled.db_path, read_only=False)
     _cap(filled, spare_pages=1)
     summary = [{"role": "user", "content": "s" * 300_000}]
     with pytest.raises(peewee.OperationalError) as caught:
         Session.get_by_id("s1").compress(summary, holder="me")
     assert str(caught.value) == "database or disk is full"
     assert filled.get_compression_lock_holder("s1") is None
-    assert snapshot(filled.db_path) == before
+    assert snapshot(filled.db_path, read_only=False) == before
     filled._conn.execute("PRAGMA max_page_count = 1073741823")
     assert Session.get_by_id("s1").compress(summary, holder="me").message_count == 1
     assert sound(filled.db_path) == SOUND
@@ -565,7 +548,7 @@ def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
     monkeypatch.setattr(db_module, "WRITE_RETRY_MIN_S", 0.001)
     monkeypatch.setattr(db_module, "WRITE_RETRY_MAX_S", 0.005)
     filled._conn.execute("PRAGMA busy_timeout = 50")
-    before = snapshot(filled.db_path)
+    before = snapshot(filled.db_path, read_only=False)
     with locked_by_another_process(filled.db_path):
         started = time.monotonic()
         with pytest.raises(WriteConflictError) as caught:
@@ -579,7 +562,7 @@ def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
         assert filled.get_session("s1")["message_count"] == 2  # type: ignore[index]
         with SessionDB(filled.db_path, read_only=True) as reader:
             assert reader.get_meta("holder") is None
-        assert snapshot(filled.db_path) == before
+        assert snapshot(filled.db_path, read_only=False) == before
     assert filled.append_message("s1", "user", "after the lock") == 5
     assert sound(filled.db_path) == SOUND
 

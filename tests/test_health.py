@@ -7,13 +7,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import legacy
 import pytest
 from click.testing import CliRunner
 
 import hermes_models
 from hermes_models import SessionDB, health
 from hermes_models.cli import cli
+
+import legacy
 
 CHECKS = [
     "schema_version",

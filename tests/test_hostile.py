@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sqlite3
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,8 +24,9 @@ from hermes_models import CompressionInProgressError as Held
 from hermes_models import CompressionLock, Message, Session, SessionDB, StateMeta
 from hermes_models.checks import INT64_MAX, MAX_JSON_DEPTH
 from hermes_models.cli import main
-from hermes_models.db import sqlite_uri
 from hermes_models.titles import MAX_TITLE_LENGTH, sanitize_title
+
+from snapshots import snapshot
 
 T0 = 1_700_000_000.0
 HUGE = 2**63
@@ -36,24 +36,6 @@ SURROGATE = "bad \ud800 text"
 #: Values that are not text, each refused with a TypeError where text is required.
 NOT_TEXT: list[Any] = [None, 7, b"s1", 1.5, ["s1"], True]
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-
-
-def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table of the file, read through a connection of its own."""
-    conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True)
-    try:
-        names = [
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
-            )
-        ]
-        return {
-            name: sorted(conn.execute(f'SELECT * FROM "{name}"').fetchall(), key=repr)
-            for name in names
-        }
-    finally:
-        conn.close()
 
 
 def nested(depth: int, leaf: Any = "leaf") -> Any:

@@ -28,6 +28,11 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+
+from hermes_models import CompressionInProgressError, Session, SessionDB
+from hermes_models.db import using
+from hermes_models.lineage import kind_expr
+
 from model_of_store import (
     CompressedAlready,
     NotAnActiveUserMessage,
@@ -36,10 +41,6 @@ from model_of_store import (
     decode,
     encode,
 )
-
-from hermes_models import CompressionInProgressError, Session, SessionDB
-from hermes_models.db import using
-from hermes_models.lineage import kind_expr
 
 T0 = 1_700_000_000.0
 UNKNOWN = "no-such-session"
