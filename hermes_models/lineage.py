@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import peewee
@@ -183,25 +183,36 @@ def _not_visited(path: Any, session_id: Any) -> Expr:
     return fn.instr(path, _path(session_id)) == 0
 
 
-def _walk(model: type[Session], session_id: str, upward: bool) -> Any:
+def walk_sessions(
+    model: type[Session],
+    start: Any,
+    *,
+    upward: bool,
+    follow: Callable[[Any], Expr] | None = None,
+) -> Any:
+    """A recursive CTE ``(id, parent_id, depth, path)`` from the sessions ``start``
+    selects (an id, or an expression over ``model``), up through parents or down
+    through children; ``follow`` restricts the sessions stepped to."""
+    where = (model.id == start) if isinstance(start, str) else start
     step = model.alias("step")
-    base = model.select(model.id, model.parent, Value(0), _path(model.id)).where(
-        model.id == session_id
-    )
+    base = model.select(model.id, model.parent, Value(0), _path(model.id)).where(where)
     cte = base.cte("walk", recursive=True, columns=("id", "parent_id", "depth", "path"))
     link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
+    conditions = [cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, step.id)]
+    if follow is not None:
+        conditions.append(follow(step))
     recursive = (
         step.select(step.id, step.parent, cte.c.depth + 1, _extend(cte.c.path, step.id))
         .from_(cte)
         .join(step, on=link)
-        .where(cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, step.id))
+        .where(*conditions)
     )
     return cte.union_all(recursive)
 
 
 def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
     """The parent chain of ``session_id``, nearest first."""
-    cte = _walk(model, session_id, upward=True)
+    cte = walk_sessions(model, session_id, upward=True)
     return (
         model.select()
         .join(cte, on=(model.id == cte.c.id))
@@ -213,7 +224,7 @@ def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Sessi
 
 def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
     """Every session below ``session_id``, nearest first, then by start time."""
-    cte = _walk(model, session_id, upward=False)
+    cte = walk_sessions(model, session_id, upward=False)
     return (
         model.select()
         .join(cte, on=(model.id == cte.c.id))
@@ -225,7 +236,7 @@ def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect[Ses
 
 def root_of(session: Session) -> Session:
     """The furthest ancestor of ``session``, or ``session`` itself."""
-    cte = _walk(type(session), session.id, upward=True)
+    cte = walk_sessions(type(session), session.id, upward=True)
     model = type(session)
     found = (
         model.select()
@@ -382,16 +393,7 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     top = chain.select_from(chain.c.id).order_by(chain.c.depth.desc()).limit(1).tuples().first()
     if top is None:
         return []
-    down = model.alias("down")
-    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == top[0])
-    cte = base.cte("down_chain", recursive=True, columns=("id", "depth", "path"))
-    downward = (
-        down.select(down.id, cte.c.depth + 1, _extend(cte.c.path, down.id))
-        .from_(cte)
-        .join(down, on=(down.parent == cte.c.id))
-        .where(compression_expr(down), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, down.id))
-    )
-    chain = cte.union_all(downward)
+    chain = walk_sessions(model, str(top[0]), upward=False, follow=compression_expr)
     return sorted({str(row[0]) for row in chain.select_from(chain.c.id).tuples()})
 
 

@@ -13,12 +13,12 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
-from peewee import SQL, Value, fn
+from peewee import SQL, fn
 
 from .checks import check_finite, check_text
 from .db import current, write
 from .errors import ReadOnlyDatabaseError
-from .lineage import MAX_DEPTH, _extend, _not_visited, _path, ephemeral_expr
+from .lineage import ephemeral_expr, walk_sessions
 from .models import CompressionLock, Message, Session
 
 #: Sessions without messages younger than this are left alone by
@@ -31,16 +31,7 @@ def doomed_ids(session_ids: Iterable[str]) -> list[str]:
     ids = sorted({sid for sid in session_ids if isinstance(sid, str) and sid})
     if not ids:
         return []
-    child = Session.alias("child")
-    base = Session.select(Session.id, Value(0), _path(Session.id)).where(Session.id.in_(ids))
-    cte = base.cte("doomed", recursive=True, columns=("id", "depth", "path"))
-    step = (
-        child.select(child.id, cte.c.depth + 1, _extend(cte.c.path, child.id))
-        .from_(cte)
-        .join(child, on=(child.parent == cte.c.id))
-        .where(ephemeral_expr(child), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, child.id))
-    )
-    walk = cte.union_all(step)
+    walk = walk_sessions(Session, Session.id.in_(ids), upward=False, follow=ephemeral_expr)
     rows = walk.select_from(walk.c.id).distinct().tuples()
     return sorted({str(row[0]) for row in rows})
 
