@@ -20,13 +20,10 @@ import argparse
 import multiprocessing
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 from hot_paths import plain_append
 

@@ -20,12 +20,12 @@ import argparse
 import json
 import random
 import sqlite3
-import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from hot_paths import median_pair
 
 import hermes_models
 from hermes_models import Session, SessionDB
@@ -139,22 +139,6 @@ def plain_resume(conn: sqlite3.Connection, session_id: str) -> str:
     return tip
 
 
-def interleave(
-    rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]
-) -> tuple[float, float]:
-    """Median seconds of each, run alternately."""
-    ours(), plain()  # warm up
-    a, b = [], []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        ours()
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        plain()
-        b.append(time.perf_counter() - start)
-    return statistics.median(a), statistics.median(b)
-
-
 def report(name: str, ours: float, plain: float, target: str) -> None:
     print(
         f"{name:<44} ours {ours * 1e3:9.3f} ms   plain {plain * 1e3:9.3f} ms   "
@@ -182,24 +166,24 @@ def main() -> None:
     assert store.get_compression_tip("chain-000") == plain_tip(plain, "chain-000") == expected_tip
     assert store.resolve_resume_session_id("chain-000") == plain_resume(plain, "chain-000")
 
-    ours, theirs = interleave(
+    ours, theirs = median_pair(
         args.rounds,
         lambda: store.get_compression_tip("chain-000"),
         lambda: plain_tip(plain, "chain-000"),
     )
     report("compression tip, 100-deep chain", ours, theirs, "<= 0.50")
-    ours, theirs = interleave(
+    ours, theirs = median_pair(
         args.rounds,
         lambda: store.resolve_resume_session_id("chain-000"),
         lambda: plain_resume(plain, "chain-000"),
     )
     report("resume target, 100-deep chain", ours, theirs, "<= 0.50")
     root = Session.get_by_id("chain-000")
-    ours, theirs = interleave(
+    ours, theirs = median_pair(
         args.rounds, lambda: root.compression_tip(), lambda: plain_tip(plain, "chain-000")
     )
     report("Session.compression_tip() (model)", ours, theirs, "<= 0.50")
-    ours, theirs = interleave(
+    ours, theirs = median_pair(
         args.rounds, lambda: root.resume_target(), lambda: plain_resume(plain, "chain-000")
     )
     report("Session.resume_target() (model)", ours, theirs, "<= 0.50")
@@ -215,7 +199,7 @@ def main() -> None:
         return [_finish(dict(zip(names, row))) for row in cursor.fetchall()]
 
     assert store.list_sessions_rich() == plain_listing()
-    ours, theirs = interleave(args.rounds, lambda: store.list_sessions_rich(), plain_listing)
+    ours, theirs = median_pair(args.rounds, lambda: store.list_sessions_rich(), plain_listing)
     report("list_sessions_rich first page (10k sessions)", ours, theirs, "<= 1.10")
     store.close()
     plain.close()
