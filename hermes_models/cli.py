@@ -101,8 +101,8 @@ def _echo_json_lines(rows: list[dict[str, Any]]) -> None:
         click.echo(json.dumps(row, ensure_ascii=False))
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
+def _plural(count: int, noun: str, plural: str | None = None) -> str:
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _when(epoch: float | None) -> str:
@@ -683,6 +683,77 @@ def doctor(db_path: Path | None) -> None:
         console.print(f"{path}: {len(failed)} of {len(report['checks'])} checks failed")
         raise click.exceptions.Exit(EXIT_FAILURE)
     console.print(f"{path}: healthy ({len(report['checks'])} checks passed)")
+
+
+@cli.command()
+@db_option
+@click.argument("session_id")
+@click.option("--undo", is_flag=True, help="Unarchive instead.")
+def archive(db_path: Path | None, session_id: str, undo: bool) -> None:
+    """Archive a session and its whole compression chain (hidden from listings)."""
+    with open_store(db_path, must_exist=True) as store:
+        resolved = _resolve(store, session_id)
+        store.set_session_archived(resolved, not undo)
+    click.echo(f"{'unarchived' if undo else 'archived'} {resolved}")
+
+
+def _confirm(yes: bool, question: str) -> None:
+    if not yes:
+        click.confirm(question, abort=True, err=True)
+
+
+@cli.command()
+@db_option
+@click.argument("session_ids", nargs=-1, required=True, metavar="SESSION_ID...")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def delete(db_path: Path | None, session_ids: tuple[str, ...], yes: bool) -> None:
+    """Delete sessions with their messages and subagent runs; other children are kept."""
+    with open_store(db_path, must_exist=True) as store:
+        resolved = [_resolve(store, session_id) for session_id in session_ids]
+        _confirm(yes, f"delete {_plural(len(resolved), 'session')} and their subagent runs?")
+        count = store.delete_sessions(resolved)
+    click.echo(f"deleted {_plural(count, 'session')}")
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--older-than",
+    "days",
+    type=click.FloatRange(min=0),
+    default=90,
+    show_default=True,
+    metavar="DAYS",
+    help="Delete ended sessions started more than DAYS ago.",
+)
+@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def prune(db_path: Path | None, days: float, source: str | None, yes: bool) -> None:
+    """Delete old ended sessions (with their subagent runs)."""
+    with open_store(db_path, must_exist=True) as store:
+        _confirm(yes, f"delete ended sessions started more than {days:g} days ago?")
+        count = store.prune_sessions(older_than_days=days, source=source)
+    click.echo(f"pruned {_plural(count, 'session')}")
+
+
+@cli.command()
+@db_option
+def vacuum(db_path: Path | None) -> None:
+    """Merge the search index segments and compact the file."""
+    path = resolve_path(db_path)
+    with open_store(db_path, must_exist=True) as store:
+        before = _file_size(path)
+        indexes = store.optimize_fts()
+        store.vacuum()
+        after = _file_size(path)
+    optimized = _plural(indexes, "search index", "search indexes")
+    click.echo(f"optimized {optimized}; {path}: {before:,} -> {after:,} bytes")
+
+
+def _file_size(path: Path) -> int:
+    return sum(
+        candidate.stat().st_size for candidate in (path, Path(f"{path}-wal")) if candidate.exists()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -502,3 +502,75 @@ def test_export_counts_are_worded_for_one_and_many(tmp_path: Path) -> None:
     out = tmp_path / "one.jsonl"
     result = invoke("export", "--db", str(path), "-o", str(out))
     assert (result.exit_code, result.output) == (0, f"wrote 1 session and 2 messages to {out}\n")
+
+
+# -- maintenance commands -----------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path) -> Path:
+    path = tmp_path / "demo.db"
+    assert invoke("demo", "--db", str(path)).exit_code == 0
+    return path
+
+
+def test_archive_hides_the_whole_chain_and_undo_brings_it_back(demo_db: Path) -> None:
+    result = invoke("archive", "--db", str(demo_db), "writer retry policy")
+    assert (result.exit_code, result.output) == (0, "archived demo-retries\n")
+    with SessionDB(demo_db) as store:
+        every = store.list_sessions(limit=None, include_archived=True)
+        archived = [s["id"] for s in every if s["archived"]]
+        assert sorted(archived) == ["demo-retries", "demo-retries-2"]
+    result = invoke("archive", "--db", str(demo_db), "--undo", "demo-retries-2")
+    assert (result.exit_code, result.output) == (0, "unarchived demo-retries-2\n")
+    with SessionDB(demo_db) as store:
+        every = store.list_sessions(limit=None, include_archived=True)
+        assert [s["id"] for s in every if s["archived"]] == []
+
+
+def test_delete_takes_subagent_runs_and_keeps_branches(demo_db: Path) -> None:
+    result = invoke("delete", "--db", str(demo_db), "--yes", "demo-retries-2", "demo-asyncio")
+    assert (result.exit_code, result.output) == (0, "deleted 2 sessions\n")
+    with SessionDB(demo_db) as store:
+        assert sorted(s["id"] for s in store.list_sessions(limit=None)) == [
+            "demo-asyncio-branch",
+            "demo-chinese",
+            "demo-retries",
+        ]
+        assert store.get_session("demo-asyncio-branch")["parent_session_id"] is None
+
+
+def test_delete_asks_first_and_a_no_changes_nothing(demo_db: Path) -> None:
+    result = CliRunner().invoke(cli, ["delete", "--db", str(demo_db), "demo-chinese"], input="n\n")
+    assert result.exit_code == 1
+    with SessionDB(demo_db) as store:
+        assert store.get_session("demo-chinese") is not None
+    result = invoke("delete", "--db", str(demo_db), "--yes", "no-such-session")
+    assert (result.exit_code, result.output) == (1, "Error: no session matches 'no-such-session'\n")
+
+
+def test_prune_deletes_old_ended_sessions(demo_db: Path) -> None:
+    with SessionDB(demo_db) as store:
+        ended = sorted(s["id"] for s in store.list_sessions(limit=None) if s["ended_at"])
+    assert ended == ["demo-asyncio", "demo-retries", "demo-subagent"]
+    result = invoke("prune", "--db", str(demo_db), "--older-than", "30", "--source", "cli", "--yes")
+    assert (result.exit_code, result.output) == (0, "pruned 2 sessions\n")
+    with SessionDB(demo_db) as store:
+        assert sorted(s["id"] for s in store.list_sessions(limit=None)) == [
+            "demo-asyncio-branch",
+            "demo-chinese",
+            "demo-retries-2",
+            "demo-subagent",  # a delegate run of demo-retries-2, which stays
+        ]
+    result = invoke("prune", "--db", str(demo_db), "--older-than", "-1", "--yes")
+    assert result.exit_code == 2
+
+
+def test_vacuum_reports_indexes_and_keeps_every_row(demo_db: Path) -> None:
+    with SessionDB(demo_db) as store:
+        before = store.message_count(include_inactive=True)
+    result = invoke("vacuum", "--db", str(demo_db))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"optimized 2 search indexes; {demo_db}: ")
+    with SessionDB(demo_db) as store:
+        assert store.message_count(include_inactive=True) == before
