@@ -37,6 +37,7 @@ from typing import IO, Any, cast
 
 from peewee import fn
 
+from .checks import INT64_MAX, INT64_MIN, check_epoch
 from .db import SCHEMA_VERSION, current
 from .errors import BundleError
 from .models import Message, Session
@@ -47,6 +48,8 @@ VERSION = 1
 #: Column names of a session line and of a message line, in schema order.
 SESSION_COLUMNS = tuple(f.column_name for f in Session._meta.sorted_fields)
 MESSAGE_COLUMNS = tuple(f.column_name for f in Message._meta.sorted_fields)
+#: Columns holding seconds since the epoch.
+_EPOCHS = {"started_at", "ended_at", "timestamp"}
 _REQUIRED = {
     "session": ("id", "source", "started_at"),
     "message": ("id", "session_id", "role", "timestamp"),
@@ -82,7 +85,11 @@ def _encode(value: Any) -> Any:
 
 
 def _decode(value: Any, where: str) -> Any:
-    if value is None or isinstance(value, (str, int, float)):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise BundleError(f"{where}: {value} does not fit a 64-bit integer")
+        return value
+    if value is None or isinstance(value, (str, float)):
         return value
     if isinstance(value, dict) and set(value) == {"$base64"} and isinstance(value["$base64"], str):
         try:
@@ -303,9 +310,16 @@ def _row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
     missing = [name for name in _REQUIRED[kind] if record.get(name) is None]
     if missing:
         raise BundleError(f"{where}: {kind} line lacks {', '.join(missing)}")
-    return tuple(
+    row = tuple(
         _decode(record.get(name, _DEFAULTS.get(name)), f"{where}: {name}") for name in columns
     )
+    for name, value in zip(columns, row):
+        if name in _EPOCHS and value is not None:
+            try:
+                check_epoch(value, name)
+            except (TypeError, ValueError) as exc:
+                raise BundleError(f"{where}: {exc}") from None
+    return row
 
 
 def json_objects(lines: Iterable[str], origin: str) -> Iterator[tuple[int, str, dict[str, Any]]]:

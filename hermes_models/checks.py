@@ -10,11 +10,18 @@ call leaves the file as it was.
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from typing import Any
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
+
+#: Earliest and latest epoch seconds stored: one day inside the years 1 and 9999
+#: that Python's ``datetime`` can represent, so that every reader can turn a
+#: stored time into a date in any time zone.
+EPOCH_MIN = -62_135_596_800.0 + 86_400.0
+EPOCH_MAX = 253_402_300_799.0 - 86_400.0
 
 #: Deepest nesting of lists and dicts stored as JSON. Python's ``json`` and
 #: SQLite's JSON functions both recurse; well below either one's limit, every
@@ -61,6 +68,28 @@ def check_finite(value: Any, argument: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{argument} must be finite, got {value!r}")
     return number
+
+
+def check_epoch(value: Any, argument: str) -> float:
+    """``value`` as seconds since the epoch: a finite number between
+    :data:`EPOCH_MIN` and :data:`EPOCH_MAX` (a date Python can format)."""
+    number = check_finite(value, argument)
+    if not EPOCH_MIN <= number <= EPOCH_MAX:
+        raise ValueError(
+            f"{argument} must be seconds since the epoch between years 1 and 9999, got {value!r}"
+        )
+    return number
+
+
+def epoch_datetime(value: Any) -> datetime | None:
+    """The UTC date of a stored epoch; None when the value cannot be one (not a
+    number, or outside what ``datetime`` represents), so that reading never fails."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def check_utf8(value: str, argument: str) -> str:

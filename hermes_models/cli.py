@@ -15,7 +15,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +26,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from . import __version__
+from .checks import epoch_datetime
 from .db import resolve_path
 from .errors import HermesModelsError, ReadOnlyDatabaseError
 from .store import SessionDB
@@ -105,10 +105,12 @@ def _plural(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
-def _when(epoch: float | None) -> str:
+def _when(epoch: Any) -> str:
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    moment = epoch_datetime(epoch)
+    # A value no date can stand for (written by another program) is shown as it is.
+    return str(epoch) if moment is None else moment.strftime("%Y-%m-%d %H:%M")
 
 
 class HermesGroup(click.Group):

@@ -373,6 +373,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.path = path
         self.read_only = read_only
         self.journal: str | None = None
+        #: Which full-text tables this SQLite build runs (set on first use).
+        self.search_support: dict[str, bool] | None = None
         self._writes = itertools.count(1)  # next() is atomic under the GIL
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
@@ -665,6 +667,7 @@ def connect(
         SchemaTooNewError: a newer Hermes wrote the file.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
     """
+    from .schema import keep_search_indexes
     from .schema import migrate as apply_migrations
 
     try:
@@ -713,6 +716,9 @@ def connect(
                 if migrate and not read_only and path not in _migrated:
                     apply_migrations(path)
                     _migrated.add(path)
+            if migrate and not read_only:
+                # Every open: an index a build without FTS5 left out is built now.
+                keep_search_indexes(db)
     except Exception as exc:
         record_init_error(exc)
         raise

@@ -33,5 +33,6 @@ class CompressionInProgressError(HermesModelsError):
     """Another holder owns the compression lock of this session."""
 
 
-class BundleError(HermesModelsError):
-    """An export bundle or transcript file cannot be read."""
+class BundleError(HermesModelsError, ValueError):
+    """An export bundle or transcript file cannot be read (a ``ValueError``, like
+    ``json.JSONDecodeError``)."""

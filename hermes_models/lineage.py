@@ -23,7 +23,6 @@ looping.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,8 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from .checks import check_finite, check_flag, check_text
+from .checks import check_epoch, check_flag, check_text
 from .db import Prepared, current, write
+from .holders import local_holder
 
 if TYPE_CHECKING:
     from .models import Session
@@ -377,24 +377,34 @@ def resume_target(session: Session) -> Session:
 
 
 def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
-    """Ids linked to ``session_id`` by compression edges, up and down."""
+    """Ids linked to ``session_id`` by compression edges, up and down, however long
+    the chain: the sessions it continues, and everything that continues them.
+
+    The walks keep each id once (``UNION``), so a cycle ends them and no
+    depth bound cuts a long chain short.
+    """
     here = model.alias("here")
     up = model.alias("up")
-    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
-    cte = base.cte("up_chain", recursive=True, columns=("id", "depth", "path"))
-    upward = (
-        up.select(up.id, cte.c.depth + 1, _extend(cte.c.path, up.id))
-        .from_(cte)
-        .join(here, on=(here.id == cte.c.id))
+    down = model.alias("down")
+    start = model.select(model.id).where(model.id == session_id)
+    rising = start.cte("rising", recursive=True, columns=("id",))
+    rising = rising.union(
+        up.select(up.id)
+        .from_(rising)
+        .join(here, on=(here.id == rising.c.id))
         .join(up, on=(up.id == here.parent))
-        .where(compression_expr(here), cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, up.id))
+        .where(compression_expr(here))
     )
-    chain = cte.union_all(upward)
-    top = chain.select_from(chain.c.id).order_by(chain.c.depth.desc()).limit(1).tuples().first()
-    if top is None:
-        return []
-    chain = walk_sessions(model, str(top[0]), upward=False, follow=compression_expr)
-    return sorted({str(row[0]) for row in chain.select_from(chain.c.id).tuples()})
+    seed = peewee.Select(from_list=[rising], columns=[rising.c.id])
+    chain = seed.cte("chain", recursive=True, columns=("id",))
+    chain = chain.union(
+        down.select(down.id)
+        .from_(chain)
+        .join(down, on=(down.parent == chain.c.id))
+        .where(compression_expr(down))
+    )
+    query = peewee.Select(from_list=[chain], columns=[chain.c.id]).with_cte(rising, chain)
+    return sorted({str(row[0]) for row in current().execute(query).fetchall()})
 
 
 # -- actions ---------------------------------------------------------------------
@@ -428,7 +438,7 @@ def _child_id(session_id: Any) -> str:
 
 
 def _moment(at: Any) -> float | None:
-    return None if at is None else check_finite(at, "at")
+    return None if at is None else check_epoch(at, "at")
 
 
 def _plain_config(parent: Session) -> dict[str, Any]:
@@ -509,7 +519,7 @@ def compress(
     model = type(session)
     if holder is not None:
         check_text(holder, "holder", empty=False)
-    me = holder or f"hermes_models:pid={os.getpid()}:{uuid.uuid4().hex[:8]}"
+    me = holder or local_holder()
     child_id = _child_id(session_id)
     new_title = sanitize_title(title)
     moment = _moment(at)

@@ -1,118 +1,322 @@
 """Deleting, pruning and compacting the store.
 
-Deleting a session takes its subagent runs with it, recursively: their
-messages, their own subagent runs, everything. Branches and compression
-continuations of a deleted session survive as roots of their own
-(``parent_session_id`` set to NULL). Each deletion is one transaction, so
-foreign keys are never left dangling and a failure deletes nothing.
+What a deletion takes is decided by tags alone, never by timestamps, as in
+Hermes: deleting a session takes with it the sessions tagged as its subagent
+runs (``model_config._delegate_from``), recursively - a row whose tag names a
+deleted session, or a tagged row whose parent is deleted. Every other child
+(a branch, a compression continuation, an untagged child of any age) is
+orphaned: ``parent_session_id`` becomes NULL and it keeps its messages.
+Pruning and the empty-session sweeps take only the sessions that match them
+and never cascade.
+
+Each deletion is one transaction, so foreign keys are never left dangling
+and a failure deletes nothing. Transcript files in a ``sessions_dir`` are
+removed after the commit.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, cast
 
+import peewee
 from peewee import SQL, fn
 
 from .checks import check_finite, check_text
 from .db import current, write
 from .errors import ReadOnlyDatabaseError
-from .lineage import ephemeral_expr, walk_sessions
+from .lineage import marker
 from .models import CompressionLock, Message, Session
 
-#: Sessions without messages younger than this are left alone by
-#: :func:`empty_sessions` unless they ended: another process may be filling them.
-EMPTY_GRACE_S = 24 * 3600.0
+logger = logging.getLogger("hermes_models")
+
+#: The tag Hermes gives parentless subagent runs whose parent is unknown; it
+#: names no session, so it never makes a session a subagent run of another.
+ORPHANED = "__orphaned__"
+
+#: How old (by ``started_at``) an empty TUI session must be before
+#: :func:`prune_empty_ghost_sessions` removes it.
+GHOST_AGE_S = 24 * 3600.0
+
+#: Ids per ``IN (...)`` list.
+_CHUNK = 500
 
 
-def doomed_ids(session_ids: Iterable[str]) -> list[str]:
-    """``session_ids`` plus every ephemeral descendant reached through ephemeral links."""
-    ids = sorted({sid for sid in session_ids if isinstance(sid, str) and sid})
-    if not ids:
-        return []
-    walk = walk_sessions(Session, Session.id.in_(ids), upward=False, follow=ephemeral_expr)
-    rows = walk.select_from(walk.c.id).distinct().tuples()
-    return sorted({str(row[0]) for row in rows})
-
-
-def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
+def _chunks(ids: Sequence[str], size: int = _CHUNK) -> Iterable[Sequence[str]]:
     for offset in range(0, len(ids), size):
         yield ids[offset : offset + size]
 
 
-def _delete_now(session_ids: Iterable[str]) -> int:
-    """Delete inside the caller's write; returns how many sessions went."""
-    doomed = doomed_ids(session_ids)
-    deleted = 0
+def _wanted(session_ids: Iterable[Any]) -> list[str]:
+    """The non-empty string ids of ``session_ids``, each once, in their first order."""
+    return list(dict.fromkeys(sid for sid in session_ids if isinstance(sid, str) and sid))
+
+
+def _ids(query: Any) -> list[str]:
+    """The first column of ``query``'s rows, as text."""
+    return [str(row[0]) for row in cast(Iterable[Any], query.tuples())]
+
+
+def _existing(ids: Sequence[str]) -> list[str]:
+    found: set[str] = set()
+    for chunk in _chunks(ids):
+        found.update(_ids(Session.select(Session.id).where(Session.id.in_(chunk))))
+    return [sid for sid in ids if sid in found]
+
+
+def delegate_descendants(session_ids: Iterable[str]) -> list[str]:
+    """The subagent runs below ``session_ids``, breadth first, as Hermes collects them.
+
+    From the given sessions, repeatedly take the rows whose ``_delegate_from``
+    names a session of the last round, and the rows whose parent is one of
+    them and which carry any ``_delegate_from``. The given sessions are never
+    returned, and a cycle of tags ends the walk.
+    """
+    visited = set(_wanted(session_ids))
+    frontier = sorted(visited)
+    found: list[str] = []
+    tag = marker(Session.model_config, "_delegate_from")
+    while frontier:
+        step: set[str] = set()
+        for chunk in _chunks(frontier):
+            names = [sid for sid in chunk if sid != ORPHANED]
+            query = Session.select(Session.id).where(
+                tag.in_(names) | (Session.parent.in_(chunk) & tag.is_null(False))
+            )
+            step.update(_ids(query))
+        frontier = sorted(step - visited)
+        visited.update(frontier)
+        found.extend(frontier)
+    return found
+
+
+def _delete_rows(doomed: Sequence[str]) -> int:
+    """Delete ``doomed`` inside the caller's write, orphaning every other child of
+    them; returns how many sessions went."""
     for chunk in _chunks(doomed):
         # Children that stay become roots; links among the doomed are cut so
         # that the chunks can go in any order.
         Session.update(parent=None).where(Session.parent.in_(chunk)).execute()
-        Session.update(parent=None).where(Session.id.in_(chunk)).execute()
         Message.delete().where(Message.session.in_(chunk)).execute()
         CompressionLock.delete().where(CompressionLock.session_id.in_(chunk)).execute()
+    deleted = 0
     for chunk in _chunks(doomed):
         deleted += int(Session.delete().where(Session.id.in_(chunk)).execute())
     return deleted
 
 
-def delete_sessions(session_ids: Iterable[str]) -> int:
+# -- transcript files ------------------------------------------------------------------------
+
+
+def sessions_folder(sessions_dir: Any) -> Path | None:
+    """``sessions_dir`` as a path (None when not given).
+
+    Raises:
+        TypeError: it is neither a path nor a string.
+    """
+    if sessions_dir is None:
+        return None
+    if not isinstance(sessions_dir, (str, os.PathLike)):
+        raise TypeError(f"sessions_dir must be a path or None, not {type(sessions_dir).__name__}")
+    text = os.fspath(sessions_dir)
+    if not isinstance(text, str):
+        raise TypeError("sessions_dir must be a text path, not bytes")
+    return Path(text)
+
+
+def _plain_name(session_id: str) -> bool:
+    """True when ``session_id`` can be part of a file name inside one folder."""
+    separators = {"/", "\x00", os.sep, os.altsep or "/"}
+    return session_id not in ("", ".", "..") and not any(s in session_id for s in separators)
+
+
+def _dump_owners(name: str, session_id: str) -> list[str]:
+    """Longer session ids a ``request_dump_<id>_<suffix>.json`` file of ``session_id``
+    could also belong to (``abc_def`` for ``request_dump_abc_def_1.json`` of ``abc``)."""
+    middle = name[len("request_dump_") : -len(".json")]
+    return [
+        middle[:index] for index in range(len(session_id) + 1, len(middle)) if middle[index] == "_"
+    ]
+
+
+def remove_transcript_files(sessions_dir: Path, session_ids: Iterable[str]) -> None:
+    """Remove ``<id>.json``, ``<id>.jsonl`` and ``request_dump_<id>_*.json`` of each
+    id from ``sessions_dir``; errors are ignored.
+
+    Only files directly in ``sessions_dir`` whose names are exactly these are
+    touched: an id holding a path separator removes nothing, glob characters
+    in an id are plain characters, and a dump that could equally belong to a
+    session that still exists (``request_dump_abc_def_1.json`` when deleting
+    ``abc`` while ``abc_def`` exists) is kept.
+    """
+    ids = [sid for sid in _wanted(session_ids) if _plain_name(sid)]
+    if not ids:
+        return
+    try:
+        names = sorted(os.listdir(sessions_dir))
+    except (OSError, ValueError):
+        return
+    present = set(names)
+    doomed: list[str] = []
+    dumps: dict[str, list[str]] = {}
+    for sid in ids:
+        doomed += [name for name in (f"{sid}.json", f"{sid}.jsonl") if name in present]
+        prefix = f"request_dump_{sid}_"
+        for name in names:
+            if name.startswith(prefix) and name.endswith(".json") and len(name) >= len(prefix) + 5:
+                dumps[name] = _dump_owners(name, sid)
+    others = sorted({owner for owners in dumps.values() for owner in owners})
+    alive = set(_existing(others)) if others else set()
+    doomed += [name for name, owners in dumps.items() if not alive.intersection(owners)]
+    for name in doomed:
+        try:
+            os.unlink(os.path.join(sessions_dir, name))
+        except OSError as exc:
+            logger.debug("could not remove %s from %s: %s", name, sessions_dir, exc)
+
+
+def _after_commit_remove(sessions_dir: Path | None, ids: list[str]) -> None:
+    """Inside a write: remove the transcript files of ``ids`` once it commits."""
+    if sessions_dir is None or not ids:
+        return
+    db: Any = current()
+    db.after_commit(lambda: remove_transcript_files(sessions_dir, ids))
+
+
+# -- deleting ------------------------------------------------------------------------------
+
+
+def delete_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> int:
     """Delete sessions with their subagent runs in one transaction; returns how many
-    of the given sessions existed."""
-    wanted = [sid for sid in session_ids if isinstance(sid, str) and sid]
+    of the given sessions existed.
+
+    Entries that are not non-empty strings are skipped and repeated ids count
+    once; nothing to delete touches nothing. With ``sessions_dir``, the
+    transcript files of every deleted session (subagent runs included) are
+    removed after the commit.
+    """
+    wanted = _wanted(session_ids)
+    folder = sessions_folder(sessions_dir)
+    if not wanted:
+        return 0
 
     def run() -> int:
-        present = Session.select(fn.COUNT(Session.id)).where(Session.id.in_(wanted)).scalar()
-        _delete_now(wanted)
-        return int(present or 0)
+        present = _existing(wanted)
+        if not present:
+            return 0
+        doomed = present + delegate_descendants(present)
+        _delete_rows(doomed)
+        _after_commit_remove(folder, doomed)
+        return len(present)
 
-    return int(write(run)) if wanted else 0
+    return int(write(run))
 
 
-def prune(older_than_days: float = 90, source: str | None = None) -> int:
-    """Delete ended sessions that started more than ``older_than_days`` ago.
+def delete_session(session_id: str, *, sessions_dir: Any = None) -> bool:
+    """Delete one session with its subagent runs; True if it existed."""
+    check_text(session_id, "session_id")
+    return delete_sessions([session_id], sessions_dir=sessions_dir) > 0
 
-    Their subagent runs go with them; other children are kept. Returns how
-    many sessions matched.
-    """
+
+def _delete_matching(query: Any, sessions_dir: Any) -> int:
+    """Delete the sessions ``query`` selects (their ids), orphaning their children;
+    returns how many."""
+    folder = sessions_folder(sessions_dir)
+
+    def run() -> int:
+        ids = _ids(query)
+        deleted = _delete_rows(ids)
+        _after_commit_remove(folder, ids)
+        return deleted
+
+    return int(write(run))
+
+
+def old_sessions(older_than_days: float = 90, source: str | None = None) -> Any:
+    """Ended sessions that started more than ``older_than_days`` ago (of ``source``)."""
     days = check_finite(older_than_days, "older_than_days")
     if days < 0:
         raise ValueError(f"older_than_days must not be negative, got {older_than_days}")
     check_text(source, "source", optional=True)
     cutoff = time.time() - days * 86400.0
+    query = Session.select(Session.id).where(
+        Session.ended_at.is_null(False), Session.started_at < cutoff
+    )
+    return query if source is None else query.where(Session.source == source)
 
-    def run() -> int:
-        query = Session.select(Session.id).where(
-            Session.ended_at.is_null(False), Session.started_at < cutoff
-        )
-        if source is not None:
-            query = query.where(Session.source == source)
-        ids = [str(row[0]) for row in cast(Iterable[Any], query.tuples())]
-        _delete_now(ids)
-        return len(ids)
 
-    return int(write(run))
+def prune(
+    older_than_days: float = 90, source: str | None = None, *, sessions_dir: Any = None
+) -> int:
+    """Delete ended sessions that started more than ``older_than_days`` ago; returns
+    how many were deleted.
+
+    Only the matching sessions go: their children, whatever they are, are
+    orphaned and keep their messages.
+    """
+    return _delete_matching(old_sessions(older_than_days, source), sessions_dir)
+
+
+def _no_message() -> Any:
+    return ~fn.EXISTS(Message.select(SQL("1")).where(Message.session == Session.id))
 
 
 def empty_sessions() -> Any:
-    """Sessions without any message that ended, or started over a day ago."""
-    has_message = fn.EXISTS(Message.select(SQL("1")).where(Message.session == Session.id))
+    """Sessions Hermes counts as empty: no message, ended, not archived.
+
+    "No message" holds only when the counter says 0 *and* no message row
+    (rewound ones included) exists: a counter that disagrees with the rows
+    keeps the session.
+    """
     return Session.select(Session.id).where(
-        ~has_message,
-        Session.ended_at.is_null(False) | (Session.started_at < time.time() - EMPTY_GRACE_S),
+        Session.message_count == 0,
+        _no_message(),
+        Session.ended_at.is_null(False),
+        Session.archived == 0,
     )
 
 
-def delete_empty_sessions() -> int:
-    """Delete :func:`empty_sessions` (with their subagent runs); returns how many."""
+def delete_empty_sessions(*, sessions_dir: Any = None) -> int:
+    """Delete :func:`empty_sessions`, orphaning their children; returns how many."""
+    return _delete_matching(empty_sessions(), sessions_dir)
 
-    def run() -> int:
-        ids = [row[0] for row in empty_sessions().tuples()]
-        _delete_now(ids)
-        return len(ids)
 
-    return int(write(run))
+def delete_session_if_empty(session_id: str, *, sessions_dir: Any = None) -> bool:
+    """Delete a session only if it has no title, no message and no child; True if
+    it was deleted. The check and the delete are one transaction."""
+    check_text(session_id, "session_id")
+    child = Session.alias("child")
+    query = Session.select(Session.id).where(
+        Session.id == session_id,
+        Session.title.is_null(),
+        _no_message(),
+        ~fn.EXISTS(child.select(SQL("1")).where(child.parent == Session.id)),
+    )
+    return _delete_matching(query, sessions_dir) > 0
+
+
+def ghost_sessions() -> Any:
+    """Empty TUI sessions: no title, ended, started over a day ago, no message."""
+    return Session.select(Session.id).where(
+        Session.source == "tui",
+        Session.title.is_null(),
+        Session.ended_at.is_null(False),
+        Session.started_at < time.time() - GHOST_AGE_S,
+        _no_message(),
+    )
+
+
+def prune_empty_ghost_sessions(*, sessions_dir: Any = None) -> int:
+    """Delete :func:`ghost_sessions`, orphaning their children; returns how many."""
+    return _delete_matching(ghost_sessions(), sessions_dir)
+
+
+# -- compacting ----------------------------------------------------------------------------
 
 
 def optimize_fts() -> int:
@@ -124,11 +328,22 @@ def optimize_fts() -> int:
     return len(models)
 
 
-def vacuum() -> None:
-    """Checkpoint the WAL, rebuild the file compactly, and checkpoint again."""
+def vacuum() -> int:
+    """Optimize the full-text indexes, checkpoint the WAL, rebuild the file compactly
+    and checkpoint again; returns how many indexes were optimized.
+
+    Raises:
+        ReadOnlyDatabaseError: the handle is read-only.
+    """
     db = current()
     if db.read_only:
         raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; VACUUM is refused")
+    try:
+        optimized = optimize_fts()
+    except (sqlite3.Error, peewee.PeeweeException) as exc:  # the compaction goes on
+        logger.warning("%s: optimizing the full-text indexes failed: %s", db.path, exc)
+        optimized = 0
     db.checkpoint("TRUNCATE")
     db.execute_sql("VACUUM")
     db.checkpoint("TRUNCATE")
+    return optimized

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from typing import IO, Any
 
 from .bundle import (
@@ -24,15 +23,18 @@ from .bundle import (
     selection,
     session_rows,
 )
+from .checks import epoch_datetime
 from .db import current
 from .lineage import kind_of
 from .models import Session, decode_content, decode_json
 
 
 def _when(epoch: Any) -> str:
-    if not isinstance(epoch, (int, float)):
+    if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    moment = epoch_datetime(epoch)
+    # A value no date can stand for (written by another program) is shown as it is.
+    return str(epoch) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fence(text: str, info: str = "") -> str:

@@ -9,17 +9,23 @@ anything that writes goes through :func:`hermes_models.db.write`.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import peewee
 from peewee import DoubleField, ForeignKeyField, IntegerField, TextField
 
 from . import lineage
-from .checks import check_finite, check_flag, check_json_depth, check_text
+from .checks import INT64_MAX, check_flag, check_json_depth, check_text
+from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
 from .db import database, write
+from .holders import holder_is_gone
+
+logger = logging.getLogger("hermes_models")
 
 #: Prefix Hermes puts before JSON-encoded (list or dict) message content.
 CONTENT_JSON_PREFIX = "\x00json:"
@@ -111,11 +117,6 @@ def unencodable_error(arguments: Mapping[str, Any]) -> ValueError:
     return ValueError("a value contains text that cannot be stored as UTF-8 (a lone surrogate)")
 
 
-def check_epoch(value: Any, argument: str) -> float:
-    """``value`` as seconds since the epoch: a finite int or float."""
-    return check_finite(value, argument)
-
-
 def decode_json(stored: str | None) -> Any:
     """A JSON column decoded, or the text itself when it is not valid JSON."""
     if stored is None:
@@ -126,10 +127,34 @@ def decode_json(stored: str | None) -> Any:
         return stored
 
 
+class EpochField(DoubleField):
+    """Seconds since the epoch (``REAL``); :meth:`BaseModel.save` refuses values no
+    date can stand for (see :func:`hermes_models.checks.check_epoch`)."""
+
+
 class BaseModel(peewee.Model):
+    """Saving writes only the fields changed since the instance was loaded or saved,
+    so an instance held across other writes never puts back values it read earlier."""
+
     class Meta:
         database = database
         legacy_table_names = False
+        only_save_dirty = True
+
+    def save(self, force_insert: bool = False, only: Any = None) -> Any:
+        """Write the changed fields (all of them for an insert).
+
+        Raises:
+            ValueError: a time field holds a value no date can stand for.
+        """
+        data: dict[str, Any] = self.__data__
+        dirty: set[str] = cast(Any, self)._dirty
+        for field in self._meta.sorted_fields:
+            value = data.get(field.name)
+            written = force_insert or field.name in dirty
+            if isinstance(field, EpochField) and written and isinstance(value, (int, float)):
+                check_epoch(value, field.name)
+        return super().save(force_insert=force_insert, only=only)
 
 
 class SchemaVersion(BaseModel):
@@ -155,8 +180,8 @@ class Session(BaseModel):
     parent = ForeignKeyField(
         "self", null=True, backref="children", column_name="parent_session_id", lazy_load=True
     )
-    started_at = DoubleField()
-    ended_at = DoubleField(null=True)
+    started_at = EpochField()
+    ended_at = EpochField(null=True)
     end_reason = TextField(null=True)
     message_count = IntegerField(null=True, default=0)
     tool_call_count = IntegerField(null=True, default=0)
@@ -242,16 +267,35 @@ class Session(BaseModel):
         return cls.select().where(lineage.listable_expr(cls), cls.archived == 0)
 
     # -- actions -----------------------------------------------------------------
+    # Each action writes through the store's rules, then reloads this instance
+    # from its row: what it shows afterwards is what the file holds.
+
+    def refresh(self) -> Session:
+        """Reload from the row every field not changed on this instance since it was
+        loaded or saved (changes not yet saved stay, and stay to be saved).
+
+        Raises:
+            Session.DoesNotExist: the row was deleted.
+        """
+        cls = type(self)
+        fresh = cls.get_or_none(cls.id == self.id)
+        if fresh is None:
+            raise cast(Any, cls).DoesNotExist(f"session {self.id!r} no longer exists")
+        data: dict[str, Any] = self.__data__
+        dirty: set[str] = cast(Any, self)._dirty
+        for name, value in fresh.__data__.items():
+            if name not in dirty:
+                data[name] = value
+        if "parent" not in dirty:
+            self.__rel__.pop("parent", None)
+        return self
 
     def append(self, role: str, content: Any = None, **fields: Any) -> Message:
         """Append a message and update this session's counters."""
-        from .transcript import append_message, tool_call_total
+        from .transcript import append_message
 
         message_id = append_message(self.id, role, content, **fields)
-        self.message_count = (self.message_count or 0) + 1
-        self.tool_call_count = (self.tool_call_count or 0) + tool_call_total(
-            role, fields.get("tool_calls")
-        )
+        self.refresh()
         return Message.get_by_id(message_id)
 
     def end(self, reason: str, *, at: float | None = None) -> bool:
@@ -268,41 +312,48 @@ class Session(BaseModel):
             )
 
         changed = write(run) > 0
-        if changed:
-            self.ended_at, self.end_reason = ended_at, reason
+        self.refresh()
         return changed
 
     def reopen(self) -> None:
         """Clear ``ended_at`` and ``end_reason`` so the session can be continued."""
         cls = type(self)
         write(lambda: cls.update(ended_at=None, end_reason=None).where(cls.id == self.id).execute())
-        self.ended_at = self.end_reason = None
+        self.refresh()
 
     def branch(self, **options: Any) -> Session:
         """Fork this session (see :func:`hermes_models.lineage.branch`)."""
-        return lineage.branch(self, **options)
+        child = lineage.branch(self, **options)
+        self.refresh()
+        return child
 
     def compress(self, summary_messages: Sequence[dict[str, Any]], **options: Any) -> Session:
         """Continue this session in a new one holding ``summary_messages``."""
-        return lineage.compress(self, summary_messages, **options)
+        child = lineage.compress(self, summary_messages, **options)
+        self.refresh()
+        return child
 
     def delegate(self, **options: Any) -> Session:
-        """Start a subagent run under this session (an ephemeral child)."""
-        return lineage.delegate(self, **options)
+        """Start a subagent run under this session (a child tagged ``_delegate_from``)."""
+        child = lineage.delegate(self, **options)
+        self.refresh()
+        return child
 
     def rewind_to(self, user_message_id: int) -> int:
         """Soft-delete a user message and everything after it; returns how many."""
         from .transcript import rewind_to_message
 
         count = rewind_to_message(self.id, user_message_id)
-        self.rewind_count = (self.rewind_count or 0) + 1
+        self.refresh()
         return count
 
     def restore_rewound(self, since_id: int) -> int:
         """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
         from .transcript import restore_rewound
 
-        return restore_rewound(self.id, since_id)
+        count = restore_rewound(self.id, since_id)
+        self.refresh()
+        return count
 
 
 class Message(BaseModel):
@@ -315,7 +366,7 @@ class Message(BaseModel):
     tool_call_id = TextField(null=True)
     tool_calls = TextField(null=True)
     tool_name = TextField(null=True)
-    timestamp = DoubleField()
+    timestamp = EpochField()
     token_count = IntegerField(null=True)
     finish_reason = TextField(null=True)
     reasoning = TextField(null=True)
@@ -391,8 +442,8 @@ class CompressionLock(BaseModel):
 
     session_id = TextField(primary_key=True)
     owner = TextField(column_name="holder")
-    acquired_at = DoubleField()
-    expires_at = DoubleField()
+    acquired_at = EpochField()
+    expires_at = EpochField()
 
     class Meta:
         table_name = "compression_locks"
@@ -401,28 +452,43 @@ class CompressionLock(BaseModel):
     def acquire(cls, session_id: str, holder: str, ttl: float = 300.0) -> bool:
         """Take the lock for ``holder``; True iff it is now ours.
 
-        An expired lease is dropped first. Taking a lock already held by the
-        same holder succeeds without extending it. Any database error counts
-        as not acquired.
+        An expired lease is dropped first, and so is the lease of a holder
+        made by :func:`hermes_models.holders.local_holder` whose process is
+        provably gone (killed on this host). Taking a lock already held by
+        the same holder succeeds without extending it. Any database error
+        counts as not acquired.
         """
         if _lock_key(session_id) is None:
             return False
         if _check_holder(holder) == "":
             raise ValueError("holder must not be empty")
         ttl = check_ttl(ttl)
+        reclaimed: list[str] = []
 
         def run() -> bool:
+            reclaimed.clear()
             now = time.time()
-            cls.delete().where(cls.session_id == session_id, cls.expires_at <= now).execute()
+            cls.delete().where(cls.session_id == session_id, cls.expires_at < now).execute()
+            other = cls.holder_of(session_id, now)
+            if other is not None and other != holder and holder_is_gone(other):
+                cls.delete().where(cls.session_id == session_id, cls.owner == other).execute()
+                reclaimed.append(other)
             cls.insert(
                 session_id=session_id, owner=holder, acquired_at=now, expires_at=now + ttl
             ).on_conflict_ignore().execute()
             return cls.holder_of(session_id, now) == holder
 
         try:
-            return write(run)
+            won = write(run)
         except (peewee.DatabaseError, sqlite3.Error):
             return False
+        for gone in reclaimed:
+            logger.warning(
+                "took over the compression lock of session %s from %s, whose process is gone",
+                session_id,
+                gone,
+            )
+        return won
 
     @classmethod
     def release(cls, session_id: str, holder: str) -> None:
@@ -445,11 +511,39 @@ class CompressionLock(BaseModel):
         """Who holds the lock at time ``now``."""
         row = (
             cls.select(cls.owner)
-            .where(cls.session_id == session_id, cls.expires_at > now)
+            .where(cls.session_id == session_id, cls.expires_at >= now)
             .tuples()
             .first()
         )
         return None if row is None else str(row[0])
+
+
+def check_increments(session_id: str, increments: Mapping[Any, int | float]) -> None:
+    """Refuse, inside the caller's write, increments of ``Session`` counters that would
+    take an integer past 2**63-1 (SQLite would store it as an inexact float) or a
+    cost past the largest float.
+
+    Raises:
+        ValueError: naming the counter, its value and the increment.
+    """
+    fields = [field for field, amount in increments.items() if amount]
+    if not fields:
+        return
+    row = Session.select(*fields).where(Session.id == session_id).tuples().first()
+    if row is None:
+        return
+    for field, stored in zip(fields, row):
+        if isinstance(stored, bool) or not isinstance(stored, (int, float)):
+            continue
+        amount = increments[field]
+        total = stored + amount
+        if isinstance(field, IntegerField) and isinstance(stored, int) and total > INT64_MAX:
+            raise ValueError(
+                f"{field.column_name}: adding {amount} to {stored} would pass 2**63-1, "
+                "the largest integer SQLite stores"
+            )
+        if isinstance(total, float) and not math.isfinite(total):
+            raise ValueError(f"{field.column_name}: adding {amount} to {stored} overflows")
 
 
 def _lock_key(session_id: Any) -> str | None:

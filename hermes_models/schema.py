@@ -32,6 +32,7 @@ from yoyo.exceptions import LockTimeout
 
 from .db import (
     SCHEMA_VERSION,
+    HermesDatabase,
     check_header,
     check_schema_version,
     check_writable,
@@ -52,7 +53,20 @@ BASELINE = (
     "0002_hermes_v16_schema",
     "0003_message_search",
     "0004_tag_delegate_children",
+    "0005_delegate_tags_by_end_reason",
+    "0006_search_index_upkeep",
 )
+
+#: The migration applied again whenever the full-text indexes are out of step
+#: with the SQLite build that opens the file.
+SEARCH_UPKEEP = "0006_search_index_upkeep"
+
+#: Full-text tables and the triggers that keep each in step with messages.
+SEARCH_OBJECTS = {
+    table: (table, f"{table}_insert", f"{table}_delete", f"{table}_update")
+    for table in ("messages_fts", "messages_fts_trigram")
+}
+_PROBES = {"messages_fts": "", "messages_fts_trigram": ", tokenize='trigram'"}
 
 #: Seconds to wait for another process's migration lock before giving up.
 LOCK_WAIT_S = 60
@@ -272,6 +286,10 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
                 migration.process_steps(backend, "apply")
                 backend.log_migration(migration, "apply")
                 backend.mark_one(migration, log=False)
+            if not search_indexes_built(backend.connection):
+                # This build cannot run the indexes: the file keeps its old
+                # version, as Hermes does, until a build that can has built them.
+                backend.execute("UPDATE schema_version SET version = ?", (version,))
 
     try:
         retry_locked(run)
@@ -282,3 +300,73 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
             f"upgrading the Hermes v{version} database failed and was rolled back "
             f"(the file is unchanged): {exc}"
         ) from exc
+
+
+# -- keeping the search indexes in step with the SQLite build ------------------------------
+
+
+def search_indexes_built(conn: Any) -> bool:
+    """True when both full-text tables and their six triggers exist."""
+    names = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+            " AND name LIKE 'messages_fts%'"
+        )
+    }
+    return all(set(objects) <= names for objects in SEARCH_OBJECTS.values())
+
+
+def search_support(db: HermesDatabase) -> dict[str, bool]:
+    """Which full-text tables this SQLite build can run (probed once per handle)."""
+    known: dict[str, bool] | None = getattr(db, "search_support", None)
+    if known is not None:
+        return known
+    conn = db.connection()
+    support = {}
+    for table, options in _PROBES.items():
+        try:
+            conn.execute(f"CREATE VIRTUAL TABLE temp.hermes_models_probe USING fts5(x{options})")
+            conn.execute("DROP TABLE temp.hermes_models_probe")
+            support[table] = True
+        except sqlite3.Error:
+            support[table] = False
+    db.search_support = support
+    return support
+
+
+def search_out_of_step(db: HermesDatabase) -> bool:
+    """True when an index this build can run is missing (a table or a trigger), or
+    an index it cannot run still has triggers (which would make writes fail)."""
+    conn = db.connection()
+    names = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+            " AND name LIKE 'messages_fts%'"
+        )
+    }
+    for table, supported in search_support(db).items():
+        objects = set(SEARCH_OBJECTS[table])
+        if supported and not objects <= names:
+            return True
+        if not supported and (objects - {table}) & names:
+            return True
+    return False
+
+
+def keep_search_indexes(db: HermesDatabase) -> bool:
+    """Bring the full-text indexes in step with this SQLite build; True if it had to.
+
+    A missing index this build supports is created and filled from every
+    message, and the schema version is raised to 16 once both exist; an
+    index it cannot run loses its triggers. The work is the migration
+    :data:`SEARCH_UPKEEP`, applied again under the migration lock.
+    """
+    if db.read_only or not search_out_of_step(db):
+        return False
+    upkeep = [m for m in _migrations() if m.id == SEARCH_UPKEEP]
+    with _process_lock, _backend(db.path) as backend, _locked(backend):
+        backend.apply_one(upkeep[0], mark=False)
+    logger.info("%s: brought the full-text indexes in step with this SQLite build", db.path)
+    return True

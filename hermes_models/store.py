@@ -33,6 +33,7 @@ from .models import (
     Session,
     StateMeta,
     check_epoch,
+    check_increments,
     check_ttl,
     encode_json,
     unencodable_error,
@@ -77,6 +78,11 @@ def _api(method: F) -> F:
         try:
             return method(self, *args, **kwargs)
         except peewee.PeeweeException as exc:
+            # The error sqlite3 raised, itself (with its sqlite_errorcode), when
+            # peewee wrapped one; a copy of sqlite3's type otherwise.
+            original = getattr(exc, "orig", None)
+            if isinstance(original, sqlite3.Error):
+                raise original from None
             kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
             raise kind(str(exc)) from exc
         except UnicodeEncodeError:
@@ -398,6 +404,8 @@ class SessionDB:
             Session.insert(
                 id=session_id, source="unknown", started_at=time.time()
             ).on_conflict_ignore().execute()
+            if not absolute:
+                check_increments(session_id, {f: a for f, a in counters.items() if a is not None})
             Session.update(values).where(Session.id == session_id).execute()
 
         self._write(run)
@@ -705,35 +713,55 @@ class SessionDB:
     # -- deletion and maintenance --------------------------------------------------------
 
     @_api
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session, its messages and its subagent runs (recursively); other
-        children are kept as roots. True if it existed."""
+    def delete_session(self, session_id: str, sessions_dir: Any = None) -> bool:
+        """Delete a session, its messages and the subagent runs tagged ``_delegate_from``
+        below it (recursively); every other child is kept as a root. True if it existed.
+
+        With ``sessions_dir``, the transcript files of every deleted session
+        are removed after the commit.
+        """
         transcript.check_session_id(session_id)
-        return maintenance.delete_sessions([session_id]) > 0
+        return maintenance.delete_session(session_id, sessions_dir=sessions_dir)
 
     @_api
-    def delete_sessions(self, session_ids: Sequence[str]) -> int:
-        """Delete several sessions in one transaction; returns how many existed."""
-        if isinstance(session_ids, str) or not isinstance(session_ids, Sequence):
+    def delete_sessions(self, session_ids: Iterable[Any], sessions_dir: Any = None) -> int:
+        """Delete several sessions (as :meth:`delete_session`) in one transaction; returns
+        how many existed. Entries that are not non-empty strings are skipped."""
+        if isinstance(session_ids, (str, bytes)) or not isinstance(session_ids, Iterable):
             raise TypeError("session_ids must be a list of session ids")
-        for index, session_id in enumerate(session_ids):
-            transcript.check_session_id(session_id, f"session_ids[{index}]")
-        return maintenance.delete_sessions(session_ids)
+        return maintenance.delete_sessions(session_ids, sessions_dir=sessions_dir)
 
     @_api
-    def prune_sessions(self, older_than_days: float = 90, source: str | None = None) -> int:
-        """Delete ended sessions started more than ``older_than_days`` ago; returns how many."""
-        return maintenance.prune(older_than_days, source)
+    def prune_sessions(
+        self, older_than_days: float = 90, source: str | None = None, sessions_dir: Any = None
+    ) -> int:
+        """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
+        children; returns how many were deleted."""
+        return maintenance.prune(older_than_days, source, sessions_dir=sessions_dir)
 
     @_api
     def count_empty_sessions(self) -> int:
-        """Sessions without messages that ended or started over a day ago."""
+        """Sessions without any message that ended and are not archived."""
         return int(maintenance.empty_sessions().count())
 
     @_api
-    def delete_empty_sessions(self) -> int:
-        """Delete the sessions :meth:`count_empty_sessions` counts; returns how many."""
-        return maintenance.delete_empty_sessions()
+    def delete_empty_sessions(self, sessions_dir: Any = None) -> int:
+        """Delete the sessions :meth:`count_empty_sessions` counts, orphaning their
+        children; returns how many."""
+        return maintenance.delete_empty_sessions(sessions_dir=sessions_dir)
+
+    @_api
+    def delete_session_if_empty(self, session_id: str, sessions_dir: Any = None) -> bool:
+        """Delete a session only if it has no title, no message and no child; True if
+        it was deleted."""
+        transcript.check_session_id(session_id)
+        return maintenance.delete_session_if_empty(session_id, sessions_dir=sessions_dir)
+
+    @_api
+    def prune_empty_ghost_sessions(self, sessions_dir: Any = None) -> int:
+        """Delete ended TUI sessions without title or message started over a day ago,
+        orphaning their children; returns how many."""
+        return maintenance.prune_empty_ghost_sessions(sessions_dir=sessions_dir)
 
     @_api
     def optimize_fts(self) -> int:
@@ -741,9 +769,10 @@ class SessionDB:
         return maintenance.optimize_fts()
 
     @_api
-    def vacuum(self) -> None:
-        """Compact the file (checkpointing the WAL before and after)."""
-        maintenance.vacuum()
+    def vacuum(self) -> int:
+        """Optimize the search indexes and compact the file (checkpointing the WAL before
+        and after); returns how many indexes were optimized."""
+        return maintenance.vacuum()
 
     # -- search (fts.py) ------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from . import titles, transcript
 from .bundle import Progress, json_objects
+from .checks import EPOCH_MAX, EPOCH_MIN
 from .db import current
 from .errors import BundleError
 from .importer import insert_rows
@@ -39,18 +40,22 @@ _FIELDS = set(transcript.MESSAGE_FIELDS) - {"session", "role", "content", "times
 
 
 def _timestamp(value: Any, where: str) -> float:
+    stamp: float | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if math.isfinite(value):
-            return float(value)
+        stamp = float(value)
     elif isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         try:
-            return datetime.fromisoformat(text).timestamp()
-        except ValueError:
-            pass
-    raise BundleError(f"{where}: timestamp {value!r} is neither epoch seconds nor ISO 8601")
+            stamp = datetime.fromisoformat(text).timestamp()
+        except (ValueError, OverflowError, OSError):
+            stamp = None
+    if stamp is None:
+        raise BundleError(f"{where}: timestamp {value!r} is neither epoch seconds nor ISO 8601")
+    if not (math.isfinite(stamp) and EPOCH_MIN <= stamp <= EPOCH_MAX):
+        raise BundleError(f"{where}: timestamp {value!r} is not a time between years 1 and 9999")
+    return stamp
 
 
 def read_transcript(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], int]:

@@ -299,8 +299,10 @@ SESSIONS: tuple[dict[str, Any], ...] = (
 )
 
 #: What the v16 data step writes into ``model_config`` of the subagent children.
+#: sub-1 ran under root-en, which later ended with 'compression': a child of a
+#: compressed or branched parent is never tagged (SPEC 3), so it stays as it was.
+#: sub-3's config is not a JSON object and is left alone.
 DELEGATE_TAGS = {
-    "sub-1": '{"_delegate_from":"root-en"}',
     "sub-2": '{"role":"researcher","_delegate_from":"cont-2"}',
 }
 

@@ -24,6 +24,8 @@ MIGRATIONS = [
     "0002_hermes_v16_schema",
     "0003_message_search",
     "0004_tag_delegate_children",
+    "0005_delegate_tags_by_end_reason",
+    "0006_search_index_upkeep",
 ]
 
 

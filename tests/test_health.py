@@ -85,13 +85,32 @@ def test_stats_notices_an_index_out_of_step(store_file: Path) -> None:
         "INSERT INTO messages (session_id, role, content, timestamp)"
         " VALUES ('cont-2', 'user', 'x', 9)",
     )
-    with SessionDB(store_file) as store:
+    # Read-only: a writable open would rebuild the index first (see the next test).
+    with SessionDB(store_file, read_only=True) as store:
         report = health.stats(store.database)
     assert (report["messages"], report["fts_rows"], report["fts_in_step"]) == (
         19,
         {"messages_fts": 19, "messages_fts_trigram": 18},
         False,
     )
+
+
+def test_a_writable_open_rebuilds_an_index_that_lost_a_trigger(store_file: Path) -> None:
+    _sql(
+        store_file,
+        "DROP TRIGGER messages_fts_trigram_insert",
+        "INSERT INTO messages (session_id, role, content, timestamp)"
+        " VALUES ('cont-2', 'user', '重建之后', 9)",
+    )
+    with SessionDB(store_file) as store:
+        report = health.stats(store.database)
+        found = [hit["session_id"] for hit in store.search_messages("重建之后")]
+    assert (report["messages"], report["fts_rows"], report["fts_in_step"]) == (
+        19,
+        {"messages_fts": 19, "messages_fts_trigram": 19},
+        True,
+    )
+    assert found == ["cont-2"]
 
 
 def test_doctor_passes_a_sound_file_and_changes_nothing(store_file: Path) -> None:

@@ -21,7 +21,7 @@ from hermes_models import (
     StateMeta,
 )
 from hermes_models.fts import MessageIndex, MessageTrigramIndex
-from hermes_models.models import CONTENT_JSON_PREFIX, all_models
+from hermes_models.models import CONTENT_JSON_PREFIX, EpochField, all_models
 
 from factories import EPOCH, MessageFactory, SessionFactory
 
@@ -31,6 +31,7 @@ DECLARED_TYPE = {
     peewee.IntegerField: "INTEGER",
     peewee.TextField: "TEXT",
     peewee.DoubleField: "REAL",
+    EpochField: "REAL",
 }
 
 TABLE_MODELS = {model._meta.table_name: model for model in all_models()}
