@@ -704,16 +704,30 @@ def _confirm(yes: bool, question: str) -> None:
         click.confirm(question, abort=True, err=True)
 
 
+sessions_dir_option = click.option(
+    "--sessions-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Also remove the deleted sessions' transcript files from DIR "
+    "(<id>.json, <id>.jsonl, request_dump_<id>_*.json).",
+)
+
+
 @cli.command()
 @db_option
 @click.argument("session_ids", nargs=-1, required=True, metavar="SESSION_ID...")
+@sessions_dir_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def delete(db_path: Path | None, session_ids: tuple[str, ...], yes: bool) -> None:
-    """Delete sessions with their messages and subagent runs; other children are kept."""
+def delete(
+    db_path: Path | None, session_ids: tuple[str, ...], sessions_dir: Path | None, yes: bool
+) -> None:
+    """Delete sessions with their messages and the subagent runs tagged under them;
+    every other child (branches, continuations, untagged children) is kept as a root."""
     with open_store(db_path, must_exist=True) as store:
         resolved = [_resolve(store, session_id) for session_id in session_ids]
         _confirm(yes, f"delete {_plural(len(resolved), 'session')} and their subagent runs?")
-        count = store.delete_sessions(resolved)
+        count = store.delete_sessions(resolved, sessions_dir=sessions_dir)
     click.echo(f"deleted {_plural(count, 'session')}")
 
 
@@ -729,12 +743,15 @@ def delete(db_path: Path | None, session_ids: tuple[str, ...], yes: bool) -> Non
     help="Delete ended sessions started more than DAYS ago.",
 )
 @click.option("--source", default=None, help="Only sessions from this source.")
+@sessions_dir_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-def prune(db_path: Path | None, days: float, source: str | None, yes: bool) -> None:
-    """Delete old ended sessions (with their subagent runs)."""
+def prune(
+    db_path: Path | None, days: float, source: str | None, sessions_dir: Path | None, yes: bool
+) -> None:
+    """Delete old ended sessions; their children, whatever they are, are kept as roots."""
     with open_store(db_path, must_exist=True) as store:
         _confirm(yes, f"delete ended sessions started more than {days:g} days ago?")
-        count = store.prune_sessions(older_than_days=days, source=source)
+        count = store.prune_sessions(older_than_days=days, source=source, sessions_dir=sessions_dir)
     click.echo(f"pruned {_plural(count, 'session')}")
 
 
@@ -745,8 +762,7 @@ def vacuum(db_path: Path | None) -> None:
     path = resolve_path(db_path)
     with open_store(db_path, must_exist=True) as store:
         before = _file_size(path)
-        indexes = store.optimize_fts()
-        store.vacuum()
+        indexes = store.vacuum()
         after = _file_size(path)
     optimized = _plural(indexes, "search index", "search indexes")
     click.echo(f"optimized {optimized}; {path}: {before:,} -> {after:,} bytes")

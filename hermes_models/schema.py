@@ -289,7 +289,9 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
             if not search_indexes_built(backend.connection):
                 # This build cannot run the indexes: the file keeps its old
                 # version, as Hermes does, until a build that can has built them.
-                backend.execute("UPDATE schema_version SET version = ?", (version,))
+                backend.execute(
+                    "UPDATE schema_version SET version = :version", {"version": version}
+                )
 
     try:
         retry_locked(run)
@@ -368,5 +370,8 @@ def keep_search_indexes(db: HermesDatabase) -> bool:
     upkeep = [m for m in _migrations() if m.id == SEARCH_UPKEEP]
     with _process_lock, _backend(db.path) as backend, _locked(backend):
         backend.apply_one(upkeep[0], mark=False)
+    # A statement that runs makes this connection load the changed schema; until
+    # then it would compile writes with the triggers it read before.
+    db.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     logger.info("%s: brought the full-text indexes in step with this SQLite build", db.path)
     return True

@@ -1,0 +1,32 @@
+"""Importing this module makes every new sqlite3 connection of the process behave
+like a SQLite build without FTS5: creating or dropping an FTS5 table fails, and
+so does any read or write of the full-text tables (a trigger writing to one
+included). Tests run code under it in a child process:
+``python -c "import no_fts5; ..."`` with this folder on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+_connect = sqlite3.connect
+_TOUCH = (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
+
+
+def _authorize(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
+    if action in (sqlite3.SQLITE_CREATE_VTABLE, sqlite3.SQLITE_DROP_VTABLE):
+        if str(arg2).lower() == "fts5":
+            return sqlite3.SQLITE_DENY
+    if action in _TOUCH and str(arg1).startswith("messages_fts"):
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+    conn = _connect(*args, **kwargs)
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+sqlite3.connect = connect  # type: ignore[assignment]
