@@ -480,7 +480,8 @@ class CompressionLock(BaseModel):
 
         try:
             won = write(run)
-        except (peewee.DatabaseError, sqlite3.Error):
+        except (peewee.DatabaseError, sqlite3.Error) as exc:
+            logger.warning("could not take the compression lock of session %s: %s", session_id, exc)
             return False
         for gone in reclaimed:
             logger.warning(
