@@ -3,8 +3,11 @@
 It knows nothing of SQL: sessions and messages are plain records, and every
 rule (kinds, compression tips, resume targets, what deletion cascades and
 orphans, archiving a chain, counters, listings, transcripts) is computed by
-walking them. ``tests/test_stateful.py`` drives the real store and this model
-through the same random operations and compares what each one shows.
+walking them. Deleting, pruning and the empty sweeps follow Hermes' rules
+(HERMES_V16 3.11): only rows tagged ``_delegate_from`` go with a deleted
+session, never anything chosen by timestamps. ``tests/test_stateful.py``
+drives the real store and this model through the same random operations and
+compares what each one shows.
 
 Where SPEC is silent the model takes the store's reading: a resume walk
 counts only active messages ("has a message"), ``last_active`` counts
@@ -25,6 +28,8 @@ TIP_MAX_HOPS = 100
 RESUME_MAX_DEPTH = 32
 #: Characters of a listing preview before it is cut (SPEC 6).
 PREVIEW_CHARS = 60
+#: The tag Hermes gives parentless subagent runs; it names no session.
+ORPHANED = "__orphaned__"
 
 _NUMBERED = re.compile(r"^(?P<base>.*\S) #(?P<number>[1-9][0-9]*)$")
 _CONVERSATION_FIELDS = ("tool_calls", "tool_call_id", "tool_name")
@@ -441,21 +446,34 @@ class StoreModel:
         parent = self.sessions[session_id]
         self._child(parent, child_id, at, {**parent.plain_config(), "_delegate_from": parent.id})
 
-    def doomed(self, session_id: str) -> set[str]:
-        """``session_id`` and every ephemeral descendant reached through ephemeral links."""
-        doomed, frontier = {session_id}, [session_id]
-        while frontier:
-            here = frontier.pop()
-            for child in self.children(here):
-                if child.id not in doomed and self.kind(child.id) == "ephemeral":
-                    doomed.add(child.id)
-                    frontier.append(child.id)
-        return doomed
+    # -- deleting (Hermes' rules, HERMES_V16 3.11) -----------------------------------------
 
-    def delete(self, session_id: str) -> set[str]:
-        if session_id not in self.sessions:
-            return set()
-        doomed = self.doomed(session_id)
+    def tag(self, session_id: str) -> Any:
+        return self.sessions[session_id].config.get("_delegate_from")
+
+    def doomed(self, session_ids: list[str]) -> set[str]:
+        """The given sessions that exist and, breadth first, every row tagged under them:
+        a ``_delegate_from`` naming a session of the last round (the ``'__orphaned__'``
+        tag names none), or any tag on a child of one; the given ones seed the visited set."""
+        present = {sid for sid in session_ids if sid in self.sessions}
+        visited, frontier = set(present), set(present)
+        while frontier:
+            names = frontier - {ORPHANED}
+            step = {
+                s.id
+                for s in self.sessions.values()
+                if s.id not in visited
+                and (
+                    (isinstance(self.tag(s.id), str) and self.tag(s.id) in names)
+                    or (s.parent in frontier and self.tag(s.id) is not None)
+                )
+            }
+            visited |= step
+            frontier = step
+        return visited
+
+    def remove(self, doomed: set[str]) -> None:
+        """Delete ``doomed`` with their messages; their other children become roots."""
         for s in self.sessions.values():
             if s.parent in doomed and s.id not in doomed:
                 s.parent = None
@@ -463,7 +481,64 @@ class StoreModel:
             del self.sessions[sid]
         for mid in [m.id for m in self.messages.values() if m.session_id in doomed]:
             del self.messages[mid]
-        return doomed
+
+    def delete(self, session_ids: list[str]) -> int:
+        """``delete_sessions``: how many of the given (distinct) ids existed."""
+        wanted = list(dict.fromkeys(i for i in session_ids if isinstance(i, str) and i))
+        existing = sum(1 for sid in wanted if sid in self.sessions)
+        self.remove(self.doomed(wanted))
+        return existing
+
+    def has_rows(self, session_id: str) -> bool:
+        return any(m.session_id == session_id for m in self.messages.values())
+
+    def prune(self, cutoff: float) -> int:
+        doomed = {
+            s.id for s in self.sessions.values() if s.ended_at is not None and s.started_at < cutoff
+        }
+        self.remove(doomed)
+        return len(doomed)
+
+    def empty(self) -> set[str]:
+        """Ended, unarchived, counter 0 and no message row (rewound ones included)."""
+        return {
+            s.id
+            for s in self.sessions.values()
+            if s.ended_at is not None
+            and s.archived == 0
+            and self.counters(s.id)[0] == 0
+            and not self.has_rows(s.id)
+        }
+
+    def delete_empty(self) -> int:
+        doomed = self.empty()
+        self.remove(doomed)
+        return len(doomed)
+
+    def delete_if_empty(self, session_id: str) -> bool:
+        s = self.sessions.get(session_id)
+        if (
+            s is None
+            or s.title is not None
+            or self.has_rows(session_id)
+            or self.children(session_id)
+        ):
+            return False
+        self.remove({session_id})
+        return True
+
+    def prune_ghosts(self, cutoff: float) -> int:
+        doomed = {
+            s.id
+            for s in self.sessions.values()
+            if s.source == "tui"
+            and s.title is None
+            and s.ended_at is not None
+            and s.started_at < cutoff
+            and not self.has_rows(s.id)
+        }
+        self.remove(doomed)
+        return len(doomed)
 
     def set_archived(self, session_id: str, archived: bool) -> bool:
         if session_id not in self.sessions:

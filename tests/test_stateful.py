@@ -14,6 +14,7 @@ from a fake clock passed explicitly, so ordering is predictable.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -48,7 +49,7 @@ UNKNOWN = "no-such-session"
 #: Which session a rule works on, counted from the newest (recent ones are picked more).
 PICK = st.one_of(st.integers(min_value=0, max_value=2), st.integers(min_value=0, max_value=255))
 PREFIX = st.sampled_from("abc")
-SOURCES = st.sampled_from(["cli", "telegram"])
+SOURCES = st.sampled_from(["cli", "telegram", "tui"])
 CONFIGS = st.sampled_from(
     [
         None,
@@ -56,6 +57,7 @@ CONFIGS = st.sampled_from(
         {"_branched_from": "elsewhere"},
         {"_delegate_from": "elsewhere"},
         {"_delegate_from": None, "tools": ["web"]},
+        {"_delegate_from": "__orphaned__"},
         "not json",
     ]
 )
@@ -142,6 +144,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.model = StoreModel()
         self.clock = T0
         self.serial = 0
+        self.held: Session | None = None
 
     def teardown(self) -> None:
         try:
@@ -207,6 +210,19 @@ class StoreMachine(RuleBasedStateMachine):
         )
         self.model.create(sid, "cli", at, parent=parent.id, model_config=config)
         event(f"create_child: {when}, {self.model.kind(sid)}")
+
+    @rule(pick=PICK, named=PICK, parent=st.booleans())
+    def create_tagged(self, pick: int, named: int, parent: bool) -> None:
+        """A session whose ``_delegate_from`` names another session (not always its
+        parent): tags, not parent links, decide what a delete takes."""
+        sid, at = self.new_id("t"), self.tick()
+        config = {"_delegate_from": self.pick(named)}
+        parent_id = self.pick(pick) if parent else None
+        self.store.create_session(
+            sid, "cli", model_config=config, parent_session_id=parent_id, started_at=at
+        )
+        self.model.create(sid, "cli", at, parent=parent_id, model_config=config)
+        event(f"create_tagged: {'child' if parent else 'root'}")
 
     @rule(
         pick=PICK,
@@ -345,24 +361,86 @@ class StoreMachine(RuleBasedStateMachine):
         sid = self.pick(pick)
         assert self.store.reopen_session(sid) == self.model.reopen(sid)
 
+    def refill(self, what: str) -> None:
+        """After a step that emptied the store: check it empty, then start again."""
+        if not self.model.sessions:
+            self.store_agrees_with_model()
+            event(f"{what}: emptied the store")
+            self.create_root("a", "cli", None)
+
     @precondition(lambda self: len(self.model.sessions) > 1)
     @rule(pick=PICK)
     def delete(self, pick: int) -> None:
         sid = self.pick(pick)
-        doomed = self.model.doomed(sid)
+        doomed = self.model.doomed([sid])
         orphans = [
             s.id for s in self.model.sessions.values() if s.parent in doomed and s.id not in doomed
         ]
-        self.model.delete(sid)
+        assert self.model.delete([sid]) == 1
         assert self.store.delete_session(sid) is True
         assert self.store.delete_session(sid) is False
         event(f"delete: took {bucket(len(doomed) - 1)} subagent run(s)")
         event(f"delete: orphaned {'some' if orphans else 'none'}")
-        if not self.model.sessions:
-            # Subagent runs went too: check the empty store, then start again.
-            self.store_agrees_with_model()
-            event("delete: emptied the store")
-            self.create_root("a", "cli", None)
+        self.refill("delete")
+
+    @rule(picks=st.lists(PICK, max_size=2), junk=st.sampled_from([[], [None, ""], ["gone"]]))
+    def delete_many(self, picks: list[int], junk: list[Any]) -> None:
+        ids: list[Any] = [self.pick(p) for p in picks] + junk
+        expected = self.model.delete(ids)
+        assert self.store.delete_sessions(ids) == expected
+        event(f"delete_many: {bucket(expected)} deleted")
+        self.refill("delete_many")
+
+    @rule(
+        operation=st.sampled_from(["prune", "sweep_empty", "delete_if_empty", "prune_ghosts"]),
+        pick=PICK,
+        back=st.integers(min_value=0, max_value=60),
+    )
+    def maintain(self, operation: str, pick: int, back: int) -> None:
+        """One of the sweeps, none of which cascades: prune (with a cutoff between two
+        ticks of the fake clock, ``back`` ticks ago), the empty-session sweep, deleting
+        one session if it is empty, and the TUI ghost sweep."""
+        if operation == "prune":
+            cutoff = max(T0, self.clock - back) + 0.5
+            expected = self.model.prune(cutoff)
+            days = (time.time() - cutoff) / 86400.0
+            assert self.store.prune_sessions(older_than_days=days) == expected
+        elif operation == "sweep_empty":
+            expected = len(self.model.empty())
+            assert self.store.count_empty_sessions() == expected
+            assert self.store.delete_empty_sessions() == self.model.delete_empty() == expected
+        elif operation == "delete_if_empty":
+            sid = self.pick(pick)
+            expected = int(self.model.delete_if_empty(sid))
+            assert self.store.delete_session_if_empty(sid) is bool(expected)
+        else:
+            # The fake clock runs in 2023: every session started over a day ago.
+            expected = self.model.prune_ghosts(time.time() - 86400.0)
+            assert self.store.prune_empty_ghost_sessions() == expected
+        event(f"maintain: {operation} deleted {bucket(expected)}")
+        self.refill(operation)
+
+    @rule(pick=PICK)
+    def hold(self, pick: int) -> None:
+        """Load an instance and keep it while other steps change the row."""
+        with using(self.store.database):
+            self.held = self.session(self.pick(pick))
+
+    @precondition(lambda self: self.held is not None)
+    @rule(prompt=st.sampled_from([None, "be brief"]))
+    def save_held(self, prompt: str | None) -> None:
+        """Save the held (stale) instance: only what it changed may reach the row."""
+        held = cast(Session, self.held)
+        with using(self.store.database):
+            if prompt is not None:
+                held.system_prompt = prompt
+            saved = held.save()
+        alive = held.id in self.model.sessions
+        if prompt is None:
+            assert saved is False  # nothing changed: nothing written
+        else:
+            assert saved == (1 if alive else 0)
+        event(f"save_held: {'changed' if prompt else 'unchanged'}, {'alive' if alive else 'gone'}")
 
     @rule(pick=PICK, archived=st.booleans())
     def set_archived(self, pick: int, archived: bool) -> None:
