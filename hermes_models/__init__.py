@@ -19,6 +19,7 @@ from .db import (
     write,
 )
 from .errors import (
+    BackupError,
     BundleError,
     CompressionInProgressError,
     HermesModelsError,
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BackupError",
     "BundleError",
     "CompressionInProgressError",
     "CompressionLock",

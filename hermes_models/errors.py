@@ -36,3 +36,7 @@ class CompressionInProgressError(HermesModelsError):
 class BundleError(HermesModelsError, ValueError):
     """An export bundle or transcript file cannot be read (a ``ValueError``, like
     ``json.JSONDecodeError``)."""
+
+
+class BackupError(HermesModelsError):
+    """A backup could not be made, or the copy failed its checks (nothing was kept)."""

@@ -1,22 +1,49 @@
-"""How a store file is doing: counts and sizes (:func:`stats`), and a check-up (:func:`doctor`).
+"""How a store file is doing: counts and sizes (:func:`stats`), a check-up
+(:func:`doctor`) and the repairs it can make (:func:`repair`).
 
 The check-up runs SQLite's own checks (``PRAGMA integrity_check``, FTS5
 ``'integrity-check'`` on each search index, ``PRAGMA foreign_key_check``) and
-three of this package's invariants: the schema version is 16, each search
-index has its three triggers, and each index holds exactly one entry per
-message with the text the triggers write. It changes nothing in the file.
-Both functions return plain dicts; printing them is the CLI's job.
+this package's invariants: the schema version is 16, each search index has
+its three triggers and holds exactly one entry per message with the text the
+triggers write, every session's counters agree with its messages, and the
+message id sequence is far from its limit (2**63-1, after which no message
+can ever be appended again).
+
+It never writes, and works on a handle opened read-only. FTS5 runs its
+``'integrity-check'`` as an ``INSERT``, which needs the file's write lock;
+instead, each index's tables are copied from one read snapshot into a
+scratch file in a temporary folder and checked there, so the check costs
+time and temporary space in proportion to the index, and no lock.
+
+Every function returns plain dicts; printing them is the CLI's job.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-import peewee
+from peewee import JOIN, fn
 
-from .db import SCHEMA_VERSION, HermesDatabase, current, stored_schema_version, using
+from .checks import INT64_MAX
+from .db import (
+    SCHEMA_VERSION,
+    HermesDatabase,
+    current,
+    read_only_params,
+    sqlite_uri,
+    stored_schema_version,
+    using,
+)
+from .models import Session
+from .transcript import counter_totals, recount
+
+#: ``doctor`` flags the message id sequence when fewer ids than this are left.
+SEQUENCE_HEADROOM = 2**32
+#: Sessions named in the detail of a failed counter check.
+_SAMPLE = 5
 
 #: The text the search-index triggers put in each index.
 _INDEXED = (
@@ -101,13 +128,62 @@ def _foreign_keys(db: HermesDatabase) -> dict[str, Any]:
     return _check("foreign_key_check", False, f"{len(found)} dangling reference(s): {sample}")
 
 
-def _fts_integrity(db: HermesDatabase, table: str) -> dict[str, Any]:
-    name = f"fts integrity-check {table}"
+def _source_uri(db: HermesDatabase) -> str:
+    """A read-only URI for the file ``db`` reads (as an immutable snapshot where it must be)."""
+    params = read_only_params(db.path) if db.read_only else {"mode": "ro"}
+    return sqlite_uri(db.path, **params)
+
+
+def _shadow_tables(db: HermesDatabase, table: str) -> list[str]:
+    names = _names(db, "table")
+    return [f"{table}_{part}" for part in _SHADOWS if f"{table}_{part}" in names]
+
+
+_SHADOWS = ("data", "idx", "content", "docsize", "config")
+
+
+def _copy_indexes(db: HermesDatabase, tables: list[str], scratch: Path) -> None:
+    """Copy the tables of the search indexes ``tables`` into ``scratch``, from one snapshot."""
+    conn = sqlite3.connect(str(scratch), isolation_level=None)
     try:
-        db.write(lambda: _rows(db, f"INSERT INTO {table}({table}) VALUES ('integrity-check')"))
-    except (sqlite3.Error, peewee.PeeweeException) as exc:
-        return _check(name, False, str(exc))
-    return _check(name, True, "ok")
+        conn.execute("PRAGMA journal_mode = OFF")
+        conn.execute("PRAGMA synchronous = OFF")
+        for table in tables:
+            conn.execute(_one(db, f"SELECT sql FROM sqlite_master WHERE name = '{table}'"))
+        conn.execute("ATTACH DATABASE ? AS source", (_source_uri(db),))
+        conn.execute("BEGIN")
+        for table in tables:
+            for shadow in _shadow_tables(db, table):
+                conn.execute(f"DELETE FROM main.{shadow}")
+                conn.execute(f"INSERT INTO main.{shadow} SELECT * FROM source.{shadow}")
+        conn.execute("COMMIT")
+        conn.execute("DETACH DATABASE source")
+    finally:
+        conn.close()
+
+
+def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]]:
+    """FTS5's own ``integrity-check`` of each index, run on a scratch copy of it."""
+    names = [f"fts integrity-check {table}" for table in tables]
+    with tempfile.TemporaryDirectory(prefix="hermes-models-doctor-") as folder:
+        scratch = Path(folder) / "indexes.db"
+        try:
+            _copy_indexes(db, tables, scratch)
+        except sqlite3.Error as exc:
+            return [_check(name, False, f"cannot read the index: {exc}") for name in names]
+        conn = sqlite3.connect(str(scratch), isolation_level=None)
+        checks = []
+        try:
+            for name, table in zip(names, tables):
+                try:
+                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+                except sqlite3.Error as exc:
+                    checks.append(_check(name, False, str(exc)))
+                else:
+                    checks.append(_check(name, True, "ok"))
+        finally:
+            conn.close()
+    return checks
 
 
 def _fts_triggers(db: HermesDatabase, table: str) -> dict[str, Any]:
@@ -137,8 +213,87 @@ def _fts_in_step(db: HermesDatabase, table: str) -> dict[str, Any]:
     return _check(name, True, "one entry per message, text up to date")
 
 
+def counter_mismatches(db: HermesDatabase | None = None) -> list[dict[str, Any]]:
+    """Sessions whose ``message_count`` / ``tool_call_count`` disagree with their messages:
+    ``{"id", "message_count", "messages", "tool_call_count", "tool_calls"}`` each."""
+    db = db or current()
+    with using(db):
+        totals = counter_totals().alias("totals")
+        counted = fn.COALESCE(totals.c.messages, 0)
+        calls = fn.COALESCE(totals.c.tool_calls, 0)
+        query = (
+            Session.select(
+                Session.id, Session.message_count, counted, Session.tool_call_count, calls
+            )
+            .join(totals, JOIN.LEFT_OUTER, on=(totals.c.session_id == Session.id))
+            .where(
+                (fn.COALESCE(Session.message_count, 0) != counted)
+                | (fn.COALESCE(Session.tool_call_count, 0) != calls)
+            )
+            .order_by(Session.id)
+            .tuples()
+        )
+        keys = ("id", "message_count", "messages", "tool_call_count", "tool_calls")
+        return [dict(zip(keys, row)) for row in cast("list[tuple[Any, ...]]", query)]
+
+
+def _counters(db: HermesDatabase) -> dict[str, Any]:
+    wrong = counter_mismatches(db)
+    if not wrong:
+        return _check("session counters", True, "every session's counters match its messages")
+    sample = ", ".join(
+        f"{row['id']} (message_count {row['message_count']}, {row['messages']} messages; "
+        f"tool_call_count {row['tool_call_count']}, {row['tool_calls']} tool calls)"
+        for row in wrong[:_SAMPLE]
+    )
+    more = f" and {len(wrong) - _SAMPLE} more" if len(wrong) > _SAMPLE else ""
+    return _check(
+        "session counters",
+        False,
+        f"{len(wrong)} session(s) disagree with their messages: {sample}{more} "
+        "(`hermes-models doctor --fix` recounts them)",
+    )
+
+
+def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
+    """The message id sequence: ``{"sequence", "max_id", "remaining"}`` (None before any id)."""
+    db = db or current()
+    has_sequence = "sqlite_sequence" in _names(db, "table")
+    rows = (
+        _rows(db, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'") if has_sequence else []
+    )
+    sequence = int(rows[0][0]) if rows and rows[0][0] is not None else None
+    highest = _one(db, "SELECT MAX(id) FROM messages")
+    top = max(v for v in (sequence, highest, 0) if v is not None)
+    return {
+        "sequence": sequence,
+        "max_id": None if highest is None else int(highest),
+        "remaining": INT64_MAX - int(top),
+    }
+
+
+def _sequence(db: HermesDatabase) -> dict[str, Any]:
+    state = message_sequence(db)
+    remaining = int(state["remaining"] or 0)
+    if remaining >= SEQUENCE_HEADROOM:
+        return _check("message id sequence", True, f"{remaining:,} ids left")
+    fixable = state["max_id"] is None or INT64_MAX - int(state["max_id"]) >= SEQUENCE_HEADROOM
+    hint = (
+        "`hermes-models doctor --fix` lowers it to the highest id in use"
+        if fixable
+        else "the highest message id itself is that close: the messages must be renumbered"
+    )
+    return _check(
+        "message id sequence",
+        False,
+        f"at {state['sequence']}: only {remaining:,} ids left before 2**63-1, after which "
+        f"no message can be appended ({hint})",
+    )
+
+
 def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
-    """Check the file; returns ``{"path", "ok", "checks": [{"name", "ok", "detail"}]}``."""
+    """Check the file without writing to it; returns ``{"path", "ok", "checks": [{"name",
+    "ok", "detail"}]}``."""
     db = db or current()
     version = _version(db)
     checks = [
@@ -157,9 +312,41 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
         built_in = any("FTS5" in str(row[0]) for row in _rows(db, "PRAGMA compile_options"))
         detail = "none in the file" + ("" if built_in else " (this SQLite lacks FTS5: LIKE search)")
         checks.append(_check("search indexes", not built_in, detail))
-    for table in tables:
-        checks.append(_fts_integrity(db, table))
+    integrity = _fts_integrity(db, tables) if tables else []
+    for table, check in zip(tables, integrity):
+        checks.append(check)
         if version == SCHEMA_VERSION:
             checks.append(_fts_triggers(db, table))
             checks.append(_fts_in_step(db, table))
+    if version == SCHEMA_VERSION:
+        checks.append(_counters(db))
+    checks.append(_sequence(db))
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
+    """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
+    disagree with their messages, and lower a message id sequence near its limit to the
+    highest id in use. Returns ``{"recounted": [ids], "sequence": [old, new] or None}``.
+
+    Lowering the sequence lets ids of messages deleted since be used again.
+    """
+    db = db or current()
+
+    def run() -> dict[str, Any]:
+        wrong = [row["id"] for row in counter_mismatches(db)]
+        with using(db):
+            for session_id in wrong:
+                recount(session_id)
+        state = message_sequence(db)
+        lowered = None
+        top = state["max_id"] or 0
+        if (
+            int(state["remaining"] or 0) < SEQUENCE_HEADROOM
+            and INT64_MAX - top >= SEQUENCE_HEADROOM
+        ):
+            _rows(db, f"UPDATE sqlite_sequence SET seq = {int(top)} WHERE name = 'messages'")
+            lowered = [state["sequence"], top]
+        return {"recounted": wrong, "sequence": lowered}
+
+    return db.write(run)

@@ -297,3 +297,17 @@ def plain_listing(
         .offset(offset)
     )
     return fetch_dicts(query)
+
+
+def ids_starting_with(prefix: str, limit: int | None = 10) -> list[str]:
+    """Session ids that start with ``prefix``, in id order (a walk along the primary key)."""
+    limit, _ = check_page(limit, 0)
+    found: list[str] = []
+    if limit == 0:
+        return found
+    query = Session.select(Session.id).where(Session.id >= prefix).order_by(Session.id)
+    for (session_id,) in query.tuples().iterator():
+        if not str(session_id).startswith(prefix) or len(found) == limit:
+            break
+        found.append(str(session_id))
+    return found

@@ -12,6 +12,10 @@ and never cascade.
 Each deletion is one transaction, so foreign keys are never left dangling
 and a failure deletes nothing. Transcript files in a ``sessions_dir`` are
 removed after the commit.
+
+What a deletion would do can be asked first (:func:`plan_delete`,
+:func:`plan_prune`): the plans are built from the same selections and the
+same cascade the deletions use.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -260,6 +265,56 @@ def prune(
     orphaned and keep their messages.
     """
     return _delete_matching(old_sessions(older_than_days, source), sessions_dir)
+
+
+# -- plans: what a deletion would do -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """What a deletion does: the sessions asked for or matched, every session that goes
+    with them (those plus their tagged subagent runs), the children that stay, as
+    roots, how many messages go, and how many the store holds."""
+
+    targets: list[str]
+    deleted: list[str]
+    orphaned: list[str]
+    messages: int
+    store_messages: int
+
+
+def _plan(targets: list[str], deleted: list[str]) -> DeletionPlan:
+    gone = set(deleted)
+    orphaned: set[str] = set()
+    messages = 0
+    for chunk in _chunks(sorted(gone)):
+        children = Session.select(Session.id).where(Session.parent.in_(chunk))
+        orphaned.update(sid for sid in _ids(children) if sid not in gone)
+        messages += int(Message.select().where(Message.session.in_(chunk)).count())
+    total = int(Message.select().count())
+    return DeletionPlan(targets, deleted, sorted(orphaned), messages, total)
+
+
+def plan_delete(session_ids: Iterable[Any]) -> DeletionPlan:
+    """What :func:`delete_sessions` would do with ``session_ids`` now."""
+    present = _existing(_wanted(session_ids))
+    return _plan(present, present + delegate_descendants(present))
+
+
+def plan_prune(older_than_days: float = 90, source: str | None = None) -> DeletionPlan:
+    """What :func:`prune` would do now with the same arguments."""
+    matched = _ids(old_sessions(older_than_days, source))
+    return _plan(matched, matched)
+
+
+def describe(session_ids: Iterable[str]) -> list[dict[str, Any]]:
+    """The rows of ``session_ids`` (as ``SessionDB.get_session`` gives them), in id order."""
+    from .listing import fetch_dicts
+
+    rows: list[dict[str, Any]] = []
+    for chunk in _chunks(sorted(set(session_ids))):
+        rows.extend(fetch_dicts(Session.select().where(Session.id.in_(chunk))))
+    return sorted(rows, key=lambda row: str(row["id"]))
 
 
 def _no_message() -> Any:

@@ -774,6 +774,20 @@ class SessionDB:
         and after); returns how many indexes were optimized."""
         return maintenance.vacuum()
 
+    @_api
+    def backup(
+        self,
+        dest: Any,
+        *,
+        keep: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Copy the store to ``dest`` (a new file, or a folder) while it stays in use,
+        checked before it is kept (see :func:`hermes_models.backup.backup`)."""
+        from .backup import backup
+
+        return backup(self.db_path, dest, keep=keep, progress=progress)
+
     # -- search (fts.py) ------------------------------------------------------------------
 
     @_api

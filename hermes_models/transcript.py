@@ -260,34 +260,42 @@ def copy_messages(source_id: str, target_id: str) -> int:
     return int(query.execute() or 0)
 
 
-def recount(session_id: str) -> None:
-    """Set ``message_count`` and ``tool_call_count`` from the active messages."""
-    active = Message.select(fn.COUNT(Message.id)).where(
-        Message.session == session_id, Message.active == 1
-    )
-    per_message = Case(
+def counter_totals() -> Any:
+    """What the counters of each session should hold, from its messages: rows of
+    ``(session_id, messages, tool_calls)`` for every session that has any counted message.
+
+    The one statement of the counting rule: :func:`recount` writes it, and
+    ``hermes-models doctor`` compares the stored counters with it.
+    """
+    calls_in_row = Case(
         None,
         [
             (
-                fn.json_valid(Message.tool_calls),
-                Case(
-                    None,
-                    [
-                        (
-                            fn.json_type(Message.tool_calls) == "array",
-                            fn.json_array_length(Message.tool_calls),
-                        )
-                    ],
-                    0,
-                ),
+                (Message.role == "assistant")
+                & fn.json_valid(Message.tool_calls)
+                & (fn.json_type(Message.tool_calls) == "array"),
+                fn.json_array_length(Message.tool_calls),
             )
         ],
         0,
     )
-    calls = Message.select(fn.COALESCE(fn.SUM(per_message), 0)).where(
-        Message.session == session_id, Message.active == 1, Message.role == "assistant"
+    return (
+        Message.select(
+            Message.session,
+            fn.COUNT(Message.id).alias("messages"),
+            fn.COALESCE(fn.SUM(calls_in_row), 0).alias("tool_calls"),
+        )
+        .where(Message.active == 1)
+        .group_by(Message.session)
     )
-    Session.update(message_count=active, tool_call_count=calls).where(
+
+
+def recount(session_id: str) -> None:
+    """Set ``message_count`` and ``tool_call_count`` from the session's messages."""
+    totals = counter_totals().where(Message.session == session_id).tuples()
+    row = cast("tuple[str, int, int] | None", totals.first())
+    messages, calls = (int(row[1]), int(row[2])) if row else (0, 0)
+    Session.update(message_count=messages, tool_call_count=calls).where(
         Session.id == session_id
     ).execute()
 

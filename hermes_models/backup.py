@@ -1,0 +1,234 @@
+"""Online backups: a consistent copy of a live store, checked before it is kept.
+
+The copy is made with SQLite's backup API from one read transaction on the
+source, so it is the store as it was at one instant, whatever writers do
+meanwhile. In WAL mode a reader never blocks a writer: other processes keep
+appending while the pages are copied, and nobody waits on the backup (the
+WAL grows instead, and the next checkpoint trims it). On a file in DELETE
+mode (network file systems) writers wait while the copy holds its read lock.
+
+The copy is written to a hidden temporary file next to its destination
+(mode 0600 from its creation), switched to ``journal_mode=DELETE`` so it is
+one self-contained file, checked with ``PRAGMA integrity_check`` and each
+search index's FTS5 ``integrity-check``, flushed to disk, and only then
+given its name. A failed check leaves nothing behind. Given a folder, the
+copy is named after the source and the UTC time (``state-20260105T090000Z.db``)
+and ``keep`` removes the oldest copies of that name beyond the newest ``keep``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sqlite3
+import stat
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .checks import check_int64
+from .db import read_only_params, resolve_path, sqlite_uri
+from .errors import BackupError
+
+#: ``progress(done, total)`` with page counts, called after each step of the copy.
+Progress = Callable[[int, int], None]
+
+#: Pages copied per step (4 MiB with 4 KiB pages): how often ``progress`` is called.
+STEP_PAGES = 1024
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def rotation_pattern(stem: str) -> re.Pattern[str]:
+    """File names :func:`backup` gives copies of a source named ``stem`` in a folder."""
+    return re.compile(rf"{re.escape(stem)}-\d{{8}}T\d{{6}}Z(?:-\d+)?\.db")
+
+
+def _folder(path: Path) -> None:
+    """Create ``path`` (and missing parents) readable by its owner only."""
+    if path.is_dir():
+        return
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _target(source: Path, dest: Path, into_folder: bool) -> Path:
+    """The file name of the copy."""
+    if not into_folder:
+        if dest.exists() or dest.is_symlink():
+            raise FileExistsError(f"{dest} already exists (name a new file, or a folder)")
+        return dest
+    base = f"{source.stem}-{_stamp()}"
+    candidate, number = dest / f"{base}.db", 1
+    while candidate.exists() or candidate.is_symlink():
+        number += 1
+        candidate = dest / f"{base}-{number}.db"
+    return candidate
+
+
+def _create_private(path: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    os.close(os.open(path, flags, 0o600))
+
+
+def _fts_tables(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'"
+        " AND lower(sql) LIKE '%using fts5%'"
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+def verify(path: Path, label: str | None = None) -> None:
+    """Run ``PRAGMA integrity_check`` and each FTS5 ``integrity-check`` on the file ``path``
+    (named ``label`` in errors).
+
+    Raises:
+        BackupError: a check found a problem.
+    """
+    label = label or str(path)
+    conn = sqlite3.connect(sqlite_uri(path), uri=True, isolation_level=None)
+    try:
+        found = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+        if found != ["ok"]:
+            raise BackupError(f"{label}: integrity_check failed: {'; '.join(found[:5])}")
+        for table in _fts_tables(conn):
+            quoted = '"' + table.replace('"', '""') + '"'
+            try:
+                conn.execute(f"INSERT INTO {quoted}({quoted}) VALUES ('integrity-check')")
+            except sqlite3.Error as exc:
+                raise BackupError(f"{label}: search index {table} failed its check: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def _copy(source: Path, target: Path, progress: Progress | None) -> int:
+    """Copy ``source`` into the empty file ``target`` from one read snapshot; the page count."""
+    params = read_only_params(source)
+    src = sqlite3.connect(sqlite_uri(source, **params), uri=True, isolation_level=None)
+    try:
+        dst = sqlite3.connect(sqlite_uri(target), uri=True, isolation_level=None)
+        try:
+            # One read transaction for every step: each step reads the same snapshot.
+            src.execute("BEGIN")
+            src.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            pages = [0]
+
+            def step(status: int, remaining: int, total: int) -> None:
+                pages[0] = total
+                if progress is not None:
+                    progress(total - remaining, total)
+
+            src.backup(dst, pages=STEP_PAGES, progress=step, sleep=0)
+            src.execute("COMMIT")
+            dst.execute("PRAGMA journal_mode = DELETE").fetchone()
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    return pages[0]
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(temporary: Path, target: Path) -> None:
+    """Give the finished copy its name, never replacing a file that appeared meanwhile."""
+    try:
+        os.link(temporary, target)
+    except FileExistsError:
+        raise FileExistsError(f"{target} appeared while the copy was made") from None
+    except OSError:
+        # A file system without hard links: a rename is the next best thing.
+        if target.exists():
+            raise FileExistsError(f"{target} appeared while the copy was made") from None
+        os.rename(temporary, target)
+
+
+def _rotate(folder: Path, stem: str, keep: int, made: Path) -> list[str]:
+    pattern = rotation_pattern(stem)
+    copies = sorted(
+        (entry for entry in folder.iterdir() if pattern.fullmatch(entry.name)),
+        key=lambda entry: entry.name,
+    )
+    removed: list[str] = []
+    for old in copies[: max(len(copies) - keep, 0)]:
+        if old == made or not stat.S_ISREG(old.lstat().st_mode):
+            continue
+        old.unlink()
+        removed.append(str(old))
+    return removed
+
+
+def backup(
+    source: str | os.PathLike[str] | None,
+    dest: str | os.PathLike[str],
+    *,
+    keep: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Copy the store ``source`` (a path or ``sqlite:///`` URL; None: the default store)
+    to ``dest`` while other processes keep using it; returns what was done.
+
+    ``dest`` is a new file, or a folder (an existing one, a path ending in a
+    separator, or any path when ``keep`` is given) where the copy is named
+    ``<source stem>-<UTC time>.db``. With ``keep`` only the newest ``keep``
+    copies of that name stay in the folder. The result has ``path``,
+    ``source``, ``bytes``, ``pages``, ``integrity`` (``"ok"``) and ``removed``
+    (copies deleted by the rotation).
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist.
+        FileExistsError: ``dest`` is an existing file.
+        BackupError: the copy failed its checks (it is not kept).
+    """
+    path = resolve_path(source, argument="source")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (nothing to back up)")
+    if keep is not None:
+        keep = check_int64(keep, "keep", minimum=1)
+    dest_path = Path(os.path.abspath(os.path.expanduser(os.fspath(dest))))
+    into_folder = keep is not None or dest_path.is_dir() or os.fspath(dest).endswith(("/", os.sep))
+    if into_folder:
+        if dest_path.exists() and not dest_path.is_dir():
+            raise NotADirectoryError(f"{dest_path} is not a folder (keep needs a folder)")
+        _folder(dest_path)
+    else:
+        _folder(dest_path.parent)
+    target = _target(path, dest_path, into_folder)
+    if target == path:
+        raise FileExistsError(f"{target} is the store itself")
+    temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    _create_private(temporary)
+    try:
+        pages = _copy(path, temporary, progress)
+        verify(temporary, f"the copy of {path}")
+        _sync(temporary)
+        _publish(temporary, target)
+    finally:
+        for leftover in (temporary, Path(f"{temporary}-journal")):
+            try:
+                leftover.unlink()
+            except FileNotFoundError:
+                pass
+    _sync(target.parent)
+    removed = _rotate(target.parent, path.stem, keep, target) if keep is not None else []
+    return {
+        "path": str(target),
+        "source": str(path),
+        "bytes": target.stat().st_size,
+        "pages": pages,
+        "integrity": "ok",
+        "removed": removed,
+    }
+
+
+__all__ = ["STEP_PAGES", "Progress", "backup", "rotation_pattern", "verify"]

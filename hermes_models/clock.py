@@ -1,0 +1,73 @@
+"""Epoch seconds as people read them: one formatter for the CLI and the Markdown export.
+
+The store keeps times as epoch seconds. Shown to a person they are either
+UTC or the local time of the machine, always with the zone said somewhere
+(after each time, or once in a column header). A value Python cannot turn
+into a date (out of range, not finite, not a number) is shown as it is
+instead of breaking the whole output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+#: What a missing time (e.g. a session that has not ended) looks like.
+MISSING = "-"
+
+
+def moment(epoch: Any, *, utc: bool) -> datetime | None:
+    """``epoch`` as an aware datetime in UTC or the local zone; None when it is not a time."""
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+        return None
+    if not math.isfinite(epoch):
+        return None
+    try:
+        when = datetime.fromtimestamp(epoch, tz=timezone.utc)
+        return when if utc else when.astimezone()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def when(epoch: Any, *, utc: bool, seconds: bool = False, zone: bool = False) -> str:
+    """``YYYY-MM-DD HH:MM`` (``:SS`` with ``seconds``, the zone name after it with ``zone``).
+
+    None is :data:`MISSING`; a value that is not a formattable time is shown as given.
+    """
+    if epoch is None:
+        return MISSING
+    value = moment(epoch, utc=utc)
+    if value is None:
+        return str(epoch)
+    text = value.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    return f"{text} {zone_name(value)}" if zone else text
+
+
+def zone_name(value: datetime) -> str:
+    """The zone of an aware datetime: ``UTC``, its abbreviation (``CET``), or ``+03:00``."""
+    if value.tzinfo is timezone.utc:
+        return "UTC"
+    name = value.tzname() or ""
+    if name and not name.startswith(("UTC+", "UTC-", "+", "-")):
+        return name
+    offset = value.strftime("%z")
+    return f"{offset[:3]}:{offset[3:5]}"
+
+
+def zones(epochs: Iterable[Any], *, utc: bool) -> str:
+    """The zones ``epochs`` are shown in, for a column header: ``UTC``, ``CET/CEST``."""
+    if utc:
+        return "UTC"
+    names: list[str] = []
+    for epoch in epochs:
+        value = moment(epoch, utc=False)
+        if value is not None and zone_name(value) not in names:
+            names.append(zone_name(value))
+    if not names:
+        names.append(zone_name(datetime.now(timezone.utc).astimezone()))
+    return "/".join(names)
+
+
+__all__ = ["MISSING", "moment", "when", "zone_name", "zones"]
