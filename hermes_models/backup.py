@@ -45,14 +45,14 @@ def _stamp() -> str:
 
 def rotation_pattern(stem: str) -> re.Pattern[str]:
     """File names :func:`backup` gives copies of a source named ``stem`` in a folder."""
-    return re.compile(rf"{re.escape(stem)}-\d{{8}}T\d{{6}}Z(?:-\d+)?\.db")
+    return re.compile(rf"{re.escape(stem)}-(\d{{8}}T\d{{6}}Z)(?:-(\d+))?\.db")
 
 
 def _folder(path: Path) -> None:
-    """Create ``path`` (and missing parents) readable by its owner only."""
-    if path.is_dir():
-        return
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create ``path`` and its missing parents, each readable by its owner only."""
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
 
 
 def _target(source: Path, dest: Path, into_folder: bool) -> Path:
@@ -61,12 +61,17 @@ def _target(source: Path, dest: Path, into_folder: bool) -> Path:
         if dest.exists() or dest.is_symlink():
             raise FileExistsError(f"{dest} already exists (name a new file, or a folder)")
         return dest
-    base = f"{source.stem}-{_stamp()}"
-    candidate, number = dest / f"{base}.db", 1
-    while candidate.exists() or candidate.is_symlink():
-        number += 1
-        candidate = dest / f"{base}-{number}.db"
-    return candidate
+    stamp = _stamp()
+    pattern = rotation_pattern(source.stem)
+    # A later copy made in the same second gets a higher number, never a freed one.
+    taken = [
+        int(match.group(2) or 1)
+        for match in (pattern.fullmatch(entry.name) for entry in dest.iterdir())
+        if match is not None and match.group(1) == stamp
+    ]
+    number = max(taken, default=0) + 1
+    suffix = "" if number == 1 else f"-{number}"
+    return dest / f"{source.stem}-{stamp}{suffix}.db"
 
 
 def _create_private(path: Path) -> None:
@@ -155,10 +160,15 @@ def _publish(temporary: Path, target: Path) -> None:
 
 def _rotate(folder: Path, stem: str, keep: int, made: Path) -> list[str]:
     pattern = rotation_pattern(stem)
-    copies = sorted(
-        (entry for entry in folder.iterdir() if pattern.fullmatch(entry.name)),
-        key=lambda entry: entry.name,
-    )
+    named = [(pattern.fullmatch(entry.name), entry) for entry in folder.iterdir()]
+    # Oldest first: by the time in the name, then by the number of a second copy that second.
+    copies = [
+        entry
+        for match, entry in sorted(
+            ((m, e) for m, e in named if m is not None),
+            key=lambda pair: (pair[0].group(1), int(pair[0].group(2) or 1)),
+        )
+    ]
     removed: list[str] = []
     for old in copies[: max(len(copies) - keep, 0)]:
         if old == made or not stat.S_ISREG(old.lstat().st_mode):
@@ -204,8 +214,6 @@ def backup(
     else:
         _folder(dest_path.parent)
     target = _target(path, dest_path, into_folder)
-    if target == path:
-        raise FileExistsError(f"{target} is the store itself")
     temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
     _create_private(temporary)
     try:

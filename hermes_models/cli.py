@@ -1,216 +1,428 @@
 """``hermes-models``: the session store from a terminal.
 
 Each command parses its options, makes one or a few library calls and prints
-the result. Errors become one line on stderr and a non-zero exit status.
+the result: for people with rich (:mod:`.views`), for scripts as records
+(``--json``, ``--nl``, ``--csv``, ``--tsv``; :mod:`.terminal`). click runs in
+standalone mode: a library error becomes a :class:`click.ClickException`
+(``Error: ...`` on one line, exit status 1), a usage error exits with 2, and
+the exit status is what the process returns.
 """
 
 from __future__ import annotations
 
-import io
-import json
+import logging
 import os
-import re
-import sqlite3
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import peewee
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.tree import Tree
+from click.core import ParameterSource
+from click.shell_completion import CompletionItem
+from rich.text import Text
 
-from . import __version__
-from .checks import epoch_datetime
-from .db import resolve_path
+from . import __version__, terminal, views
+from .checks import INT64_MAX
+from .db import resolve_path, using
 from .errors import HermesModelsError, ReadOnlyDatabaseError
 from .store import SessionDB
+from .terminal import Clock
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Exit status for a failed command (a usage error exits with 2, as in click).
+#: Exit status of a failed command (a usage error exits with 2, as in click).
 EXIT_FAILURE = 1
+#: ``prune`` and ``delete`` suggest ``vacuum`` when they remove this share of the messages.
+VACUUM_HINT_SHARE = 0.05
+
+logger = logging.getLogger("hermes_models")
+
+_DB_HELP = (
+    "Database file or sqlite:/// URL (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes)."
+)
 
 
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+# -- errors -------------------------------------------------------------------------------
 
 
-_DB_HELP = "Database file (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes)."
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (HermesModelsError, ValueError, OSError, click.ClickException)):
+        return text
+    return f"{type(exc).__name__}: {text}"
 
 
-def _inherit_db(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """A command's ``--db``, else the one given before the command name (or the env var)."""
-    if value is None and ctx.parent is not None:
-        inherited: Path | None = ctx.find_root().params.get("db_path")
-        return inherited
+class UsageFailure(click.ClickException):
+    """A usage error on one line, naming where the help is; exit status 2."""
+
+    exit_code = 2
+
+
+def _one_line_usage(exc: click.UsageError) -> click.ClickException:
+    if _SHOWS_HELP is not None and isinstance(exc, _SHOWS_HELP):
+        return exc
+    where = exc.ctx.command_path if exc.ctx is not None else "hermes-models"
+    message = " ".join(exc.format_message().split())
+    return UsageFailure(f"{message} (see '{where} --help')")
+
+
+#: click's usage error for a group run without a command: it shows the help, as it should.
+_SHOWS_HELP: type[click.UsageError] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
+
+
+class HermesGroup(click.Group):
+    """A group whose commands never show a traceback: every error becomes one line."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line_usage(exc) from None
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            terminal.stop_quietly()
+        except Exception as exc:  # the CLI never shows a traceback
+            raise click.ClickException(_one_line(exc)) from exc
+
+
+class _StderrHandler(logging.Handler):
+    """The package's warnings as ``Warning: ...`` lines on standard error."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"Warning: {' '.join(record.getMessage().split())}", err=True)
+
+
+def examples(*commands: str) -> str:
+    """The end of a command's ``--help``: a few command lines, kept as written."""
+    return "\b\nExamples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
+# -- options shared by commands ---------------------------------------------------------------
+
+
+def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse at once, with the library's words, a ``--db`` that connect() would refuse."""
+    if value is None or ctx.resilient_parsing:
+        return value
+    source = ctx.get_parameter_source(param.name or "")
+    name = "HERMES_MODELS_DB" if source is ParameterSource.ENVIRONMENT else "--db"
+    try:
+        resolve_path(value, argument=name)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc), ctx) from None
     return value
 
 
+def _inherit_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A command's ``--db``, else the one given before the command name (or the env var)."""
+    if value is None and ctx.parent is not None:
+        inherited: str | None = ctx.find_root().params.get("db_path")
+        return inherited
+    return _check_db(ctx, param, value)
+
+
 def db_option(command: F) -> F:
-    """Add ``--db PATH`` to a command (``hermes-models --db PATH COMMAND`` works too)."""
+    """``--db FILE`` after the command name (``hermes-models --db FILE COMMAND`` works too)."""
     return click.option(
-        "--db",
-        "db_path",
-        # A directory is refused by the library, like any file that is not a database.
-        type=click.Path(path_type=Path),
-        metavar="FILE",
-        default=None,
-        callback=_inherit_db,
-        help=_DB_HELP,
+        "--db", "db_path", metavar="FILE", default=None, callback=_inherit_db, help=_DB_HELP
     )(command)
 
 
-@contextmanager
-def open_store(
-    db_path: Path | None,
-    read_only: bool = False,
-    must_exist: bool = False,
-    reading: bool = False,
-) -> Iterator[SessionDB]:
-    """A SessionDB on ``db_path`` (the default store when None), closed afterwards.
+def utc_option(command: F) -> F:
+    """``--utc``: times in UTC instead of local time."""
+    return click.option(
+        "--utc", is_flag=True, help="Show times in UTC (default: local time, zone named)."
+    )(command)
 
-    With ``must_exist`` a missing file is an error instead of a new empty store.
-    A command that only reads (``reading``) opens a file it cannot write read-only.
+
+_FORMAT_FLAGS = (
+    ("--json", "json", "Print one JSON array of objects."),
+    ("--nl", "nl", "Print one JSON object per line."),
+    ("--csv", "csv", "Print CSV with a header row."),
+    ("--tsv", "tsv", "Print tab-separated values with a header row."),
+)
+
+
+def format_options(command: F) -> F:
+    """``--json``, ``--nl``, ``--csv``, ``--tsv``: records for scripts instead of a display."""
+    for flag, value, text in reversed(_FORMAT_FLAGS):
+        command = click.option(flag, "fmt", flag_value=value, help=text)(command)
+    return command
+
+
+def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
+    return click.option(
+        "--limit",
+        default=default,
+        show_default=True,
+        type=click.IntRange(min=0),
+        metavar="N",
+        help=f"At most N {what} (0: no limit).",
+    )
+
+
+def _no_limit(limit: int) -> int | None:
+    return None if limit == 0 else limit
+
+
+def _root(ctx: click.Context) -> dict[str, Any]:
+    return ctx.find_root().params
+
+
+def _clock(ctx: click.Context, utc: bool = False) -> Clock:
+    return Clock(utc or bool(_root(ctx).get("utc")))
+
+
+def _read_only(ctx: click.Context) -> bool:
+    return bool(_root(ctx).get("read_only"))
+
+
+def _refuse_read_only(ctx: click.Context) -> None:
+    if _read_only(ctx):
+        raise click.UsageError(f"--read-only: '{ctx.command_path}' changes the database", ctx)
+
+
+def _db_given(ctx: click.Context) -> bool:
+    """True when ``--db`` was typed on the command line (not taken from the environment)."""
+    if ctx.get_parameter_source("db_path") is ParameterSource.COMMANDLINE:
+        return True
+    return ctx.find_root().get_parameter_source("db_path") is ParameterSource.COMMANDLINE
+
+
+@contextmanager
+def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iterator[SessionDB]:
+    """A SessionDB on an existing file, closed afterwards.
+
+    A command that only reads opens the file read-only with ``--read-only``,
+    or when it cannot write it; a command that writes refuses both.
     """
-    if must_exist:
-        path = resolve_path(db_path)
-        if not path.exists():
-            raise click.ClickException(
-                f"{path} does not exist (create it with: hermes-models migrate --db {path})"
-            )
-    try:
-        store = SessionDB(db_path, read_only=read_only)
-    except ReadOnlyDatabaseError:
-        if not reading:
-            raise
+    if writes:
+        _refuse_read_only(ctx)
+    path = resolve_path(db_path)
+    if not path.exists():
+        raise click.ClickException(
+            f"{path} does not exist (create it with: hermes-models migrate --db {path})"
+        )
+    if _read_only(ctx):
         store = SessionDB(db_path, read_only=True)
+    else:
+        try:
+            store = SessionDB(db_path)
+        except ReadOnlyDatabaseError:
+            if writes:
+                raise click.ClickException(
+                    f"{path} cannot be written here (the file or its folder is read-only)"
+                ) from None
+            store = SessionDB(db_path, read_only=True)
     try:
         yield store
     finally:
         store.close()
 
 
-def _echo_json_lines(rows: list[dict[str, Any]]) -> None:
-    for row in rows:
-        click.echo(json.dumps(row, ensure_ascii=False))
+# -- sessions by id -----------------------------------------------------------------------------
 
 
-def _plural(count: int, noun: str, plural: str | None = None) -> str:
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+def _resolve(store: SessionDB, key: str) -> str:
+    """A session id from an id, a unique id prefix, an exact title or a lineage title."""
+    from .listing import ids_starting_with
+
+    resolved = store.resolve_session_id(key)
+    if resolved is None:
+        exact = store.get_session_by_title(key)
+        resolved = exact["id"] if exact else store.resolve_session_by_title(key)
+    if resolved is not None:
+        return resolved
+    with using(store.database):
+        candidates = ids_starting_with(key, limit=6) if key else []
+    if len(candidates) > 1:
+        shown = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
+        raise click.ClickException(
+            f"{key!r} is ambiguous: several session ids start with it ({shown}); type more of it"
+        )
+    raise click.ClickException(f"no session matches {key!r}")
 
 
-def _when(epoch: Any) -> str:
-    if epoch is None:
-        return "-"
-    moment = epoch_datetime(epoch)
-    # A value no date can stand for (written by another program) is shown as it is.
-    return str(epoch) if moment is None else moment.strftime("%Y-%m-%d %H:%M")
+def _short_ids(store: SessionDB, ids: list[str], width: int) -> dict[str, str]:
+    return views.short_ids(ids, lambda prefix: store.resolve_session_id(prefix) is not None, width)
 
 
-class HermesGroup(click.Group):
-    """A click group that turns library errors into one line and exit status 1."""
+def complete_session_ids(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Session ids starting with what was typed, for shell completion."""
+    from .listing import ids_starting_with
 
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (
-            click.ClickException,
-            click.exceptions.Exit,
-            click.exceptions.Abort,
-            BrokenPipeError,
-        ):
-            raise
-        except (
-            HermesModelsError,
-            sqlite3.Error,
-            peewee.PeeweeException,
-            ValueError,
-            TypeError,
-            OSError,
-            KeyError,
-        ) as exc:
-            raise click.ClickException(_one_line(exc)) from exc
+    quiet = logging.NullHandler()
+    logger.addHandler(quiet)
+    try:
+        db_path = ctx.params.get("db_path") or _root(ctx).get("db_path")
+        path = resolve_path(db_path)
+        if not path.is_file():
+            return []
+        with SessionDB(path, read_only=True) as store, using(store.database):
+            return [CompletionItem(i) for i in ids_starting_with(incomplete, limit=100)]
+    except Exception:  # completion must never break the shell
+        return []
+    finally:
+        logger.removeHandler(quiet)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if isinstance(exc, (HermesModelsError, ValueError, click.ClickException)):
-        return text
-    return f"{type(exc).__name__}: {text}"
+def session_argument(command: F) -> F:
+    return click.argument("session_id", shell_complete=complete_session_ids)(command)
 
 
-@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# -- the group ----------------------------------------------------------------------------------
+
+
+@click.group(
+    cls=HermesGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=examples(
+        "hermes-models demo",
+        "hermes-models --db ~/.hermes/state.db sessions --limit 5",
+        'hermes-models search "事件循环" --json',
+    ),
+)
 @click.option(
     "--db",
     "db_path",
-    type=click.Path(path_type=Path),
     metavar="FILE",
     default=None,
     envvar="HERMES_MODELS_DB",
+    callback=_check_db,
     help=_DB_HELP + " Env: HERMES_MODELS_DB.",
 )
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Open the database read-only: commands that read work, commands that write refuse.",
+)
+@click.option("--utc", is_flag=True, help="Show times in UTC (default: local time, zone named).")
 @click.version_option(__version__, prog_name="hermes-models")
-def cli(db_path: Path | None) -> None:
+@click.pass_context
+def cli(ctx: click.Context, db_path: str | None, read_only: bool, utc: bool) -> None:
     """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        handler = _StderrHandler(logging.WARNING)
+        logger.addHandler(handler)
+        ctx.call_on_close(lambda: logger.removeHandler(handler))
 
 
-@cli.command()
+# -- migrate and demo ---------------------------------------------------------------------------
+
+
+@cli.command(
+    short_help="Apply pending migrations (creates the file).",
+    epilog=examples(
+        "hermes-models migrate", "hermes-models migrate --db sqlite:////srv/hermes/state.db"
+    ),
+)
 @db_option
-def migrate(db_path: Path | None) -> None:
-    """Apply pending migrations (adopting an existing Hermes database)."""
+@click.pass_context
+def migrate(ctx: click.Context, db_path: str | None) -> None:
+    """Apply pending migrations (adopting an existing Hermes database); creates the file."""
     from .schema import migrate as apply
 
+    _refuse_read_only(ctx)
     path = resolve_path(db_path)
-    applied = apply(path)
-    console = _console()
-    if applied:
-        for migration_id in applied:
-            console.print(f"applied {migration_id}")
-    console.print(f"{path}: schema up to date")
+    for migration_id in apply(path):
+        terminal.say(f"applied {migration_id}")
+    terminal.say(f"{path}: schema up to date")
 
 
-def _sessions_table(rows: list[dict[str, Any]], width: int) -> Table:
-    """The session listing as a table fitting ``width`` columns of terminal."""
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    id_width = max([len(row["id"]) for row in rows] + [2])
-    # ID, source, count and time keep their width; title and preview share the rest.
-    room = max(width - (id_width + 8 + 4 + 16 + 2 * 5), 16)
-    title_width = min(24, max(8, room // 3))
-    preview_width = max(8, min(40, room - title_width))
-    table.add_column("ID", no_wrap=True, min_width=id_width)
-    table.add_column("Title", no_wrap=True, width=title_width, overflow="ellipsis")
-    table.add_column("Source", no_wrap=True, min_width=6, max_width=8, overflow="ellipsis")
-    table.add_column("Msgs", justify="right", no_wrap=True, min_width=4)
-    table.add_column("Last active", no_wrap=True, min_width=16)
-    table.add_column("Preview", no_wrap=True, width=preview_width, overflow="ellipsis")
-    for row in rows:
-        table.add_row(
-            escape(row["id"]),
-            escape(row.get("title") or ""),
-            escape(row["source"]),
-            str(row.get("message_count") or 0),
-            _when(row.get("last_active")),
-            escape(row.get("preview") or ""),
-        )
-    return table
-
-
-@cli.command()
-@db_option
-@click.option(
-    "--limit",
-    default=20,
-    show_default=True,
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="At most N rows.",
+@cli.command(
+    short_help="Build a demo store and show what the package does.",
+    epilog=examples("hermes-models demo", "hermes-models demo --db demo.db"),
 )
+@db_option
+@click.option("--keep", is_flag=True, help="Keep the temporary demo database and print where.")
+@click.pass_context
+def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
+    """Build a demo store in a temporary folder and show what the package does with it.
+
+    HERMES_MODELS_DB is not used: the demo writes to a file of its own unless
+    --db is typed.
+    """
+    from .demo import build_demo
+
+    explicit = db_path if _db_given(ctx) else None
+    if explicit is not None:
+        _refuse_read_only(ctx)
+        target = resolve_path(explicit)
+        if target.exists() and target.stat().st_size > 0:
+            raise click.ClickException(
+                f"{target} already exists; the demo writes a new database (pick a new path)"
+            )
+    out = terminal.console()
+    clock = _clock(ctx)
+    with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
+        path = resolve_path(explicit) if explicit is not None else Path(tmp) / "state.db"
+        if keep and explicit is None:
+            path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
+        with SessionDB(path) as store:
+            ids = build_demo(store)
+            out.rule("Sessions (as a picker lists them)")
+            rows = store.list_sessions_rich(limit=None)
+            shown = _short_ids(store, [row["id"] for row in rows], out.width)
+            terminal.emit(out, views.sessions_table(rows, clock, shown))
+            for session_id in (ids.english, ids.chinese):
+                out.rule(f"Transcript of {session_id}")
+                terminal.emit(out, views.transcript(store.get_messages(session_id), clock))
+            _demo_search(out, store, clock)
+            out.rule("Lineage")
+            for session_id in (ids.english, ids.compressed_root):
+                root, resume = _lineage(store, session_id)
+                terminal.emit(out, views.lineage_tree(root, resume, session_id))
+            target_id = store.resolve_resume_session_id(ids.compressed_root)
+            out.rule("Resume")
+            terminal.say(f"/resume {ids.compressed_root} opens {target_id}")
+        if keep or explicit is not None:
+            terminal.say("")
+            terminal.say(f"demo database: {path}")
+
+
+def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
+    colour = out.color_system is not None
+    for query in ("asyncio thread", "事件循环", "异步"):
+        out.rule(f"Search messages: {query}")
+        terminal.emit(out, views.message_hits(store.search_messages(query, limit=5), clock, colour))
+    query = "checkpoint OR jitter"
+    out.rule(f"Search sessions: {query}")
+    out.print("(hits in subagent runs and continuations count for their root)", style="dim")
+    terminal.emit(out, views.session_hits(store.search_sessions(query, limit=5), colour))
+
+
+# -- reading: sessions, show, lineage, resume, search ------------------------------------------
+
+
+@cli.command(
+    short_help="List sessions as a picker shows them.",
+    epilog=examples(
+        "hermes-models sessions --limit 5",
+        "hermes-models sessions --source telegram --recent",
+        "hermes-models sessions --limit 0 --csv > sessions.csv",
+    ),
+)
+@db_option
+@limit_option(20)
 @click.option(
     "--offset",
     default=0,
@@ -222,298 +434,256 @@ def _sessions_table(rows: list[dict[str, Any]], width: int) -> Table:
 @click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@utc_option
+@format_options
+@click.pass_context
 def sessions(
-    db_path: Path | None,
+    ctx: click.Context,
+    db_path: str | None,
     limit: int,
     offset: int,
     source: str | None,
     archived: bool,
     recent: bool,
-    as_json: bool,
+    utc: bool,
+    fmt: str | None,
 ) -> None:
     """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
-    with open_store(db_path, must_exist=True, reading=True) as store:
+    with open_store(ctx, db_path, writes=False) as store:
         rows = store.list_sessions_rich(
             source=source,
-            limit=limit,
+            limit=_no_limit(limit),
             offset=offset,
             archived_only=archived,
             order_by_last_active=recent,
         )
-    if as_json:
-        _echo_json_lines(rows)
-        return
-    console = _console()
-    if not rows:
-        console.print("no sessions")
-        return
-    console.print(_sessions_table(rows, console.width))
+        if fmt:
+            terminal.write_records(rows, fmt)
+            return
+        if not rows:
+            terminal.say("no sessions")
+            return
+        out = terminal.console()
+        shown = _short_ids(store, [row["id"] for row in rows], out.width)
+    terminal.emit(out, views.sessions_table(rows, _clock(ctx, utc), shown))
 
 
-def _resolve(store: SessionDB, session_id: str) -> str:
-    """A session id from an id, a unique id prefix, an exact title or a lineage title."""
-    resolved = store.resolve_session_id(session_id)
-    if resolved is None:
-        exact = store.get_session_by_title(session_id)
-        resolved = exact["id"] if exact else store.resolve_session_by_title(session_id)
-    if resolved is None:
-        raise click.ClickException(f"no session matches {session_id!r}")
-    return resolved
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    return json.dumps(content, ensure_ascii=False)
-
-
-@cli.command()
+@cli.command(
+    short_help="Show a session and its transcript.",
+    epilog=examples(
+        "hermes-models show 20260105_0900 --tail 10",
+        'hermes-models show "writer retry policy #2" --with-ancestors',
+        "hermes-models show demo-chinese --json",
+    ),
+)
 @db_option
-@click.argument("session_id")
+@session_argument
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
-def show(db_path: Path | None, session_id: str, include_inactive: bool) -> None:
+@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="Only the first N messages.")
+@click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages.")
+@click.option(
+    "--with-ancestors",
+    is_flag=True,
+    help="First the messages of the sessions it continues (its parent chain), oldest first.",
+)
+@utc_option
+@format_options
+@click.pass_context
+def show(
+    ctx: click.Context,
+    db_path: str | None,
+    session_id: str,
+    include_inactive: bool,
+    limit: int | None,
+    tail: int | None,
+    with_ancestors: bool,
+    utc: bool,
+    fmt: str | None,
+) -> None:
     """Show one session (by id, unique id prefix or title) and its transcript."""
-    with open_store(db_path, must_exist=True, reading=True) as store:
+    from .models import Session
+
+    with open_store(ctx, db_path, writes=False) as store:
         resolved = _resolve(store, session_id)
         session = store.get_session(resolved)
-        messages = store.get_messages(resolved, include_inactive=include_inactive)
-    assert session is not None
-    console = _console()
-    title = f"  {escape(session['title'])}" if session.get("title") else ""
-    console.print(f"[bold]{escape(session['id'])}[/bold]{title}")
-    console.print(
-        f"source {escape(session['source'])} · model {escape(session.get('model') or '-')} · "
-        f"started {_when(session['started_at'])} · ended {_when(session.get('ended_at'))}"
-        f"{' (' + escape(session['end_reason']) + ')' if session.get('end_reason') else ''}"
-    )
-    console.print(
-        f"{session.get('message_count') or 0} messages · "
-        f"{session.get('input_tokens') or 0} in / {session.get('output_tokens') or 0} out tokens"
-    )
-    if session.get("parent_session_id"):
-        console.print(f"parent {escape(session['parent_session_id'])}")
-    console.print()
-    for message in messages:
-        marker = "" if message["active"] else " [dim](rewound)[/dim]"
-        label = message["role"] + (f":{message['tool_name']}" if message.get("tool_name") else "")
-        console.print(f"[bold]{escape(label)}[/bold]{marker}")
-        console.print(escape(_content_text(message["content"])))
-        if message.get("tool_calls"):
-            console.print(f"[dim]tool calls: {escape(_content_text(message['tool_calls']))}[/dim]")
-        console.print()
+        assert session is not None
+        chain = [resolved]
+        if with_ancestors:
+            with using(store.database):
+                older = [s.id for s in Session.get_by_id(resolved).ancestors()]
+            chain = [*reversed(older), resolved]
+        messages = [
+            message
+            for sid in chain
+            for message in store.get_messages(sid, include_inactive=include_inactive)
+        ]
+    if limit:
+        messages = messages[:limit]
+    if tail:
+        messages = messages[-tail:]
+    if fmt:
+        terminal.write_records(messages, fmt)
+        return
+    out, clock = terminal.console(), _clock(ctx, utc)
+    terminal.emit(out, views.session_header(session, clock))
+    out.print()
+    for sid in chain:
+        part = [message for message in messages if message["session_id"] == sid]
+        if len(chain) > 1:
+            out.rule(sid if sid == resolved else f"{sid} (continued below)")
+        terminal.emit(out, views.transcript(part, clock))
 
 
-def _lineage_tree(store: SessionDB, session_id: str) -> Tree:
+def _lineage(store: SessionDB, session_id: str) -> tuple[views.Node, str]:
+    """The lineage tree ``session_id`` belongs to, from its root, and the root's resume target."""
     from .lineage import kind_of
     from .models import Session
 
-    start = Session.get_by_id(session_id)
-    root = start.root()
-    resume = store.resolve_resume_session_id(root.id)
+    with using(store.database):
+        root = Session.get_by_id(session_id).root()
+        resume = store.resolve_resume_session_id(root.id)
+        below: dict[str, list[Session]] = {}
+        for child in root.descendants():
+            below.setdefault(child.parent_session_id or "", []).append(child)
 
-    def label(session: Session) -> str:
-        kind = kind_of(session)
-        parts = [f"[bold]{escape(session.id)}[/bold]", f"[cyan]{kind}[/cyan]"]
-        if session.title:
-            parts.append(escape(repr(session.title)))
-        parts.append(f"{session.message_count or 0} msgs")
-        if session.end_reason:
-            parts.append(f"ended: {escape(session.end_reason)}")
-        if session.id == resume:
-            parts.append("[green]<- resume[/green]")
-        if session.id == start.id and start.id != root.id:
-            parts.append("[yellow](asked)[/yellow]")
-        return "  ".join(parts)
+        def node(session: Session, depth: int, seen: set[str]) -> views.Node:
+            row = store.get_session(session.id) or {"id": session.id}
+            made = views.Node(row, kind_of(session), depth)
+            for child in below.get(session.id, []):
+                if child.id not in seen:
+                    seen.add(child.id)
+                    made.children.append(node(child, depth + 1, seen))
+            return made
 
-    tree = Tree(label(root))
-    children: dict[str, list[Session]] = {}
-    for child in root.descendants():
-        children.setdefault(child.parent_session_id or "", []).append(child)
-
-    def grow(node: Tree, parent_id: str, seen: set[str]) -> None:
-        for child in children.get(parent_id, []):
-            if child.id in seen:
-                continue
-            seen.add(child.id)
-            grow(node.add(label(child)), child.id, seen)
-
-    grow(tree, root.id, {root.id})
-    return tree
+        return node(root, 0, {root.id}), resume
 
 
-@cli.command()
+@cli.command(
+    short_help="Draw the lineage tree around a session.",
+    epilog=examples(
+        "hermes-models lineage demo-subagent", 'hermes-models lineage "writer retry policy" --json'
+    ),
+)
 @db_option
-@click.argument("session_id")
-def lineage(db_path: Path | None, session_id: str) -> None:
-    """Draw the lineage tree around a session: kinds, titles, counts, resume target."""
-    with open_store(db_path, must_exist=True, reading=True) as store:
+@session_argument
+@format_options
+@click.pass_context
+def lineage(ctx: click.Context, db_path: str | None, session_id: str, fmt: str | None) -> None:
+    """Draw the lineage tree around a session: kinds, resume target, titles, counts."""
+    with open_store(ctx, db_path, writes=False) as store:
         resolved = _resolve(store, session_id)
-        tree = _lineage_tree(store, resolved)
-    _console().print(tree)
+        root, resume = _lineage(store, resolved)
+    if fmt:
+        terminal.write_records(views.lineage_rows(root, resume, resolved), fmt)
+        return
+    terminal.emit(terminal.console(), views.lineage_tree(root, resume, resolved))
 
 
-@cli.command()
+@cli.command(
+    short_help="Print the id a /resume of a session opens.",
+    epilog=examples(
+        "hermes-models resume demo-retries",
+        'hermes-models show "$(hermes-models resume demo-retries)" --tail 4',
+    ),
+)
 @db_option
-@click.argument("session_id")
-def resume(db_path: Path | None, session_id: str) -> None:
+@session_argument
+@click.pass_context
+def resume(ctx: click.Context, db_path: str | None, session_id: str) -> None:
     """Print the id a /resume of SESSION_ID opens (the compression tip with messages)."""
-    with open_store(db_path, must_exist=True, reading=True) as store:
+    with open_store(ctx, db_path, writes=False) as store:
         resolved = _resolve(store, session_id)
         click.echo(store.resolve_resume_session_id(resolved))
 
 
-@cli.command()
-@db_option
-@click.option("--keep", is_flag=True, help="Keep the demo database and print where it is.")
-def demo(db_path: Path | None, keep: bool) -> None:
-    """Build a demo store in a temporary folder and show what the package does with it."""
-    from .demo import build_demo
-
-    if db_path is not None and db_path.exists() and db_path.stat().st_size > 0:
-        raise click.ClickException(
-            f"{db_path} already exists; the demo writes a new database (pick a new path)"
-        )
-    console = _console()
-    with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
-        path = db_path or Path(tmp) / "state.db"
-        if keep and db_path is None:
-            path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
-        with open_store(path) as store:
-            ids = build_demo(store)
-            console.rule("Sessions (as a picker lists them)")
-            rows = store.list_sessions_rich(limit=None)
-            console.print(_sessions_table(rows, console.width))
-            for session_id in (ids.english, ids.chinese):
-                console.rule(f"Transcript of {session_id}")
-                for message in store.get_messages_as_conversation(session_id):
-                    text = escape(_content_text(message["content"]))
-                    console.print(f"[bold]{message['role']}[/bold]: {text}")
-            _demo_search(console, store)
-            console.rule("Lineage")
-            console.print(_lineage_tree(store, ids.english))
-            console.print(_lineage_tree(store, ids.compressed_root))
-            target = store.resolve_resume_session_id(ids.compressed_root)
-            console.rule("Resume")
-            console.print(f"/resume {ids.compressed_root} opens {target}")
-        if keep or db_path is not None:
-            console.print(f"\ndemo database: {path}")
+_SORTS = {"rank": None, "newest": "newest", "oldest": "oldest"}
+_SESSION_SORTS = {"rank": None, "newest": "recent"}
 
 
-_MARKED = re.compile(r">>>(.*?)<<<", re.DOTALL)
-
-
-def _marked(console: Console, snippet: str) -> str:
-    """A search snippet on one line as rich markup: ``>>>match<<<`` highlighted on a
-    colour terminal, the markers kept elsewhere."""
-    if console.color_system is None:
-        return escape(" ".join(snippet.split()))
-    parts, at = [], 0
-    for match in _MARKED.finditer(snippet):
-        parts.append(escape(snippet[at : match.start()]))
-        parts.append(f"[bold black on yellow]{escape(match.group(1))}[/]")
-        at = match.end()
-    parts.append(escape(snippet[at:]))
-    return " ".join("".join(parts).split())
-
-
-def _print_hits(console: Console, hits: list[dict[str, Any]]) -> None:
-    for hit in hits:
-        tool = f":{hit['tool_name']}" if hit.get("tool_name") else ""
-        console.print(
-            f"[bold]{escape(hit['session_id'])}[/bold] [cyan]{escape(hit['role'] + tool)}[/cyan] "
-            f"[dim]#{hit['id']} {_when(hit['timestamp'])} {escape(hit['source'] or '')}[/dim]"
-        )
-        console.print(f"  {_marked(console, hit['snippet'])}")
-
-
-def _print_session_hits(console: Console, rows: list[dict[str, Any]]) -> None:
-    for row in rows:
-        via = row["matched_session_id"]
-        where = "" if via == row["id"] else f" [dim](best hit in {escape(via)})[/dim]"
-        title = f" {escape(repr(row['title']))}" if row.get("title") else ""
-        console.print(
-            f"[bold]{escape(row['id'])}[/bold]{title} [cyan]{row['hits']} hit"
-            f"{'' if row['hits'] == 1 else 's'}[/cyan] score {row['score']:.2f}{where}"
-        )
-        console.print(f"  {_marked(console, row['best_snippet'])}")
-
-
-@cli.command()
+@cli.command(
+    short_help="Full-text search of messages.",
+    epilog=examples(
+        'hermes-models search "asyncio thread"',
+        "hermes-models search 事件循环 --sort newest --limit 5",
+        'hermes-models search "checkpoint OR jitter" --sessions --json',
+    ),
+)
 @db_option
 @click.argument("query")
 @click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
 @click.option("--role", "roles", multiple=True, help="Only messages of this role (repeatable).")
 @click.option("--sessions", "by_session", is_flag=True, help="One row per session (lineage root).")
 @click.option(
-    "--limit",
-    default=20,
+    "--sort",
+    type=click.Choice(sorted(_SORTS)),
+    default="rank",
+    show_default=True,
+    help="Best matches first, or by time (--sessions: rank or newest).",
+)
+@limit_option(20)
+@click.option(
+    "--offset",
+    default=0,
     show_default=True,
     type=click.IntRange(min=0),
     metavar="N",
-    help="At most N rows.",
+    help="Skip the first N rows.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@utc_option
+@format_options
+@click.pass_context
 def search(
-    db_path: Path | None,
+    ctx: click.Context,
+    db_path: str | None,
     query: str,
     sources: tuple[str, ...],
     roles: tuple[str, ...],
     by_session: bool,
+    sort: str,
     limit: int,
-    as_json: bool,
+    offset: int,
+    utc: bool,
+    fmt: str | None,
 ) -> None:
     """Full-text search of messages (words, "phrases", prefix*, OR/NOT; Chinese,
-    Japanese and Korean substrings), matches highlighted."""
-    with open_store(db_path, must_exist=True) as store:
+    Japanese and Korean substrings), matches highlighted.
+    """
+    if by_session and roles:
+        raise click.UsageError("--role cannot be combined with --sessions", ctx)
+    if by_session and sort not in _SESSION_SORTS:
+        raise click.UsageError(f"--sort {sort} cannot be combined with --sessions", ctx)
+    with open_store(ctx, db_path, writes=False) as store:
         if by_session:
-            if roles:
-                raise click.UsageError("--role cannot be combined with --sessions")
-            rows = store.search_sessions(query, limit=limit, source=list(sources) or None)
+            rows = store.search_sessions(
+                query,
+                limit=limit or INT64_MAX,
+                rank_mode=_SESSION_SORTS[sort],
+                source=list(sources) or None,
+                offset=offset,
+            )
         else:
             rows = store.search_messages(
                 query,
                 source_filter=list(sources) or None,
                 role_filter=list(roles) or None,
-                limit=limit,
+                limit=limit or INT64_MAX,
+                offset=offset,
+                sort=_SORTS[sort],
             )
-    if as_json:
-        _echo_json_lines(rows)
+    if fmt:
+        terminal.write_records(rows, fmt)
         return
-    console = _console()
+    out = terminal.console()
+    colour = out.color_system is not None
     if not rows:
-        console.print("no matches")
+        terminal.say("no matches")
     elif by_session:
-        _print_session_hits(console, rows)
+        terminal.emit(out, views.session_hits(rows, colour))
     else:
-        _print_hits(console, rows)
+        terminal.emit(out, views.message_hits(rows, _clock(ctx, utc), colour))
 
 
-def _demo_search(console: Console, store: SessionDB) -> None:
-    for query in ("asyncio thread", "事件循环", "异步"):
-        console.rule(f"Search messages: {query}")
-        _print_hits(console, store.search_messages(query, limit=5))
-    query = "checkpoint OR jitter"
-    console.rule(f"Search sessions: {query} (subagent and continuation hits count for their root)")
-    _print_session_hits(console, store.search_sessions(query, limit=5))
-
-
-# -- export, import and health ---------------------------------------------------------
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on stderr (drawn on a terminal only), handed out as a callback."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    columns = (label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    live = console.is_terminal
-    with Progress(*columns, console=console, transient=True, disable=not live) as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+# -- export and import --------------------------------------------------------------------------
 
 
 @contextmanager
@@ -522,26 +692,24 @@ def _output(path: Path | None) -> Iterator[Any]:
     if path is not None:
         yield path
         return
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:
-        yield sys.stdout
-        return
-    sys.stdout.flush()
-    stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
-    try:
+    with terminal.utf8_stdout() as stream:
         yield stream
-    finally:
-        stream.flush()
-        stream.detach()
 
 
-@cli.command()
+@cli.command(
+    short_help="Export sessions as a JSONL bundle or Markdown.",
+    epilog=examples(
+        "hermes-models export -o backup.jsonl",
+        "hermes-models export --session demo-chinese --format md -o chinese.md",
+        "hermes-models export --source telegram | gzip > telegram.jsonl.gz",
+    ),
+)
 @db_option
 @click.option("--session", "session_id", help="Only this session's lineage (id, prefix or title).")
 @click.option("--source", default=None, help="Only sessions from this source.")
 @click.option(
     "--format",
-    "fmt",
+    "data_format",
     type=click.Choice(["jsonl", "md"]),
     default="jsonl",
     show_default=True,
@@ -554,15 +722,28 @@ def _output(path: Path | None) -> Iterator[Any]:
     default=None,
     help="File to write (default: standard output).",
 )
+@format_options
+@click.pass_context
 def export(
-    db_path: Path | None, session_id: str | None, source: str | None, fmt: str, output: Path | None
+    ctx: click.Context,
+    db_path: str | None,
+    session_id: str | None,
+    source: str | None,
+    data_format: str,
+    output: Path | None,
+    fmt: str | None,
 ) -> None:
-    """Export sessions with their messages, lineage and soft-deleted messages included."""
-    with open_store(db_path, must_exist=True, reading=True) as store:
+    """Export sessions with their messages, lineage and soft-deleted messages included.
+
+    The summary (--json, --nl, --csv, --tsv) is printed when --output names a file.
+    """
+    if fmt and output is None:
+        raise click.UsageError(f"--{fmt} describes the file written with --output", ctx)
+    with open_store(ctx, db_path, writes=False) as store:
         if session_id is not None:
             session_id = _resolve(store, session_id)
-        with _output(output) as target, _progress("exporting") as progress:
-            if fmt == "jsonl":
+        with _output(output) as target, terminal.progress("exporting") as progress:
+            if data_format == "jsonl":
                 counts = store.export_bundle(
                     target, session_id=session_id, source=source, progress=progress
                 )
@@ -571,14 +752,41 @@ def export(
                     target, session_id=session_id, source=source, progress=progress
                 )
                 counts = {"sessions": count}
-    if output is not None:
-        what = _plural(counts["sessions"], "session")
-        if "messages" in counts:
-            what += " and " + _plural(counts["messages"], "message")
-        _console().print(f"wrote {what} to {escape(str(output))}")
+    if output is None:
+        return
+    if fmt:
+        terminal.write_records([{"path": str(output), "format": data_format, **counts}], fmt)
+        return
+    what = views.plural(counts["sessions"], "session")
+    if "messages" in counts:
+        what += " and " + views.plural(counts["messages"], "message")
+    terminal.say(f"wrote {what} to {output}")
 
 
-@cli.command("import")
+def _check_import_input(path: Path, new_store: bool) -> None:
+    """Refuse a folder without transcripts; before a new database file is created, also
+    a file that cannot be imported (into an existing file, the import itself refuses it
+    without writing anything)."""
+    from .bundle import is_bundle, load
+    from .transcript_files import read_transcript, transcript_paths
+
+    if path.is_dir():
+        if not transcript_paths(path):
+            raise click.ClickException(f"{path}: no <session_id>.jsonl transcripts in this folder")
+    elif new_store and is_bundle(path):
+        load(path)
+    elif new_store:
+        read_transcript(path)
+
+
+@cli.command(
+    "import",
+    short_help="Import a bundle, a transcript, or a folder of them.",
+    epilog=examples(
+        "hermes-models import backup.jsonl --db ~/other/state.db",
+        "hermes-models import ~/.hermes/sessions/",
+    ),
+)
 @db_option
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option(
@@ -587,121 +795,227 @@ def export(
     show_default=True,
     help="Source of transcripts whose meta line names no platform.",
 )
-def import_(db_path: Path | None, path: Path, source: str) -> None:
+@format_options
+@click.pass_context
+def import_(
+    ctx: click.Context, db_path: str | None, path: Path, source: str, fmt: str | None
+) -> None:
     """Import a JSONL bundle, a legacy <session_id>.jsonl transcript, or a folder of them.
 
     Sessions already in the database are left as they are, so importing twice
-    is the same as importing once.
+    is the same as importing once. Input that cannot be imported creates no
+    database file.
     """
     from .bundle import is_bundle
 
-    console = _console()
-    with open_store(db_path) as store, _progress("importing") as progress:
-        if path.is_file() and is_bundle(path):
-            report = store.import_bundle(path, progress=progress)
-            console.print(
-                f"imported {report['sessions_added']} sessions and {report['messages_added']} "
-                f"messages ({report['sessions_skipped']} sessions already present, "
-                f"{report['messages_renumbered']} messages given new ids)"
-            )
-            return
-        totals = store.import_transcripts(path, source=source, progress=progress)
-    console.print(
-        f"imported {totals['sessions_added']} sessions and {totals['messages_added']} messages "
-        f"from {totals['files']} transcript files ({totals['sessions_skipped']} already present, "
-        f"{totals['lines_skipped']} lines skipped)"
-    )
-    for failure in totals["failed"]:
-        click.echo(f"failed: {failure['error']}", err=True)
-    if totals["failed"]:
+    _refuse_read_only(ctx)
+    _check_import_input(path, new_store=not resolve_path(db_path).exists())
+    bundle = path.is_file() and is_bundle(path)
+    report: dict[str, Any]
+    failed: list[dict[str, str]] = []
+    with SessionDB(db_path) as store, terminal.progress("importing") as progress:
+        if bundle:
+            report = dict(store.import_bundle(path, progress=progress))
+        else:
+            report = store.import_transcripts(path, source=source, progress=progress)
+            failed = report["failed"]
+    if fmt:
+        terminal.write_records([{"path": str(path), **report}], fmt)
+    elif bundle:
+        terminal.say(
+            f"imported {views.plural(report['sessions_added'], 'session')} and "
+            f"{views.plural(report['messages_added'], 'message')} "
+            f"({views.plural(report['sessions_skipped'], 'session')} already present, "
+            f"{views.plural(report['messages_renumbered'], 'message')} given new ids)"
+        )
+    else:
+        terminal.say(
+            f"imported {views.plural(report['sessions_added'], 'session')} and "
+            f"{views.plural(report['messages_added'], 'message')} from "
+            f"{views.plural(report['files'], 'transcript file')} "
+            f"({report['sessions_skipped']} already present, "
+            f"{views.plural(report['lines_skipped'], 'line')} skipped)"
+        )
+        for failure in failed:
+            terminal.say(f"failed: {failure['error']}", err=True)
+    if failed:
         raise click.exceptions.Exit(EXIT_FAILURE)
 
 
-def _bytes(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")  # pragma: no cover
+# -- health -------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(
+    short_help="Counts and sizes of the store.",
+    epilog=examples("hermes-models stats", "hermes-models stats --json"),
+)
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def stats(db_path: Path | None, as_json: bool) -> None:
+@format_options
+@click.pass_context
+def stats(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
     """Sessions, messages, file and WAL size, and search index rows against messages."""
     from .health import stats as store_stats
 
-    with open_store(db_path, must_exist=True, reading=True) as store:
+    with open_store(ctx, db_path, writes=False) as store:
         report = store_stats(store.database)
-    if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False))
+    if fmt:
+        terminal.write_records([report], fmt)
         return
-    table = Table(show_header=False, box=None, pad_edge=False)
-    rows = [
-        ("file", escape(report["path"])),
-        ("schema", f"v{report['schema_version']} ({report['journal_mode']} journal)"),
-        ("sessions", str(report["sessions"])),
-        (
-            "messages",
-            f"{report['messages']} ({report['active_messages']} active, "
-            f"{report['inactive_messages']} rewound)",
-        ),
-        ("file size", _bytes(report["file_bytes"])),
-        ("WAL size", _bytes(report["wal_bytes"])),
-    ]
-    for name, count in report["fts_rows"].items():
-        state = "in step" if count == report["messages"] else f"messages: {report['messages']}"
-        rows.append((name, f"{count} rows ({state})"))
-    for name, value in rows:
-        table.add_row(name, value)
-    _console().print(table)
+    terminal.emit(terminal.console(), views.stats_table(report))
 
 
-@cli.command()
+@cli.command(
+    short_help="Check the file without changing it.",
+    epilog=examples(
+        "hermes-models doctor", "hermes-models doctor --fix", "hermes-models doctor --json"
+    ),
+)
 @db_option
-def doctor(db_path: Path | None) -> None:
-    """Check the file (integrity, search indexes, foreign keys) without changing it.
-
-    Exits with status 1 when a check fails.
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Recount sessions whose counters disagree with their messages, and lower a "
+    "message id sequence near its limit; then check.",
+)
+@format_options
+@click.pass_context
+def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) -> None:
+    """Check the file (integrity, search indexes, foreign keys, counters) without
+    changing it; exits with status 1 when a check fails.
     """
     from .db import connect
     from .health import doctor as check
+    from .health import repair
 
     path = resolve_path(db_path)
     if not path.is_file():
         raise click.ClickException(f"no database at {path}")
-    db = connect(path, migrate=False)
+    notes: list[str] = []
+    if fix:
+        _refuse_read_only(ctx)
+        db = connect(path, migrate=False)
+        try:
+            fixed = repair(db)
+        finally:
+            db.close()
+        if fixed["recounted"]:
+            notes.append(f"recounted {views.plural(len(fixed['recounted']), 'session')}")
+        if fixed["sequence"]:
+            old, new = fixed["sequence"]
+            notes.append(f"lowered the message id sequence from {old} to {new}")
+    db = connect(path, migrate=False, read_only=True)
     try:
         report = check(db)
     finally:
         db.close()
-    console = _console()
-    for item in report["checks"]:
-        mark = "[green]ok[/green]  " if item["ok"] else "[red]FAIL[/red]"
-        console.print(f"{mark} {escape(item['name'])}: {escape(item['detail'])}")
     failed = [item for item in report["checks"] if not item["ok"]]
+    for note in notes:
+        terminal.say(f"fixed: {note}", err=bool(fmt))
+    if fmt:
+        terminal.write_records(report["checks"], fmt)
+    else:
+        out = terminal.console()
+        terminal.emit(out, views.doctor_lines(report["checks"]))
+        total = len(report["checks"])
+        if failed:
+            terminal.say(f"{path}: {len(failed)} of {total} checks failed")
+        else:
+            terminal.say(f"{path}: healthy ({views.plural(total, 'check')} passed)")
     if failed:
-        console.print(f"{path}: {len(failed)} of {len(report['checks'])} checks failed")
         raise click.exceptions.Exit(EXIT_FAILURE)
-    console.print(f"{path}: healthy ({len(report['checks'])} checks passed)")
 
 
-@cli.command()
+# -- maintenance --------------------------------------------------------------------------------
+
+
+@cli.command(
+    short_help="Archive a session with its compression chain.",
+    epilog=examples(
+        'hermes-models archive "writer retry policy"', "hermes-models archive --undo demo-retries"
+    ),
+)
 @db_option
-@click.argument("session_id")
+@session_argument
 @click.option("--undo", is_flag=True, help="Unarchive instead.")
-def archive(db_path: Path | None, session_id: str, undo: bool) -> None:
+@click.pass_context
+def archive(ctx: click.Context, db_path: str | None, session_id: str, undo: bool) -> None:
     """Archive a session and its whole compression chain (hidden from listings)."""
-    with open_store(db_path, must_exist=True) as store:
+    with open_store(ctx, db_path, writes=True) as store:
         resolved = _resolve(store, session_id)
         store.set_session_archived(resolved, not undo)
-    click.echo(f"{'unarchived' if undo else 'archived'} {resolved}")
+    terminal.say(f"{'unarchived' if undo else 'archived'} {resolved}")
 
 
-def _confirm(yes: bool, question: str) -> None:
-    if not yes:
-        click.confirm(question, abort=True, err=True)
+def _plan_report(
+    ctx: click.Context,
+    store: SessionDB,
+    plan: Any,
+    utc: bool,
+    fmt: str | None,
+    *,
+    ask: bool,
+    dry_run: bool,
+) -> list[dict[str, Any]]:
+    """The sessions a deletion plan touches, as records; shown on stderr before the
+    question when ``ask``, on stdout for a dry run (without ``--json`` & co.)."""
+    from .maintenance import describe
+
+    with using(store.database):
+        rows = views.plan_rows(
+            describe([*plan.deleted, *plan.orphaned]), set(plan.targets), set(plan.orphaned)
+        )
+    if not plan.deleted or not (ask or (dry_run and fmt is None)):
+        return rows
+    out = terminal.console(stderr=ask)
+    kept = f"; {views.children(len(plan.orphaned), 'stay')}" if plan.orphaned else ""
+    heading = (
+        f"{'delete' if ask else 'would delete'} {views.plural(len(plan.deleted), 'session')} "
+        f"({views.plural(plan.messages, 'message')}){kept}:"
+    )
+    terminal.emit(out, Text(heading))
+    shown = _short_ids(store, [row["id"] for row in rows], out.width)
+    terminal.emit(out, views.plan_table(rows, _clock(ctx, utc), shown))
+    return rows
+
+
+def _confirm(yes: bool, plan: Any) -> None:
+    """Ask before deleting; anything but yes (no, end of input, Ctrl-C) deletes nothing."""
+    if yes:
+        return
+    question = (
+        f"Delete {views.plural(len(plan.deleted), 'session')} and "
+        f"{views.plural(plan.messages, 'message')}?"
+    )
+    try:
+        agreed = click.confirm(question, err=True)
+    except click.exceptions.Abort:
+        agreed = False
+    if not agreed:
+        if not sys.stdin.isatty():
+            click.echo(err=True)  # the answer was not echoed: end the question's line
+        raise click.ClickException("not confirmed; nothing was deleted")
+
+
+def _vacuum_hint(plan: Any) -> None:
+    if plan.store_messages and plan.messages / plan.store_messages >= VACUUM_HINT_SHARE:
+        share = 100 * plan.messages / plan.store_messages
+        terminal.say(
+            f"hint: {share:.0f}% of the messages went; `hermes-models vacuum` gives the space "
+            "back to the file system",
+            err=True,
+        )
+
+
+def _deletion_done(plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb: str) -> None:
+    if fmt:
+        terminal.write_records(rows, fmt)
+    else:
+        kept = f"; {views.children(len(plan.orphaned), 'kept')}" if plan.orphaned else ""
+        terminal.say(
+            f"{verb} {views.plural(len(plan.deleted), 'session')} "
+            f"({views.plural(plan.messages, 'message')}){kept}"
+        )
+    _vacuum_hint(plan)
 
 
 sessions_dir_option = click.option(
@@ -714,24 +1028,62 @@ sessions_dir_option = click.option(
 )
 
 
-@cli.command()
+@cli.command(
+    short_help="Delete sessions, their messages and subagent runs.",
+    epilog=examples(
+        "hermes-models delete demo-asyncio --dry-run",
+        "hermes-models delete --yes 20260105_0900 demo-chinese",
+    ),
+)
 @db_option
-@click.argument("session_ids", nargs=-1, required=True, metavar="SESSION_ID...")
+@click.argument(
+    "session_ids",
+    nargs=-1,
+    required=True,
+    metavar="SESSION_ID...",
+    shell_complete=complete_session_ids,
+)
 @sessions_dir_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")
+@utc_option
+@format_options
+@click.pass_context
 def delete(
-    db_path: Path | None, session_ids: tuple[str, ...], sessions_dir: Path | None, yes: bool
+    ctx: click.Context,
+    db_path: str | None,
+    session_ids: tuple[str, ...],
+    sessions_dir: Path | None,
+    yes: bool,
+    dry_run: bool,
+    utc: bool,
+    fmt: str | None,
 ) -> None:
     """Delete sessions with their messages and the subagent runs tagged under them;
     every other child (branches, continuations, untagged children) is kept as a root."""
-    with open_store(db_path, must_exist=True) as store:
+    from .maintenance import plan_delete
+
+    with open_store(ctx, db_path, writes=not dry_run) as store:
         resolved = [_resolve(store, session_id) for session_id in session_ids]
-        _confirm(yes, f"delete {_plural(len(resolved), 'session')} and their subagent runs?")
-        count = store.delete_sessions(resolved, sessions_dir=sessions_dir)
-    click.echo(f"deleted {_plural(count, 'session')}")
+        with using(store.database):
+            plan = plan_delete(resolved)
+        rows = _plan_report(ctx, store, plan, utc, fmt, ask=not (dry_run or yes), dry_run=dry_run)
+        if dry_run:
+            if fmt:
+                terminal.write_records(rows, fmt)
+            return
+        _confirm(yes, plan)
+        store.delete_sessions(resolved, sessions_dir=sessions_dir)
+    _deletion_done(plan, rows, fmt, "deleted")
 
 
-@cli.command()
+@cli.command(
+    short_help="Delete old ended sessions.",
+    epilog=examples(
+        "hermes-models prune --older-than 30 --dry-run",
+        "hermes-models prune --older-than 90 --source telegram --yes",
+    ),
+)
 @db_option
 @click.option(
     "--older-than",
@@ -745,27 +1097,46 @@ def delete(
 @click.option("--source", default=None, help="Only sessions from this source.")
 @sessions_dir_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")
+@utc_option
+@format_options
+@click.pass_context
 def prune(
-    db_path: Path | None, days: float, source: str | None, sessions_dir: Path | None, yes: bool
+    ctx: click.Context,
+    db_path: str | None,
+    days: float,
+    source: str | None,
+    sessions_dir: Path | None,
+    yes: bool,
+    dry_run: bool,
+    utc: bool,
+    fmt: str | None,
 ) -> None:
     """Delete old ended sessions; their children, whatever they are, are kept as roots."""
-    with open_store(db_path, must_exist=True) as store:
-        _confirm(yes, f"delete ended sessions started more than {days:g} days ago?")
-        count = store.prune_sessions(older_than_days=days, source=source, sessions_dir=sessions_dir)
-    click.echo(f"pruned {_plural(count, 'session')}")
+    from .maintenance import plan_prune
 
-
-@cli.command()
-@db_option
-def vacuum(db_path: Path | None) -> None:
-    """Merge the search index segments and compact the file."""
-    path = resolve_path(db_path)
-    with open_store(db_path, must_exist=True) as store:
-        before = _file_size(path)
-        indexes = store.vacuum()
-        after = _file_size(path)
-    optimized = _plural(indexes, "search index", "search indexes")
-    click.echo(f"optimized {optimized}; {path}: {before:,} -> {after:,} bytes")
+    with open_store(ctx, db_path, writes=not dry_run) as store:
+        planned_at = time.time()
+        with using(store.database):
+            plan = plan_prune(days, source)
+        rows = _plan_report(ctx, store, plan, utc, fmt, ask=not (dry_run or yes), dry_run=dry_run)
+        if dry_run:
+            if fmt:
+                terminal.write_records(rows, fmt)
+            elif not plan.deleted:
+                terminal.say("nothing to prune")
+            return
+        if not plan.deleted:
+            terminal.say("nothing to prune")
+            return
+        _confirm(yes, plan)
+        # The cutoff stays where it was when the plan was shown, however long the answer took.
+        store.prune_sessions(
+            older_than_days=days + (time.time() - planned_at) / 86400,
+            source=source,
+            sessions_dir=sessions_dir,
+        )
+    _deletion_done(plan, rows, fmt, "pruned")
 
 
 def _file_size(path: Path) -> int:
@@ -774,37 +1145,99 @@ def _file_size(path: Path) -> int:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status instead of raising it."""
+@cli.command(
+    short_help="Merge search index segments and compact the file.",
+    epilog=examples("hermes-models vacuum", "hermes-models vacuum --json"),
+)
+@db_option
+@format_options
+@click.pass_context
+def vacuum(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
+    """Merge the search index segments and compact the file."""
+    path = resolve_path(db_path)
+    with open_store(ctx, db_path, writes=True) as store:
+        before = _file_size(path)
+        with terminal.working(f"merging search index segments and compacting {views.size(before)}"):
+            indexes = store.vacuum()
+        after = _file_size(path)
+    if fmt:
+        record = {
+            "path": str(path),
+            "indexes_optimized": indexes,
+            "bytes_before": before,
+            "bytes_after": after,
+        }
+        terminal.write_records([record], fmt)
+        return
+    optimized = views.plural(indexes, "search index", "search indexes")
+    terminal.say(f"optimized {optimized}; {path}: {views.size(before)} -> {views.size(after)}")
+
+
+@cli.command(
+    short_help="Copy the database while it is in use (checked, 0600).",
+    epilog=examples(
+        "hermes-models backup ~/backups/",
+        "hermes-models backup ~/backups --keep 7",
+        "hermes-models backup /tmp/state-copy.db",
+    ),
+)
+@db_option
+@click.argument("dest")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="DEST is a folder: keep only the newest N copies of this database there.",
+)
+@format_options
+@click.pass_context
+def backup(
+    ctx: click.Context, db_path: str | None, dest: str, keep: int | None, fmt: str | None
+) -> None:
+    """Copy the database to DEST while it is in use: a consistent snapshot, mode 0600,
+    checked with integrity_check before it is kept.
+
+    DEST is a new file, or a folder (existing, ending in /, or with --keep) where
+    the copy is named <name>-<UTC time>.db.
+    """
+    from .backup import backup as copy_store
+
+    path = resolve_path(db_path)
+    if not path.is_file():
+        raise click.ClickException(f"{path} does not exist (nothing to back up)")
+    with terminal.progress("backing up") as progress:
+        result = copy_store(path, dest, keep=keep, progress=progress)
+    if fmt:
+        terminal.write_records([result], fmt)
+        return
+    terminal.say(
+        f"backed up {result['source']} to {result['path']} "
+        f"({views.size(result['bytes'])}, integrity_check ok)"
+    )
+    for old in result["removed"]:
+        terminal.say(f"removed old copy {old}")
+
+
+# -- entry points -------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None, prog_name: str = "hermes-models") -> int:
+    """Run the CLI as the console script does (click's standalone mode); the exit status."""
     try:
-        cli.main(args=argv, prog_name="hermes-models", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return EXIT_FAILURE
-    except click.exceptions.NoArgsIsHelpError as exc:
-        exc.show()
-        return exc.exit_code
-    except click.UsageError as exc:
-        # One line, like every other error; the hint says where the usage is.
-        command = exc.ctx.command_path if exc.ctx is not None else "hermes-models"
-        message = " ".join(exc.format_message().split())
-        click.echo(f"Error: {message} (see '{command} --help')", err=True)
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        cli.main(args=argv, prog_name=prog_name)
+        status = 0
+    except SystemExit as exc:
+        code = exc.code
+        status = code if isinstance(code, int) else (0 if code is None else EXIT_FAILURE)
+    try:
+        sys.stdout.flush()
     except BrokenPipeError:
-        # The reader went away (e.g. `| head`): stop quietly, and keep Python
-        # from complaining again when it flushes stdout at exit.
+        # The reader went away before the last bytes were flushed: drop them quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_FAILURE
-    except Exception as exc:  # the CLI never shows a traceback
-        click.echo(f"Error: {_one_line(exc)}", err=True)
-        return EXIT_FAILURE
-    return 0
+    except (OSError, ValueError):
+        pass
+    return status
 
 
 def run() -> None:
@@ -812,4 +1245,4 @@ def run() -> None:
     sys.exit(main())
 
 
-__all__ = ["cli", "main", "run"]
+__all__ = ["cli", "complete_session_ids", "main", "run"]

@@ -9,10 +9,11 @@ instead of breaking the whole output.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
+
+from .checks import epoch_datetime
 
 #: What a missing time (e.g. a session that has not ended) looks like.
 MISSING = "-"
@@ -20,13 +21,11 @@ MISSING = "-"
 
 def moment(epoch: Any, *, utc: bool) -> datetime | None:
     """``epoch`` as an aware datetime in UTC or the local zone; None when it is not a time."""
-    if isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
-        return None
-    if not math.isfinite(epoch):
-        return None
+    when = epoch_datetime(epoch)
+    if when is None or utc:
+        return when
     try:
-        when = datetime.fromtimestamp(epoch, tz=timezone.utc)
-        return when if utc else when.astimezone()
+        return when.astimezone()
     except (OverflowError, OSError, ValueError):
         return None
 

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import IO, Any
 
+from . import clock
 from .bundle import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -23,18 +24,13 @@ from .bundle import (
     selection,
     session_rows,
 )
-from .checks import epoch_datetime
 from .db import current
 from .lineage import kind_of
 from .models import Session, decode_content, decode_json
 
 
 def _when(epoch: Any) -> str:
-    if epoch is None:
-        return "-"
-    moment = epoch_datetime(epoch)
-    # A value no date can stand for (written by another program) is shown as it is.
-    return str(epoch) if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return clock.when(epoch, utc=True, seconds=True, zone=True)
 
 
 def _fence(text: str, info: str = "") -> str:

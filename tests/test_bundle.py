@@ -671,7 +671,7 @@ def test_cli_imports_a_transcript_folder_and_fails_on_a_bad_file(tmp_path: Path)
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.db"), str(folder)])
     assert result.exit_code == 1
     assert result.stdout == (
-        "imported 1 sessions and 1 messages from 2 transcript files (0 already present, "
+        "imported 1 session and 1 message from 2 transcript files (0 already present, "
         "0 lines skipped)\n"
     )
     assert result.stderr == f"failed: {folder / 'bad.jsonl'}:1: not valid JSON\n"

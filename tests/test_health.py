@@ -1,18 +1,23 @@
-"""``stats`` and ``doctor``: counts and sizes, and a check-up that names what is wrong."""
+"""``stats`` and ``doctor``: counts and sizes, and a check-up that names what is wrong,
+never writes, and repairs counters and the message id sequence with ``--fix``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from console_script import environment, make_read_only, run, run_unprivileged
 
 import hermes_models
-from hermes_models import SessionDB, health
-from hermes_models.cli import cli
+from hermes_models import Message, SessionDB, health, write
+from hermes_models.checks import INT64_MAX
 
 import legacy
 
@@ -26,6 +31,8 @@ CHECKS = [
     "fts integrity-check messages_fts_trigram",
     "messages_fts_trigram triggers",
     "messages_fts_trigram matches messages",
+    "session counters",
+    "message id sequence",
 ]
 
 
@@ -48,7 +55,7 @@ def _sql(path: Path, *statements: str) -> None:
 
 
 def _doctor(path: Path) -> dict[str, Any]:
-    db = hermes_models.connect(path, migrate=False)
+    db = hermes_models.connect(path, migrate=False, read_only=True)
     try:
         return health.doctor(db)
     finally:
@@ -57,6 +64,13 @@ def _doctor(path: Path) -> dict[str, Any]:
 
 def _failed(report: dict[str, Any]) -> dict[str, str]:
     return {c["name"]: c["detail"] for c in report["checks"] if not c["ok"]}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- stats ----------------------------------------------------------------------------------
 
 
 def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -> None:
@@ -113,14 +127,33 @@ def test_a_writable_open_rebuilds_an_index_that_lost_a_trigger(store_file: Path)
     assert found == ["cont-2"]
 
 
+# -- doctor: what it finds --------------------------------------------------------------------
+
+
 def test_doctor_passes_a_sound_file_and_changes_nothing(store_file: Path) -> None:
-    before = legacy.dump(store_file)
+    before, digest = legacy.dump(store_file), _digest(store_file)
     report = _doctor(store_file)
     assert report["path"] == str(store_file)
     assert report["ok"] is True
     assert [c["name"] for c in report["checks"]] == CHECKS
+    assert [c["detail"] for c in report["checks"]][-2:] == [
+        "every session's counters match its messages",
+        f"{INT64_MAX - 18:,} ids left",
+    ]
     assert all(c["ok"] for c in report["checks"])
-    assert legacy.dump(store_file) == before
+    assert (legacy.dump(store_file), _digest(store_file)) == (before, digest)
+
+
+def test_doctor_needs_no_lock_while_another_process_writes(store_file: Path) -> None:
+    holder = sqlite3.connect(store_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("UPDATE sessions SET title = title")
+        report = _doctor(store_file)  # a write (or a write lock) would fail here
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert report["ok"] is True
 
 
 def test_doctor_names_a_missing_trigger_and_the_unindexed_message(store_file: Path) -> None:
@@ -129,6 +162,7 @@ def test_doctor_names_a_missing_trigger_and_the_unindexed_message(store_file: Pa
         "DROP TRIGGER messages_fts_insert",
         "INSERT INTO messages (session_id, role, content, timestamp)"
         " VALUES ('cont-2', 'user', 'x', 9)",
+        "UPDATE sessions SET message_count = message_count + 1 WHERE id = 'cont-2'",
     )
     report = _doctor(store_file)
     assert report["ok"] is False
@@ -173,53 +207,163 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
         "foreign_key_check",
         "fts integrity-check messages_fts",
         "fts integrity-check messages_fts_trigram",
+        "message id sequence",
     ]
     assert legacy.dump(path) == before
 
 
-# -- the command line -----------------------------------------------------------------------
+# -- counters and the id sequence -------------------------------------------------------------
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SessionDB]:
+    with SessionDB(db_path) as session_db:
+        session_db.create_session("kept", "cli", started_at=1_767_603_600.0)
+        session_db.append_message("kept", "user", "hello")
+        session_db.append_message("kept", "assistant", None, tool_calls=[{"id": "a"}, {"id": "b"}])
+        yield session_db
+
+
+def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
+    store: SessionDB, db_path: Path
+) -> None:
+    write(lambda: Message.create(session="kept", role="user", content="by hand", timestamp=1.0))
+    assert store.get_session("kept")["message_count"] == 2  # Message.create keeps no counter
+    assert health.counter_mismatches(store.database) == [
+        {"id": "kept", "message_count": 2, "messages": 3, "tool_call_count": 2, "tool_calls": 2}
+    ]
+    assert _failed(_doctor(db_path)) == {
+        "session counters": "1 session(s) disagree with their messages: kept (message_count 2, "
+        "3 messages; tool_call_count 2, 2 tool calls) (`hermes-models doctor --fix` recounts them)"
+    }
+    assert health.repair(store.database) == {"recounted": ["kept"], "sequence": None}
+    assert store.get_session("kept")["message_count"] == 3
+    assert _doctor(db_path)["ok"] is True
+
+
+def test_many_wrong_counters_are_named_five_at_a_time(store: SessionDB, db_path: Path) -> None:
+    for index in range(7):
+        store.create_session(f"s{index}", "cli")
+    _sql(db_path, "UPDATE sessions SET message_count = 9")
+    detail = _failed(_doctor(db_path))["session counters"]
+    assert detail.startswith("8 session(s) disagree with their messages: kept (message_count 9,")
+    assert "s3 (message_count 9, 0 messages; tool_call_count 0, 0 tool calls) and 3 more" in detail
+
+
+def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_path: Path) -> None:
+    _sql(db_path, f"UPDATE sqlite_sequence SET seq = {INT64_MAX - 10} WHERE name = 'messages'")
+    assert _failed(_doctor(db_path)) == {
+        "message id sequence": f"at {INT64_MAX - 10}: only 10 ids left before 2**63-1, after "
+        "which no message can be appended (`hermes-models doctor --fix` lowers it to the "
+        "highest id in use)"
+    }
+    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 2]}
+    assert store.append_message("kept", "user", "appends again") == 3
+    assert _doctor(db_path)["ok"] is True
+
+
+def test_a_sequence_the_messages_themselves_exhaust_is_not_lowered(
+    store: SessionDB, db_path: Path
+) -> None:
+    _sql(
+        db_path,
+        f"UPDATE messages SET id = {INT64_MAX - 5} WHERE id = 2",
+        f"UPDATE sqlite_sequence SET seq = {INT64_MAX - 5} WHERE name = 'messages'",
+    )
+    detail = _failed(_doctor(db_path))["message id sequence"]
+    assert detail.endswith(
+        "(the highest message id itself is that close: the messages must be renumbered)"
+    )
+    assert health.repair(store.database) == {"recounted": [], "sequence": None}
+    assert health.message_sequence(store.database)["sequence"] == INT64_MAX - 5
+
+
+# -- the command line --------------------------------------------------------------------------
 
 
 def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
-    result = CliRunner().invoke(cli, ["doctor", "--db", str(store_file)])
-    assert result.exit_code == 0
-    lines = result.output.splitlines()
+    wide = environment(store_file.parent, COLUMNS="200")
+    result = run("doctor", "--db", str(store_file), cwd=store_file.parent, env=wide)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (9 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (11 checks passed)"
 
 
 def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     _sql(store_file, "DROP TRIGGER messages_fts_trigram_update")
-    result = CliRunner().invoke(cli, ["doctor", "--db", str(store_file)])
-    assert result.exit_code == 1
+    result = run("doctor", "--db", str(store_file), cwd=store_file.parent)
+    assert result.returncode == 1
     assert (
-        "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.output
+        "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.output.splitlines()[-1] == f"{store_file}: 1 of 9 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 11 checks failed"
+    records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
+    assert records.returncode == 1
+    assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
+        "messages_fts_trigram triggers"
+    ]
+
+
+def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path) -> None:
+    write(lambda: Message.create(session="kept", role="user", content="by hand", timestamp=1.0))
+    store.close()
+    before = run("doctor", "--db", str(db_path), cwd=db_path.parent)
+    assert before.returncode == 1
+    assert "FAIL session counters: 1 session(s) disagree" in " ".join(before.stdout.split())
+    fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
+    assert (fixed.returncode, fixed.stderr) == (0, "")
+    assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (11 checks passed)"
+    refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
+    assert refused.returncode == 2
+
+
+def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
+    folder = store_file.parent
+    for sidecar in folder.glob("state.db-*"):
+        sidecar.unlink()
+    digest = _digest(store_file)
+    make_read_only(store_file, folder)
+    try:
+        result = run_unprivileged("doctor", "--db", str(store_file), cwd=folder)
+        stats = run_unprivileged("stats", "--db", str(store_file), "--nl", cwd=folder)
+        writing = run_unprivileged("vacuum", "--db", str(store_file), cwd=folder)
+    finally:
+        folder.chmod(0o755)
+        store_file.chmod(0o600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (11 checks passed)"
+    assert "read_only=True" not in result.stderr
+    assert json.loads(stats.stdout)["sessions"] == 8
+    assert writing.returncode == 1
+    assert writing.stderr.splitlines()[-1] == (
+        f"Error: {store_file} cannot be written here (the file or its folder is read-only)"
+    )
+    assert _digest(store_file) == digest
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
 
 
 def test_cli_doctor_on_a_missing_file_is_one_line(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["doctor", "--db", str(tmp_path / "none.db")])
-    assert (result.exit_code, result.output) == (
-        1,
-        f"Error: no database at {tmp_path / 'none.db'}\n",
-    )
+    result = run("doctor", "--db", str(tmp_path / "none.db"), cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"Error: no database at {tmp_path / 'none.db'}\n"
     assert not (tmp_path / "none.db").exists()
 
 
 def test_cli_stats_prints_the_report(store_file: Path) -> None:
-    runner = CliRunner()
-    result = runner.invoke(cli, ["stats", "--db", str(store_file), "--json"])
-    assert result.exit_code == 0
-    report = json.loads(result.output)
+    records = run("stats", "--db", str(store_file), "--json", cwd=store_file.parent)
+    assert records.returncode == 0
+    [report] = json.loads(records.stdout)
     assert (report["sessions"], report["messages"], report["fts_rows"]) == (
         8,
         18,
         {"messages_fts": 18, "messages_fts_trigram": 18},
     )
-    table = runner.invoke(cli, ["stats", "--db", str(store_file)])
-    assert table.exit_code == 0
-    rows = [" ".join(line.split()) for line in table.output.splitlines()]
+    wide = environment(store_file.parent, COLUMNS="200")
+    table = run("stats", "--db", str(store_file), cwd=store_file.parent, env=wide)
+    assert table.returncode == 0
+    rows = [" ".join(line.split()) for line in table.stdout.splitlines()]
     assert rows[1:4] == [
         "schema v16 (wal journal)",
         "sessions 8",
@@ -229,3 +373,16 @@ def test_cli_stats_prints_the_report(store_file: Path) -> None:
         "messages_fts 18 rows (in step)",
         "messages_fts_trigram 18 rows (in step)",
     ]
+
+
+def test_python_dash_m_doctor(store_file: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_models", "doctor", "--db", str(store_file), "--nl"],
+        env=environment(store_file.parent),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == len(CHECKS)

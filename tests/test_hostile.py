@@ -1035,7 +1035,7 @@ CLI_CASES = [
     (["show"], 2, r"Missing argument 'SESSION_ID'"),
     (["lineage", "\udcff"], 1, r"session_id_or_prefix contains text that cannot be stored"),
     (["lineage", "nope"], 1, r"no session matches 'nope'"),
-    (["resume", "c"], 1, r"no session matches 'c'"),
+    (["resume", "c"], 1, r"'c' is ambiguous: several session ids start with it \(c1, c2\)"),
     (["resume", "\ud800"], 1, r"session_id_or_prefix contains text that cannot be stored"),
     (["demo", "--keep", "--bogus"], 2, r"No such option '--bogus'"),
 ]

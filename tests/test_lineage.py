@@ -441,8 +441,8 @@ def test_cli_lineage_tree_and_resume(chain: SessionDB) -> None:
     assert lines == [
         "r  root  'deep work'  2 msgs  ended: compression",
         "├── r-sub  ephemeral  2 msgs",
-        "├── c1  compression  2 msgs  ended: compression  (asked)",
-        "│   ├── c2  compression  2 msgs  <- resume",
+        "├── c1  compression  (asked)  2 msgs  ended: compression",
+        "│   ├── c2  compression  <- resume  2 msgs",
         "│   └── c1-late-delegate  ephemeral  2 msgs",
         "└── r-branch  branch  2 msgs",
     ]
@@ -460,7 +460,7 @@ def test_cli_sessions_hide_what_pickers_hide(chain: SessionDB) -> None:
 
     from hermes_models.cli import cli
 
-    result = CliRunner().invoke(cli, ["sessions", "--json", "--db", str(chain.db_path)])
+    result = CliRunner().invoke(cli, ["sessions", "--nl", "--db", str(chain.db_path)])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [(row["id"], row.get("_lineage_root_id")) for row in rows] == [

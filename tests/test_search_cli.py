@@ -15,7 +15,7 @@ T0 = 1_767_603_600.0  # 2026-01-05 09:00 UTC
 
 
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"})
+    return CliRunner().invoke(cli, ["--utc", *args], env={"COLUMNS": "200"})
 
 
 @pytest.fixture
@@ -38,23 +38,23 @@ def test_search_prints_hits_with_marked_matches(filled: Path) -> None:
     result = invoke("search", "--db", str(filled), "asyncio")
     assert result.exit_code == 0, result.output
     assert result.output == (
-        "en assistant #2 2026-01-05 09:00 cli\n"
+        "en assistant #2 2026-01-05 09:00 UTC cli\n"
         "  Run [bold]>>>asyncio<<<[/bold].run(main()). Done.\n"
-        "en user #1 2026-01-05 09:00 cli\n"
+        "en user #1 2026-01-05 09:00 UTC cli\n"
         "  How do I use the >>>asyncio<<< event loop?\n"
     )
 
 
 def test_search_cjk_role_source_and_limit(filled: Path) -> None:
     out = invoke("search", "--db", str(filled), "事件循环", "--role", "assistant").output
-    assert (
-        out
-        == "zh assistant:explain #4 2026-01-05 09:01 telegram\n  >>>事件循环<<<调度协程。 explain\n"
+    assert out == (
+        "zh assistant:explain #4 2026-01-05 09:01 UTC telegram\n"
+        "  >>>事件循环<<<调度协程。 explain\n"
     )
     assert invoke(
         "search", "--db", str(filled), "事件循环 OR asyncio", "--source", "cli", "--limit", "1"
     ).output == (
-        "en assistant #2 2026-01-05 09:00 cli\n"
+        "en assistant #2 2026-01-05 09:00 UTC cli\n"
         "  Run [bold]>>>asyncio<<<[/bold].run(main()). Done.\n"
     )
     assert (
@@ -77,10 +77,10 @@ def test_search_sessions(filled: Path) -> None:
 def test_search_json_is_the_library_result(filled: Path) -> None:
     out = invoke("search", "--db", str(filled), "事件循环", "--json").output
     with SessionDB(filled) as store:
-        assert [json.loads(line) for line in out.splitlines()] == store.search_messages("事件循环")
+        assert json.loads(out) == store.search_messages("事件循环")
     out = invoke("search", "--db", str(filled), "asyncio", "--json", "--sessions").output
     with SessionDB(filled) as store:
-        assert [json.loads(line) for line in out.splitlines()] == store.search_sessions("asyncio")
+        assert json.loads(out) == store.search_sessions("asyncio")
 
 
 @pytest.mark.parametrize("query", ['"unbalanced', "C++", "AND", "foo:bar", "^*"])
@@ -115,5 +115,5 @@ def test_demo_shows_english_chinese_and_session_searches() -> None:
     assert "  请解释一下 Python 异步编程中的>>>事件循环<<<是怎么工作的？" in out
     assert "Search messages: 异步" in out
     assert "  请解释一下 Python >>>异步<<<编程中的事件循环是怎么工作的？" in out
-    assert "demo-retries 'writer retry policy' 3 hits score " in out
+    assert "demo-retries 3 hits score 3.04 'writer retry policy'" in out
     assert "(best hit in demo-subagent)" in out

@@ -1,0 +1,220 @@
+"""What ``hermes-models`` prints: consoles, records for scripts, progress and times.
+
+People get rich renderables laid out for the terminal's width: wrapped, never
+cut, and without the padding rich puts after the last column of a table.
+Scripts get records (a list of flat dicts) as one JSON array (``--json``, as
+sqlite-utils and ``llm logs`` print it), one JSON object per line (``--nl``),
+or CSV/TSV with a header row; values that are lists or dicts become JSON text
+in CSV/TSV cells.
+
+When the reader of standard output goes away (``| head``), output stops
+quietly with exit status 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console, RenderableType
+from rich.segment import Segment, Segments
+from rich.text import Text
+
+from . import clock
+
+#: The ``--json``/``--nl``/``--csv``/``--tsv`` formats.
+FORMATS = ("json", "nl", "csv", "tsv")
+
+
+def stop_quietly() -> NoReturn:
+    """The reader of standard output went away: send the rest nowhere and exit with 0."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # standard output is not a real file (tests); nothing more can be written
+    raise click.exceptions.Exit(0)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stop_quietly()
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console on standard output (or error) that prints text literally."""
+    return _Console(highlight=False, stderr=stderr, emoji=False)
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """``line`` without trailing blanks that show nothing (no background colour)."""
+    kept = list(line)
+    while kept:
+        last = kept[-1]
+        if last.control or (last.style is not None and last.style.bgcolor is not None):
+            break
+        text = last.text.rstrip(" ")
+        if text:
+            kept[-1] = Segment(text, last.style)
+            break
+        kept.pop()
+    return kept
+
+
+def emit(out: Console, renderable: RenderableType) -> None:
+    """Print ``renderable`` laid out for the console's width, lines right-trimmed."""
+    segments: list[Segment] = []
+    for line in out.render_lines(renderable, out.options, pad=False):
+        segments.extend(_rstrip(line))
+        segments.append(Segment.line())
+    out.print(Segments(segments), end="", crop=False)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """A line for people: wrapped between words on a terminal, kept whole in a pipe."""
+    out = console(stderr=err)
+    if out.is_terminal:
+        emit(out, Text(text))
+    else:
+        try:
+            click.echo(text, err=err)
+        except BrokenPipeError:
+            stop_quietly()
+
+
+# -- records for scripts ------------------------------------------------------------------
+
+
+@contextmanager
+def utf8_stdout() -> Iterator[Any]:
+    """Standard output as UTF-8 text, whatever the locale says."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n", write_through=True)
+    try:
+        yield stream
+    finally:
+        try:
+            stream.flush()
+        finally:
+            stream.detach()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return list(names)
+
+
+def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
+    """Print ``rows`` as ``json`` (one array), ``nl`` (an object a line), ``csv`` or ``tsv``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: unknown output format {fmt!r}")
+    try:
+        with utf8_stdout() as stream:
+            if fmt in ("csv", "tsv"):
+                table = list(rows)
+                names = _columns(table)
+                if not names:
+                    return
+                writer = csv.writer(stream, dialect="excel-tab" if fmt == "tsv" else "excel")
+                writer.writerow(names)
+                for row in table:
+                    writer.writerow([_cell(row.get(name)) for name in names])
+                return
+            first = True
+            for row in rows:
+                text = json.dumps(row, ensure_ascii=False)
+                if fmt == "nl":
+                    stream.write(text + "\n")
+                else:
+                    stream.write(("[" if first else ",\n ") + text)
+                first = False
+            if fmt == "json":
+                stream.write("[]\n" if first else "]\n")
+    except BrokenPipeError:
+        stop_quietly()
+
+
+# -- progress -----------------------------------------------------------------------------
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error, drawn on a terminal only; yields the callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    err = console(stderr=True)
+    columns = (label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextmanager
+def working(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time on standard error (a terminal only) for work
+    whose length is unknown."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    err = console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn(label), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        bar.add_task(label, total=None)
+        yield
+
+
+# -- times --------------------------------------------------------------------------------
+
+
+class Clock:
+    """Times as the user asked for them: local time with its zone, or UTC (``--utc``)."""
+
+    def __init__(self, utc: bool) -> None:
+        self.utc = utc
+
+    def cell(self, epoch: Any) -> str:
+        """For a column whose header names the zone."""
+        return clock.when(epoch, utc=self.utc)
+
+    def stamp(self, epoch: Any) -> str:
+        """On its own: with the zone after it."""
+        return clock.when(epoch, utc=self.utc, zone=epoch is not None)
+
+    def header(self, label: str, epochs: Iterable[Any]) -> str:
+        """A column header naming the zone of its times: ``Last active (UTC)``."""
+        return f"{label} ({clock.zones(epochs, utc=self.utc)})"
+
+
+__all__ = [
+    "FORMATS",
+    "Clock",
+    "console",
+    "emit",
+    "progress",
+    "say",
+    "stop_quietly",
+    "utf8_stdout",
+    "working",
+    "write_records",
+]

@@ -1,0 +1,195 @@
+"""archive, delete, prune, vacuum and backup from the installed script: what goes is
+named before it goes, a dry run changes nothing, large deletions suggest a vacuum, long
+work shows progress on a terminal, and backups are private checked copies."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+from console_script import build_demo_store, environment, run
+
+from hermes_models import SessionDB
+
+from snapshots import snapshot
+
+pytestmark = pytest.mark.slow
+
+T0 = 1_767_603_600.0
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path) -> Path:
+    return build_demo_store(tmp_path / "demo.db")
+
+
+def ids(path: Path) -> list[str]:
+    with SessionDB(path, read_only=True) as store:
+        return sorted(s["id"] for s in store.list_sessions(limit=None, include_archived=True))
+
+
+def test_archive_hides_the_whole_chain_and_undo_brings_it_back(demo_db: Path) -> None:
+    result = run("archive", "--db", str(demo_db), "writer retry policy", cwd=demo_db.parent)
+    assert (result.returncode, result.stdout) == (0, "archived demo-retries\n")
+    with SessionDB(demo_db) as store:
+        every = store.list_sessions(limit=None, include_archived=True)
+        assert sorted(s["id"] for s in every if s["archived"]) == ["demo-retries", "demo-retries-2"]
+    result = run("archive", "--db", str(demo_db), "--undo", "demo-retries-2", cwd=demo_db.parent)
+    assert (result.returncode, result.stdout) == (0, "unarchived demo-retries-2\n")
+    with SessionDB(demo_db) as store:
+        assert [s["id"] for s in store.list_sessions(limit=None) if s["archived"]] == []
+
+
+def test_delete_takes_subagent_runs_and_keeps_branches(demo_db: Path) -> None:
+    result = run(
+        "delete",
+        "--db",
+        str(demo_db),
+        "--yes",
+        "demo-retries-2",
+        "demo-asyncio",
+        cwd=demo_db.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "deleted 3 sessions (8 messages); 1 child kept as a root\n"
+    assert ids(demo_db) == ["demo-asyncio-branch", "demo-chinese", "demo-retries"]
+    with SessionDB(demo_db) as store:
+        assert store.get_session("demo-asyncio-branch")["parent_session_id"] is None
+
+
+def test_the_question_names_what_goes_and_no_changes_nothing(demo_db: Path) -> None:
+    before = snapshot(demo_db)
+    result = run("delete", "--db", str(demo_db), "demo-retries-2", cwd=demo_db.parent, stdin="n\n")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "delete 2 sessions (4 messages):",
+        "ID              Source    Msgs  Started (UTC)     Effect / title",
+        "demo-retries-2  cli          2  2026-01-05 09:31  deleted",
+        "                                                  writer retry policy #2",
+        "demo-subagent   delegate     2  2026-01-05 09:31  deleted with its parent",
+        "Delete 2 sessions and 4 messages? [y/N]: ",
+        "Error: not confirmed; nothing was deleted",
+    ]
+    assert snapshot(demo_db) == before
+    yes = run("delete", "--db", str(demo_db), "demo-retries-2", cwd=demo_db.parent, stdin="y\n")
+    assert yes.returncode == 0
+    assert yes.stdout == "deleted 2 sessions (4 messages)\n"
+
+
+def test_prune_dry_run_names_what_would_go_and_changes_nothing(demo_db: Path) -> None:
+    before = snapshot(demo_db)
+    result = run(
+        "prune", "--db", str(demo_db), "--older-than", "0", "--dry-run", cwd=demo_db.parent
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [
+        "would delete 3 sessions (10 messages); 2 children stay as roots:",
+        "ID                   Source    Msgs  Started (UTC)     Effect / title",
+        "demo-asyncio         cli          4  2026-01-05 09:00  deleted",
+        "                                                       asyncio file IO",
+        "demo-asyncio-branch  cli          6  2026-01-05 09:20  kept as a root",
+        "                                                       asyncio, take two",
+        "demo-retries         cli          4  2026-01-05 09:30  deleted",
+        "                                                       writer retry policy",
+        "demo-retries-2       cli          2  2026-01-05 09:31  kept as a root",
+        "                                                       writer retry policy #2",
+        "demo-subagent        delegate     2  2026-01-05 09:31  deleted",
+    ]
+    records = run(
+        "prune", "--db", str(demo_db), "--older-than", "0", "--dry-run", "--nl", cwd=demo_db.parent
+    )
+    assert [(r["id"], r["effect"]) for r in map(json.loads, records.stdout.splitlines())] == [
+        ("demo-asyncio", "deleted"),
+        ("demo-asyncio-branch", "kept as a root"),
+        ("demo-retries", "deleted"),
+        ("demo-retries-2", "kept as a root"),
+        ("demo-subagent", "deleted"),
+    ]
+    nothing = run(
+        "prune", "--db", str(demo_db), "--older-than", "99999", "--dry-run", cwd=demo_db.parent
+    )
+    assert (nothing.returncode, nothing.stdout) == (0, "nothing to prune\n")
+    assert snapshot(demo_db) == before
+
+
+def test_prune_deletes_what_the_dry_run_named(demo_db: Path) -> None:
+    result = run(
+        "prune",
+        "--db",
+        str(demo_db),
+        "--older-than",
+        "30",
+        "--source",
+        "cli",
+        "--yes",
+        cwd=demo_db.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "pruned 2 sessions (8 messages); 2 children kept as roots\n"
+    assert ids(demo_db) == [
+        "demo-asyncio-branch",
+        "demo-chinese",
+        "demo-retries-2",
+        "demo-subagent",
+    ]
+
+
+def test_a_large_deletion_suggests_vacuum_and_a_small_one_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    with SessionDB(path) as store:
+        for index in range(40):
+            store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
+            store.append_message(f"s{index:02d}", "user", "hello", timestamp=T0 + index)
+    small = run("delete", "--db", str(path), "-y", "s00", cwd=tmp_path)
+    assert (small.returncode, small.stderr) == (0, "")
+    large = run("delete", "--db", str(path), "-y", "s01", "s02", "s03", cwd=tmp_path)
+    assert large.returncode == 0
+    assert large.stderr == (
+        "hint: 8% of the messages went; `hermes-models vacuum` gives the space back to the "
+        "file system\n"
+    )
+
+
+def forced_terminal(tmp_path: Path) -> dict[str, str]:
+    """Rich takes the pipes for an interactive terminal: progress is drawn."""
+    return environment(tmp_path, TTY_COMPATIBLE="1", TTY_INTERACTIVE="1")
+
+
+def test_vacuum_shows_its_steps_while_it_works(demo_db: Path) -> None:
+    with SessionDB(demo_db) as store:
+        before = store.message_count(include_inactive=True)
+    result = run(
+        "vacuum", "--db", str(demo_db), cwd=demo_db.parent, env=forced_terminal(demo_db.parent)
+    )
+    assert result.returncode == 0, result.stderr
+    assert "merging search index segments" in result.stderr
+    assert "compacting 180.2 kB" in result.stderr
+    assert " ".join(result.stdout.split()).startswith(
+        f"optimized 2 search indexes; {demo_db}: 180.2 kB -> "
+    )
+    quiet = run("vacuum", "--db", str(demo_db), cwd=demo_db.parent)
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    with SessionDB(demo_db) as store:
+        assert store.message_count(include_inactive=True) == before
+
+
+def test_backup_from_the_command_line(demo_db: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "copies"
+    first = run(
+        "backup", "--db", str(demo_db), f"{folder}/", cwd=tmp_path, env=forced_terminal(tmp_path)
+    )
+    assert first.returncode == 0, first.stderr
+    assert "backing up" in first.stderr
+    [copy] = list(folder.iterdir())
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert snapshot(copy) == snapshot(demo_db)
+    for _ in range(3):
+        again = run(
+            "--read-only", "backup", "--db", str(demo_db), str(folder), "--keep", "2", cwd=tmp_path
+        )
+        assert again.returncode == 0, again.stderr
+    assert len(list(folder.iterdir())) == 2
+    assert again.stdout.splitlines()[-1].startswith(f"removed old copy {folder}/demo-")

@@ -1,0 +1,413 @@
+"""The installed ``hermes-models`` script, run as a subprocess: the exit status of every
+command when it succeeds, finds nothing, gets bad input and fails; a reader that goes
+away; ``python -m hermes_models``; what ``--db`` accepts; shell completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from console_script import SCRIPT, build_demo_store, environment, run
+
+from hermes_models import SessionDB
+from hermes_models.cli import cli
+
+from snapshots import snapshot
+
+pytestmark = pytest.mark.slow
+
+T0 = 1_767_603_600.0  # 2026-01-05 09:00 UTC
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Files every case may use: a demo store, an empty one, junk, bundles, transcripts."""
+    work = tmp_path_factory.mktemp("template")
+    build_demo_store(work / "demo.db")
+    with SessionDB(work / "empty.db"):
+        pass
+    (work / "junk.db").write_bytes(b"this is not a database\n" * 10)
+    with SessionDB(work / "demo.db") as store:
+        store.export_bundle(work / "bundle.jsonl")
+    lines = (work / "bundle.jsonl").read_text(encoding="utf-8").splitlines()
+    (work / "bad.jsonl").write_text(lines[0] + "\n{not json\n", encoding="utf-8")
+    folder = work / "transcripts"
+    folder.mkdir()
+    (folder / "good-1.jsonl").write_text(
+        json.dumps({"role": "user", "content": "hi", "timestamp": T0}) + "\n", encoding="utf-8"
+    )
+    (folder / "broken-2.jsonl").write_text("{not json\n", encoding="utf-8")
+    (work / "empty-folder").mkdir()
+    unhealthy = work / "unhealthy.db"
+    shutil.copy(work / "demo.db", unhealthy)
+    conn = sqlite3.connect(unhealthy)
+    conn.execute("DROP TRIGGER messages_fts_trigram_update")
+    conn.commit()
+    conn.close()
+    for leftover in work.glob("*.db-*"):
+        leftover.unlink()
+    return work
+
+
+@pytest.fixture
+def work(template: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the template files for one test."""
+    target = tmp_path / "work"
+    shutil.copytree(template, target)
+    return target
+
+
+def error_line(stderr: str) -> str:
+    """The ``Error: ...`` line that ends what the script wrote to stderr."""
+    lines = stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+# -- every command: success, nothing found, bad input, failure --------------------------------
+
+# (case, arguments, stdin, exit status, text the output must contain)
+CASES = [
+    ("migrate: creates a file", ["migrate", "--db", "new/state.db"], "", 0, "schema up to date"),
+    ("migrate: not a database", ["migrate", "--db", "junk.db"], "", 1, "not an SQLite database"),
+    ("migrate: unknown URL", ["migrate", "--db", "postgres://h/db"], "", 2, "'postgres'"),
+    ("migrate: read-only", ["--read-only", "migrate", "--db", "demo.db"], "", 2, "--read-only"),
+    ("sessions: rows", ["sessions", "--db", "demo.db"], "", 0, "demo-chinese"),
+    ("sessions: none", ["sessions", "--db", "empty.db"], "", 0, "no sessions"),
+    ("sessions: bad limit", ["sessions", "--db", "demo.db", "--limit", "-1"], "", 2, "--limit"),
+    ("sessions: no file", ["sessions", "--db", "missing.db"], "", 1, "does not exist"),
+    ("show: a session", ["show", "--db", "demo.db", "demo-chinese"], "", 0, "事件循环"),
+    ("show: unknown id", ["show", "--db", "demo.db", "nope"], "", 1, "no session matches"),
+    ("show: ambiguous", ["show", "--db", "demo.db", "demo-ret"], "", 1, "ambiguous"),
+    ("show: no id", ["show", "--db", "demo.db"], "", 2, "Missing argument"),
+    ("show: not a database", ["show", "--db", "junk.db", "x"], "", 1, "not an SQLite"),
+    ("lineage: a tree", ["lineage", "--db", "demo.db", "demo-subagent"], "", 0, "<- resume"),
+    ("lineage: unknown id", ["lineage", "--db", "demo.db", "nope"], "", 1, "no session"),
+    ("lineage: no id", ["lineage", "--db", "demo.db"], "", 2, "Missing argument"),
+    ("resume: the tip", ["resume", "--db", "demo.db", "demo-retries"], "", 0, "demo-retries-2"),
+    ("resume: unknown id", ["resume", "--db", "demo.db", "nope"], "", 1, "no session"),
+    ("search: hits", ["search", "--db", "demo.db", "事件循环"], "", 0, ">>>事件循环<<<"),
+    ("search: no hits", ["search", "--db", "demo.db", "zebra"], "", 0, "no matches"),
+    ("search: odd query", ["search", "--db", "demo.db", '"C++ AND'], "", 0, "no matches"),
+    ("search: bad sort", ["search", "--db", "demo.db", "x", "--sort", "up"], "", 2, "--sort"),
+    ("search: no file", ["search", "--db", "missing.db", "x"], "", 1, "does not exist"),
+    ("export: a bundle", ["export", "--db", "demo.db", "-o", "out.jsonl"], "", 0, "wrote 6"),
+    ("export: unknown", ["export", "--db", "demo.db", "--session", "nope"], "", 1, "no session"),
+    ("export: bad format", ["export", "--db", "demo.db", "--format", "xml"], "", 2, "--format"),
+    ("export: bad folder", ["export", "--db", "demo.db", "-o", "no/dir/x.jsonl"], "", 1, "Error"),
+    ("import: a bundle", ["import", "bundle.jsonl", "--db", "copy.db"], "", 0, "imported 6"),
+    (
+        "import: again",
+        ["import", "bundle.jsonl", "--db", "demo.db"],
+        "",
+        0,
+        "6 sessions already present",
+    ),
+    ("import: bad file", ["import", "bad.jsonl", "--db", "copy.db"], "", 1, "bad.jsonl"),
+    ("import: one bad", ["import", "transcripts", "--db", "copy.db"], "", 1, "broken-2.jsonl"),
+    ("import: empty dir", ["import", "empty-folder", "--db", "c.db"], "", 1, "no <session_id>"),
+    ("import: no path", ["import", "nowhere.jsonl", "--db", "copy.db"], "", 2, "nowhere"),
+    ("stats: report", ["stats", "--db", "demo.db"], "", 0, "messages_fts"),
+    ("stats: no file", ["stats", "--db", "missing.db"], "", 1, "does not exist"),
+    ("stats: bad option", ["stats", "--db", "demo.db", "--bogus"], "", 2, "--bogus"),
+    ("doctor: healthy", ["doctor", "--db", "demo.db"], "", 0, "healthy"),
+    ("doctor: a check fails", ["doctor", "--db", "unhealthy.db"], "", 1, "1 of 11 checks failed"),
+    ("doctor: no file", ["doctor", "--db", "missing.db"], "", 1, "no database"),
+    ("doctor: bad option", ["doctor", "--db", "demo.db", "--bogus"], "", 2, "--bogus"),
+    ("archive: done", ["archive", "--db", "demo.db", "demo-chinese"], "", 0, "archived"),
+    ("archive: unknown id", ["archive", "--db", "demo.db", "nope"], "", 1, "no session"),
+    ("archive: no id", ["archive", "--db", "demo.db"], "", 2, "Missing argument"),
+    ("delete: done", ["delete", "--db", "demo.db", "-y", "demo-chinese"], "", 0, "deleted 1"),
+    ("delete: declined", ["delete", "--db", "demo.db", "demo-chinese"], "n\n", 1, "not confirmed"),
+    ("delete: no answer", ["delete", "--db", "demo.db", "demo-chinese"], "", 1, "not confirmed"),
+    ("delete: unknown id", ["delete", "--db", "demo.db", "-y", "nope"], "", 1, "no session"),
+    ("delete: no id", ["delete", "--db", "demo.db"], "", 2, "Missing argument"),
+    ("prune: done", ["prune", "--db", "demo.db", "--older-than", "0", "-y"], "", 0, "pruned 3"),
+    (
+        "prune: nothing",
+        ["prune", "--db", "demo.db", "--older-than", "99999", "-y"],
+        "",
+        0,
+        "nothing to",
+    ),
+    (
+        "prune: declined",
+        ["prune", "--db", "demo.db", "--older-than", "0"],
+        "n\n",
+        1,
+        "not confirmed",
+    ),
+    ("prune: bad age", ["prune", "--db", "demo.db", "--older-than", "-1"], "", 2, "--older"),
+    ("vacuum: done", ["vacuum", "--db", "demo.db"], "", 0, "optimized 2 search indexes"),
+    ("vacuum: no file", ["vacuum", "--db", "missing.db"], "", 1, "does not exist"),
+    ("vacuum: read-only", ["--read-only", "vacuum", "--db", "demo.db"], "", 2, "--read-only"),
+    ("backup: a copy", ["backup", "--db", "demo.db", "copies/"], "", 0, "integrity_check ok"),
+    ("backup: file exists", ["backup", "--db", "demo.db", "junk.db"], "", 1, "already exists"),
+    ("backup: bad keep", ["backup", "--db", "demo.db", "c/", "--keep", "0"], "", 2, "--keep"),
+    ("backup: no file", ["backup", "--db", "missing.db", "c/"], "", 1, "nothing to back up"),
+    ("demo: shows", ["demo"], "", 0, "/resume demo-retries opens demo-retries-2"),
+    ("demo: existing db", ["demo", "--db", "demo.db"], "", 1, "already exists"),
+    ("demo: bad option", ["demo", "--bogus"], "", 2, "--bogus"),
+    ("program: version", ["--version"], "", 0, "hermes-models, version"),
+    ("program: help", ["--help"], "", 0, "Commands:"),
+    ("program: no command", ["nosuch"], "", 2, "No such command"),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "status", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_exit_status_of_every_command(
+    work: Path, args: list[str], stdin: str, status: int, expected: str
+) -> None:
+    result = run(*args, cwd=work, stdin=stdin)
+    assert result.returncode == status, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    if status == 0:
+        assert expected in result.stdout
+    else:
+        assert expected in error_line(result.stderr) or expected in result.stderr
+        assert error_line(result.stderr).startswith(("Error: ", "failed: ")), result.stderr
+    if status == 1 and expected not in ("not confirmed", "broken-2.jsonl"):
+        # A failure is one line on stderr.
+        assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_every_command_is_in_the_matrix() -> None:
+    named = {case[1][0] if case[1][0] != "--read-only" else case[1][1] for case in CASES}
+    assert set(cli.commands) <= named
+
+
+def test_refusals_change_nothing(work: Path) -> None:
+    before = snapshot(work / "demo.db")
+    for args in (
+        ["delete", "--db", "demo.db", "demo-chinese"],
+        ["prune", "--db", "demo.db", "--older-than", "0"],
+    ):
+        assert run(*args, cwd=work, stdin="n\n").returncode == 1
+    assert run("import", "bad.jsonl", "--db", "demo.db", cwd=work).returncode == 1
+    assert run("--read-only", "vacuum", "--db", "demo.db", cwd=work).returncode == 2
+    assert snapshot(work / "demo.db") == before
+    assert run("migrate", "--db", "junk.db", cwd=work).returncode == 1
+    assert (work / "junk.db").read_bytes() == b"this is not a database\n" * 10
+
+
+# -- a reader that goes away ------------------------------------------------------------------
+
+
+@pytest.fixture
+def big_store(tmp_path: Path) -> Path:
+    path = tmp_path / "big.db"
+    with SessionDB(path) as store:
+        for index in range(400):
+            session_id = f"s{index:04d}"
+            store.create_session(session_id, "cli", started_at=T0 + index)
+            store.append_message(session_id, "user", "x" * 500, timestamp=T0 + index)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--nl", "--csv"])
+def test_a_closed_pipe_ends_quietly_with_status_0(big_store: Path, fmt: str) -> None:
+    command = f"'{SCRIPT}' sessions {fmt} --limit 0 --db '{big_store}' | head -1"
+    result = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        env=environment(big_store.parent),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    first = result.stdout.splitlines()[0]
+    if fmt == "--json":
+        assert json.loads(first[1:-1])["id"] == "s0399"
+    elif fmt == "--nl":
+        assert json.loads(first)["id"] == "s0399"
+    else:
+        assert first.startswith("id,source,")
+
+
+def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
+    process = subprocess.Popen(
+        [str(SCRIPT), "sessions", "--limit", "0", "--db", str(big_store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(big_store.parent),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    header = process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read()
+    process.stderr.close()
+    assert (process.wait(timeout=60), err) == (0, b"")
+    assert header.split()[:3] == [b"ID", b"Source", b"Msgs"]
+
+
+# -- python -m, and --db -----------------------------------------------------------------------
+
+
+def test_python_dash_m_runs_the_cli(work: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_models", "resume", "--db", "demo.db", "demo-retries"],
+        cwd=work,
+        env=environment(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "demo-retries-2\n", "")
+    usage = subprocess.run(
+        [sys.executable, "-m", "hermes_models", "--bogus"],
+        env=environment(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert usage.returncode == 2
+    assert usage.stderr.startswith("Usage: python -m hermes_models [OPTIONS]")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["demo.db", "./demo.db", "sqlite:///demo.db", "sqlite:///{work}/demo.db", "{work}/demo.db"],
+)
+def test_db_accepts_paths_and_sqlite_urls(work: Path, spelling: str) -> None:
+    target = spelling.format(work=work)
+    for args, env in (
+        (["--db", target, "resume", "demo-retries"], environment(work)),
+        (["resume", "demo-retries"], environment(work, HERMES_MODELS_DB=target)),
+    ):
+        result = run(*args, cwd=work, env=env)
+        assert (result.returncode, result.stdout, result.stderr) == (0, "demo-retries-2\n", "")
+    assert sorted(p.name for p in work.iterdir() if ":" in p.name) == []
+
+
+@pytest.mark.parametrize(
+    ("spelling", "message"),
+    [
+        (
+            "postgres://user@host/db",
+            "unsupported URL scheme 'postgres'; only sqlite:/// is supported",
+        ),
+        ("postgresql://h/db", "unsupported URL scheme 'postgresql'; only sqlite:/// is supported"),
+        ("mysql://h/db", "unsupported URL scheme 'mysql'; only sqlite:/// is supported"),
+        (":memory:", "in-memory databases are not supported (WAL needs a file)"),
+        ("sqlite:///:memory:", "in-memory databases are not supported (WAL needs a file)"),
+        ("", "empty database path"),
+    ],
+)
+def test_db_refuses_what_connect_refuses_and_creates_nothing(
+    work: Path, spelling: str, message: str
+) -> None:
+    before = sorted(p.name for p in work.rglob("*"))
+    for command in (["migrate"], ["sessions"], ["stats"], ["doctor"]):
+        result = run("--db", spelling, *command, cwd=work)
+        assert result.returncode == 2, result.stderr
+        assert error_line(result.stderr) == f"Error: --db: {message}"
+        if spelling:  # an empty HERMES_MODELS_DB is the same as none
+            env = environment(work, HERMES_MODELS_DB=spelling)
+            from_env = run(*command, cwd=work, env=env)
+            assert error_line(from_env.stderr) == f"Error: HERMES_MODELS_DB: {message}"
+            assert from_env.returncode == 2
+    assert sorted(p.name for p in work.rglob("*")) == before
+
+
+# -- the demo and HERMES_MODELS_DB --------------------------------------------------------------
+
+
+def test_demo_ignores_hermes_models_db_unless_db_is_typed(work: Path) -> None:
+    env = environment(work, HERMES_MODELS_DB=str(work / "demo.db"))
+    before = (work / "demo.db").read_bytes()
+    result = run("demo", cwd=work, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "demo database:" not in result.stdout
+    assert (work / "demo.db").read_bytes() == before
+    typed = run("--db", "demo.db", "demo", cwd=work, env=env)
+    assert typed.returncode == 1
+    assert error_line(typed.stderr).endswith(
+        "already exists; the demo writes a new database (pick a new path)"
+    )
+    fresh = run("demo", "--db", "fresh.db", cwd=work, env=env)
+    assert fresh.returncode == 0
+    assert fresh.stdout.endswith(f"demo database: {work / 'fresh.db'}\n")
+
+
+# -- ambiguous prefixes -------------------------------------------------------------------------
+
+
+def test_an_ambiguous_prefix_lists_the_first_candidates(tmp_path: Path) -> None:
+    path = tmp_path / "many.db"
+    with SessionDB(path) as store:
+        for index in range(8):
+            store.create_session(f"20260105_09000{index}_abcd", "cli", started_at=T0 + index)
+    result = run("show", "--db", str(path), "20260105_09", cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: '20260105_09' is ambiguous: several session ids start with it "
+        "(20260105_090000_abcd, 20260105_090001_abcd, 20260105_090002_abcd, "
+        "20260105_090003_abcd, 20260105_090004_abcd, ...); type more of it\n"
+    )
+    two = run("show", "--db", str(path), "20260105_090000", cwd=tmp_path)
+    assert two.returncode == 0
+    assert two.stdout.startswith("20260105_090000_abcd\n")
+
+
+# -- import refuses before it creates -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["bad.jsonl", "junk.db", "transcripts/broken-2.jsonl"])
+def test_refused_import_input_creates_no_database(work: Path, bad: str) -> None:
+    target = work / "fresh" / "state.db"
+    result = run("import", bad, "--db", str(target), cwd=work)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
+    assert not target.exists()
+    assert not target.parent.exists() or list(target.parent.iterdir()) == []
+
+
+# -- shell completion ---------------------------------------------------------------------------
+
+
+def complete(work: Path, words: str, env: dict[str, str] | None = None) -> list[str]:
+    parts = words.split(" ")
+    result = run(
+        cwd=work,
+        env={
+            **(env or environment(work)),
+            "_HERMES_MODELS_COMPLETE": "bash_complete",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(parts) - 1),
+        },
+    )
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    return [line for line in result.stdout.splitlines() if line]
+
+
+def test_completion_offers_session_ids(work: Path) -> None:
+    assert complete(work, "hermes-models show --db demo.db demo-re") == [
+        "plain,demo-retries",
+        "plain,demo-retries-2",
+    ]
+    env = environment(work, HERMES_MODELS_DB=str(work / "demo.db"))
+    assert complete(work, "hermes-models lineage demo-s", env) == ["plain,demo-subagent"]
+    assert complete(work, "hermes-models delete -y demo-c", env) == ["plain,demo-chinese"]
+    assert complete(work, "hermes-models show --db missing.db demo") == []
+    assert complete(work, "hermes-models show --db junk.db demo") == []
+    assert "plain,sessions" in complete(work, "hermes-models sess")
+
+
+def test_the_completion_script_is_what_the_docs_say(work: Path) -> None:
+    result = run(cwd=work, env={**environment(work), "_HERMES_MODELS_COMPLETE": "bash_source"})
+    assert result.returncode == 0
+    assert "_hermes_models_completion()" in result.stdout
+    assert "complete -o nosort -F _hermes_models_completion hermes-models" in result.stdout
+    assert os.environ.get("_HERMES_MODELS_COMPLETE") is None
