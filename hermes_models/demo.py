@@ -125,7 +125,7 @@ def build_demo(store: SessionDB) -> DemoIds:
         ],
         continuation.started_at + 5,
     )
-    store.end_session(subagent, "completed")
+    Session.get_by_id(subagent).end("completed", at=continuation.started_at + 30)
     return DemoIds(english, chinese, branch, root, continuation.id, subagent)
 
 

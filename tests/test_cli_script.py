@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from console_script import SCRIPT, build_demo_store, environment, run
+from console_script import (
+    SCRIPT,
+    build_demo_store,
+    environment,
+    make_read_only,
+    run,
+    run_unprivileged,
+)
 
 from hermes_models import SessionDB
 from hermes_models.cli import cli
@@ -411,3 +418,68 @@ def test_the_completion_script_is_what_the_docs_say(work: Path) -> None:
     assert "_hermes_models_completion()" in result.stdout
     assert "complete -o nosort -F _hermes_models_completion hermes-models" in result.stdout
     assert os.environ.get("_HERMES_MODELS_COMPLETE") is None
+
+
+# -- files that cannot be written -----------------------------------------------------------------
+
+READING = [
+    ["sessions"],
+    ["show", "demo-chinese"],
+    ["lineage", "demo-subagent"],
+    ["resume", "demo-retries"],
+    ["search", "事件循环"],
+    ["search", "asyncio", "--sessions"],
+    ["export"],
+    ["stats"],
+    ["doctor"],
+    ["prune", "--older-than", "0", "--dry-run"],
+    ["delete", "demo-asyncio", "--dry-run"],
+    ["backup", "copy.db"],
+]
+
+
+@pytest.mark.parametrize("folder_writable", [True, False], ids=["file", "folder"])
+def test_reading_commands_read_what_they_cannot_write(
+    tmp_path: Path, folder_writable: bool
+) -> None:
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = build_demo_store(folder / "state.db")
+    before = snapshot(path)
+    make_read_only(path, *([] if folder_writable else [folder]))
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        results = [run_unprivileged(*args, "--db", str(path), cwd=out) for args in READING]
+        writing = run_unprivileged("archive", "demo-chinese", "--db", str(path), cwd=out)
+    finally:
+        folder.chmod(0o755)
+        path.chmod(0o600)
+    for args, result in zip(READING, results):
+        assert result.returncode == 0, (args, result.stderr)
+        assert "read_only=True" not in result.stderr
+        assert "Error" not in result.stderr, (args, result.stderr)
+    assert "demo-chinese" in results[0].stdout
+    assert results[3].stdout == "demo-retries-2\n"
+    assert writing.returncode == 1
+    assert writing.stderr.splitlines()[-1] == (
+        f"Error: {path} cannot be written here (the file or its folder is read-only)"
+    )
+    assert snapshot(path) == before
+
+
+def test_read_only_flag_reads_without_touching_the_file(work: Path) -> None:
+    path = work / "demo.db"
+    before = (path.read_bytes(), snapshot(path))
+    for args in READING[:-1]:
+        result = run("--read-only", *args, "--db", "demo.db", cwd=work)
+        assert result.returncode == 0, (args, result.stderr)
+    assert (path.read_bytes(), snapshot(path)) == before
+    for args in (["archive", "demo-chinese"], ["delete", "-y", "demo-chinese"], ["vacuum"]):
+        refused = run("--read-only", *args, "--db", "demo.db", cwd=work)
+        assert refused.returncode == 2
+        assert refused.stderr == (
+            f"Error: --read-only: 'hermes-models {args[0]}' changes the database "
+            f"(see 'hermes-models {args[0]} --help')\n"
+        )
+    assert (path.read_bytes(), snapshot(path)) == before

@@ -1,12 +1,20 @@
 """The documentation keeps up with the code: every CLI command and option has
 help and a section in docs/cli.md, every page is in the mkdocs nav, every
-SessionDB method is in docs/sessiondb.md with its real parameters, and the
-Python examples of the main pages run."""
+SessionDB method is in docs/sessiondb.md with its real parameters, and every
+snippet of the README and of every page runs as written on a fresh machine
+(``python`` blocks in-process, ``sh`` blocks in bash, ``console`` blocks
+command by command with their output compared)."""
 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MKDOCS = ROOT / "mkdocs.yml"
 
-#: Pages whose ``python`` blocks run, in order, as one program each.
-RUNNABLE_PAGES = ("quickstart.md", "models.md", "sessiondb.md")
+#: Every page with snippets: the README and each page of the site.
+SNIPPET_PAGES = ["README.md", *sorted(p.name for p in DOCS.glob("*.md"))]
+#: Fenced blocks that run; ``text`` (and other) blocks are illustrations or output.
+RUNNABLE = ("python", "sh", "console")
+#: What a reader's home folder is called in the documented output.
+DOCUMENTED_HOME = "/home/me"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -130,9 +142,17 @@ def real_parameters(function: object) -> list[str]:
     return names
 
 
-def python_blocks(page: str) -> list[str]:
-    text = (DOCS / page).read_text(encoding="utf-8")
-    return re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of each fenced block, indented ones (in lists) included."""
+    found = []
+    pattern = re.compile(r"^([ \t]*)```(\w*)[^\n]*\n(.*?)^\1```[ \t]*$", re.S | re.M)
+    for indent, language, body in pattern.findall(text):
+        found.append((language, textwrap.dedent(body) if indent else body))
+    return found
+
+
+def page_text(page: str) -> str:
+    return (ROOT / page if page == "README.md" else DOCS / page).read_text(encoding="utf-8")
 
 
 # -- the CLI reference -------------------------------------------------------------------
@@ -219,23 +239,178 @@ def test_documented_signatures_match_the_code() -> None:
     assert sorted(set(documented) - set(real)) == [], "rows for methods SessionDB lacks"
 
 
-# -- the examples --------------------------------------------------------------------------
+# -- the snippets --------------------------------------------------------------------------
+
+
+class Sandbox:
+    """A fresh machine: an empty home folder (the working folder too), no HERMES_HOME,
+    UTC, 80 columns, the installed scripts on PATH, and a checkout's migrations."""
+
+    def __init__(self, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.home = home
+        home.mkdir()
+        shutil.copytree(ROOT / "migrations", home / "migrations")
+        shutil.copy(ROOT / "yoyo.ini", home / "yoyo.ini")
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("HERMES_", "COLUMNS", "LINES", "FORCE_COLOR", "TTY_"))
+        }
+        bin_dir = str(Path(sys.executable).parent)
+        self.env.update(
+            HOME=str(home),
+            TZ="UTC",
+            COLUMNS="80",
+            PATH=f"{bin_dir}{os.pathsep}{self.env.get('PATH', '')}",
+        )
+        monkeypatch.delenv("HERMES_HOME", raising=False)
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.chdir(home)
+
+    def bash(self, script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=self.home,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    def documented(self, output: str) -> list[str]:
+        """Output as the documentation shows it: the home folder is /home/me."""
+        return output.replace(str(self.home), DOCUMENTED_HOME).splitlines()
+
+
+def short_home(tmp_path: Path) -> Path:
+    """A home folder with a short path, so paths in tables fit 80 columns as documented."""
+    del tmp_path  # pytest's folders have long names
+    return Path(tempfile.mkdtemp(prefix="hm", dir="/tmp")) / "home"
+
+
+def installs(line: str) -> bool:
+    """A ``pip install`` line: what CI's .ci/run does on a fresh machine, not a test."""
+    return line.strip().startswith("pip install ")
+
+
+#: The README's test command: CI's .ci/run runs it; a test cannot run the suite it is in.
+TEST_COMMAND = "pip install tox && tox"
+
+
+def run_sh(sandbox: Sandbox, body: str, where: str) -> None:
+    lines = body.splitlines()
+    for line in lines:
+        if installs(line):
+            # Only the install itself is skipped: what follows `&&` runs.
+            assert re.fullmatch(r"pip install (\.|tox|hermes_models)( .*)?", line.strip()), line
+    script = "\n".join(
+        line.split("&&", 1)[1] if installs(line) and "&&" in line else line
+        for line in lines
+        if (not installs(line) or "&&" in line) and line.strip() != TEST_COMMAND
+    )
+    result = sandbox.bash(script)
+    assert result.returncode == 0, f"{where} failed:\n{script}\n{result.stdout}"
+
+
+def matches(expected: list[str], actual: list[str]) -> bool:
+    """``actual`` fits ``expected``: a line ``...`` stands for any lines, ``...`` in a
+    line for any text."""
+    if not expected:
+        return not actual
+    head, rest = expected[0], expected[1:]
+    if head == "...":
+        return any(matches(rest, actual[i:]) for i in range(len(actual) + 1))
+    if not actual:
+        return False
+    pattern = ".*".join(re.escape(part) for part in head.split("..."))
+    return re.fullmatch(pattern, actual[0]) is not None and matches(rest, actual[1:])
+
+
+def run_console(sandbox: Sandbox, body: str, where: str) -> None:
+    commands: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        else:
+            assert commands, f"{where}: output before the first command"
+            commands[-1][1].append(line)
+    for command, expected in commands:
+        exported = re.fullmatch(r"export (\w+)=(\S+)", command)
+        if exported:
+            sandbox.env[exported.group(1)] = exported.group(2)
+            continue
+        result = sandbox.bash(command)
+        actual = sandbox.documented(result.stdout)
+        fails = any(line.startswith("Error: ") for line in expected)
+        assert (result.returncode != 0) == fails, f"{where}: $ {command}\n{result.stdout}"
+        assert matches(expected, actual), (
+            f"{where}: $ {command}\nexpected:\n"
+            + "\n".join(expected)
+            + "\nactual:\n"
+            + "\n".join(actual)
+        )
 
 
 def _close_databases(folder: Path) -> None:
     """Close the cached handles the examples opened on files under ``folder``."""
     for path in sorted(folder.rglob("*.db")):
-        hermes_models.connect(path, migrate=False).close()
+        if path.is_file() and path.stat().st_size:
+            hermes_models.connect(path, migrate=False).close()
 
 
-@pytest.mark.parametrize("page", RUNNABLE_PAGES)
-def test_python_examples_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = python_blocks(page)
-    assert blocks, f"docs/{page} has no python examples"
-    monkeypatch.chdir(tmp_path)
+def test_every_page_with_snippets_is_run() -> None:
+    pages = [
+        page
+        for page in SNIPPET_PAGES
+        if any(language in RUNNABLE for language, _ in fenced_blocks(page_text(page)))
+    ]
+    assert {"README.md", "cli.md", "backup.md", "quickstart.md", "export.md"} <= set(pages)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", SNIPPET_PAGES)
+def test_snippets_run_as_written_on_a_fresh_machine(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = Sandbox(short_home(tmp_path), monkeypatch)
     namespace: dict[str, object] = {"__name__": f"docs.{page}"}
     try:
-        for index, block in enumerate(blocks):
-            exec(compile(block, f"docs/{page}[{index}]", "exec"), namespace)
+        for index, (language, body) in enumerate(fenced_blocks(page_text(page))):
+            where = f"{page}[{index}]"
+            if language == "python":
+                exec(compile(body, where, "exec"), namespace)
+            elif language == "sh":
+                run_sh(sandbox, body, where)
+            elif language == "console":
+                run_console(sandbox, body, where)
     finally:
-        _close_databases(tmp_path)
+        _close_databases(sandbox.home)
+        shutil.rmtree(sandbox.home.parent, ignore_errors=True)
+
+
+def test_the_readme_keeps_its_two_set_up_commands() -> None:
+    blocks = [body.strip() for language, body in fenced_blocks(page_text("README.md"))]
+    assert "pip install . && hermes-models demo" in blocks
+    assert TEST_COMMAND in blocks
+
+
+@pytest.mark.slow
+def test_the_readme_deploy_line_makes_a_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = Sandbox(tmp_path / "home", monkeypatch)
+    [line] = [
+        body.strip()
+        for language, body in fenced_blocks(page_text("README.md"))
+        if language == "sh" and "yoyo apply" in body
+    ]
+    assert not (sandbox.home / ".hermes").exists()
+    result = sandbox.bash(line)
+    assert result.returncode == 0, result.stdout
+    store = sandbox.home / ".hermes" / "state.db"
+    assert oct(store.stat().st_mode & 0o777) == oct(0o600)
+    with SessionDB(store, read_only=True) as opened:
+        assert opened.session_count() == 0
