@@ -56,6 +56,10 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+#: click's usage error for a group run without a command: it shows the help, as it should.
+_SHOWS_HELP: type[click.UsageError] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
+
+
 class UsageFailure(click.ClickException):
     """A usage error on one line, naming where the help is; exit status 2."""
 
@@ -68,10 +72,6 @@ def _one_line_usage(exc: click.UsageError) -> click.ClickException:
     where = exc.ctx.command_path if exc.ctx is not None else "hermes-models"
     message = " ".join(exc.format_message().split())
     return UsageFailure(f"{message} (see '{where} --help')")
-
-
-#: click's usage error for a group run without a command: it shows the help, as it should.
-_SHOWS_HELP: type[click.UsageError] | None = getattr(click.exceptions, "NoArgsIsHelpError", None)
 
 
 class HermesGroup(click.Group):

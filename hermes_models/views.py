@@ -130,9 +130,12 @@ def content_text(content: Any) -> str:
     """Message content as text: list/dict content summarised as search shows it."""
     if content is None:
         return ""
-    if isinstance(content, str):
-        return content
-    return readable(encode_content(content))
+    if isinstance(content, (list, dict)):
+        try:
+            return readable(encode_content(content))
+        except (ValueError, RecursionError):
+            return "[content nested too deeply to show; see --json]"
+    return content if isinstance(content, str) else str(content)
 
 
 def session_header(session: dict[str, Any], clock: Clock) -> RenderableType:
