@@ -536,7 +536,8 @@ def test_library_warnings_are_one_line_on_stderr(
     conn.execute("DROP TABLE messages_fts_trigram")
     conn.commit()
     conn.close()
-    code, out, err = run_main(capsys, "search", "--db", str(filled), "你好，世界")
+    # Read-only: a writable open would rebuild the missing index first.
+    code, out, err = run_main(capsys, "--read-only", "search", "--db", str(filled), "你好，世界")
     assert (code, out.splitlines()[0]) == (
         0,
         "20260105_100000_bbbb2222 user #5 2026-01-05 10:00 UTC telegram",
