@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote, urlsplit
 
 import peewee
@@ -314,34 +314,63 @@ def _request_wal(conn: sqlite3.Connection) -> str:
     return str(row[0]).lower()
 
 
+def _journal_mode(conn: sqlite3.Connection) -> str | None:
+    """The journal mode ``conn`` reports, lower-cased; None when it cannot be read."""
+    try:
+        row = conn.execute("PRAGMA journal_mode").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return None if row is None or row[0] is None else str(row[0]).lower()
+
+
 _wal_warned: set[str] = set()
 _wal_warned_lock = threading.Lock()
 
 
-def _set_journal_mode(conn: sqlite3.Connection, path: Path) -> str:
-    current = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-    if current == "wal":
-        return current
+def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
+    """Put ``conn``'s file in WAL mode, or DELETE mode where WAL cannot work.
+
+    Returns the mode SQLite reports after the change. A file already in WAL
+    is left alone (setting the pragma again has side effects on files other
+    connections hold open), and a file another process put in WAL is never
+    downgraded.
+    """
+    if _journal_mode(conn) == "wal":
+        return "wal"
     try:
-        mode = retry_locked(lambda: _request_wal(conn))
+        return retry_locked(lambda: _request_wal(conn))
     except sqlite3.OperationalError as exc:
         text = str(exc).lower()
         if not any(marker in text for marker in WAL_INCOMPAT_MARKERS):
             raise
+        if _journal_mode(conn) == "wal":
+            raise
         with _wal_warned_lock:
-            first = str(path) not in _wal_warned
-            _wal_warned.add(str(path))
+            first = db_label not in _wal_warned
+            _wal_warned.add(db_label)
         if first:
             logger.warning(
                 "%s: WAL is not supported on this file system (%s); using "
                 "journal_mode=DELETE, which works on NFS/SMB/FUSE but lets writers "
                 "block readers",
-                path,
+                db_label,
                 exc,
             )
         conn.execute("PRAGMA journal_mode=DELETE")
         return "delete"
-    return mode
+
+
+def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
+    """Set ``journal_mode=WAL`` on ``conn``, falling back to DELETE; ``"wal"`` or ``"delete"``.
+
+    Hermes' helper of the same name, for any DB-API connection: a file
+    already in WAL is not touched; an error naming a WAL-incompatible file
+    system (``locking protocol``, ``not authorized``) switches to DELETE mode
+    with one warning per ``db_label`` in this process, unless the file is
+    already in WAL on disk, in which case the error propagates, as does
+    any other error.
+    """
+    return "delete" if _set_journal_mode(conn, db_label) == "delete" else "wal"
 
 
 def _jitter() -> None:
@@ -384,12 +413,22 @@ class HermesDatabase(peewee.SqliteDatabase):
 
     def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
         super()._add_conn_hooks(conn)  # type: ignore[misc]
+        # Raw SQL through the DB-API connection gets rows addressable by
+        # column name, as Hermes' own connection gives them; peewee's
+        # cursors (see cursor()) keep returning plain tuples.
+        conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if self.read_only:
-            self.journal = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            self.journal = _journal_mode(conn)
         else:
-            self.journal = _set_journal_mode(conn, self.path)
+            self.journal = _set_journal_mode(conn, str(self.path))
+
+    def cursor(self, named_cursor: Any = None) -> sqlite3.Cursor:
+        """A cursor of this thread's connection that returns rows as tuples."""
+        cursor = cast(sqlite3.Cursor, super().cursor(named_cursor))
+        cursor.row_factory = None
+        return cursor
 
     def write(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retrying while locked.

@@ -32,7 +32,7 @@ def snapshot(store: SessionDB) -> tuple[list[tuple[Any, ...]], list[tuple[Any, .
     conn = store._conn
     sessions = conn.execute("SELECT id, parent_session_id FROM sessions ORDER BY id").fetchall()
     messages = conn.execute("SELECT id, session_id FROM messages ORDER BY id").fetchall()
-    return sessions, messages
+    return [tuple(row) for row in sessions], [tuple(row) for row in messages]
 
 
 @pytest.fixture
@@ -71,8 +71,8 @@ def test_deleted_messages_leave_the_search_indexes(tree: SessionDB) -> None:
     tree.delete_session("top")
     conn = tree._conn
     for table in ("messages_fts", "messages_fts_trigram"):
-        indexed = conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid").fetchall()
-        assert indexed == conn.execute("SELECT id FROM messages ORDER BY id").fetchall()
+        indexed = [row[0] for row in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        assert indexed == [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
 
 
@@ -413,7 +413,7 @@ def test_optimize_and_vacuum_keep_everything(tree: SessionDB) -> None:
     assert tree.vacuum() == 2
     assert snapshot(tree) == before
     assert os.path.getsize(f"{tree.db_path}-wal") == 0
-    assert tree._conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert tree._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_vacuum_counts_only_the_indexes_present(tree: SessionDB) -> None:

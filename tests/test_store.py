@@ -12,7 +12,7 @@ from typing import Any
 import peewee
 import pytest
 
-from hermes_models import ReadOnlyDatabaseError, SessionDB
+from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
 from hermes_models.store import META_FIELDS
 
 T0 = 1_700_000_000.0
@@ -722,9 +722,16 @@ def test_conn_is_a_dbapi_connection_for_raw_sql(store: SessionDB) -> None:
     store.create_session("s1", "cli", started_at=T0)
     conn = store._conn
     assert isinstance(conn, sqlite3.Connection)
-    assert conn.execute("SELECT id, source FROM sessions").fetchall() == [("s1", "cli")]
-    assert conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
-    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    rows = conn.execute("SELECT id, source FROM sessions").fetchall()
+    assert [type(row) for row in rows] == [sqlite3.Row]
+    assert [dict(row) for row in rows] == [{"id": "s1", "source": "cli"}]
+    assert rows[0]["source"] == rows[0][1] == "cli"
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # peewee reads the same connection through cursors of its own, by position.
+    with using(store.database):
+        assert Session.select(Session.id, Session.source).tuples()[:] == [("s1", "cli")]
+        assert store.database.execute_sql("SELECT id FROM sessions").fetchall() == [("s1",)]
 
 
 def test_default_path_is_under_hermes_home(tmp_path: Path) -> None:
@@ -775,7 +782,7 @@ def test_compression_lock_names_a_bad_argument(
 ) -> None:
     with pytest.raises(error, match=rf"^{argument} "):
         store.try_acquire_compression_lock(*args)
-    assert store._conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone() == (0,)
+    assert store._conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone()[0] == 0
 
 
 def test_one_of_many_threads_wins_the_lock(store: SessionDB) -> None:

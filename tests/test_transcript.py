@@ -654,7 +654,7 @@ def test_counters_always_match_active_messages(chat: SessionDB, turns: dict[str,
 def test_writes_through_raw_conn_see_the_same_rows(chat: SessionDB) -> None:
     message_id = chat.append_message("s1", "user", ["x"])
     row = chat._conn.execute("SELECT content FROM messages WHERE id = ?", (message_id,)).fetchone()
-    assert row == ('\x00json:["x"]',)
+    assert row["content"] == '\x00json:["x"]'
     with pytest.raises(sqlite3.IntegrityError):
         chat._conn.execute(
             "INSERT INTO messages (session_id, role, timestamp) VALUES ('nope', 'user', 1)"
