@@ -9,11 +9,17 @@ dict-returning ``SessionDB`` for code written against Hermes, and the
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from . import hermes_state
 from .db import (
     SCHEMA_VERSION,
     HermesDatabase,
+    apply_wal_with_fallback,
     connect,
     format_db_unavailable,
+    format_session_db_unavailable,
     get_last_init_error,
     using,
     write,
@@ -30,12 +36,18 @@ from .errors import (
     WriteConflictError,
 )
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta
+from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate
 from .store import SessionDB
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_DB_PATH",
+    "DEFERRED_INDEX_SQL",
+    "FTS_SQL",
+    "FTS_TRIGRAM_SQL",
+    "SCHEMA_SQL",
     "SCHEMA_VERSION",
     "BackupError",
     "BundleError",
@@ -53,10 +65,28 @@ __all__ = [
     "SessionDB",
     "StateMeta",
     "WriteConflictError",
+    "apply_wal_with_fallback",
     "connect",
     "format_db_unavailable",
+    "format_session_db_unavailable",
     "get_last_init_error",
+    "is_malformed_db_error",
     "migrate",
+    "repair_state_db_schema",
     "using",
     "write",
 ]
+
+# Hermes' module-level schema texts and default path, computed when read
+# (see hermes_models.hermes_state); declared here for type checkers.
+DEFAULT_DB_PATH: Path
+SCHEMA_SQL: str
+DEFERRED_INDEX_SQL: str
+FTS_SQL: str
+FTS_TRIGRAM_SQL: str
+
+
+def __getattr__(name: str) -> Any:
+    if name in hermes_state.COMPUTED:
+        return getattr(hermes_state, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -644,6 +644,13 @@ class Prepared:
         return db.execute_sql(sql, params)
 
 
+def fetch_dicts(query: Any) -> list[dict[str, Any]]:
+    """Rows of a peewee ``query`` as dicts keyed by column name."""
+    cursor = current().execute(query)
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
 _last_init_error: str | None = None
 _last_init_error_lock = threading.Lock()
 
@@ -662,14 +669,22 @@ def get_last_init_error() -> str | None:
 
 
 def format_db_unavailable(prefix: str = "Session database not available") -> str:
-    """A one-line user message saying the database is unavailable, and why if known."""
+    """A one-line user message saying the database is unavailable, and why if known.
+
+    Word for word what Hermes' ``format_session_db_unavailable`` says,
+    including its hint when the cause names a WAL-incompatible file system.
+    """
     cause = get_last_init_error()
     if not cause:
         return f"{prefix}."
     hint = ""
     if any(marker in cause.lower() for marker in WAL_INCOMPAT_MARKERS):
-        hint = " (the file may be on NFS/SMB/FUSE, where SQLite's WAL mode cannot work)"
+        hint = " (state.db may be on NFS/SMB/FUSE \u2014 see https://www.sqlite.org/wal.html)"
     return f"{prefix}: {cause}{hint}."
+
+
+#: Hermes' name for :func:`format_db_unavailable`.
+format_session_db_unavailable = format_db_unavailable
 
 
 _databases: dict[tuple[Path, bool], HermesDatabase] = {}

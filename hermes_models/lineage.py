@@ -589,3 +589,37 @@ def delegate(
 
     write(run)
     return model.get_by_id(child_id)
+
+
+#: Age after which an unfinished continuation nobody used is closed.
+ORPHANED_CONTINUATION_AGE_S = 7 * 86400.0
+
+
+def finalize_orphaned_compression_sessions() -> int:
+    """End, with ``'orphaned_compression'``, the continuations no agent ever picked up.
+
+    A continuation qualifies when its parent ended with ``'compression'``,
+    it holds messages (the summary) but never made an API call, it is still
+    open, and it started more than a week ago. Nothing is deleted. Returns
+    how many were ended.
+    """
+    from .models import Message, Session
+
+    now = time.time()
+    parent = Session.alias("compressed")
+    compressed = parent.select(SQL("1")).where(
+        parent.id == Session.parent,
+        parent.end_reason == "compression",
+        parent.ended_at.is_null(False),
+    )
+    has_messages = Message.select(SQL("1")).where(Message.session == Session.id)
+    query = Session.update(ended_at=now, end_reason="orphaned_compression").where(
+        Session.api_call_count == 0,
+        Session.end_reason.is_null(),
+        Session.ended_at.is_null(),
+        Session.started_at < now - ORPHANED_CONTINUATION_AGE_S,
+        Session.parent.is_null(False),
+        fn.EXISTS(compressed),
+        fn.EXISTS(has_messages),
+    )
+    return int(write(query.execute))

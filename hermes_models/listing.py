@@ -1,30 +1,54 @@
-"""Session listings as pickers show them.
+"""Session listings as pickers show them, the way Hermes lists them.
 
-A listing holds roots and branches (never subagent runs). A root whose
-context was compressed stands for its whole chain: the row shown is the
-chain's tip, marked with ``_lineage_root_id``, while the preview (the first
-user message) and the position in the list come from the root. Pages count
-roots. Everything is one SQL statement built from the lineage expressions.
+A listing holds roots and branches (never subagent runs). Filters, paging
+and the default order (newest start first) apply to those surfaced rows.
+A surfaced row whose context was compressed stands for its whole chain: its
+id, end, counts, title, model, prompt, working directory, preview and last
+activity are the chain tip's, and ``_lineage_root_id`` names the surfaced
+row; its start and other columns stay its own. Ordered by last activity, a
+chain counts with the latest activity of any session in it, and
+``id_query`` admits a chain when any of its ids contains the text.
+Everything is one SQL statement built from the lineage expressions.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import peewee
-from peewee import JOIN, Value, fn
+from peewee import JOIN, SQL, Value, fn
 
-from .checks import check_flag, check_int64
-from .db import Prepared, current
-from .lineage import TIP_MAX_HOPS, _extend, _latest_child, _not_visited, _path, listable_expr
-from .models import Message, Session, decode_content
+from .checks import check_flag, check_int64, check_text
+from .db import Prepared, current, fetch_dicts
+from .lineage import (
+    MAX_DEPTH,
+    TIP_MAX_HOPS,
+    _extend,
+    _latest_child,
+    _not_visited,
+    _path,
+    compression_expr,
+    listable_expr,
+)
+from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 
 #: Characters of a preview before it is cut and ``...`` appended.
 PREVIEW_CHARS = 60
-
-_WHITESPACE = re.compile(r"\s+")
+#: Characters of the first user message a preview is made from.
+PREVIEW_SOURCE_CHARS = 63
+#: The columns a compressed chain's row takes from its tip (with preview and last_active).
+TIP_COLUMNS = (
+    "id",
+    "ended_at",
+    "end_reason",
+    "message_count",
+    "tool_call_count",
+    "title",
+    "model",
+    "system_prompt",
+    "cwd",
+)
 
 
 def check_page(limit: Any, offset: Any) -> tuple[int, int]:
@@ -34,7 +58,7 @@ def check_page(limit: Any, offset: Any) -> tuple[int, int]:
 
 
 def _sources(value: Any, argument: str) -> list[str] | None:
-    if value is None:
+    if value is None or value == "":
         return None
     if isinstance(value, str):
         return [value]
@@ -51,6 +75,7 @@ def session_filters(
     include_children: bool = True,
     include_archived: bool = True,
     archived_only: bool = False,
+    min_message_count: Any = 0,
 ) -> list[peewee.Node]:
     """WHERE terms shared by listings and counts."""
     terms: list[peewee.Node] = []
@@ -65,6 +90,8 @@ def session_filters(
     excluded = _sources(exclude_sources, "exclude_sources")
     if excluded:
         terms.append(s.source.not_in(excluded))
+    if isinstance(min_message_count, peewee.Node) or min_message_count:
+        terms.append(s.message_count >= min_message_count)
     if archived_only:
         terms.append(s.archived == 1)
     elif not include_archived:
@@ -78,15 +105,72 @@ def where_all(query: Any, terms: Sequence[peewee.Node]) -> Any:
 
 
 def preview_text(content: Any) -> str:
-    """A one-line preview of message content: 60 characters, then ``...``."""
-    value = decode_content(content) if isinstance(content, str) or content is None else content
-    if isinstance(value, list):
-        parts = [p.get("text", "") for p in value if isinstance(p, dict)]
-        value = " ".join(p for p in parts if isinstance(p, str))
-    elif not isinstance(value, str):
-        value = "" if value is None else str(value)
-    flat = _WHITESPACE.sub(" ", value).strip()
-    return flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "..."
+    """The preview of a first user message, as Hermes makes it.
+
+    Line breaks become spaces, the first 63 characters are kept and
+    stripped, and more than 60 left become 60 plus ``...``. List content
+    (stored as JSON) is previewed by its text parts, dict content by its JSON.
+    """
+    if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
+        decoded = decode_content(content)
+        content = decoded if isinstance(decoded, list) else content[len(CONTENT_JSON_PREFIX) :]
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        text = " ".join(p for p in parts if isinstance(p, str) and p)
+    else:
+        text = content if isinstance(content, str) else "" if content is None else str(content)
+    raw = text.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()
+    return raw if len(raw) <= PREVIEW_CHARS else raw[:PREVIEW_CHARS] + "..."
+
+
+def _enrichment(x: Any, prefix: str) -> list[Any]:
+    """``preview`` material and ``last_active`` of the session rows ``x``.
+
+    The first user message (by time) with content is read twice at most: its
+    first characters, and the whole text only when it is stored as JSON.
+    """
+    first = Message.alias(f"{prefix}first")
+    first_id = (
+        first.select(first.id)
+        .where(first.session == x.id, first.role == "user", first.content.is_null(False))
+        .order_by(first.timestamp, first.id)
+        .limit(1)
+    )
+    shown = Message.alias(f"{prefix}text")
+    head = fn.SUBSTR(
+        fn.REPLACE(fn.REPLACE(shown.content, "\n", " "), "\r", " "), 1, PREVIEW_SOURCE_CHARS
+    )
+    stored_json = (shown.content >= Value("\x00")) & (shown.content < Value("\x01"))
+    latest = Message.alias(f"{prefix}latest")
+    last_active = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == x.id), x.started_at
+    )
+    columns = [
+        head.alias(f"{prefix}preview"),
+        peewee.Case(None, [(stored_json, shown.content)], None).alias(f"{prefix}preview_json"),
+        last_active.alias(f"{prefix}last_active"),
+    ]
+    return [columns, (shown, shown.id == first_id)]
+
+
+def _chain(roots_cte: Any) -> Any:
+    """Every session of each surfaced row's compression chain: ``(root_id, id, depth, path)``."""
+    child = Session.alias("chain_child")
+    base = roots_cte.select_from(
+        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), _path(roots_cte.c.root_id)
+    )
+    chain = base.cte("chain", recursive=True, columns=("root_id", "id", "depth", "path"))
+    step = (
+        child.select(chain.c.root_id, child.id, chain.c.depth + 1, _extend(chain.c.path, child.id))
+        .from_(chain)
+        .join(child, on=(child.parent == chain.c.id))
+        .where(
+            compression_expr(child),
+            chain.c.depth < MAX_DEPTH,
+            _not_visited(chain.c.path, child.id),
+        )
+    )
+    return chain.union_all(step)
 
 
 _LISTINGS: dict[tuple[Any, ...], Prepared] = {}
@@ -104,12 +188,18 @@ def rich_listing(
     order_by_last_active: bool = False,
     include_archived: bool = False,
     archived_only: bool = False,
+    id_query: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Session rows with ``preview`` and ``last_active`` (see the module docstring)."""
+    """Session rows with ``preview`` and ``last_active`` (see the module docstring).
+
+    ``id_query`` (text in any id of the chain, ASCII case-insensitive) is
+    honoured with ``order_by_last_active`` only, as in Hermes.
+    """
     limit, offset = check_page(limit, offset)
     min_message_count = check_int64(min_message_count, "min_message_count", minimum=0)
     sources = _sources(source, "source") or []
     excluded = _sources(exclude_sources, "exclude_sources") or []
+    needle = (check_text(id_query, "id_query", optional=True) or "").strip().lower()
     flags = (
         check_flag(include_children, "include_children"),
         check_flag(project_compression_tips, "project_compression_tips"),
@@ -118,11 +208,13 @@ def rich_listing(
         check_flag(archived_only, "archived_only"),
         min_message_count > 0,
     )
-    shape = (len(sources), len(excluded), *flags)
+    by_id = bool(needle) and flags[2]
+    shape = (len(sources), len(excluded), *flags, by_id)
     prepared = _LISTINGS.get(shape)
     if prepared is None:
         names = [f"source{i}" for i in range(len(sources))]
         names += [f"exclude{i}" for i in range(len(excluded))]
+        optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
 
         def build(**marks: Any) -> Any:
             return rich_listing_query(
@@ -136,11 +228,18 @@ def rich_listing(
                 order_by_last_active=flags[2],
                 include_archived=flags[3],
                 archived_only=flags[4],
+                id_pattern=marks["needle"] if by_id else None,
             )
 
-        prepared = Prepared(build, *names, "limit", "offset", *(["min_count"] if flags[5] else []))
+        prepared = Prepared(build, *names, "limit", "offset", *optional)
         _LISTINGS[shape] = prepared
-    values: dict[str, Any] = {"limit": limit, "offset": offset, "min_count": min_message_count}
+    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    values: dict[str, Any] = {
+        "limit": limit,
+        "offset": offset,
+        "min_count": min_message_count,
+        "needle": f"%{escaped}%",
+    }
     values.update({f"source{i}": value for i, value in enumerate(sources)})
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
@@ -155,13 +254,18 @@ def rich_listing_query(
     limit: int | None = 20,
     offset: int = 0,
     include_children: bool = False,
-    min_message_count: int = 0,
+    min_message_count: Any = 0,
     project_compression_tips: bool = True,
     order_by_last_active: bool = False,
     include_archived: bool = False,
     archived_only: bool = False,
+    id_pattern: Any = None,
 ) -> Any:
-    """The one SELECT behind :func:`rich_listing` (values may be placeholders)."""
+    """The one SELECT behind :func:`rich_listing` (values may be placeholders).
+
+    ``id_pattern`` is a LIKE pattern (``\\`` escapes) matched against the
+    lower-cased ids of each chain.
+    """
     project = project_compression_tips and not include_children
     s = Session.alias("s")
     roots = where_all(
@@ -177,61 +281,62 @@ def rich_listing_query(
             include_children=include_children,
             include_archived=include_archived,
             archived_only=archived_only,
+            min_message_count=min_message_count,
         ),
     )
-    paged_early = not order_by_last_active and not min_message_count
-    if paged_early:
+    if not order_by_last_active:
         roots = roots.order_by(s.started_at.desc(), s.id.desc()).limit(limit).offset(offset)
     roots_cte = roots.cte("roots")
 
-    shown = Session.alias("shown")
-    first_user = Message.alias("first_user")
-    preview = (
-        first_user.select(first_user.content)
-        .where(
-            first_user.session == roots_cte.c.root_id,
-            first_user.role == "user",
-            first_user.active == 1,
-        )
-        .order_by(first_user.timestamp, first_user.id)
-        .limit(1)
-    )
-    latest = Message.alias("latest_message")
-    last_active = fn.COALESCE(
-        latest.select(fn.MAX(latest.timestamp)).where(latest.session == shown.id),
-        shown.started_at,
-    )
+    row = Session.alias("row")
+    columns, (first, on_first) = _enrichment(row, "")
+    query = row.select(row, roots_cte.c.root_id.alias("_root_id"), *columns).from_(roots_cte)
+    query = query.join(row, on=(row.id == roots_cte.c.root_id))
+    query = query.join(first, JOIN.LEFT_OUTER, on=on_first)
     ctes: list[Any] = [roots_cte]
     if project:
-        tips = _tips(roots_cte)
-        ctes.extend(tips)
-        tip_cte = tips[-1]
-        shown_id = fn.COALESCE(tip_cte.c.tip_id, roots_cte.c.root_id)
-    else:
-        shown_id = roots_cte.c.root_id
-    query = shown.select(
-        shown,
-        roots_cte.c.root_id.alias("_root_id"),
-        preview.alias("preview"),
-        last_active.alias("last_active"),
-    ).from_(roots_cte)
-    if project:
-        query = query.join(tip_cte, JOIN.LEFT_OUTER, on=(tip_cte.c.root_id == roots_cte.c.root_id))
-    query = query.join(shown, on=(shown.id == shown_id)).with_cte(*ctes)
-    if min_message_count:
-        query = query.where(fn.COALESCE(shown.message_count, 0) >= min_message_count)
+        walk, tips = _tips(roots_cte)
+        ctes.extend([walk, tips])
+        tip = Session.alias("tip")
+        tip_columns, (tip_first, on_tip_first) = _enrichment(tip, "_tip_")
+        query = query.select_extend(
+            *[getattr(tip, Session._meta.columns[c].name).alias(f"_tip_{c}") for c in TIP_COLUMNS],
+            *tip_columns,
+        )
+        query = query.join(tips, JOIN.LEFT_OUTER, on=(tips.c.root_id == roots_cte.c.root_id))
+        query = query.join(tip, JOIN.LEFT_OUTER, on=(tip.id == tips.c.tip_id))
+        query = query.join(tip_first, JOIN.LEFT_OUTER, on=on_tip_first)
+    if order_by_last_active or id_pattern is not None:
+        chain = _chain(roots_cte)
+        ctes.append(chain)
     if order_by_last_active:
+        member = Session.alias("member")
+        latest = Message.alias("member_latest")
+        activity = fn.COALESCE(
+            latest.select(fn.MAX(latest.timestamp)).where(latest.session == member.id),
+            member.started_at,
+        )
+        effective = (
+            chain.select_from(fn.MAX(activity))
+            .join(member, on=(member.id == chain.c.id))
+            .where(chain.c.root_id == roots_cte.c.root_id)
+        )
         query = query.order_by(
-            peewee.SQL('"last_active"').desc(), roots_cte.c.root_started.desc(), shown.id.desc()
+            peewee.Desc(effective), roots_cte.c.root_started.desc(), roots_cte.c.root_id.desc()
         )
     else:
         query = query.order_by(roots_cte.c.root_started.desc(), roots_cte.c.root_id.desc())
-    if not paged_early:
+    if id_pattern is not None:
+        like = peewee.NodeList((fn.LOWER(chain.c.id), SQL("LIKE"), id_pattern, SQL("ESCAPE '\\'")))
+        match = chain.select_from(SQL("1")).where(chain.c.root_id == roots_cte.c.root_id, like)
+        query = query.where(fn.EXISTS(match))
+    query = query.with_cte(*ctes)
+    if order_by_last_active:
         query = query.limit(limit).offset(offset)
     return query
 
 
-def _tips(roots_cte: Any) -> list[Any]:
+def _tips(roots_cte: Any) -> tuple[Any, Any]:
     here = Session.alias("here")
     nxt = Session.alias("nxt")
     base = roots_cte.select_from(
@@ -256,22 +361,27 @@ def _tips(roots_cte: Any) -> list[Any]:
         .group_by(walk.c.root_id)
         .cte("tips", columns=("root_id", "tip_id", "depth"))
     )
-    return [walk, tips]
+    return walk, tips
+
+
+def _preview(row: dict[str, Any], prefix: str) -> str:
+    stored_json = row.pop(f"{prefix}preview_json")
+    head = row.pop(f"{prefix}preview")
+    return preview_text(stored_json if stored_json is not None else head)
 
 
 def _finish(row: dict[str, Any]) -> dict[str, Any]:
     root_id = row.pop("_root_id")
-    row["preview"] = preview_text(row.get("preview"))
-    if root_id != row["id"]:
+    row["preview"] = _preview(row, "")
+    if "_tip_id" not in row:
+        return row
+    tip = {column: row.pop(f"_tip_{column}") for column in TIP_COLUMNS}
+    tip["preview"] = _preview(row, "_tip_")
+    tip["last_active"] = row.pop("_tip_last_active")
+    if tip["id"] is not None and tip["id"] != root_id:
+        row.update(tip)
         row["_lineage_root_id"] = root_id
     return row
-
-
-def fetch_dicts(query: Any) -> list[dict[str, Any]]:
-    """Rows of ``query`` as dicts keyed by column name."""
-    cursor = current().execute(query)
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def count_sessions(**filters: Any) -> int:
@@ -311,3 +421,75 @@ def ids_starting_with(prefix: str, limit: int | None = 10) -> list[str]:
             break
         found.append(str(session_id))
     return found
+
+
+def enriched_sessions(
+    conditions: Any, *, order: Sequence[Any], limit: int = -1, offset: int = 0
+) -> list[dict[str, Any]]:
+    """Sessions with ``preview`` and ``last_active`` (as listings show them, unprojected).
+
+    ``conditions(row)`` gives the WHERE terms over the session alias ``row``;
+    ``order`` may name ``last_active``.
+    """
+    row = Session.alias("row")
+    columns, (first, on_first) = _enrichment(row, "")
+    query = (
+        row.select(row, *columns)
+        .join(first, JOIN.LEFT_OUTER, on=on_first)
+        .where(*conditions(row))
+        .order_by(*order)
+        .limit(limit)
+        .offset(offset)
+    )
+    out = []
+    for found in fetch_dicts(query):
+        found["preview"] = _preview(found, "")
+        out.append(found)
+    return out
+
+
+def cron_job_runs(job_id: str, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:
+    """The sessions one cron job ran (ids ``cron_<job_id>_<...>``), newest first.
+
+    The ids are read as a range of the ``(source, id)`` index rather than a
+    pattern, so the cost follows the page, not the whole cron history. Rows
+    carry ``preview`` and ``last_active``, unprojected.
+    """
+    job = check_text(job_id, "job_id")
+    limit, offset = check_page(limit, offset)
+    prefix = f"cron_{job}_"
+    above = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return enriched_sessions(
+        lambda row: [row.source == "cron", row.id >= prefix, row.id < above],
+        order=(SQL('"started_at"').desc(), SQL('"id"').desc()),
+        limit=limit,
+        offset=offset,
+    )
+
+
+def sessions_by_id(
+    query: Any, limit: int = 20, include_archived: bool = True
+) -> list[dict[str, Any]]:
+    """Listed sessions whose id, or an id of their compression chain, contains ``query``.
+
+    Exact matches first, then prefixes, then the rest, each group by last
+    activity; a compressed chain appears as its projected row.
+    """
+    needle = (check_text(query, "query", optional=True) or "").strip().lower()
+    limit = check_int64(limit, "limit")
+    if not needle or limit <= 0:
+        return []
+    candidates = rich_listing(
+        limit=max(limit * 4, limit),
+        include_archived=include_archived,
+        order_by_last_active=True,
+        id_query=needle,
+    )
+
+    def rank(row: dict[str, Any]) -> int:
+        ids = [str(value).lower() for value in (row["id"], row.get("_lineage_root_id")) if value]
+        if needle in ids:
+            return 0
+        return 1 if any(value.startswith(needle) for value in ids) else 2
+
+    return sorted(candidates, key=rank)[:limit]

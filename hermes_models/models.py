@@ -351,7 +351,7 @@ class Session(BaseModel):
         """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
         from .transcript import restore_rewound
 
-        count = restore_rewound(self.id, since_id)
+        count = restore_rewound(self.id, since_id, argument="since_id")
         self.refresh()
         return count
 

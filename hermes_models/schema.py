@@ -375,3 +375,36 @@ def keep_search_indexes(db: HermesDatabase) -> bool:
     db.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
     logger.info("%s: brought the full-text indexes in step with this SQLite build", db.path)
     return True
+
+
+#: Opt-in migration sets: subfolders of ``migrations/``, applied only on request.
+TELEGRAM_TOPICS = "telegram_topics"
+
+
+def optional_migrations_dir(name: str) -> Path:
+    """The folder of the opt-in migration set ``name`` (e.g. :data:`TELEGRAM_TOPICS`).
+
+    Raises:
+        MigrationError: there is no such set in this installation.
+    """
+    folder = migrations_dir() / name
+    if not folder.is_dir():
+        raise MigrationError(f"no opt-in migration set {name!r} in this installation")
+    return folder
+
+
+def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[str]:
+    """Apply the pending migrations of the opt-in set ``name`` to ``target``; returns their ids.
+
+    The baseline must already be applied (the set builds on its tables).
+    Runs under yoyo's lock like :func:`migrate`.
+    """
+    path = resolve_path(target)
+    migrations = read_migrations(str(optional_migrations_dir(name)))
+    if _up_to_date(path, migrations):
+        return []
+    with _process_lock, _backend(path) as backend, _locked(backend):
+        todo = backend.to_apply(migrations)
+        backend.apply_migrations(todo)
+    secure_files(path, create=False)
+    return [m.id for m in todo]

@@ -22,10 +22,10 @@ import peewee
 from peewee import JOIN, SQL, Value, fn
 
 from .checks import check_flag
-from .db import current
+from .db import current, fetch_dicts
 from .fts import INDEXES, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, _extend, _not_visited, _path, branch_expr
-from .listing import check_page, fetch_dicts
+from .listing import check_page
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 from .query import LIKE, SearchQuery, highlight, parse, term_regex
 from .statements import (
@@ -192,8 +192,6 @@ def _hits(
         if snippet is None or (content is not None and "\x00" in content):
             regex = regex or term_regex(query.positive_terms())
             snippet = _snippet(content, tool_name, tool_calls, regex)
-        else:
-            snippet = snippet.rstrip()
         before, after = around.get(message_id, (None, None))
         context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
         if before is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,10 +24,23 @@ from typing import Any, TypeVar, cast
 import peewee
 from peewee import fn
 
-from . import listing, maintenance, titles, transcript
+from . import handoff, history, listing, maintenance, telegram, titles, transcript
 from .checks import check_finite, check_flag, check_int64
-from .db import HermesDatabase, bind_current, connect, resolve_path, unbind_current
-from .lineage import compression_chain_ids, compression_tip_id, new_session_id, resume_target_id
+from .db import (
+    HermesDatabase,
+    bind_current,
+    connect,
+    fetch_dicts,
+    resolve_path,
+    unbind_current,
+)
+from .lineage import (
+    compression_chain_ids,
+    compression_tip_id,
+    finalize_orphaned_compression_sessions,
+    new_session_id,
+    resume_target_id,
+)
 from .models import (
     CompressionLock,
     Message,
@@ -38,6 +52,9 @@ from .models import (
     encode_json,
     unencodable_error,
 )
+from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
+
+logger = logging.getLogger("hermes_models")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,10 +112,15 @@ def _api(method: F) -> F:
     return cast(F, wrapper)
 
 
-#: Session columns ``update_session_meta`` may set.
+#: The ``state_meta`` key holding when :meth:`SessionDB.maybe_auto_prune_and_vacuum` last ran.
+AUTO_PRUNE_KEY = "last_auto_prune"
+
+#: Stands for "not passed" where None is a meaningful argument.
+_UNSET: Any = object()
+
+#: Session columns ``update_session_meta`` may set by name (``model`` through its own argument).
 META_FIELDS = (
     "user_id",
-    "model",
     "model_config",
     "system_prompt",
     "cwd",
@@ -155,13 +177,35 @@ class SessionDB:
     """The Hermes session store on one SQLite file.
 
     ``db_path`` defaults to ``$HERMES_HOME/state.db``. ``read_only=True``
-    opens an existing file for reading and searching only.
+    opens an existing file for reading and searching only. A writable open
+    of a file whose schema SQLite cannot parse repairs it once per process
+    (:func:`hermes_models.repair.repair_state_db_schema`, a copy first) and
+    opens it again, as Hermes does.
     """
+
+    #: Longest session title accepted, in characters.
+    MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
 
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
         self.db_path = resolve_path(db_path, argument="db_path")
         self.read_only = check_flag(read_only, "read_only")
-        self._db: HermesDatabase | None = connect(self.db_path, read_only=self.read_only)
+        self._db: HermesDatabase | None = self._open()
+
+    def _open(self) -> HermesDatabase:
+        try:
+            return connect(self.db_path, read_only=self.read_only)
+        except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
+            cause = getattr(exc, "orig", None) or exc
+            if (
+                self.read_only
+                or not is_malformed_db_error(cause)
+                or not claim_repair_attempt(self.db_path)
+            ):
+                raise
+            logger.error("%s: the schema is malformed (%s); repairing it", self.db_path, cause)
+            if not repair_state_db_schema(self.db_path)["repaired"]:
+                raise
+        return connect(self.db_path, read_only=self.read_only)
 
     # -- handle ------------------------------------------------------------------
 
@@ -224,7 +268,8 @@ class SessionDB:
             "id": session_id,
             "source": source,
             "model_name": transcript._optional_text(model, "model"),
-            "model_config": encode_json(model_config, "model_config"),
+            # An empty config is stored as NULL, as Hermes stores it.
+            "model_config": encode_json(model_config, "model_config") if model_config else None,
             "system_prompt": transcript._optional_text(system_prompt, "system_prompt"),
             "user_id": transcript._optional_text(user_id, "user_id"),
             "parent": parent_session_id,
@@ -236,9 +281,11 @@ class SessionDB:
         self._write(lambda: Session.insert(**row).on_conflict_ignore().execute())
         return session_id
 
-    def ensure_session(self, session_id: str, source: str = "unknown", **fields: Any) -> str:
+    def ensure_session(
+        self, session_id: str, source: str = "unknown", model: str | None = None, **fields: Any
+    ) -> str:
         """Make sure a session exists, creating it with ``fields`` if not; returns its id."""
-        return self.create_session(session_id, source, **fields)
+        return self.create_session(session_id, source, model=model, **fields)
 
     @_api
     def end_session(self, session_id: str, end_reason: str) -> bool:
@@ -273,7 +320,7 @@ class SessionDB:
         """Every column of one session, or None."""
         if _lookup_key(session_id, "session_id") is None:
             return None
-        rows = listing.fetch_dicts(Session.select().where(Session.id == session_id))
+        rows = fetch_dicts(Session.select().where(Session.id == session_id))
         return rows[0] if rows else None
 
     @_api
@@ -320,22 +367,58 @@ class SessionDB:
         return self._update(session_id, **values)
 
     @_api
-    def update_session_cwd(self, session_id: str, cwd: str | None) -> bool:
-        """Set a session's working directory. True if it exists."""
-        return self._update(session_id, cwd=transcript._optional_text(cwd, "cwd"))
+    def update_session_cwd(
+        self, session_id: str, cwd: str | None, git_branch: str | None = None
+    ) -> bool:
+        """Record a session's working directory and, when known, its git branch.
+
+        Nothing happens without an id or a directory; a blank branch (a
+        failed probe) leaves the stored one. True if the session exists.
+        """
+        if not session_id or not cwd:
+            return False
+        values: dict[str, Any] = {"cwd": transcript._optional_text(cwd, "cwd")}
+        branch = (transcript._optional_text(git_branch, "git_branch") or "").strip()
+        if branch:
+            values["git_branch"] = branch
+        return self._update(session_id, **values)
 
     @_api
-    def update_session_meta(self, session_id: str, **fields: Any) -> bool:
-        """Set metadata columns (see :data:`META_FIELDS`). True if the session exists."""
-        unknown = sorted(set(fields) - set(META_FIELDS))
+    def update_session_meta(
+        self,
+        session_id: str,
+        model_config_json: Any = _UNSET,
+        model: str | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Replace a session's ``model_config`` (and its model when given). True if it exists.
+
+        Hermes' form, ``update_session_meta(id, model_config_json, model=None)``,
+        overwrites ``model_config`` whole (lineage markers in it included) and
+        leaves the model alone when ``model`` is None. Without
+        ``model_config_json``, the named columns of :data:`META_FIELDS` are
+        set instead (``model_config`` may then be a dict); ``model`` keeps
+        Hermes' meaning in both forms.
+        """
+        given = dict(fields)
+        if model_config_json is not _UNSET:
+            if given:
+                raise TypeError(
+                    "update_session_meta: model_config_json cannot be combined with "
+                    f"{', '.join(sorted(given))}"
+                )
+            given["model_config"] = model_config_json
+        unknown = sorted(set(given) - set(META_FIELDS))
         if unknown:
             raise ValueError(f"update_session_meta: unknown field(s) {', '.join(unknown)}")
         values: dict[str, Any] = {}
-        for column, value in fields.items():
+        for column, value in given.items():
             if column in ("model_config", "handoff_state"):
                 values[_field(column).name] = encode_json(value, column)
             else:
                 values[_field(column).name] = transcript._optional_text(value, column)
+        if model is not None:
+            values["model_name"] = transcript._optional_text(model, "model")
         if not values:
             return self.get_session(session_id) is not None
         return self._update(session_id, **values)
@@ -364,7 +447,9 @@ class SessionDB:
         """Add to (or with ``absolute=True`` set) a session's token and cost counters.
 
         An unknown session is created with ``source='unknown'``. ``model``
-        and the billing fields are filled only while NULL.
+        and the billing fields are filled only while NULL. As in Hermes, the
+        estimated cost counts a missing value as 0 (so ``absolute=True``
+        without one resets it to 0), while a missing actual cost is left alone.
         """
         transcript.check_session_id(session_id)
         absolute = check_flag(absolute, "absolute")
@@ -375,7 +460,9 @@ class SessionDB:
             Session.cache_write_tokens: _count(cache_write_tokens, "cache_write_tokens"),
             Session.reasoning_tokens: _count(reasoning_tokens, "reasoning_tokens"),
             Session.api_call_count: _count(api_call_count, "api_call_count"),
-            Session.estimated_cost_usd: _money(estimated_cost_usd, "estimated_cost_usd"),
+            # As in Hermes, a missing estimate counts as 0: it is added (or, with
+            # absolute=True, set), so the column holds a number after any call.
+            Session.estimated_cost_usd: _money(estimated_cost_usd, "estimated_cost_usd") or 0.0,
             Session.actual_cost_usd: _money(actual_cost_usd, "actual_cost_usd"),
         }
         fill_if_null = {
@@ -436,8 +523,10 @@ class SessionDB:
         order_by_last_active: bool = False,
         include_archived: bool = False,
         archived_only: bool = False,
+        id_query: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The rows a session picker shows, with ``preview`` and ``last_active``."""
+        """The rows a session picker shows, with ``preview`` and ``last_active``
+        (see :mod:`hermes_models.listing`)."""
         return listing.rich_listing(
             source=source,
             exclude_sources=exclude_sources,
@@ -449,29 +538,53 @@ class SessionDB:
             order_by_last_active=order_by_last_active,
             include_archived=include_archived,
             archived_only=archived_only,
+            id_query=id_query,
         )
+
+    @_api
+    def list_cron_job_runs(
+        self, job_id: str, limit: int = 20, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The sessions a cron job ran (ids ``cron_<job_id>_...``), newest first,
+        with ``preview`` and ``last_active``."""
+        return listing.cron_job_runs(job_id, limit, offset)
+
+    @_api
+    def search_sessions_by_id(
+        self, query: str, limit: int = 20, include_archived: bool = True
+    ) -> list[dict[str, Any]]:
+        """Listed sessions whose id (or compression chain's ids) contains ``query``:
+        exact matches first, then prefixes, then the rest."""
+        return listing.sessions_by_id(query, limit, include_archived)
 
     @_api
     def session_count(
         self,
         source: str | None = None,
-        exclude_sources: Sequence[str] | None = None,
-        include_children: bool = True,
-        include_archived: bool = True,
+        min_message_count: int = 0,
+        include_archived: bool = False,
         archived_only: bool = False,
+        exclude_children: bool = False,
+        exclude_sources: Sequence[str] | None = None,
     ) -> int:
-        """How many sessions match the filters (by default: all of them)."""
+        """How many sessions match the filters; archived ones only when asked, as in Hermes.
+
+        ``exclude_children`` counts what :meth:`list_sessions_rich` lists
+        (roots and branches, no subagent runs).
+        """
         return listing.count_sessions(
             source=source,
             exclude_sources=exclude_sources,
-            include_children=include_children,
+            include_children=not check_flag(exclude_children, "exclude_children"),
             include_archived=include_archived,
             archived_only=archived_only,
+            min_message_count=check_int64(min_message_count, "min_message_count", minimum=0),
         )
 
     @_api
-    def message_count(self, session_id: str | None = None, include_inactive: bool = False) -> int:
-        """How many messages one session (or the whole store) holds."""
+    def message_count(self, session_id: str | None = None, include_inactive: bool = True) -> int:
+        """How many message rows one session (or the whole store) holds, rewound ones
+        included as Hermes counts them; ``include_inactive=False`` counts active ones."""
         query = Message.select()
         if session_id is not None:
             query = query.where(Message.session == transcript.check_session_id(session_id))
@@ -538,7 +651,7 @@ class SessionDB:
         """The session with exactly this title, or None."""
         if _lookup_key(title, "title") is None:
             return None
-        rows = listing.fetch_dicts(Session.select().where(Session.title == title))
+        rows = fetch_dicts(Session.select().where(Session.title == title))
         return rows[0] if rows else None
 
     @_api
@@ -599,43 +712,60 @@ class SessionDB:
 
     @_api
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
-        """A session's messages by id, content and JSON columns decoded."""
+        """A session's messages by id, every column: ``content`` and ``tool_calls``
+        decoded, the other JSON columns as stored text (as Hermes returns them)."""
         transcript.check_session_id(session_id)
-        return transcript.messages_of(session_id, check_flag(include_inactive, "include_inactive"))
+        return history.messages_of(session_id, check_flag(include_inactive, "include_inactive"))
 
     @_api
     def get_messages_as_conversation(
-        self, session_id: str, include_ancestors: bool = False
+        self, session_id: str, include_ancestors: bool = False, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
-        """OpenAI-style messages ordered by (timestamp, id).
+        """OpenAI-style messages ordered by (timestamp, id), as Hermes replays them.
 
-        With ``include_ancestors`` the sessions this one continues after
-        context compressions come first, the chain's root first, and a prompt
-        re-sent on resume (a user message equal to an earlier one with no
-        assistant reply between) is dropped. Only compression edges are
-        followed: a branch already holds a copy of its parent's transcript,
-        and a subagent run never saw its parent's.
+        Each has ``role`` and ``content`` (user and assistant text cleaned of
+        recalled-memory blocks) and, when set, ``timestamp``, ``tool_call_id``,
+        ``tool_name``, ``tool_calls``, ``message_id`` (the platform's id),
+        ``observed``; assistant messages add ``finish_reason``, ``reasoning``,
+        ``reasoning_content`` and the decoded reasoning details. With
+        ``include_ancestors`` the sessions up the parent chain come first
+        (any link, the root first) and a prompt re-sent on resume is dropped.
         """
         transcript.check_session_id(session_id)
-        include_ancestors = check_flag(include_ancestors, "include_ancestors")
-        chain = [session_id]
-        current = Session.get_or_none(Session.id == session_id) if include_ancestors else None
-        if current is not None:
-            for parent in cast("Iterable[Session]", current.ancestors()):
-                if current.kind != "compression":
-                    break
-                chain.insert(0, parent.id)
-                current = parent
-        entries: list[dict[str, Any]] = []
-        for member in chain:
-            query = (
-                Message.select()
-                .where(Message.session == member, Message.active == 1)
-                .order_by(Message.timestamp, Message.id)
-            )
-            for row in listing.fetch_dicts(query):
-                entries.append(transcript.conversation_entry(transcript.message_dict(row)))
-        return transcript.drop_resent_prompts(entries) if include_ancestors else entries
+        return history.conversation(
+            session_id, include_ancestors=include_ancestors, include_inactive=include_inactive
+        )
+
+    @_api
+    def get_messages_around(
+        self, session_id: str, around_message_id: int, window: int = 5
+    ) -> dict[str, Any]:
+        """Up to ``window`` messages either side of one message (see
+        :func:`hermes_models.history.messages_around`)."""
+        transcript.check_session_id(session_id)
+        return history.messages_around(session_id, around_message_id, window)
+
+    @_api
+    def get_anchored_view(
+        self,
+        session_id: str,
+        around_message_id: int,
+        window: int = 5,
+        bookend: int = 3,
+        keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+    ) -> dict[str, Any]:
+        """A window around one message plus the session's opening and closing turns
+        (see :func:`hermes_models.history.anchored_view`)."""
+        transcript.check_session_id(session_id)
+        return history.anchored_view(session_id, around_message_id, window, bookend, keep_roles)
+
+    @_api
+    def list_recent_user_messages(
+        self, session_id: str, limit: int = 20, include_inactive: bool = False
+    ) -> list[dict[str, Any]]:
+        """The latest user messages, newest first, as ``{id, timestamp, preview}``."""
+        transcript.check_session_id(session_id)
+        return history.recent_user_messages(session_id, limit, include_inactive)
 
     @_api
     def replace_messages(self, session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
@@ -643,14 +773,21 @@ class SessionDB:
         return transcript.replace_messages(session_id, messages)
 
     @_api
-    def rewind_to_message(self, session_id: str, user_message_id: int) -> int:
-        """Soft-delete a user message and everything after it; returns how many."""
-        return transcript.rewind_to_message(session_id, user_message_id)
+    def rewind_to_message(self, session_id: str, target_message_id: int) -> dict[str, Any]:
+        """Soft-delete a user message and everything after it.
+
+        Returns ``rewound_count``, ``target_message`` and ``new_head_id``;
+        ``rewind_count`` goes up by one, ``message_count`` stays.
+
+        Raises:
+            ValueError: the message is not in the session or is not a user message.
+        """
+        return transcript.rewind(session_id, target_message_id)
 
     @_api
-    def restore_rewound(self, session_id: str, since_id: int) -> int:
-        """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
-        return transcript.restore_rewound(session_id, since_id)
+    def restore_rewound(self, session_id: str, since_message_id: int) -> int:
+        """Reactivate soft-deleted messages from ``since_message_id`` on; returns how many."""
+        return transcript.restore_rewound(session_id, since_message_id)
 
     @_api
     def clear_messages(self, session_id: str) -> int:
@@ -709,6 +846,172 @@ class SessionDB:
     def new_session_id() -> str:
         """A fresh session id in the Hermes style."""
         return new_session_id()
+
+    # -- lifecycle upkeep ------------------------------------------------------------------
+
+    @_api
+    def finalize_orphaned_compression_sessions(self) -> int:
+        """End week-old continuations that hold messages but never ran (see
+        :func:`hermes_models.lineage.finalize_orphaned_compression_sessions`)."""
+        return finalize_orphaned_compression_sessions()
+
+    def maybe_auto_prune_and_vacuum(
+        self,
+        retention_days: float = 90,
+        min_interval_hours: float = 24,
+        vacuum: bool = True,
+        sessions_dir: Any = None,
+    ) -> dict[str, Any]:
+        """Prune old sessions (and ``VACUUM`` when any went) at most once per interval.
+
+        The last run's time is kept in ``state_meta`` under ``last_auto_prune``
+        (an unreadable value counts as no run); a call within
+        ``min_interval_hours`` of it returns ``skipped=True``. Never raises:
+        returns ``{"skipped", "pruned", "vacuumed"}`` plus ``"error"`` (the
+        message) when something failed. Pruning goes through
+        :meth:`prune_sessions`, with its rules.
+        """
+        result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
+        try:
+            now = time.time()
+            last = self.get_meta(AUTO_PRUNE_KEY)
+            try:
+                if last and now - float(last) < float(min_interval_hours) * 3600:
+                    result["skipped"] = True
+                    return result
+            except ValueError:
+                pass  # an unreadable time counts as no run
+            prune: Any = self.prune_sessions
+            options = {} if sessions_dir is None else {"sessions_dir": sessions_dir}
+            pruned = int(prune(older_than_days=retention_days, **options))
+            result["pruned"] = pruned
+            if vacuum and pruned > 0:
+                try:
+                    self.vacuum()
+                    result["vacuumed"] = True
+                except Exception as exc:
+                    logger.warning("%s: VACUUM after the automatic prune failed: %s", self, exc)
+            self.set_meta(AUTO_PRUNE_KEY, str(now))
+        except Exception as exc:
+            logger.warning("%s: automatic prune failed: %s", self, exc)
+            result["error"] = str(exc)
+        return result
+
+    # -- handoff (handoff.py) ------------------------------------------------------------------
+
+    @_api
+    def request_handoff(self, session_id: str, platform: str) -> bool:
+        """Ask for the session to move to ``platform``; False when one is already in flight
+        (pending or running) or the session is unknown."""
+        return handoff.request(session_id, platform)
+
+    @_api
+    def claim_handoff(self, session_id: str) -> bool:
+        """Take a pending handoff (pending -> running); True if this call took it."""
+        return handoff.claim(session_id)
+
+    @_api
+    def complete_handoff(self, session_id: str) -> None:
+        """Mark the session's handoff completed."""
+        handoff.complete(session_id)
+
+    @_api
+    def fail_handoff(self, session_id: str, error: str) -> None:
+        """Mark the session's handoff failed, keeping the first 500 characters of ``error``."""
+        handoff.fail(session_id, error)
+
+    @_api
+    def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
+        """``{"state", "platform", "error"}`` of a session, or None when unknown (or unreadable)."""
+        try:
+            return handoff.state(session_id)
+        except (sqlite3.Error, peewee.PeeweeException) as exc:
+            logger.warning("%s: reading the handoff state failed: %s", self, exc)
+            return None
+
+    @_api
+    def list_pending_handoffs(self) -> list[dict[str, Any]]:
+        """Sessions waiting for a handoff, oldest first (``[]`` when unreadable)."""
+        try:
+            return handoff.pending()
+        except (sqlite3.Error, peewee.PeeweeException) as exc:
+            logger.warning("%s: listing pending handoffs failed: %s", self, exc)
+            return []
+
+    # -- Telegram DM topic mode (telegram.py) ----------------------------------------------------
+
+    @_api
+    def apply_telegram_topic_migration(self) -> None:
+        """Create the topic-mode tables (the opt-in ``migrations/telegram_topics`` set);
+        idempotent, never run on open."""
+        telegram.apply()
+
+    @_api
+    def enable_telegram_topic_mode(
+        self,
+        *,
+        chat_id: str,
+        user_id: str,
+        has_topics_enabled: bool | None = None,
+        allows_users_to_create_topics: bool | None = None,
+    ) -> None:
+        """Turn topic mode on for a private chat (creating the tables first)."""
+        telegram.enable(chat_id, user_id, has_topics_enabled, allows_users_to_create_topics)
+
+    @_api
+    def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
+        """Turn topic mode off for a chat and, unless told not to, drop its bindings."""
+        telegram.disable(chat_id, clear_bindings)
+
+    @_api
+    def is_telegram_topic_mode_enabled(self, *, chat_id: str, user_id: str) -> bool:
+        """True when the chat has topic mode on for this user."""
+        return telegram.is_enabled(chat_id, user_id)
+
+    @_api
+    def get_telegram_topic_binding(self, *, chat_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The session binding of one topic thread, or None."""
+        return telegram.binding(chat_id, thread_id)
+
+    @_api
+    def list_telegram_topic_bindings_for_chat(self, *, chat_id: str) -> list[dict[str, Any]]:
+        """Every binding of a chat, most recently updated first."""
+        return telegram.bindings_for_chat(chat_id)
+
+    @_api
+    def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
+        """The topic binding of a session, or None."""
+        return telegram.binding_of_session(session_id)
+
+    @_api
+    def bind_telegram_topic(
+        self,
+        *,
+        chat_id: str,
+        thread_id: str,
+        user_id: str,
+        session_key: str,
+        session_id: str,
+        managed_mode: str = "auto",
+    ) -> None:
+        """Bind a topic thread to a session (creating the tables first).
+
+        Raises:
+            ValueError: the session is already bound to another topic.
+        """
+        telegram.bind(chat_id, thread_id, user_id, session_key, session_id, managed_mode)
+
+    @_api
+    def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
+        """True when the session is bound to a topic."""
+        return telegram.is_linked(session_id)
+
+    @_api
+    def list_unlinked_telegram_sessions_for_user(
+        self, *, chat_id: str, user_id: str, limit: int = 10
+    ) -> list[dict[str, Any]]:
+        """The user's Telegram sessions bound to no topic, most recently active first."""
+        return telegram.unlinked_sessions(chat_id, user_id, limit)
 
     # -- deletion and maintenance --------------------------------------------------------
 
@@ -821,7 +1124,7 @@ class SessionDB:
     def search_sessions(
         self,
         query: str | None = None,
-        limit: int = 10,
+        limit: int | None = 10,
         rank_mode: str | None = None,
         *,
         source: str | Sequence[str] | None = None,
@@ -845,8 +1148,9 @@ class SessionDB:
 
     @_api
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
-        """Every session (children too, newest first) as :meth:`export_session` gives it."""
-        rows = listing.plain_listing(limit=None, offset=0, source=source, include_archived=True)
+        """Every session (children and archived ones too, most recently active first,
+        with ``last_active``) as :meth:`export_session` gives it."""
+        rows = self.search_sessions(None, limit=None, source=source)
         return [{**row, "messages": self.get_messages(row["id"])} for row in rows]
 
     @_api

@@ -69,12 +69,17 @@ def _variants(base: str) -> list[tuple[str, float, str, int]]:
 def next_title_in_lineage(title: str) -> str:
     """The title a continuation of a session titled ``title`` gets.
 
-    ``"t"`` -> ``"t #2"``, ``"t #3"`` -> ``"t #4"``, skipping numbers other
-    sessions already hold.
+    The base is ``title`` without a ``" #N"`` suffix. While no session is
+    titled with the base or a numbered variant of it, that is the base
+    itself; otherwise the unnumbered title counts as #1 and the next number
+    above the highest held is added: ``"t"`` -> ``"t #2"``, and with
+    ``"t #3"`` held, ``"t #4"``.
     """
-    base, number = split_title(title)
-    highest = max([number] + [found[3] for found in _variants(base)])
-    return f"{base} #{highest + 1}"
+    base, _ = split_title(title)
+    found = _variants(base)
+    if not found:
+        return base
+    return f"{base} #{max(row[3] for row in found) + 1}"
 
 
 def resolve_by_title(title: str) -> str | None:

@@ -1,10 +1,11 @@
 """A session's transcript: appending, rewinding, restoring and replacing messages.
 
 Each change to a session's messages and to its counters happens in one
-write, so ``message_count`` always equals the number of active messages and
-``tool_call_count`` the number of tool calls the active assistant messages
-made. Appending is the hot path: its SQL is rendered once from the model's
-fields and run directly.
+write. The counters follow Hermes: ``message_count`` is the number of
+message rows the session holds and ``tool_call_count`` the number of tool
+calls its assistant messages made, rewound (soft-deleted) rows included, so
+rewinding and restoring leave both as they are. Appending is the hot path:
+its SQL is rendered once from the model's fields and run directly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import peewee
 from peewee import SQL, Case, fn
 
 from .checks import check_flag, check_int64, check_text
-from .db import HermesDatabase, Prepared, current, write
+from .db import HermesDatabase, current, fetch_dicts, write
 from .models import (
     ROLES,
     Message,
@@ -124,11 +125,17 @@ def _optional_text(value: Any, argument: str) -> str | None:
 
 
 def tool_call_total(role: str, tool_calls: Any) -> int:
-    """How many tool calls a message adds to its session's ``tool_call_count``."""
-    if role != "assistant" or not tool_calls:
+    """How many tool calls a message adds to its session's ``tool_call_count``:
+    the length of its list, 1 for any other value; none for a tool result."""
+    if role == "tool" or not tool_calls:
         return 0
     calls = decode_json(tool_calls) if isinstance(tool_calls, str) else tool_calls
-    return len(calls) if isinstance(calls, list) else 0
+    return len(calls) if isinstance(calls, list) else 1
+
+
+def _json_column(value: Any, argument: str) -> str | None:
+    """A JSON column as stored: an empty (falsy) value is stored as NULL, as Hermes does."""
+    return encode_json(value, argument) if value else None
 
 
 _ALLOWED_FIELDS = frozenset(MESSAGE_FIELDS) | {"observed"}
@@ -151,16 +158,16 @@ def message_row(session_id: str, role: str, content: Any = None, **fields: Any) 
         _check_role(role),
         encode_content(content),
         _optional_text(get("tool_call_id"), "tool_call_id"),
-        encode_json(get("tool_calls"), "tool_calls"),
+        _json_column(get("tool_calls"), "tool_calls"),
         _optional_text(get("tool_name"), "tool_name"),
         _check_timestamp(get("timestamp")),
         _optional_count(get("token_count"), "token_count"),
         _optional_text(get("finish_reason"), "finish_reason"),
         _optional_text(get("reasoning"), "reasoning"),
         _optional_text(get("reasoning_content"), "reasoning_content"),
-        encode_json(get("reasoning_details"), "reasoning_details"),
-        encode_json(get("codex_reasoning_items"), "codex_reasoning_items"),
-        encode_json(get("codex_message_items"), "codex_message_items"),
+        _json_column(get("reasoning_details"), "reasoning_details"),
+        _json_column(get("codex_reasoning_items"), "codex_reasoning_items"),
+        _json_column(get("codex_message_items"), "codex_message_items"),
         _platform_id(get("platform_message_id")),
         int(check_flag(get("observed"), "observed", none_is_false=True)),
     ]
@@ -220,20 +227,24 @@ def insert_messages(
 ) -> int:
     """Insert ``messages`` with multi-row INSERTs (inside the caller's write).
 
-    Messages without a timestamp get ``start`` plus a microsecond per row,
-    keeping their order. Returns how many were inserted; counters are left
-    to :func:`recount`.
+    A message without a timestamp gets the time after the previous one, as
+    Hermes numbers them: ``start`` (default now) for the first, then a
+    microsecond past the later of the previous default and the previous
+    message's own timestamp. Returns how many were inserted; counters are
+    left to :func:`recount`.
     """
-    base = time.time() if start is None else start
+    clock = time.time() if start is None else start
     rows = []
     for index, message in enumerate(messages):
         fields = {k: v for k, v in message.items() if k not in ("role", "content", "id", "active")}
         if fields.get("timestamp") is None:
-            fields["timestamp"] = base + index * 1e-6
+            fields["timestamp"] = clock
         try:
-            rows.append(message_row(session_id, message["role"], message.get("content"), **fields))
+            row = message_row(session_id, message["role"], message.get("content"), **fields)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{argument}[{index}]: {exc}") from None
+        rows.append(row)
+        clock = max(clock + 1e-6, row[_TIMESTAMP] + 1e-6)
     db = current()
     for offset in range(0, len(rows), CHUNK_ROWS):
         chunk = rows[offset : offset + CHUNK_ROWS]
@@ -246,6 +257,9 @@ def insert_messages(
                 {f"{argument}[{index}]": dict(message) for index, message in enumerate(messages)}
             ) from None
     return len(rows)
+
+
+_TIMESTAMP = MESSAGE_FIELDS.index("timestamp")
 
 
 def copy_messages(source_id: str, target_id: str) -> int:
@@ -262,32 +276,29 @@ def copy_messages(source_id: str, target_id: str) -> int:
 
 def counter_totals() -> Any:
     """What the counters of each session should hold, from its messages: rows of
-    ``(session_id, messages, tool_calls)`` for every session that has any counted message.
+    ``(session_id, messages, tool_calls)`` for every session that has any message.
 
-    The one statement of the counting rule: :func:`recount` writes it, and
-    ``hermes-models doctor`` compares the stored counters with it.
+    The one statement of the counting rule (Hermes'): every message row counts,
+    rewound ones included; each message but a tool result adds the length of
+    its ``tool_calls`` list, or 1 for any other value. :func:`recount` writes
+    it, and ``hermes-models doctor`` compares the stored counters with it.
     """
     calls_in_row = Case(
         None,
         [
+            ((Message.role == "tool") | Message.tool_calls.is_null(), 0),
             (
-                (Message.role == "assistant")
-                & fn.json_valid(Message.tool_calls)
-                & (fn.json_type(Message.tool_calls) == "array"),
+                fn.json_valid(Message.tool_calls) & (fn.json_type(Message.tool_calls) == "array"),
                 fn.json_array_length(Message.tool_calls),
-            )
+            ),
         ],
-        0,
+        1,
     )
-    return (
-        Message.select(
-            Message.session,
-            fn.COUNT(Message.id).alias("messages"),
-            fn.COALESCE(fn.SUM(calls_in_row), 0).alias("tool_calls"),
-        )
-        .where(Message.active == 1)
-        .group_by(Message.session)
-    )
+    return Message.select(
+        Message.session,
+        fn.COUNT(Message.id).alias("messages"),
+        fn.COALESCE(fn.SUM(calls_in_row), 0).alias("tool_calls"),
+    ).group_by(Message.session)
 
 
 def recount(session_id: str) -> None:
@@ -300,68 +311,125 @@ def recount(session_id: str) -> None:
     ).execute()
 
 
-def rewind_to_message(session_id: str, user_message_id: int) -> int:
-    """Soft-delete an active user message and every later one; returns how many.
+def rewind(
+    session_id: str, target_message_id: int, *, argument: str = "target_message_id"
+) -> dict[str, Any]:
+    """Soft-delete a user message and every later active one (Hermes' rewind).
+
+    ``rewind_count`` goes up by one even when nothing was active any more;
+    the counters are left as they are. Returns ``rewound_count`` (rows newly
+    made inactive), ``target_message`` (the target row, content decoded) and
+    ``new_head_id`` (the last active message id, or None).
 
     Raises:
-        ValueError: the id is not an active user message of that session.
+        ValueError: the message is not in that session, or is not a user message
+            (the message starts with ``argument``, then says it as Hermes does).
     """
     check_session_id(session_id)
-    check_int64(user_message_id, "user_message_id")
+    check_int64(target_message_id, argument)
 
-    def run() -> int:
-        target = (
-            Message.select(Message.id)
-            .where(
-                Message.id == user_message_id,
-                Message.session == session_id,
-                Message.role == "user",
-                Message.active == 1,
-            )
-            .first()
+    def run() -> dict[str, Any]:
+        rows = fetch_dicts(
+            Message.select().where(Message.id == target_message_id, Message.session == session_id)
         )
-        if target is None:
+        where = f"{argument} {target_message_id}: "
+        if not rows:
             raise ValueError(
-                f"user_message_id {user_message_id} is not an active user message "
-                f"of session {session_id}"
+                f"{where}message {target_message_id} not found in session {session_id}"
             )
+        target = rows[0]
+        if target["role"] != "user":
+            raise ValueError(
+                f"{where}rewind target must be a 'user' message (got role={target['role']!r}, "
+                f"id={target_message_id})"
+            )
+        target["content"] = decode_content(target["content"])
         count = (
             Message.update(active=0)
             .where(
-                Message.session == session_id, Message.id >= user_message_id, Message.active == 1
+                Message.session == session_id,
+                Message.id >= target_message_id,
+                Message.active == 1,
             )
             .execute()
         )
-        Session.update(rewind_count=Session.rewind_count + 1).where(
+        Session.update(rewind_count=fn.COALESCE(Session.rewind_count, 0) + 1).where(
             Session.id == session_id
         ).execute()
-        recount(session_id)
-        return int(count)
+        head = (
+            Message.select(fn.MAX(Message.id))
+            .where(Message.session == session_id, Message.active == 1)
+            .scalar()
+        )
+        return {"rewound_count": int(count), "target_message": target, "new_head_id": head}
 
-    return write(run)
+    return dict(write(run))
 
 
-def restore_rewound(session_id: str, since_id: int) -> int:
-    """Reactivate the soft-deleted messages with id >= ``since_id``; returns how many."""
+def rewind_to_message(session_id: str, user_message_id: int) -> int:
+    """:func:`rewind`, returning how many messages it made inactive."""
+    rewound = rewind(session_id, user_message_id, argument="user_message_id")
+    return int(rewound["rewound_count"])
+
+
+def restore_rewound(
+    session_id: str, since_message_id: int, *, argument: str = "since_message_id"
+) -> int:
+    """Reactivate the soft-deleted messages with id >= ``since_message_id``; returns how many."""
     check_session_id(session_id)
-    check_int64(since_id, "since_id")
+    check_int64(since_message_id, argument)
 
     def run() -> int:
         count = (
             Message.update(active=1)
-            .where(Message.session == session_id, Message.id >= since_id, Message.active == 0)
+            .where(
+                Message.session == session_id,
+                Message.id >= since_message_id,
+                Message.active == 0,
+            )
             .execute()
         )
-        recount(session_id)
         return int(count)
 
     return write(run)
 
 
+#: Message keys ``replace_messages`` keeps only on assistant messages, as Hermes does.
+ASSISTANT_ONLY = (
+    "reasoning",
+    "reasoning_content",
+    "reasoning_details",
+    "codex_reasoning_items",
+    "codex_message_items",
+)
+
+
+def _as_stored(message: dict[str, Any]) -> dict[str, Any]:
+    """A replayed message dict reduced to what Hermes' ``replace_messages`` stores.
+
+    Hermes' own replay key ``message_id`` is the platform's message id;
+    the reasoning fields belong to assistant messages only; any key that is
+    not a message column is left out.
+    """
+    item = {key: message[key] for key in _ALLOWED_FIELDS & message.keys() if key != "session"}
+    item["role"] = message["role"]
+    item["content"] = message.get("content")
+    if not item.get("platform_message_id") and message.get("message_id") is not None:
+        item["platform_message_id"] = message["message_id"]
+    if message["role"] != "assistant":
+        for key in ASSISTANT_ONLY:
+            item.pop(key, None)
+    return item
+
+
 def replace_messages(session_id: str, messages: Sequence[Mapping[str, Any]]) -> int:
-    """Replace every message of a session with ``messages``; returns how many."""
+    """Replace every message of a session with ``messages``; returns how many.
+
+    Raises:
+        ValueError: no session ``session_id``, or a message has no role.
+    """
     check_session_id(session_id)
-    rows = normalise_messages(messages, "messages")
+    rows = [_as_stored(item) for item in normalise_messages(messages, "messages")]
 
     def run() -> int:
         if not Session.select().where(Session.id == session_id).exists():
@@ -384,74 +452,3 @@ def clear_messages(session_id: str) -> int:
         return int(count)
 
     return write(run)
-
-
-_CONVERSATION_FIELDS = (
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "reasoning",
-    "reasoning_content",
-    "reasoning_details",
-    "codex_reasoning_items",
-    "codex_message_items",
-)
-
-
-def _messages_query(session_id: str, include_inactive: bool) -> Any:
-    return Message.for_session(session_id, include_inactive=include_inactive)
-
-
-_MESSAGES = {
-    flag: Prepared(lambda session_id, flag=flag: _messages_query(session_id, flag), "session_id")
-    for flag in (False, True)
-}
-
-
-def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
-    """Every column of a session's messages by id, content and JSON columns decoded."""
-    cursor = _MESSAGES[bool(include_inactive)].execute(current(), session_id=session_id)
-    names = [column[0] for column in cursor.description]
-    out = []
-    for values in cursor.fetchall():
-        row = dict(zip(names, values))
-        row["content"] = decode_content(row["content"])
-        for name in _JSON_FIELDS:
-            if row[name] is not None:
-                row[name] = decode_json(row[name])
-        out.append(row)
-    return out
-
-
-def message_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored message row (column names) with content and JSON columns decoded."""
-    out = dict(row)
-    out["content"] = decode_content(out.get("content"))
-    for name in _JSON_FIELDS:
-        if name in out:
-            out[name] = decode_json(out[name])
-    return out
-
-
-def conversation_entry(message: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI-style message dict from a decoded message row."""
-    entry = {"role": message["role"], "content": message["content"]}
-    for name in _CONVERSATION_FIELDS:
-        if message.get(name) is not None:
-            entry[name] = message[name]
-    return entry
-
-
-def drop_resent_prompts(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop a user message identical to an earlier one with no assistant reply between."""
-    out = []
-    waiting: list[Any] = []
-    for entry in entries:
-        if entry["role"] == "assistant":
-            waiting = []
-        elif entry["role"] == "user":
-            if entry["content"] in waiting:
-                continue
-            waiting.append(entry["content"])
-        out.append(entry)
-    return out

@@ -9,10 +9,12 @@ session, never anything chosen by timestamps. ``tests/test_stateful.py``
 drives the real store and this model through the same random operations and
 compares what each one shows.
 
-Where SPEC is silent the model takes the store's reading: a resume walk
-counts only active messages ("has a message"), ``last_active`` counts
-soft-deleted messages too, and compressing a session that had ended for
-another reason moves its end to the compression.
+Where SPEC is silent the model follows Hermes v16 (HERMES_V16.md): counters
+count every message row, rewound ones included; previews and ``last_active``
+read soft-deleted messages too; the replay with ancestors follows every
+parent link. It keeps the store's reading where SPEC decides: a resume walk
+counts only active messages ("has a message"), and compressing a session
+that had ended for another reason moves its end to the compression.
 """
 
 from __future__ import annotations
@@ -26,21 +28,44 @@ from typing import Any
 TIP_MAX_HOPS = 100
 #: Levels a resume walk descends below the tip at most (SPEC 4).
 RESUME_MAX_DEPTH = 32
-#: Characters of a listing preview before it is cut (SPEC 6).
+#: Characters of a listing preview before it is cut (SPEC 6), and what it is cut from.
 PREVIEW_CHARS = 60
 #: The tag Hermes gives parentless subagent runs; it names no session.
 ORPHANED = "__orphaned__"
+PREVIEW_SOURCE_CHARS = 63
+#: Sessions a replay with ancestors reaches at most.
+ANCESTOR_STEPS = 100
+#: The columns a projected chain row takes from its tip (besides preview, last_active).
+TIP_COLUMNS = (
+    "id",
+    "ended_at",
+    "end_reason",
+    "message_count",
+    "tool_call_count",
+    "title",
+    "model",
+    "system_prompt",
+    "cwd",
+)
+_MEMORY = [
+    re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I),
+    re.compile(
+        r"\[System note:\s*The following is recalled memory context,\s*NOT new user "
+        r"input\.\s*Treat as [^\]]*\]\s*",
+        re.I,
+    ),
+    re.compile(r"</?\s*memory-context\s*>", re.I),
+]
 
 _NUMBERED = re.compile(r"^(?P<base>.*\S) #(?P<number>[1-9][0-9]*)$")
-_CONVERSATION_FIELDS = ("tool_calls", "tool_call_id", "tool_name")
 
 
 class CompressedAlready(Exception):
     """The model refuses to compress a session that has already ended."""
 
 
-class NotAnActiveUserMessage(Exception):
-    """The model refuses a rewind target."""
+class NotARewindTarget(Exception):
+    """The model refuses a rewind target (not in the session, or not a user message)."""
 
 
 class TitleInUse(Exception):
@@ -62,6 +87,11 @@ def encode(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+def encode_given(value: Any) -> str | None:
+    """A JSON column written from a caller's value: empty values are stored as NULL (Hermes)."""
+    return encode(value) if value else None
 
 
 @dataclass
@@ -118,13 +148,21 @@ class MMessage:
 
 
 def tool_calls_of(message: MMessage) -> int:
-    """What one active message adds to its session's ``tool_call_count``."""
-    if message.role != "assistant":
+    """What one message adds to its session's ``tool_call_count``: an assistant
+    message's list of calls, or one call for any other non-empty value."""
+    if message.role != "assistant" or not message.tool_calls:
         return 0
     calls = (
         decode(message.tool_calls) if isinstance(message.tool_calls, str) else message.tool_calls
     )
-    return len(calls) if isinstance(calls, list) else 0
+    return len(calls) if isinstance(calls, list) else 1
+
+
+def sanitize(text: str) -> str:
+    """Recalled-memory blocks, their note and fence tags removed, then stripped."""
+    for pattern in _MEMORY:
+        text = pattern.sub("", text)
+    return text.strip()
 
 
 def split_title(title: str) -> tuple[str, int]:
@@ -135,16 +173,15 @@ def split_title(title: str) -> tuple[str, int]:
 
 
 def preview_of(content: Any) -> str:
+    """Hermes' preview: line breaks to spaces, 63 characters, stripped, 60 then ``...``."""
     if isinstance(content, list):
         content = " ".join(
-            p.get("text", "")
-            for p in content
-            if isinstance(p, dict) and isinstance(p.get("text", ""), str)
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     elif not isinstance(content, str):
-        content = "" if content is None else str(content)
-    flat = " ".join(content.split())
-    return flat if len(flat) <= PREVIEW_CHARS else flat[:PREVIEW_CHARS] + "..."
+        content = json.dumps(content, ensure_ascii=False)
+    raw = content.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()
+    return raw if len(raw) <= PREVIEW_CHARS else raw[:PREVIEW_CHARS] + "..."
 
 
 @dataclass
@@ -185,8 +222,8 @@ class StoreModel:
         )
 
     def counters(self, session_id: str) -> tuple[int, int]:
-        active = self.session_messages(session_id)
-        return len(active), sum(tool_calls_of(m) for m in active)
+        rows = self.session_messages(session_id, include_inactive=True)
+        return len(rows), sum(tool_calls_of(m) for m in rows)
 
     def _latest_child(self, session_id: str, *, after_end: bool) -> str | None:
         here = self.sessions[session_id]
@@ -247,10 +284,25 @@ class StoreModel:
         return max(stamps) if stamps else self.sessions[session_id].started_at
 
     def preview(self, session_id: str) -> str:
-        users = [m for m in self.session_messages(session_id) if m.role == "user"]
+        users = [
+            m
+            for m in self.session_messages(session_id, include_inactive=True)
+            if m.role == "user" and m.content is not None
+        ]
         if not users:
             return ""
         return preview_of(min(users, key=lambda m: (m.timestamp, m.id)).content)
+
+    def chain_below(self, session_id: str) -> list[str]:
+        """``session_id`` and the sessions continuing it through compression edges."""
+        found, frontier = [session_id], [session_id]
+        while frontier:
+            here = frontier.pop()
+            for child in self.children(here):
+                if child.id not in found and self.kind(child.id) == "compression":
+                    found.append(child.id)
+                    frontier.append(child.id)
+        return found
 
     def listing(
         self,
@@ -270,63 +322,75 @@ class StoreModel:
             shown = self.tip(s.id) if project else s.id
             row: dict[str, Any] = {
                 "id": shown,
-                "preview": self.preview(s.id),
+                "preview": self.preview(shown),
                 "last_active": self.last_active(shown),
                 "_root": (s.started_at, s.id),
+                "_effective": max(self.last_active(m) for m in self.chain_below(s.id)),
             }
             if shown != s.id:
                 row["_lineage_root_id"] = s.id
             rows.append(row)
         if order_by_last_active:
-            rows.sort(key=lambda r: (r["last_active"], r["_root"][0], r["id"]), reverse=True)
+            rows.sort(key=lambda r: (r["_effective"], *r["_root"]), reverse=True)
         else:
             rows.sort(key=lambda r: r["_root"], reverse=True)
         for row in rows:
-            del row["_root"]
+            del row["_root"], row["_effective"]
         return rows
 
     def conversation(self, session_id: str, include_ancestors: bool) -> list[dict[str, Any]]:
+        """Hermes' replay: by (timestamp, id); with ancestors, every session up the
+        parent chain (any link, at most 100, a cycle ends it) merged in by time."""
         chain = [session_id]
         if include_ancestors:
-            here = session_id
-            while self.kind(here) == "compression":
-                here = self.sessions[here].parent  # type: ignore[assignment]
-                chain.insert(0, here)
+            here = self.sessions[session_id].parent if session_id in self.sessions else None
+            while here is not None and here not in chain and len(chain) < ANCESTOR_STEPS:
+                chain.append(here)
+                here = self.sessions[here].parent
+        rows = [m for member in chain for m in self.session_messages(member)]
         entries = []
-        for member in chain:
-            for m in sorted(self.session_messages(member), key=lambda m: (m.timestamp, m.id)):
-                entry: dict[str, Any] = {"role": m.role, "content": m.content}
-                values = {
-                    "tool_calls": decode(encode(m.tool_calls)),
-                    "tool_call_id": m.tool_call_id,
-                    "tool_name": m.tool_name,
-                }
-                for name in _CONVERSATION_FIELDS:
-                    if values[name] is not None:
-                        entry[name] = values[name]
-                entries.append(entry)
+        for m in sorted(rows, key=lambda m: (m.timestamp, m.id)):
+            content = m.content
+            if m.role in ("user", "assistant") and isinstance(content, str):
+                content = sanitize(content)
+            entry: dict[str, Any] = {"role": m.role, "content": content}
+            values = {
+                "timestamp": m.timestamp,
+                "tool_call_id": m.tool_call_id,
+                "tool_name": m.tool_name,
+                "tool_calls": decode(encode_given(m.tool_calls)),
+            }
+            for name, value in values.items():
+                if value:
+                    entry[name] = value
+            entries.append(entry)
         if not include_ancestors:
             return entries
         kept: list[dict[str, Any]] = []
-        waiting: list[Any] = []
         for entry in entries:
-            if entry["role"] == "assistant":
-                waiting = []
-            elif entry["role"] == "user":
-                if entry["content"] in waiting:
+            if entry["role"] == "user" and isinstance(entry["content"], str) and entry["content"]:
+                resent = False
+                for earlier in reversed(kept):
+                    if earlier["role"] == "user" and earlier["content"] == entry["content"]:
+                        resent = True
+                        break
+                    if earlier["role"] == "assistant" and (
+                        earlier["content"] or earlier.get("tool_calls")
+                    ):
+                        break
+                if resent:
                     continue
-                waiting.append(entry["content"])
             kept.append(entry)
         return kept
 
     def next_title(self, title: str) -> str:
-        base, number = split_title(title)
-        numbers = [number]
+        base, _ = split_title(title)
+        numbers = []
         for other in (s.title for s in self.sessions.values() if s.title is not None):
             stem, n = split_title(other)
             if other == base or (other.startswith(base + " #") and stem == base):
                 numbers.append(n)
-        return f"{base} #{max(numbers) + 1}"
+        return f"{base} #{max(numbers) + 1}" if numbers else base
 
     # -- writing -----------------------------------------------------------------
 
@@ -352,7 +416,7 @@ class StoreModel:
             return
         assert parent is None or parent in self.sessions
         self.sessions[session_id] = MSession(
-            session_id, source, started_at, parent=parent, model_config=encode(model_config)
+            session_id, source, started_at, parent=parent, model_config=encode_given(model_config)
         )
 
     def append(
@@ -361,14 +425,10 @@ class StoreModel:
         return self._new_message(session_id, role, content, timestamp, **fields)
 
     def rewind(self, session_id: str, message_id: int) -> int:
+        """Hermes' rewind: any user message of the session, active or not."""
         target = self.messages.get(message_id)
-        if (
-            target is None
-            or target.session_id != session_id
-            or target.role != "user"
-            or not target.active
-        ):
-            raise NotAnActiveUserMessage(message_id)
+        if target is None or target.session_id != session_id or target.role != "user":
+            raise NotARewindTarget(message_id)
         hidden = [m for m in self.session_messages(session_id) if m.id >= message_id]
         for m in hidden:
             m.active = 0

@@ -228,7 +228,7 @@ def test_search_messages_finds_old_content_in_english_and_chinese(
             "id": question["id"],
             "session_id": "root-zh",
             "role": "user",
-            "snippet": "请解释>>>事件循环<<<的工作原理",
+            "snippet": "请解释>>>事件循环<<<的工作原理  ",
             "timestamp": legacy.T0 + 301,
             "tool_name": None,
             "source": "telegram",

@@ -408,12 +408,12 @@ def test_export_session_and_export_all_return_hermes_shapes(source_db: Path) -> 
         assert one == {**store.get_session("cont-2"), "messages": store.get_messages("cont-2")}
         assert [m["id"] for m in one["messages"]] == [9, 10, 12]
         assert store.export_session("missing") is None
+        # As Hermes exports: the plain session listing, most recently active first.
         everything = store.export_all()
-        assert [s["id"] for s in everything] == [s["id"] for s in store.list_sessions(limit=None)]
-        assert everything[0] == {
-            **store.get_session("branch-zh"),
-            "messages": store.get_messages("branch-zh"),
-        }
+        listed = store.search_sessions(limit=None)
+        assert [s["id"] for s in everything] == [s["id"] for s in listed]
+        assert everything[0] == {**listed[0], "messages": store.get_messages(listed[0]["id"])}
+        assert set(everything[0]) == {*store.get_session("branch-zh"), "last_active", "messages"}
         assert [s["id"] for s in store.export_all(source="telegram")] == [
             "branch-zh",
             "sub-3",
@@ -449,7 +449,7 @@ def test_markdown_shows_a_lineage_for_reading(tmp_path: Path) -> None:
             "- source: cli · model: gpt-x",
             "- started: 1970-01-01 00:00:00 UTC · ended: -",
             "- lineage: root",
-            "- messages: 2 · tool calls: 1 · tokens: 0 in / 0 out",
+            "- messages: 3 · tool calls: 1 · tokens: 0 in / 0 out",
             "",
             "### user · 1970-01-01 00:00:01 UTC",
             "",

@@ -182,7 +182,7 @@ def test_sessions_table(filled: Path) -> None:
     assert result.output.splitlines() == [
         "ID                        Source    Msgs  Last active (UTC)  Title / preview",
         "20260105_100000_bbbb2222  telegram     1  2026-01-05 10:00   你好，世界 second line",
-        "20260105_090000_aaaa1111  cli          3  2026-01-05 09:00   greetings",
+        "20260105_090000_aaaa1111  cli          4  2026-01-05 09:00   greetings",
         "                                                             Hello there",
     ]
 
@@ -266,7 +266,7 @@ def test_a_time_python_cannot_show_is_printed_as_stored(db_path: Path) -> None:
 SHOWN = [
     "20260105_090000_aaaa1111  greetings",
     "source cli · model model-a · started 2026-01-05 09:00 UTC · ended -",
-    "3 messages · 120 in / 30 out tokens",
+    "4 messages · 120 in / 30 out tokens",
     "",
     "user  2026-01-05 09:00 UTC",
     "Hello there",

@@ -38,7 +38,7 @@ MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
 EXPECTED_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1000}
 
-NFS_HINT = " (the file may be on NFS/SMB/FUSE, where SQLite's WAL mode cannot work)"
+NFS_HINT = " (state.db may be on NFS/SMB/FUSE \u2014 see https://www.sqlite.org/wal.html)"
 
 
 def _digest(path: Path) -> str:

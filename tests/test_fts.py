@@ -290,7 +290,7 @@ def test_rendered_queries_are_valid_fts5(
     found = conn.execute(
         "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (expression,)
     ).fetchall()
-    assert found == ([(message.id,)] if matches else [])
+    assert [row[0] for row in found] == ([message.id] if matches else [])
     conn.execute(
         "SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?", (expression,)
     ).fetchall()

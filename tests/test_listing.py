@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from hermes_models import Session, SessionDB
-from hermes_models.listing import preview_text
+from hermes_models.listing import TIP_COLUMNS, preview_text
 
 T0 = 1_700_000_000.0
 
@@ -73,20 +73,22 @@ def test_rich_listing_projects_chains_and_hides_children(world: SessionDB) -> No
     rows = world.list_sessions_rich()
     assert ids(rows) == ["delta", "gamma", "beta-fork", "beta", "alpha-3"]
     alpha = rows[-1]
+    # As Hermes projects a chain: the root's row with the tip's id, end,
+    # counts, title, model, prompt, cwd, preview and last activity.
     assert alpha["_lineage_root_id"] == "alpha"
-    assert alpha["preview"] == "first question with a newline"
+    assert alpha["preview"] == "s2"
     assert alpha["last_active"] == T0 + 202
-    assert {k: alpha[k] for k in ("parent_session_id", "message_count", "source")} == {
-        "parent_session_id": "alpha-2",
-        "message_count": 2,
-        "source": "cli",
+    root, tip = world.get_session("alpha"), world.get_session("alpha-3")
+    taken = set(TIP_COLUMNS)
+    assert {k: v for k, v in alpha.items() if k in root and k not in taken} == {
+        k: v for k, v in root.items() if k not in taken
     }
+    assert {k: alpha[k] for k in taken} == {k: tip[k] for k in taken}
+    assert (alpha["started_at"], alpha["parent_session_id"]) == (T0, None)
     assert all("_lineage_root_id" not in row for row in rows[:-1])
     assert rows[3]["preview"] == "x" * 60 + "..."
     assert rows[0]["preview"] == ""
     assert rows[1]["last_active"] == T0 + 500
-    full = world.get_session("alpha-3")
-    assert {k: v for k, v in alpha.items() if k in full} == full
 
 
 def test_rich_listing_without_projection_shows_roots(world: SessionDB) -> None:
@@ -184,11 +186,14 @@ def test_archiving_a_branch_leaves_its_parent(world: SessionDB) -> None:
 
 def test_session_count_filters(world: SessionDB) -> None:
     assert world.session_count() == 8
-    assert world.session_count(include_children=False) == 5
+    assert world.session_count(exclude_children=True) == 5
     assert world.session_count(source="telegram") == 2
     assert world.session_count(exclude_sources=["cli"]) == 3
+    assert world.session_count(min_message_count=2) == 2
     world.set_session_archived("beta", True)
-    assert world.session_count(include_archived=False) == 7
+    # Archived sessions are left out unless asked for, as Hermes counts.
+    assert world.session_count() == 7
+    assert world.session_count(include_archived=True) == 8
     assert world.session_count(archived_only=True) == 1
 
 
@@ -209,9 +214,12 @@ def test_plain_list_sessions_has_every_row(world: SessionDB) -> None:
     ("content", "expected"),
     [
         ("short", "short"),
-        ("  spaced\n\tout  text ", "spaced out text"),
+        ("  spaced\n\tout  text ", "spaced \tout  text"),
+        ("a\r\nb", "a  b"),
         ("y" * 60, "y" * 60),
         ("y" * 61, "y" * 60 + "..."),
+        ("y" * 60 + "   " + "z" * 10, "y" * 60),
+        ("y" * 59 + " z" + "w" * 10, "y" * 59 + " ..."),
         (
             [
                 {"type": "text", "text": "look"},

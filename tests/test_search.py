@@ -76,7 +76,9 @@ def test_bm25_hit_in_full(store: SessionDB, ids: dict[str, int]) -> None:
             "id": ids["a1"],
             "session_id": "en",
             "role": "assistant",
-            "snippet": "Use asyncio.>>>to_thread<<< so the event loop keeps running.",
+            # FTS5's snippet of the indexed text (content, tool name and tool calls
+            # joined by spaces), trailing separators included, as Hermes returns it.
+            "snippet": "Use asyncio.>>>to_thread<<< so the event loop keeps running.  ",
             "timestamp": T0 + 10,
             "tool_name": None,
             "source": "cli",
@@ -99,7 +101,7 @@ def test_trigram_hits_in_full_json_content_shown_as_text(
             "id": ids["zq"],
             "session_id": "zh",
             "role": "user",
-            "snippet": "请解释一下 Python 异步编程中的>>>事件循环<<<是怎么工作的？",
+            "snippet": "请解释一下 Python 异步编程中的>>>事件循环<<<是怎么工作的？  ",
             "timestamp": T0 + 40,
             "tool_name": None,
             "source": "telegram",

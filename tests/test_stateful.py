@@ -35,12 +35,13 @@ from hermes_models.db import using
 from hermes_models.lineage import kind_expr
 
 from model_of_store import (
+    TIP_COLUMNS,
     CompressedAlready,
-    NotAnActiveUserMessage,
+    NotARewindTarget,
     StoreModel,
     TitleInUse,
     decode,
-    encode,
+    encode_given,
 )
 
 T0 = 1_700_000_000.0
@@ -278,12 +279,12 @@ class StoreMachine(RuleBasedStateMachine):
         """Rewind in both; False when the target is refused (as the model predicts)."""
         try:
             expected = self.model.rewind(sid, message_id)
-        except NotAnActiveUserMessage:
-            with pytest.raises(ValueError, match="user_message_id"):
+        except NotARewindTarget:
+            with pytest.raises(ValueError, match="target_message_id"):
                 self.store.rewind_to_message(sid, message_id)
             event("rewind: refused")
             return False
-        assert self.store.rewind_to_message(sid, message_id) == expected
+        assert self.store.rewind_to_message(sid, message_id)["rewound_count"] == expected
         event(f"rewind: hid {bucket(expected)} message(s)")
         return True
 
@@ -497,17 +498,17 @@ class StoreMachine(RuleBasedStateMachine):
                 "title": s.title,
             }
             assert {k: stored[sid][k] for k in SESSION_FIELDS} == expected
-        assert self.store.session_count() == len(model.sessions)
+        assert self.store.session_count(include_archived=True) == len(model.sessions)
+        assert self.store.session_count() == sum(not s.archived for s in model.sessions.values())
         listable = [
             sid
             for sid, s in model.sessions.items()
             if model.kind(sid) in ("root", "branch") and not s.archived
         ]
-        assert self.store.session_count(include_children=False, include_archived=False) == len(
-            listable
-        )
-        assert self.store.message_count() == sum(m.active for m in model.messages.values())
-        assert self.store.message_count(include_inactive=True) == len(model.messages)
+        assert self.store.session_count(exclude_children=True) == len(listable)
+        active = sum(m.active for m in model.messages.values())
+        assert self.store.message_count(include_inactive=False) == active
+        assert self.store.message_count() == len(model.messages)
         expected_kinds = {sid: model.kind(sid) for sid in model.sessions}
         with using(self.store.database):
             sql_kinds = cast(
@@ -526,7 +527,7 @@ class StoreMachine(RuleBasedStateMachine):
                     "session_id": m.session_id,
                     "role": m.role,
                     "content": m.content,
-                    "tool_calls": decode(encode(m.tool_calls)),
+                    "tool_calls": decode(encode_given(m.tool_calls)),
                     "tool_call_id": m.tool_call_id,
                     "tool_name": m.tool_name,
                     "timestamp": m.timestamp,
@@ -578,15 +579,17 @@ class StoreMachine(RuleBasedStateMachine):
             seen = [{k: row[k] for k in shown if k in row} for row in rows]
             assert seen == self.model.listing(**options), options
             for row in rows:
-                # The row shown carries the shown session's own columns.
-                assert {k: v for k, v in row.items() if k not in extras} == stored[row["id"]]
+                # A projected chain is its root's row with the tip's columns (Hermes).
+                root = stored[row.get("_lineage_root_id", row["id"])]
+                tip = {k: stored[row["id"]][k] for k in TIP_COLUMNS}
+                assert {k: v for k, v in row.items() if k not in extras} == {**root, **tip}
             if not options and any("_lineage_root_id" in row for row in rows):
                 event("listing: a row projected onto its compression tip")
 
     def check_file(self) -> None:
         conn = self.store._conn
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        assert conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone()[0] == 0
 
 
 StoreMachine.TestCase.settings = settings(

@@ -223,11 +223,17 @@ def test_resolve_of_nothing_is_none(store: SessionDB) -> None:
 # -- get_next_title_in_lineage -----------------------------------------------------------
 
 
-def test_next_title_in_lineage(store: SessionDB) -> None:
+def test_next_title_in_lineage_is_the_base_while_nobody_holds_it(store: SessionDB) -> None:
+    assert store.get_next_title_in_lineage("t") == "t"
+    assert store.get_next_title_in_lineage("t #3") == "t"
+    assert store.get_next_title_in_lineage("  t  ") == "t"
+    assert store.get_next_title_in_lineage("异步 #9") == "异步"
+    add(store, "held", "t", T0)
+    add(store, "cjk", "异步 #9", T0 + 1)
     assert store.get_next_title_in_lineage("t") == "t #2"
-    assert store.get_next_title_in_lineage("t #3") == "t #4"
+    assert store.get_next_title_in_lineage("t #3") == "t #2"
     assert store.get_next_title_in_lineage("  t  ") == "t #2"
-    assert store.get_next_title_in_lineage("异步 #9") == "异步 #10"
+    assert store.get_next_title_in_lineage("异步") == "异步 #10"
 
 
 def test_next_title_skips_numbers_already_taken(store: SessionDB) -> None:
@@ -239,7 +245,7 @@ def test_next_title_skips_numbers_already_taken(store: SessionDB) -> None:
     add(store, "f", "tt #7", T0 + 5)
     assert store.get_next_title_in_lineage("t") == "t #6"
     assert store.get_next_title_in_lineage("t #2") == "t #6"
-    assert store.get_next_title_in_lineage("t #8") == "t #9"
+    assert store.get_next_title_in_lineage("t #8") == "t #6"
     assert store.get_next_title_in_lineage("T") == "T #10"
     next_title = store.get_next_title_in_lineage("t")
     store.create_session("g", "cli", started_at=T0 + 6)

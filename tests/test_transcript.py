@@ -110,9 +110,10 @@ def test_append_returns_ids_and_get_messages_returns_every_column(chat: SessionD
             finish_reason="tool_calls",
             reasoning="Need docs.",
             reasoning_content="thinking...",
-            reasoning_details=[{"type": "summary", "text": "docs"}],
-            codex_reasoning_items=[{"id": "r1"}],
-            codex_message_items={"id": "m1", "parts": [1, 2]},
+            # As Hermes returns them: only content and tool_calls are decoded.
+            reasoning_details='[{"type": "summary", "text": "docs"}]',
+            codex_reasoning_items='[{"id": "r1"}]',
+            codex_message_items='{"id": "m1", "parts": [1, 2]}',
             platform_message_id="987654321",
             observed=1,
             timestamp=T0 + 2,
@@ -139,9 +140,10 @@ def test_append_counts_messages_and_assistant_tool_calls(chat: SessionDB) -> Non
     assert counters(chat, "s1") == (4, 3, 0)
     chat.append_message("s1", "assistant", "text only")
     chat.append_message("s1", "assistant", None, tool_calls=json.dumps([call("d"), call("e")]))
+    # A value that is not a list is one call, as Hermes counts it; JSON text is read.
     chat.append_message("s1", "assistant", None, tool_calls={"not": "a list"})
     chat.append_message("s1", "assistant", None, tool_calls=[])
-    assert counters(chat, "s1") == (8, 5, 0)
+    assert counters(chat, "s1") == (8, 6, 0)
     assert chat.message_count("s1") == 8
 
 
@@ -176,7 +178,9 @@ def test_content_round_trips(chat: SessionDB, case: str) -> None:
     assert chat.get_messages("s1") == [
         message_row(message_id, "s1", "user", content=content, timestamp=T0)
     ]
-    assert chat.get_messages_as_conversation("s1") == [{"role": "user", "content": content}]
+    assert chat.get_messages_as_conversation("s1") == [
+        {"role": "user", "content": content, "timestamp": T0}
+    ]
     assert Session.get_by_id("s1").messages.get().value == content
 
 
@@ -199,7 +203,7 @@ def test_deeply_nested_tool_calls_round_trip(chat: SessionDB) -> None:
     (message,) = chat.get_messages("s1")
     assert message["tool_calls"] == calls
     assert chat.get_messages_as_conversation("s1") == [
-        {"role": "assistant", "content": None, "tool_calls": calls}
+        {"role": "assistant", "content": None, "timestamp": T0, "tool_calls": calls}
     ]
     assert counters(chat, "s1") == (1, 1, 0)
 
@@ -317,15 +321,32 @@ def test_conversation_is_openai_style_and_ordered_by_time_then_id(chat: SessionD
         observed=True,
         timestamp=T0 + 5,
     )
+    # Hermes' replay keys: timestamp, message_id (the platform's), observed,
+    # and for assistant messages finish_reason and the reasoning fields.
     assert chat.get_messages_as_conversation("s1") == [
-        {"role": "user", "content": "question"},
-        {"role": "assistant", "content": "answer", "reasoning": "why"},
-        {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
-        {"role": "tool", "content": "result", "tool_call_id": "c1", "tool_name": "search"},
-        {"role": "user", "content": ["part", {"type": "text"}]},
+        {"role": "user", "content": "question", "timestamp": T0 + 1},
+        {"role": "assistant", "content": "answer", "timestamp": T0 + 2, "reasoning": "why"},
+        {
+            "role": "assistant",
+            "content": None,
+            "timestamp": T0 + 3,
+            "tool_calls": [call("c1")],
+            "finish_reason": "tool_calls",
+        },
+        {
+            "role": "tool",
+            "content": "result",
+            "timestamp": T0 + 3,
+            "tool_call_id": "c1",
+            "tool_name": "search",
+        },
+        {"role": "user", "content": ["part", {"type": "text"}], "timestamp": T0 + 4},
         {
             "role": "assistant",
             "content": "done",
+            "timestamp": T0 + 5,
+            "message_id": "p1",
+            "observed": True,
             "reasoning_content": "rc",
             "reasoning_details": [{"t": 1}],
             "codex_reasoning_items": [{"id": "r"}],
@@ -342,8 +363,14 @@ def test_conversation_leaves_out_rewound_messages(chat: SessionDB) -> None:
     chat.append_message("s1", "assistant", "dropped", timestamp=T0 + 4)
     chat.rewind_to_message("s1", gone)
     assert chat.get_messages_as_conversation("s1") == [
-        {"role": "user", "content": "keep"},
-        {"role": "assistant", "content": "kept"},
+        {"role": "user", "content": "keep", "timestamp": T0 + 1},
+        {"role": "assistant", "content": "kept", "timestamp": T0 + 2},
+    ]
+    assert [m["content"] for m in chat.get_messages_as_conversation("s1", False, True)] == [
+        "keep",
+        "kept",
+        "drop",
+        "dropped",
     ]
 
 
@@ -380,47 +407,84 @@ def end_as(store: SessionDB, session_id: str, reason: str, at: float) -> None:
     Session.get_by_id(session_id).end(reason, at=at)
 
 
+def contents(conversation: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    return [(m["role"], m["content"]) for m in conversation]
+
+
+CHAIN_REPLAY = [
+    ("user", "first question"),
+    ("assistant", "first answer"),
+    ("user", "please continue"),
+    ("assistant", "continuing"),
+    ("user", "first question"),
+    ("assistant", "asked again, answered again"),
+    ("user", "last words"),
+    ("assistant", "bye"),
+]
+
+
 def test_conversation_with_ancestors_starts_at_the_chain_root(chain: SessionDB) -> None:
-    assert chain.get_messages_as_conversation("tip", include_ancestors=True) == [
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "first answer"},
-        {"role": "user", "content": "please continue"},
-        {"role": "assistant", "content": "continuing"},
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "asked again, answered again"},
-        {"role": "user", "content": "last words"},
-        {"role": "assistant", "content": "bye"},
-    ]
-    assert chain.get_messages_as_conversation("tip") == [
-        {"role": "user", "content": "last words"},
-        {"role": "user", "content": "last words"},
-        {"role": "assistant", "content": "bye"},
+    replay = chain.get_messages_as_conversation("tip", include_ancestors=True)
+    # A prompt re-sent before any reply ("please continue", "last words") is dropped.
+    assert contents(replay) == CHAIN_REPLAY
+    assert [m["timestamp"] for m in replay] == [T0 + t for t in (1, 2, 3, 12, 13, 14, 21, 23)]
+    assert contents(chain.get_messages_as_conversation("tip")) == [
+        ("user", "last words"),
+        ("user", "last words"),
+        ("assistant", "bye"),
     ]
 
 
 def test_conversation_of_a_root_with_ancestors_is_its_own(chain: SessionDB) -> None:
-    assert chain.get_messages_as_conversation("root", include_ancestors=True) == [
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "first answer"},
-        {"role": "user", "content": "please continue"},
+    assert contents(chain.get_messages_as_conversation("root", include_ancestors=True)) == [
+        ("user", "first question"),
+        ("assistant", "first answer"),
+        ("user", "please continue"),
     ]
 
 
-def test_subagent_conversation_does_not_include_its_parent(chain: SessionDB) -> None:
-    assert chain.get_messages_as_conversation("sub", include_ancestors=True) == [
-        {"role": "user", "content": "subtask"}
-    ]
+def test_ancestors_follow_every_kind_of_parent_link(chain: SessionDB) -> None:
+    """As Hermes replays: a subagent run starts with its parent chain's transcript."""
+    replay = chain.get_messages_as_conversation("sub", include_ancestors=True)
+    assert contents(replay) == [*CHAIN_REPLAY, ("user", "subtask")]
 
 
-def test_branch_conversation_does_not_repeat_its_parent(chain: SessionDB) -> None:
+def test_branch_conversation_with_ancestors_merges_by_time(chain: SessionDB) -> None:
+    """A branch holds a copy of its parent's messages; Hermes' replay merges both
+    by time, so the copied prompts are dropped as re-sent and the reply repeats."""
     branch = Session.get_by_id("tip").branch(session_id="fork", at=T0 + 30)
     chain.append_message(branch.id, "user", "on the fork", timestamp=T0 + 31)
-    assert chain.get_messages_as_conversation("fork", include_ancestors=True) == [
-        {"role": "user", "content": "last words"},
-        {"role": "assistant", "content": "bye"},
-        {"role": "user", "content": "on the fork"},
+    assert contents(chain.get_messages_as_conversation("fork", include_ancestors=True)) == [
+        *CHAIN_REPLAY,
+        ("assistant", "bye"),
+        ("user", "on the fork"),
     ]
     assert len(chain.get_messages_as_conversation("fork")) == 4
+
+
+def test_ancestor_walk_survives_a_cycle_and_stops_at_100_sessions(store: SessionDB) -> None:
+    for n in range(120):
+        parent = f"s{n - 1}" if n else None
+        store.create_session(f"s{n}", "cli", parent_session_id=parent, started_at=T0 + n)
+        store.append_message(f"s{n}", "user", f"turn {n}", timestamp=T0 + n)
+        store.append_message(f"s{n}", "assistant", f"reply {n}", timestamp=T0 + n + 0.5)
+    replay = store.get_messages_as_conversation("s119", include_ancestors=True)
+    assert [m["content"] for m in replay if m["role"] == "user"] == [
+        f"turn {n}" for n in range(20, 120)
+    ]
+    store._conn.execute("UPDATE sessions SET parent_session_id = 's2' WHERE id = 's0'")
+    cyclic = store.get_messages_as_conversation("s2", include_ancestors=True)
+    assert [m["content"] for m in cyclic if m["role"] == "user"] == ["turn 0", "turn 1", "turn 2"]
+
+
+def test_ancestor_replay_is_one_statement(chain: SessionDB) -> None:
+    statements: list[str] = []
+    chain._conn.set_trace_callback(statements.append)
+    try:
+        chain.get_messages_as_conversation("sub", include_ancestors=True)
+    finally:
+        chain._conn.set_trace_callback(None)
+    assert len([s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]) == 1
 
 
 def test_conversation_with_ancestors_validates_arguments(chain: SessionDB) -> None:
@@ -458,46 +522,67 @@ def active_ids(store: SessionDB, session_id: str = "s1") -> list[int]:
 
 def test_rewind_soft_deletes_the_turn_and_after(chat: SessionDB, turns: dict[str, int]) -> None:
     assert counters(chat, "s1") == (6, 3, 0)
-    assert chat.rewind_to_message("s1", turns["u2"]) == 3
+    assert chat.rewind_to_message("s1", turns["u2"]) == {
+        "rewound_count": 3,
+        "target_message": message_row(turns["u2"], "s1", "user", content="two", timestamp=T0 + 4),
+        "new_head_id": turns["t1"],
+    }
     assert active_ids(chat) == [turns["u1"], turns["a1"], turns["t1"]]
-    assert counters(chat, "s1") == (3, 2, 1)
+    # Hermes leaves the counters alone; rewind_count counts rewinds.
+    assert counters(chat, "s1") == (6, 3, 1)
     assert table_counts(chat) == (6, 6, 6)
-    assert chat.rewind_to_message("s1", turns["u1"]) == 3
+    rewound = chat.rewind_to_message("s1", turns["u1"])
+    assert (rewound["rewound_count"], rewound["new_head_id"]) == (3, None)
     assert active_ids(chat) == []
-    assert counters(chat, "s1") == (0, 0, 2)
+    assert counters(chat, "s1") == (6, 3, 2)
 
 
 @pytest.mark.parametrize("target", ["a1", "t1", "a3"])
 def test_rewind_to_a_non_user_message_is_refused(
     chat: SessionDB, turns: dict[str, int], target: str
 ) -> None:
-    with pytest.raises(ValueError, match=rf"^user_message_id {turns[target]} is not an active"):
+    role = "tool" if target == "t1" else "assistant"
+    with pytest.raises(ValueError) as caught:
         chat.rewind_to_message("s1", turns[target])
+    assert str(caught.value) == (
+        f"target_message_id {turns[target]}: rewind target must be a 'user' message "
+        f"(got role={role!r}, id={turns[target]})"
+    )
     assert active_ids(chat) == list(turns.values())
     assert counters(chat, "s1") == (6, 3, 0)
 
 
-def test_rewind_to_an_inactive_or_foreign_message_is_refused(
+def test_rewind_to_a_foreign_or_unknown_message_is_refused(
     chat: SessionDB, turns: dict[str, int]
 ) -> None:
     chat.create_session("s2", "cli", started_at=T0)
     foreign = chat.append_message("s2", "user", "elsewhere")
-    chat.rewind_to_message("s1", turns["u2"])
-    for session_id, message_id in (("s1", turns["u2"]), ("s1", foreign), ("s1", 10_000)):
-        with pytest.raises(ValueError, match="is not an active user message"):
-            chat.rewind_to_message(session_id, message_id)
-    with pytest.raises(ValueError, match="is not an active user message of session s2"):
-        chat.rewind_to_message("s2", turns["u1"])
-    assert counters(chat, "s1") == (3, 2, 1)
+    for message_id in (foreign, 10_000):
+        with pytest.raises(ValueError) as caught:
+            chat.rewind_to_message("s1", message_id)
+        assert str(caught.value) == (
+            f"target_message_id {message_id}: message {message_id} not found in session s1"
+        )
+    assert counters(chat, "s1") == (6, 3, 0)
     assert counters(chat, "s2") == (1, 0, 0)
+
+
+def test_rewinding_to_an_already_rewound_message_only_counts(
+    chat: SessionDB, turns: dict[str, int]
+) -> None:
+    chat.rewind_to_message("s1", turns["u2"])
+    again = chat.rewind_to_message("s1", turns["u2"])
+    assert (again["rewound_count"], again["new_head_id"]) == (0, turns["t1"])
+    assert again["target_message"]["active"] == 0
+    assert counters(chat, "s1") == (6, 3, 2)
 
 
 @pytest.mark.parametrize(
     ("args", "error", "argument"),
     [
-        (("s1", "4"), TypeError, "user_message_id"),
-        (("s1", True), TypeError, "user_message_id"),
-        (("s1", None), TypeError, "user_message_id"),
+        (("s1", "4"), TypeError, "target_message_id"),
+        (("s1", True), TypeError, "target_message_id"),
+        (("s1", None), TypeError, "target_message_id"),
         (("", 1), ValueError, "session_id"),
     ],
 )
@@ -512,12 +597,12 @@ def test_rewind_names_a_bad_argument(
 def test_restore_rewound_returns_how_many(chat: SessionDB, turns: dict[str, int]) -> None:
     chat.rewind_to_message("s1", turns["u2"])
     chat.rewind_to_message("s1", turns["u1"])
-    assert counters(chat, "s1") == (0, 0, 2)
+    assert counters(chat, "s1") == (6, 3, 2)
     assert chat.restore_rewound("s1", turns["u2"]) == 3
     assert active_ids(chat) == [turns["u2"], turns["a2"], turns["a3"]]
-    assert counters(chat, "s1") == (3, 1, 2)
+    assert counters(chat, "s1") == (6, 3, 2)
     assert chat.restore_rewound("s1", turns["u2"]) == 0
-    assert chat.restore_rewound("s1", turns["u1"]) == 3
+    assert chat.restore_rewound("s1", since_message_id=turns["u1"]) == 3
     assert active_ids(chat) == list(turns.values())
     assert counters(chat, "s1") == (6, 3, 2)
     assert chat.restore_rewound("missing", 1) == 0
@@ -529,12 +614,12 @@ def test_restore_only_touches_its_session(chat: SessionDB, turns: dict[str, int]
     chat.rewind_to_message("s2", other)
     chat.rewind_to_message("s1", turns["u1"])
     assert chat.restore_rewound("s1", 0) == 6
-    assert counters(chat, "s2") == (0, 0, 1)
+    assert counters(chat, "s2") == (1, 0, 1)
     assert chat.get_messages("s2") == []
 
 
 def test_restore_names_a_bad_argument(chat: SessionDB) -> None:
-    with pytest.raises(TypeError, match=r"^since_id must be int"):
+    with pytest.raises(TypeError, match=r"^since_message_id must be int"):
         chat.restore_rewound("s1", "1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^session_id must be str"):
         chat.restore_rewound(1, 1)  # type: ignore[arg-type]
@@ -589,7 +674,6 @@ def test_replace_with_nothing_empties_the_session(chat: SessionDB, turns: dict[s
         ([{"role": "user"}, "text"], TypeError, "messages[1] must be a dict, not str"),
         ([{"content": "no role"}], ValueError, "messages[0] has no role"),
         ([{"role": "robot"}], ValueError, "messages[0]: role must be one of"),
-        ([{"role": "user"}, {"role": "user", "colour": 1}], TypeError, "messages[1]: unknown"),
         ([{"role": "user", "content": "\ud800"}], ValueError, "messages[0]['content'] contains"),
         ([{"role": "user", "timestamp": "x"}], TypeError, "messages[0]: timestamp must be"),
     ],
@@ -602,6 +686,30 @@ def test_replace_refuses_bad_messages_and_keeps_the_old_ones(
     assert str(caught.value).startswith(text)
     assert active_ids(chat) == list(turns.values())
     assert counters(chat, "s1") == (6, 3, 0)
+
+
+def test_replace_takes_hermes_replay_dicts(chat: SessionDB, turns: dict[str, int]) -> None:
+    """What get_messages_as_conversation returns can be written back as it is: Hermes'
+    ``message_id`` is the platform id, unknown keys are ignored, reasoning stays on
+    assistant messages only."""
+    replay = [
+        {"role": "user", "content": "hi", "timestamp": T0 + 1, "message_id": "tg-1", "x": 1},
+        {"role": "user", "content": "again", "reasoning": "no", "observed": True},
+        {"role": "assistant", "content": "yo", "reasoning": "why", "finish_reason": "stop"},
+    ]
+    assert chat.replace_messages("s1", replay) == 3
+    rows = chat.get_messages("s1")
+    assert [(m["platform_message_id"], m["reasoning"], m["observed"]) for m in rows] == [
+        ("tg-1", None, 0),
+        (None, None, 1),
+        (None, "why", 0),
+    ]
+    assert rows[0]["timestamp"] == T0 + 1
+    assert rows[0]["timestamp"] < rows[1]["timestamp"] < rows[2]["timestamp"]
+    assert rows[2]["timestamp"] - rows[1]["timestamp"] == pytest.approx(1e-6, abs=5e-7)
+    back = chat.get_messages_as_conversation("s1")
+    assert chat.replace_messages("s1", back) == 3
+    assert chat.get_messages_as_conversation("s1") == back
 
 
 def test_replace_in_a_missing_session_is_refused(chat: SessionDB) -> None:
@@ -623,11 +731,12 @@ def test_clear_messages_deletes_everything(chat: SessionDB, turns: dict[str, int
     assert [m["content"] for m in chat.get_messages("s2")] == ["stays"]
 
 
-def test_counters_always_match_active_messages(chat: SessionDB, turns: dict[str, int]) -> None:
-    """After any sequence of edits, the stored counters equal a fresh count."""
+def test_counters_count_every_row_as_hermes_does(chat: SessionDB, turns: dict[str, int]) -> None:
+    """After any sequence of edits, the stored counters equal a fresh count of the
+    session's rows, rewound ones included."""
 
     def fresh() -> tuple[int, int]:
-        rows = chat.get_messages("s1")
+        rows = chat.get_messages("s1", include_inactive=True)
         calls = sum(
             len(m["tool_calls"])
             for m in rows

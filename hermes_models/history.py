@@ -1,0 +1,252 @@
+"""Reading a session's history the ways Hermes reads it.
+
+* :func:`messages_of` - every column, by id: the rows as stored, with only
+  ``content`` and ``tool_calls`` decoded;
+* :func:`conversation` - the OpenAI-style replay, by time, optionally with
+  the whole parent chain before it (one statement, whatever its length);
+* :func:`messages_around` and :func:`anchored_view` - a window of messages
+  around one message id, and the session's opening and closing turns;
+* :func:`recent_user_messages` - the prompts a /rewind picker offers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from peewee import fn
+
+from .checks import check_flag, check_int64
+from .db import fetch_dicts
+from .lineage import walk_sessions
+from .models import Message, Session, decode_content, decode_json
+
+#: Sessions a replay with ancestors reaches at most (the session and 99 above it).
+ANCESTOR_STEPS = 100
+#: Characters of a /rewind picker preview before it is cut to 77 plus ``...``.
+RECENT_PREVIEW_CHARS = 80
+
+_MEMORY_BLOCK = re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I)
+_MEMORY_NOTE = re.compile(
+    r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
+    r"Treat as [^\]]*\]\s*",
+    re.I,
+)
+_MEMORY_TAG = re.compile(r"</?\s*memory-context\s*>", re.I)
+_REPLAY_JSON = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+def sanitize_context(text: str) -> str:
+    """``text`` without recalled-memory blocks, their system note and stray fence tags."""
+    if not text:
+        return ""
+    for pattern in (_MEMORY_BLOCK, _MEMORY_NOTE, _MEMORY_TAG):
+        text = pattern.sub("", text)
+    return text.strip()
+
+
+def _load(stored: Any, fallback: Any) -> Any:
+    """A stored JSON column decoded; ``fallback`` when the text is not JSON."""
+    try:
+        return json.loads(stored)
+    except (TypeError, ValueError, RecursionError):
+        return fallback
+
+
+def _tool_calls(stored: Any) -> Any:
+    """Stored ``tool_calls`` decoded; text that is not JSON comes back as it is."""
+    return decode_json(stored)
+
+
+def _hydrate(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored message row as Hermes returns it: content and tool_calls decoded."""
+    row["content"] = decode_content(row["content"])
+    if row.get("tool_calls"):
+        row["tool_calls"] = _tool_calls(row["tool_calls"])
+    return row
+
+
+def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
+    """Every column of a session's messages by id; soft-deleted ones only when asked."""
+    query = Message.for_session(session_id, include_inactive=include_inactive)
+    return [_hydrate(row) for row in fetch_dicts(query)]
+
+
+def _replay_entry(row: dict[str, Any]) -> dict[str, Any]:
+    role = row["role"]
+    content = decode_content(row["content"])
+    if role in ("user", "assistant") and isinstance(content, str):
+        content = sanitize_context(content).strip()
+    entry: dict[str, Any] = {"role": role, "content": content}
+    if row["timestamp"]:
+        entry["timestamp"] = row["timestamp"]
+    for name in ("tool_call_id", "tool_name"):
+        if row[name]:
+            entry[name] = row[name]
+    if row["tool_calls"]:
+        entry["tool_calls"] = _tool_calls(row["tool_calls"])
+    if row["platform_message_id"]:
+        entry["message_id"] = row["platform_message_id"]
+    if row["observed"]:
+        entry["observed"] = True
+    if role == "assistant":
+        for name in ("finish_reason", "reasoning"):
+            if row[name]:
+                entry[name] = row[name]
+        if row["reasoning_content"] is not None:
+            entry["reasoning_content"] = row["reasoning_content"]
+        for name in _REPLAY_JSON:
+            if row[name]:
+                entry[name] = _load(row[name], None)
+    return entry
+
+
+def _resent(kept: list[dict[str, Any]], entry: dict[str, Any]) -> bool:
+    """True for a user prompt already sent since the last assistant reply (a resume re-send)."""
+    content = entry["content"]
+    if entry["role"] != "user" or not isinstance(content, str) or not content:
+        return False
+    for earlier in reversed(kept):
+        if earlier["role"] == "user" and earlier["content"] == content:
+            return True
+        if earlier["role"] == "assistant" and (earlier["content"] or earlier.get("tool_calls")):
+            return False
+    return False
+
+
+def conversation(
+    session_id: str, *, include_ancestors: bool = False, include_inactive: bool = False
+) -> list[dict[str, Any]]:
+    """A session's messages as OpenAI-style dicts ordered by (timestamp, id).
+
+    With ``include_ancestors`` the messages of every session up the parent
+    chain (any kind of link, at most :data:`ANCESTOR_STEPS` sessions, a
+    cycle ends the walk) are merged in by time, and a user prompt re-sent
+    before any assistant reply is dropped.
+    """
+    include_ancestors = check_flag(include_ancestors, "include_ancestors")
+    include_inactive = check_flag(include_inactive, "include_inactive")
+    if include_ancestors:
+        chain = walk_sessions(Session, session_id, upward=True)
+        query = (
+            Message.select()
+            .join(chain, on=(Message.session == chain.c.id))
+            .where(chain.c.depth < ANCESTOR_STEPS)
+            .with_cte(chain)
+        )
+    else:
+        query = Message.select().where(Message.session == session_id)
+    if not include_inactive:
+        query = query.where(Message.active == 1)
+    query = query.order_by(Message.timestamp, Message.id)
+    kept: list[dict[str, Any]] = []
+    for row in fetch_dicts(query):
+        entry = _replay_entry(row)
+        if include_ancestors and _resent(kept, entry):
+            continue
+        kept.append(entry)
+    return kept
+
+
+def messages_around(session_id: str, message_id: int, window: int = 5) -> dict[str, Any]:
+    """Up to ``window`` messages either side of ``message_id`` in its session, by id.
+
+    Returns ``window`` (the rows, content and tool_calls decoded, rewound
+    ones included), ``messages_before`` and ``messages_after`` (how many of
+    them precede and follow the anchor); an empty window when the id is
+    not a message of that session.
+    """
+    check_int64(message_id, "around_message_id")
+    window = max(0, check_int64(window, "window"))
+    anchor = Message.select(Message.id).where(
+        Message.id == message_id, Message.session == session_id
+    )
+    if not anchor.exists():
+        return {"window": [], "messages_before": 0, "messages_after": 0}
+    before = fetch_dicts(
+        Message.select()
+        .where(Message.session == session_id, Message.id <= message_id)
+        .order_by(Message.id.desc())
+        .limit(window + 1)
+    )
+    after = fetch_dicts(
+        Message.select()
+        .where(Message.session == session_id, Message.id > message_id)
+        .order_by(Message.id)
+        .limit(window)
+    )
+    rows = [_hydrate(row) for row in reversed(before)] + [_hydrate(row) for row in after]
+    return {"window": rows, "messages_before": len(before) - 1, "messages_after": len(after)}
+
+
+def anchored_view(
+    session_id: str,
+    message_id: int,
+    window: int = 5,
+    bookend: int = 3,
+    keep_roles: tuple[str, ...] | None = ("user", "assistant"),
+) -> dict[str, Any]:
+    """:func:`messages_around` plus the session's first and last turns.
+
+    The window keeps only ``keep_roles`` (the anchor always stays);
+    ``bookend_start`` holds the first ``bookend`` messages before the
+    window and ``bookend_end`` the last ``bookend`` after it, both of
+    ``keep_roles`` with non-empty content, in id order. ``keep_roles=None``
+    keeps every role.
+    """
+    bookend = max(0, check_int64(bookend, "bookend"))
+    roles = None if keep_roles is None else tuple(keep_roles)
+    view = messages_around(session_id, message_id, window)
+    rows = view["window"]
+    if not rows:
+        return {**view, "bookend_start": [], "bookend_end": []}
+    if roles is not None:
+        view["window"] = [row for row in rows if row["id"] == message_id or row["role"] in roles]
+    view["bookend_start"] = []
+    view["bookend_end"] = []
+    if bookend:
+        base = Message.select().where(Message.session == session_id, fn.length(Message.content) > 0)
+        if roles is not None:
+            base = base.where(Message.role.in_(roles))
+        start = base.where(Message.id < rows[0]["id"]).order_by(Message.id).limit(bookend)
+        end = base.where(Message.id > rows[-1]["id"]).order_by(Message.id.desc()).limit(bookend)
+        view["bookend_start"] = [_hydrate(row) for row in fetch_dicts(start)]
+        view["bookend_end"] = [_hydrate(row) for row in reversed(fetch_dicts(end))]
+    return view
+
+
+def _preview(content: Any) -> str:
+    value = decode_content(content)
+    if isinstance(value, list):
+        parts = [
+            part.get("text", "")
+            for part in value
+            if isinstance(part, dict) and part.get("type") == "text"
+        ]
+        text = " ".join(part for part in parts if part).strip() or "[multimodal content]"
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = ""
+    text = " ".join(text.split())
+    if len(text) > RECENT_PREVIEW_CHARS:
+        text = text[: RECENT_PREVIEW_CHARS - 3] + "..."
+    return text
+
+
+def recent_user_messages(
+    session_id: str, limit: int = 20, include_inactive: bool = False
+) -> list[dict[str, Any]]:
+    """The ``limit`` latest user messages, newest first, as ``{id, timestamp, preview}``."""
+    limit = check_int64(limit, "limit", minimum=0)
+    query = Message.select(Message.id, Message.timestamp, Message.content).where(
+        Message.session == session_id, Message.role == "user"
+    )
+    if not check_flag(include_inactive, "include_inactive"):
+        query = query.where(Message.active == 1)
+    rows = fetch_dicts(query.order_by(Message.id.desc()).limit(limit))
+    return [
+        {"id": row["id"], "timestamp": row["timestamp"], "preview": _preview(row["content"])}
+        for row in rows
+    ]

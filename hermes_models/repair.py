@@ -1,0 +1,171 @@
+"""Repairing a state.db whose schema SQLite can no longer parse.
+
+A duplicated row in ``sqlite_master`` (two definitions of ``messages_fts``,
+say) makes SQLite refuse every statement on the file with "malformed
+database schema", while the sessions and messages themselves are intact.
+:func:`repair_state_db_schema` follows Hermes' recovery: copy the file as
+it is, then try the least destructive fix first:
+
+1. ``dedup_schema``: drop the duplicated schema rows, keeping the oldest
+   definition of each object;
+2. ``drop_fts_rebuild``: drop every full-text object, ``VACUUM``, and build
+   the full-text index again from the messages (Hermes leaves that rebuild to
+   its next open; here the search migration's own step does it at once).
+
+Sessions and messages are never touched. Both fixes edit ``sqlite_master``
+through SQLite itself (``writable_schema``), so run the repair while no
+connection of this process has the file open.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from .ddl import SEARCH_MIGRATION, migration_module
+
+logger = logging.getLogger("hermes_models")
+
+#: Error texts SQLite gives when it cannot parse a file's schema or pages.
+MALFORMED_MARKERS = ("malformed database schema", "database disk image is malformed")
+
+_claimed: set[str] = set()
+_claimed_lock = threading.Lock()
+
+
+def is_malformed_db_error(exc: BaseException) -> bool:
+    """True for an ``sqlite3.DatabaseError`` saying the schema or file is malformed."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc).lower()
+    return any(marker in text for marker in MALFORMED_MARKERS)
+
+
+def claim_repair_attempt(db_path: str | os.PathLike[str]) -> bool:
+    """True the first time this process asks for ``db_path``: one automatic repair per file."""
+    key = str(Path(db_path).resolve())
+    with _claimed_lock:
+        if key in _claimed:
+            return False
+        _claimed.add(key)
+        return True
+
+
+def _backup(path: Path) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d_%H%M%S")
+    target = path.with_name(f"{path.name}.malformed-backup-{stamp}")
+    serial = 1
+    while target.exists():  # never overwrite an earlier backup taken in the same second
+        serial += 1
+        target = path.with_name(f"{path.name}.malformed-backup-{stamp}-{serial}")
+    shutil.copy2(path, target)
+    for suffix in ("-wal", "-shm"):
+        sidecar = path.with_name(path.name + suffix)
+        if sidecar.exists():
+            shutil.copy2(sidecar, target.with_name(target.name + suffix))
+    return target
+
+
+def health_problem(db_path: Path) -> str | None:
+    """Why ``db_path`` does not open cleanly on a fresh connection; None when it does."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode").fetchone()
+        problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+        if problems != ["ok"]:
+            return "; ".join(problems[:3])
+        conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        return None
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    finally:
+        conn.close()
+
+
+def _dedup_schema(db_path: Path) -> None:
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "DELETE FROM sqlite_master WHERE rowid NOT IN "
+            "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name)"
+        )
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA writable_schema=OFF")
+    finally:
+        conn.close()
+
+
+def _drop_and_rebuild_fts(db_path: Path) -> None:
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA writable_schema=ON")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM sqlite_master WHERE name LIKE 'messages!_fts%' ESCAPE '!'")
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA writable_schema=OFF")
+    finally:
+        conn.close()
+    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    try:
+        conn.execute("VACUUM")
+        conn.execute("BEGIN IMMEDIATE")
+        migration_module(SEARCH_MIGRATION).apply_step(conn)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def repair_state_db_schema(
+    db_path: str | os.PathLike[str], *, backup: bool = True
+) -> dict[str, Any]:
+    """Repair a file whose schema is malformed (see the module docstring).
+
+    Returns ``{"repaired": bool, "strategy": "dedup_schema" | "drop_fts_rebuild" | None,
+    "backup_path": str | None, "error": str | None}``; never raises for a
+    file it cannot fix.
+    """
+    path = Path(db_path)
+    report: dict[str, Any] = {
+        "repaired": False,
+        "strategy": None,
+        "backup_path": None,
+        "error": None,
+    }
+    if not path.is_file():
+        report["error"] = f"{path} does not exist"
+        return report
+    if backup:
+        try:
+            report["backup_path"] = str(_backup(path))
+        except OSError as exc:
+            logger.warning("%s: could not copy the file before repairing it: %s", path, exc)
+    for strategy, fix in (
+        ("dedup_schema", _dedup_schema),
+        ("drop_fts_rebuild", _drop_and_rebuild_fts),
+    ):
+        try:
+            fix(path)
+        except sqlite3.Error as exc:
+            report["error"] = str(exc)
+            logger.warning("%s: repair step %s failed: %s", path, strategy, exc)
+            continue
+        problem = health_problem(path)
+        if problem is None:
+            report.update(repaired=True, strategy=strategy, error=None)
+            logger.warning("%s: malformed schema repaired (%s)", path, strategy)
+            return report
+        report["error"] = problem
+    logger.error(
+        "%s: the schema could not be repaired automatically (backup: %s)",
+        path,
+        report["backup_path"],
+    )
+    return report
