@@ -424,12 +424,14 @@ def ids_starting_with(prefix: str, limit: int | None = 10) -> list[str]:
 
 
 def enriched_sessions(
-    conditions: Any, *, order: Sequence[Any], limit: int = -1, offset: int = 0
+    conditions: Any, *, order: Any, limit: int = -1, offset: int = 0
 ) -> list[dict[str, Any]]:
     """Sessions with ``preview`` and ``last_active`` (as listings show them, unprojected).
 
-    ``conditions(row)`` gives the WHERE terms over the session alias ``row``;
-    ``order`` may name ``last_active``.
+    ``conditions(row)`` gives the WHERE terms and ``order(row)`` the ORDER BY
+    terms over the session alias ``row`` (the query also joins ``messages``,
+    so bare column names like ``id`` would be ambiguous); ``order`` may name
+    ``last_active`` with ``SQL('"last_active"')``.
     """
     row = Session.alias("row")
     columns, (first, on_first) = _enrichment(row, "")
@@ -437,7 +439,7 @@ def enriched_sessions(
         row.select(row, *columns)
         .join(first, JOIN.LEFT_OUTER, on=on_first)
         .where(*conditions(row))
-        .order_by(*order)
+        .order_by(*order(row))
         .limit(limit)
         .offset(offset)
     )
@@ -461,7 +463,7 @@ def cron_job_runs(job_id: str, limit: int = 20, offset: int = 0) -> list[dict[st
     above = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     return enriched_sessions(
         lambda row: [row.source == "cron", row.id >= prefix, row.id < above],
-        order=(SQL('"started_at"').desc(), SQL('"id"').desc()),
+        order=lambda row: (row.started_at.desc(), row.id.desc()),
         limit=limit,
         offset=offset,
     )

@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
@@ -57,6 +58,7 @@ from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db
 logger = logging.getLogger("hermes_models")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _SQLITE_ERRORS = {
     "IntegrityError": sqlite3.IntegrityError,
@@ -189,6 +191,10 @@ class SessionDB:
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
         self.db_path = resolve_path(db_path, argument="db_path")
         self.read_only = check_flag(read_only, "read_only")
+        #: Hermes callers that reach past the methods take this lock around raw
+        #: ``_conn`` reads. The store's own methods do not need it: every thread
+        #: has its own connection and writes are serialised by SQLite.
+        self._lock = threading.Lock()
         self._db: HermesDatabase | None = self._open()
 
     def _open(self) -> HermesDatabase:
@@ -215,6 +221,15 @@ class SessionDB:
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         return cast(sqlite3.Connection, self._db.connection())
+
+    def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(_conn)`` as one ``BEGIN IMMEDIATE`` write, retried while locked.
+
+        The hook Hermes modules use for their own tables: ``fn`` must be safe
+        to run again; what it returns is returned; any error rolls the
+        transaction back and propagates.
+        """
+        return self.database.write(lambda: fn(self._conn))
 
     @property
     def database(self) -> HermesDatabase:
@@ -632,7 +647,7 @@ class SessionDB:
                     .first()
                 )
                 if holder is not None:
-                    raise ValueError(f"title {clean!r} is already in use by session {holder.id}")
+                    raise ValueError(f"Title {clean!r} is already in use by session {holder.id}")
             changed = Session.update(title=clean).where(Session.id == session_id).execute()
             return bool(changed)
 

@@ -285,7 +285,9 @@ def unlinked_sessions(chat_id: Any, user_id: Any, limit: int = 10) -> list[dict[
             found.append(~fn.EXISTS(bound))
         return found
 
-    order = (SQL('"last_active"').desc(), SQL('"started_at"').desc())
+    def order(s: Any) -> tuple[Any, ...]:
+        return (SQL('"last_active"').desc(), s.started_at.desc(), s.id.desc())
+
     try:
         return enriched_sessions(lambda s: terms(s, True), order=order, limit=limit)
     except (sqlite3.OperationalError, peewee.OperationalError) as exc:

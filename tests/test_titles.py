@@ -105,7 +105,7 @@ def test_set_title_on_a_missing_session_is_false(titled: SessionDB) -> None:
 
 def test_titles_are_unique(titled: SessionDB) -> None:
     titled.set_session_title("a", "shared")
-    with pytest.raises(ValueError, match=r"'shared' is already in use by session a"):
+    with pytest.raises(ValueError, match=r"^Title 'shared' is already in use by session a$"):
         titled.set_session_title("b", "shared")
     with pytest.raises(ValueError, match="already in use"):
         titled.set_session_title("b", "  shared\u200b")
