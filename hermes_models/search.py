@@ -42,8 +42,6 @@ T = TypeVar("T")
 
 #: Characters of each message in a hit's ``context``.
 CONTEXT_CHARS = 200
-#: ``sort`` values of :func:`search_messages`; anything but newest/oldest orders by rank.
-SORTS = (None, "relevance", "rank", "newest", "oldest")
 #: ``rank_mode`` values of :func:`search_sessions`.
 RANK_MODES = (None, "relevance", "recent")
 
@@ -128,9 +126,10 @@ def search_messages(
     """Messages matching ``query``; never raises for any query text.
 
     Each hit has ``id, session_id, role, snippet, timestamp, tool_name,
-    source, model, session_started, context``. ``sort`` is ``'newest'``,
-    ``'oldest'`` or (default) by rank. Soft-deleted messages only with
-    ``include_inactive=True``.
+    source, model, session_started, context``. ``sort`` ``'newest'`` or
+    ``'oldest'`` (any case, spaces around ignored) orders by time; anything
+    else, None included, by rank, as in Hermes. Soft-deleted messages only
+    with ``include_inactive=True``.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
@@ -139,8 +138,7 @@ def search_messages(
     limit, offset = check_page(limit, offset)
     if sort is not None and not isinstance(sort, str):
         raise TypeError(f"sort must be a string or None, not {type(sort).__name__}")
-    if sort not in SORTS:
-        raise ValueError(f"sort must be one of {', '.join(map(repr, SORTS))}; got {sort!r}")
+    wanted = (sort or "").strip().lower()
     filters = Filters(
         _strings(source_filter, "source_filter"),
         _strings(exclude_sources, "exclude_sources") or (),
@@ -149,7 +147,7 @@ def search_messages(
     )
     if not parsed or limit == 0 or filters.sources == ():
         return []
-    order = sort if sort in ("newest", "oldest") else "rank"
+    order = wanted if wanted in ("newest", "oldest") else "rank"
     values = {**filters.values(), "limit": limit, "offset": offset}
 
     def run(shape: Shape) -> tuple[list[tuple[Any, ...]], dict[int, str]]:

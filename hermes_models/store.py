@@ -207,6 +207,8 @@ class SessionDB:
                 or not is_malformed_db_error(cause)
                 or not claim_repair_attempt(self.db_path)
             ):
+                if cause is not exc and isinstance(cause, sqlite3.Error):
+                    raise cause from None  # sqlite3's own class, as Hermes raises
                 raise
             logger.error("%s: the schema is malformed (%s); repairing it", self.db_path, cause)
             if not repair_state_db_schema(self.db_path)["repaired"]:

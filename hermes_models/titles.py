@@ -19,6 +19,9 @@ MAX_TITLE_LENGTH = 100
 
 _NUMBERED = re.compile(r"^(?P<base>.*\S) #(?P<number>[1-9][0-9]*)$")
 _WHITESPACE = re.compile(r"\s+")
+#: Characters dropped besides the control and format categories: the object
+#: replacement character, which stands for nothing a title can show.
+_INVISIBLE = frozenset("\ufffc")
 
 
 def sanitize_title(title: str | None) -> str | None:
@@ -34,12 +37,16 @@ def sanitize_title(title: str | None) -> str | None:
     if not isinstance(title, str):
         raise TypeError(f"title must be str or None, not {type(title).__name__}")
     spaced = _WHITESPACE.sub(" ", title)
-    kept = "".join(ch for ch in spaced if unicodedata.category(ch) not in ("Cc", "Cf", "Cs"))
+    kept = "".join(
+        ch
+        for ch in spaced
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Cs") and ch not in _INVISIBLE
+    )
     clean = _WHITESPACE.sub(" ", kept).strip()
     if not clean:
         return None
     if len(clean) > MAX_TITLE_LENGTH:
-        raise ValueError(f"title is too long ({len(clean)} characters; at most {MAX_TITLE_LENGTH})")
+        raise ValueError(f"Title too long ({len(clean)} chars, max {MAX_TITLE_LENGTH})")
     return clean
 
 

@@ -96,8 +96,12 @@ def _check_role(role: Any) -> str:
 
 
 def _check_timestamp(timestamp: Any) -> float:
+    """Seconds since the epoch: a number, or an object with ``.timestamp()``
+    (a ``datetime``; a naive one is local time, as Hermes reads it)."""
     if timestamp is None:
         return time.time()
+    if not isinstance(timestamp, (int, float)) and callable(getattr(timestamp, "timestamp", None)):
+        timestamp = timestamp.timestamp()
     return check_epoch(timestamp, "timestamp")
 
 

@@ -338,8 +338,8 @@ def test_sort_and_paging_on_like_and_trigram(store: SessionDB) -> None:
 
 
 def test_bad_arguments_name_themselves(store: SessionDB) -> None:
-    with pytest.raises(ValueError, match="sort"):
-        store.search_messages("x", sort="best")
+    with pytest.raises(TypeError, match="sort"):
+        store.search_messages("x", sort=1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit"):
         store.search_messages("x", limit=-1)
     with pytest.raises(ValueError, match="offset"):
