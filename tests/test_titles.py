@@ -45,9 +45,9 @@ def test_sanitize_title_of_nothing_is_none(raw: str | None) -> None:
 
 
 def test_sanitize_title_refuses_more_than_100_characters() -> None:
-    with pytest.raises(ValueError, match=r"^title is too long \(101 characters; at most 100\)$"):
+    with pytest.raises(ValueError, match=r"^Title too long \(101 chars, max 100\)$"):
         sanitize_title("z" * 101)
-    with pytest.raises(ValueError, match=r"^title is too long"):
+    with pytest.raises(ValueError, match=r"^Title too long"):
         sanitize_title("长" * 101)
 
 
@@ -138,7 +138,7 @@ def test_several_sessions_may_have_no_title(titled: SessionDB) -> None:
 @pytest.mark.parametrize(
     ("title", "error", "text"),
     [
-        ("t" * 101, ValueError, "title is too long"),
+        ("t" * 101, ValueError, "Title too long"),
         (7, TypeError, "title must be str or None"),
     ],
 )
