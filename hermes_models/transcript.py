@@ -3,8 +3,8 @@
 Each change to a session's messages and to its counters happens in one
 write. The counters follow Hermes: ``message_count`` is the number of
 message rows the session holds and ``tool_call_count`` the number of tool
-calls its assistant messages made, rewound (soft-deleted) rows included, so
-rewinding and restoring leave both as they are. Appending is the hot path:
+calls its messages made (tool results aside), rewound (soft-deleted) rows
+included, so rewinding and restoring leave both as they are. Appending is the hot path:
 its SQL is rendered once from the model's fields and run directly.
 """
 

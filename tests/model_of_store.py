@@ -148,9 +148,9 @@ class MMessage:
 
 
 def tool_calls_of(message: MMessage) -> int:
-    """What one message adds to its session's ``tool_call_count``: an assistant
-    message's list of calls, or one call for any other non-empty value."""
-    if message.role != "assistant" or not message.tool_calls:
+    """What one message adds to its session's ``tool_call_count``: its list of
+    calls, or one call for any other non-empty value; nothing for a tool result."""
+    if message.role == "tool" or not message.tool_calls:
         return 0
     calls = (
         decode(message.tool_calls) if isinstance(message.tool_calls, str) else message.tool_calls

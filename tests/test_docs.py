@@ -124,11 +124,25 @@ def documented_signatures(text: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for name, params in re.findall(r"^\|\s*`(\w+)\(([^`]*)\)`", text, re.M):
         names = []
-        for part in (p.strip() for p in params.split(",")):
+        for part in (p.strip() for p in _top_level_split(params)):
             if part and part != "*":
                 names.append(part.split("=")[0].strip())
         found[name] = names
     return found
+
+
+def _top_level_split(params: str) -> list[str]:
+    """``params`` split at the commas outside brackets (a default may be a tuple)."""
+    parts, depth, current = [], 0, ""
+    for char in params:
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
 
 
 def real_parameters(function: object) -> list[str]:

@@ -130,20 +130,21 @@ def test_append_returns_ids_and_get_messages_returns_every_column(chat: SessionD
     ]
 
 
-def test_append_counts_messages_and_assistant_tool_calls(chat: SessionDB) -> None:
+def test_append_counts_messages_and_tool_calls(chat: SessionDB) -> None:
     chat.append_message("s1", "user", "go")
     assert counters(chat, "s1") == (1, 0, 0)
     chat.append_message("s1", "assistant", None, tool_calls=[call("a"), call("b"), call("c")])
     assert counters(chat, "s1") == (2, 3, 0)
+    # A tool result adds no calls; any other role's calls count, as in Hermes.
     chat.append_message("s1", "tool", "r", tool_call_id="a", tool_calls=[call("x")])
     chat.append_message("s1", "user", "u", tool_calls=[call("y")])
-    assert counters(chat, "s1") == (4, 3, 0)
+    assert counters(chat, "s1") == (4, 4, 0)
     chat.append_message("s1", "assistant", "text only")
     chat.append_message("s1", "assistant", None, tool_calls=json.dumps([call("d"), call("e")]))
     # A value that is not a list is one call, as Hermes counts it; JSON text is read.
     chat.append_message("s1", "assistant", None, tool_calls={"not": "a list"})
     chat.append_message("s1", "assistant", None, tool_calls=[])
-    assert counters(chat, "s1") == (8, 6, 0)
+    assert counters(chat, "s1") == (8, 7, 0)
     assert chat.message_count("s1") == 8
 
 
