@@ -898,9 +898,7 @@ class SessionDB:
                     return result
             except ValueError:
                 pass  # an unreadable time counts as no run
-            prune: Any = self.prune_sessions
-            options = {} if sessions_dir is None else {"sessions_dir": sessions_dir}
-            pruned = int(prune(older_than_days=retention_days, **options))
+            pruned = self.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir)
             result["pruned"] = pruned
             if vacuum and pruned > 0:
                 try:

@@ -304,3 +304,17 @@ def test_auto_prune_never_raises(tmp_path: Path) -> None:
     assert (result["skipped"], result["pruned"], result["vacuumed"]) == (False, 0, False)
     assert "read-only" in result["error"]
     reader.close()
+
+
+def test_auto_prune_removes_the_transcripts_of_what_it_pruned(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    sessions_dir = tmp_path / "sessions"
+    sessions_dir.mkdir()
+    old_ended(store, "old")
+    store.create_session("live", "cli")
+    for name in ("old.json", "old.jsonl", "request_dump_old_001.json", "live.jsonl"):
+        (sessions_dir / name).write_text("{}")
+    result = store.maybe_auto_prune_and_vacuum(retention_days=90, sessions_dir=sessions_dir)
+    assert result["pruned"] == 1
+    assert sorted(path.name for path in sessions_dir.iterdir()) == ["live.jsonl"]

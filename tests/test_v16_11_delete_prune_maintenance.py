@@ -187,4 +187,5 @@ def test_optimize_fts_and_vacuum(db: SessionDB) -> None:
     assert db.optimize_fts() == 2
     assert db.vacuum() == 2
     assert db.search_messages("subagent") == before
-    assert [h["snippet"] for h in before] == [">>>subagent<<< work"]
+    # FTS5's snippet of the indexed text (content, tool_name, tool_calls joined by spaces).
+    assert [h["snippet"] for h in before] == [">>>subagent<<< work  "]

@@ -81,7 +81,7 @@ def test_empty_ids_and_missing_locks(store: SessionDB) -> None:
     assert store.get_compression_lock_holder("") is None
     assert store.release_compression_lock("", "a:1:1") is None
     assert store.release_compression_lock("never-locked", "a:1:1") is None
-    assert store._conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone() == (0,)
+    assert store._conn.execute("SELECT COUNT(*) FROM compression_locks").fetchone()[0] == 0
 
 
 def test_a_database_error_fails_closed(store: SessionDB, caplog: pytest.LogCaptureFixture) -> None:
