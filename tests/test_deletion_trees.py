@@ -177,10 +177,9 @@ def check_file(store: SessionDB) -> None:
     conn = store._conn
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     for table in ("messages_fts", "messages_fts_trigram"):
-        assert (
-            conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid").fetchall()
-            == conn.execute("SELECT id FROM messages ORDER BY id").fetchall()
-        )
+        assert [row[0] for row in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")] == [
+            row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")
+        ]
 
 
 ALL_IDS = (

@@ -70,9 +70,9 @@ def version(path: Path) -> list[tuple[int]]:
 
 def in_step(store: SessionDB) -> None:
     conn = store._conn
-    ids = conn.execute("SELECT id FROM messages ORDER BY id").fetchall()
+    ids = [row[0] for row in conn.execute("SELECT id FROM messages ORDER BY id")]
     for table in ("messages_fts", "messages_fts_trigram"):
-        assert conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid").fetchall() == ids
+        assert [row[0] for row in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")] == ids
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
 
 
@@ -96,7 +96,7 @@ def test_a_file_created_without_fts5_gets_its_indexes_on_the_next_open(tmp_path:
         assert fts_objects(path) == FTS_OBJECTS
         in_step(store)
         assert [h["snippet"] for h in store.search_messages("missing")] == [
-            "written while the index was >>>missing<<<"
+            "written while the index was >>>missing<<<  "
         ]
         assert [h["session_id"] for h in store.search_messages("索引的")] == ["s"]
 
@@ -149,7 +149,7 @@ def test_a_build_without_fts5_drops_the_triggers_so_writes_keep_working(tmp_path
         assert fts_objects(path) == FTS_OBJECTS
         in_step(store)
         assert [h["snippet"] for h in store.search_messages("without")] == [
-            "written >>>without<<< the index"
+            "written >>>without<<< the index  "
         ]
 
 
