@@ -309,7 +309,7 @@ def plan_prune(older_than_days: float = 90, source: str | None = None) -> Deleti
 
 def describe(session_ids: Iterable[str]) -> list[dict[str, Any]]:
     """The rows of ``session_ids`` (as ``SessionDB.get_session`` gives them), in id order."""
-    from .listing import fetch_dicts
+    from .db import fetch_dicts
 
     rows: list[dict[str, Any]] = []
     for chunk in _chunks(sorted(set(session_ids))):

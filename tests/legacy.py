@@ -242,7 +242,7 @@ SESSIONS: tuple[dict[str, Any], ...] = (
         "model": "gpt-x",
         "parent_session_id": "cont-1",
         "started_at": T0 + 200.0,
-        "message_count": 3,
+        "message_count": 4,  # Hermes keeps counting a rewound message
         "title": "Asyncio notes #3",
         "rewind_count": 1,
     },
