@@ -28,19 +28,16 @@ import base64
 import json
 import os
 import sqlite3
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
 from peewee import fn
 
-from .checks import INT64_MAX, INT64_MIN, check_epoch
+from . import jsonl
 from .db import SCHEMA_VERSION, current
 from .errors import BundleError
 from .models import Message, Session
+from .output import open_output
 
 FORMAT = "hermes-models-bundle"
 VERSION = 1
@@ -48,20 +45,6 @@ VERSION = 1
 #: Column names of a session line and of a message line, in schema order.
 SESSION_COLUMNS = tuple(f.column_name for f in Session._meta.sorted_fields)
 MESSAGE_COLUMNS = tuple(f.column_name for f in Message._meta.sorted_fields)
-#: Columns holding seconds since the epoch.
-_EPOCHS = {"started_at", "ended_at", "timestamp"}
-_REQUIRED = {
-    "session": ("id", "source", "started_at"),
-    "message": ("id", "session_id", "role", "timestamp"),
-}
-#: Values of columns a hand-written line leaves out (the schema defaults).
-_DEFAULTS = {
-    f.column_name: f.default
-    for model in (Session, Message)
-    for f in model._meta.sorted_fields
-    if f.default is not None and not callable(f.default)
-}
-
 #: Rows per multi-row INSERT, and ids per ``IN (...)`` list.
 CHUNK_ROWS = 200
 _ID_CHUNK = 500
@@ -82,21 +65,6 @@ def _encode(value: Any) -> Any:
     if isinstance(value, bytes):
         return {"$base64": base64.b64encode(value).decode("ascii")}
     return value
-
-
-def _decode(value: Any, where: str) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool):
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise BundleError(f"{where}: {value} does not fit a 64-bit integer")
-        return value
-    if value is None or isinstance(value, (str, float)):
-        return value
-    if isinstance(value, dict) and set(value) == {"$base64"} and isinstance(value["$base64"], str):
-        try:
-            return base64.b64decode(value["$base64"], validate=True)
-        except ValueError as exc:
-            raise BundleError(f"{where}: bad $base64 value: {exc}") from None
-    raise BundleError(f"{where}: a column value must be null, a number or a string")
 
 
 def dumps(record: Mapping[str, Any]) -> str:
@@ -233,56 +201,21 @@ def bundle_lines(
         yield line
 
 
-def file_path(value: Any, argument: str) -> Path | None:
-    """``value`` as a path (``~`` expanded), or None when it is a text stream.
-
-    Raises:
-        TypeError: ``value`` is neither a path nor a stream.
-    """
-    if isinstance(value, (str, os.PathLike)):
-        text = os.fspath(value)
-        if not isinstance(text, str):
-            raise TypeError(f"{argument} must be a text path, not bytes")
-        return Path(text).expanduser()
-    if hasattr(value, "write") or hasattr(value, "read"):
-        return None
-    raise TypeError(f"{argument} must be a path or a text stream, not {type(value).__name__}")
-
-
-@contextmanager
-def open_output(target: str | os.PathLike[str] | IO[str]) -> Iterator[IO[str]]:
-    """A text stream for ``target``: a path is written atomically (temp file, rename)."""
-    path = file_path(target, "target")
-    if path is None:
-        yield cast(IO[str], target)
-        return
-    handle = tempfile.NamedTemporaryFile(
-        "w",
-        encoding="utf-8",
-        newline="\n",
-        dir=path.parent or ".",
-        prefix=f".{path.name}.",
-        delete=False,
-    )
-    try:
-        with handle:
-            yield handle
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-
-
 def export_bundle(
     target: str | os.PathLike[str] | IO[str],
     *,
     session_id: str | None = None,
     source: str | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> dict[str, int]:
-    """Write a bundle to a path or text stream; returns how many sessions and messages."""
+    """Write a bundle to a path or text stream; returns how many sessions and messages.
+
+    A path is written as :func:`hermes_models.output.open_output` describes:
+    an existing file is replaced only with ``overwrite=True``.
+    """
     counts = {"sessions": 0, "messages": 0}
-    with open_output(target) as out:
+    with open_output(target, overwrite=overwrite) as out:
         for kind, line in _records(session_id, source, progress):
             out.write(line)
             if kind != "header":
@@ -290,132 +223,24 @@ def export_bundle(
     return counts
 
 
-# -- reading -------------------------------------------------------------------------------
-
-
-@dataclass
-class Bundle:
-    """A parsed bundle; rows are tuples in column order (see :data:`SESSION_COLUMNS`)."""
-
-    header: dict[str, Any]
-    sessions: list[tuple[Any, ...]] = field(default_factory=list)
-    messages: list[tuple[Any, ...]] = field(default_factory=list)
-
-
-def _row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
-    columns = SESSION_COLUMNS if kind == "session" else MESSAGE_COLUMNS
-    unknown = sorted(set(record) - set(columns))
-    if unknown:
-        raise BundleError(f"{where}: unknown {kind} column(s) {', '.join(unknown)}")
-    missing = [name for name in _REQUIRED[kind] if record.get(name) is None]
-    if missing:
-        raise BundleError(f"{where}: {kind} line lacks {', '.join(missing)}")
-    row = tuple(
-        _decode(record.get(name, _DEFAULTS.get(name)), f"{where}: {name}") for name in columns
-    )
-    for name, value in zip(columns, row):
-        if name in _EPOCHS and value is not None:
-            try:
-                check_epoch(value, name)
-            except (TypeError, ValueError) as exc:
-                raise BundleError(f"{where}: {exc}") from None
-    return row
-
-
-def json_objects(lines: Iterable[str], origin: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    """``(line number, "origin:line", object)`` for each non-blank line of a JSONL text.
-
-    Raises:
-        BundleError: a line is not valid JSON or not a JSON object.
-    """
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{origin}:{number}"
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise BundleError(f"{where}: not valid JSON") from None
-        if not isinstance(record, dict):
-            raise BundleError(f"{where}: a line must be a JSON object")
-        yield number, where, record
-
-
-def read_bundle(lines: Iterable[str], origin: str = "bundle") -> Bundle:
-    """Parse and check a bundle.
-
-    Raises:
-        BundleError: not a bundle, a newer format, a bad or truncated line,
-            duplicate ids, or a message of a session the bundle lacks.
-    """
-    bundle: Bundle | None = None
-    session_ids: set[str] = set()
-    message_ids: set[int] = set()
-    for _, where, record in json_objects(lines, origin):
-        if bundle is None:
-            if record.get("format") != FORMAT:
-                raise BundleError(f"{where}: not a {FORMAT} file (no header line)")
-            for key, newest in (("version", VERSION), ("schema_version", SCHEMA_VERSION)):
-                value = record.get(key)
-                if not isinstance(value, int) or value > newest:
-                    raise BundleError(
-                        f"{where}: {key} {value!r} is not one this package reads (<= {newest})"
-                    )
-            bundle = Bundle(header=record)
-            continue
-        kind = record.pop("type", None)
-        if kind not in ("session", "message"):
-            raise BundleError(f"{where}: unknown line type {kind!r}")
-        row = _row(record, kind, where)
-        if kind == "session":
-            if row[0] in session_ids:
-                raise BundleError(f"{where}: session {row[0]!r} appears twice")
-            session_ids.add(row[0])
-            bundle.sessions.append(row)
-        else:
-            if type(row[0]) is not int or row[0] in message_ids:
-                raise BundleError(f"{where}: message id {row[0]!r} is not a new integer")
-            message_ids.add(row[0])
-            bundle.messages.append(row)
-    if bundle is None:
-        raise BundleError(f"{origin}: empty file, not a {FORMAT}")
-    for kind, found in (("sessions", bundle.sessions), ("messages", bundle.messages)):
-        expected = bundle.header.get(kind)
-        if expected != len(found):
-            raise BundleError(
-                f"{origin}: the header announces {expected} {kind} but the file holds "
-                f"{len(found)} (truncated?)"
-            )
-    for row in bundle.messages:
-        if row[1] not in session_ids:
-            raise BundleError(
-                f"{origin}: message {row[0]} belongs to session {row[1]!r}, "
-                "which the bundle does not contain"
-            )
-    return bundle
+# -- recognising ---------------------------------------------------------------------------
 
 
 def is_bundle(path: str | os.PathLike[str]) -> bool:
-    """True when the first non-empty line of the file is a bundle header."""
-    with open(os.path.expanduser(os.fspath(path)), encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    return False
-                return isinstance(record, dict) and record.get("format") == FORMAT
+    """True when the first non-empty line of the file is a bundle header.
+
+    Reads at most :data:`~hermes_models.jsonl.MAX_LINE_BYTES` per line; a file
+    that cannot be read as JSON Lines is not a bundle.
+    """
+    with open(os.path.expanduser(os.fspath(path)), "rb") as handle:
+        try:
+            for _, where, text in jsonl.lines(handle, os.fspath(path)):
+                if text.strip():
+                    record = jsonl.parse_object(text, where)
+                    return record.get("format") == FORMAT
+        except BundleError:
+            return False
     return False
-
-
-def load(source: str | os.PathLike[str] | IO[str]) -> Bundle:
-    """Read and check a bundle from a path or text stream."""
-    path = file_path(source, "source")
-    if path is None:
-        stream = cast(IO[str], source)
-        return read_bundle(stream, str(getattr(stream, "name", "bundle")))
-    with open(path, encoding="utf-8") as handle:
-        return read_bundle(handle, str(path))
 
 
 __all__ = [
@@ -423,11 +248,8 @@ __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
     "VERSION",
-    "Bundle",
     "bundle_lines",
     "export_bundle",
     "is_bundle",
-    "load",
-    "read_bundle",
     "selection",
 ]

@@ -718,10 +718,11 @@ def _output(path: Path | None) -> Iterator[Any]:
 @click.option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     default=None,
-    help="File to write (default: standard output).",
+    help="File to write (default or '-': standard output). FIFOs and devices are written as is.",
 )
+@click.option("--force", is_flag=True, help="Replace the output file if it exists.")
 @format_options
 @click.pass_context
 def export(
@@ -731,12 +732,15 @@ def export(
     source: str | None,
     data_format: str,
     output: Path | None,
+    force: bool,
     fmt: str | None,
 ) -> None:
     """Export sessions with their messages, lineage and soft-deleted messages included.
 
     The summary (--json, --nl, --csv, --tsv) is printed when --output names a file.
     """
+    if output == Path("-"):
+        output = None
     if fmt and output is None:
         raise click.UsageError(f"--{fmt} describes the file written with --output", ctx)
     with open_store(ctx, db_path, writes=False) as store:
@@ -745,11 +749,11 @@ def export(
         with _output(output) as target, terminal.progress("exporting") as progress:
             if data_format == "jsonl":
                 counts = store.export_bundle(
-                    target, session_id=session_id, source=source, progress=progress
+                    target, session_id=session_id, source=source, progress=progress, overwrite=force
                 )
             else:
                 count = store.export_markdown(
-                    target, session_id=session_id, source=source, progress=progress
+                    target, session_id=session_id, source=source, progress=progress, overwrite=force
                 )
                 counts = {"sessions": count}
     if output is None:
@@ -767,14 +771,15 @@ def _check_import_input(path: Path, new_store: bool) -> None:
     """Refuse a folder without transcripts; before a new database file is created, also
     a file that cannot be imported (into an existing file, the import itself refuses it
     without writing anything)."""
-    from .bundle import is_bundle, load
+    from .bundle import is_bundle
+    from .bundle_reader import check_bundle
     from .transcript_files import read_transcript, transcript_paths
 
     if path.is_dir():
         if not transcript_paths(path):
             raise click.ClickException(f"{path}: no <session_id>.jsonl transcripts in this folder")
     elif new_store and is_bundle(path):
-        load(path)
+        check_bundle(path)
     elif new_store:
         read_transcript(path)
 

@@ -40,3 +40,7 @@ class BundleError(HermesModelsError, ValueError):
 
 class BackupError(HermesModelsError):
     """A backup could not be made, or the copy failed its checks (nothing was kept)."""
+
+
+class ImportConflictError(HermesModelsError):
+    """Another import into the same file, or a session created meanwhile, stops an import."""

@@ -1,145 +1,133 @@
-"""Adding a bundle's sessions to a store: which rows, which ids, one transaction.
+"""Adding a bundle's sessions to a store: which rows, which ids, written in steps.
 
-Import adds the sessions the target lacks, with their messages, in one
-transaction; a session the target already has is left exactly as it is,
-messages included, so importing twice is the same as importing once.
-Message ids are kept unless one of a session's ids is taken in the target:
-then that session's messages get fresh ids after the largest one, in their
-original order. Titles are unique: an imported session whose title another
-session has gets the next free ``"title #N"``. A session whose parent is in
-neither the bundle nor the target is refused before anything is written.
+Import adds the sessions the target lacks, with their messages; a session
+the target already has is left exactly as it is, messages included, so
+importing twice is the same as importing once. Message ids are kept unless
+one of a session's ids is taken in the target: then that session's
+messages get fresh ids after the largest one, in their original order.
+Titles are unique: an imported session whose title another session has
+gets the next free ``"title #N"``. ``message_count`` and ``tool_call_count``
+are computed from the imported messages, never taken from the bundle.
+
+The bundle is read and checked completely before anything is written
+(:mod:`hermes_models.bundle_reader`), then read again as the messages are
+written: memory does not grow with the bundle. Writing happens in short
+transactions that let other writers in, and imported sessions appear only
+once complete (:mod:`hermes_models.staging`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import json
+import os
+from collections.abc import Iterator
+from typing import IO, Any
 
-from peewee import fn
-
-from .bundle import (
-    CHUNK_ROWS,
-    MESSAGE_COLUMNS,
-    SESSION_COLUMNS,
-    Bundle,
-    Progress,
-    chunks,
-    raw,
-)
+from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, chunks, raw
+from .bundle_reader import Scan, Source, message_rows, open_source, scan
 from .db import current
 from .errors import BundleError
-from .models import Message, Session
+from .staging import Staging
+
+_PARENT = SESSION_COLUMNS.index("parent_session_id")
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _insert_sql(table: str, columns: Sequence[str], rows: int) -> str:
-    marks = "(" + ", ".join("?" * len(columns)) + ")"
-    names = ", ".join(_quote(c) for c in columns)
-    return f"INSERT INTO {_quote(table)} ({names}) VALUES " + ", ".join([marks] * rows)
-
-
-def insert_rows(
-    table: str,
-    columns: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    progress: Callable[[int], None] | None = None,
-) -> None:
-    """Insert ``rows`` with multi-row INSERTs of :data:`CHUNK_ROWS` (inside a write)."""
-    for chunk in chunks(rows, CHUNK_ROWS):
-        raw(_insert_sql(table, columns, len(chunk)), [v for row in chunk for v in row])
-        if progress is not None:
-            progress(len(chunk))
-
-
-def _present(model: Any, column: Any, values: Sequence[Any]) -> set[Any]:
+def _present(table: str, ids: list[Any]) -> set[Any]:
+    """Which of ``ids`` are ids of rows of ``table`` (``sessions`` or ``messages``)."""
     found: set[Any] = set()
-    for chunk in chunks(list(values)):
-        found.update(v for (v,) in raw(model.select(column).where(column.in_(list(chunk)))))
+    for chunk in chunks(ids, 5000):
+        found.update(
+            row[0]
+            for row in raw(
+                f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))',
+                [json.dumps(list(chunk))],
+            )
+        )
     return found
 
 
-def _retitle(sessions: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int]:
-    """Sessions whose title another session already has get the next free ``"title #N"``."""
-    at = SESSION_COLUMNS.index("title")
-    wanted = [row[at] for row in sessions if row[at] is not None]
-    taken = _present(Session, Session.title, wanted)
-    if not taken:
-        return sessions, 0
-    for title in taken:
-        like = Session.select(Session.title).where(Session.title.startswith(title + " #"))
-        taken = taken | {t for (t,) in raw(like)}
-    out, renamed = [], 0
-    for row in sessions:
-        title = row[at]
-        if title in taken:
-            number = 2
-            while f"{title} #{number}" in taken or f"{title} #{number}" in wanted:
-                number += 1
-            title = f"{title} #{number}"
-            taken.add(title)
-            row = (*row[:at], title, *row[at + 1 :])
-            renamed += 1
-        out.append(row)
-    return out, renamed
+def _refuse_missing_parents(plan: Scan, new: list[tuple[Any, ...]], present: set[str]) -> None:
+    known = set(plan.lines) | present
+    wanted = sorted({row[_PARENT] for row in new} - known - {None})
+    missing = set(wanted) - _present("sessions", wanted)
+    for row in new:
+        if row[_PARENT] in missing:
+            raise BundleError(
+                f"{plan.origin}:{plan.lines[row[0]]}: session {row[0]!r} has parent "
+                f"{row[_PARENT]!r}, which neither the bundle nor the database holds"
+            )
 
 
-def _plan(bundle: Bundle) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[str, int]]:
-    """The session and message rows to insert, ids settled; with the counts."""
-    present = _present(Session, Session.id, [row[0] for row in bundle.sessions])
-    sessions = [row for row in bundle.sessions if row[0] not in present]
-    new_ids = {row[0] for row in sessions}
-    parent_at = SESSION_COLUMNS.index("parent_session_id")
-    wanted = {row[parent_at] for row in sessions} - new_ids - present - {None}
-    missing = wanted - _present(Session, Session.id, sorted(wanted))
-    if missing:
-        raise BundleError(
-            f"sessions refer to parent(s) {', '.join(sorted(missing))} that neither the "
-            "bundle nor the database holds"
-        )
-    sessions, renamed = _retitle(sessions)
-    messages = [row for row in bundle.messages if row[1] in new_ids]
-    taken = _present(Message, Message.id, [row[0] for row in messages])
-    clashing = {row[1] for row in messages if row[0] in taken}
-    kept = [row for row in messages if row[1] not in clashing]
-    moved = [row for row in messages if row[1] in clashing]
-    if moved:
-        sequence = raw("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-        highest = max(
-            int(raw(Message.select(fn.MAX(Message.id))).fetchone()[0] or 0),
-            int(sequence[0]) if sequence else 0,
-            max((row[0] for row in kept), default=0),
-        )
-        moved = [(highest + n, *row[1:]) for n, row in enumerate(moved, 1)]
-    counts = {
-        "sessions_added": len(sessions),
-        "sessions_skipped": len(bundle.sessions) - len(sessions),
-        "messages_added": len(messages),
-        "messages_skipped": len(bundle.messages) - len(messages),
-        "messages_renumbered": len(moved),
-        "titles_renamed": renamed,
-    }
-    return sessions, sorted(kept + moved, key=lambda row: row[0]), counts
+def _clashing(source: Source, plan: Scan, new_ids: set[str]) -> set[str]:
+    """The new sessions with a message id the target already uses."""
+    overlap = raw(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE id BETWEEN ? AND ?)",
+        [plan.first_id, plan.last_id],
+    ).fetchone()[0]
+    if not overlap:
+        return set()
+    clashing: set[str] = set()
+    pending: dict[int, str] = {}
+
+    def check() -> None:
+        for taken in _present("messages", list(pending)):
+            clashing.add(pending[taken])
+        pending.clear()
+
+    for _, values in message_rows(source):
+        if values[1] in new_ids and values[1] not in clashing:
+            pending[values[0]] = values[1]
+            if len(pending) >= 5000:
+                check()
+    check()
+    return clashing
 
 
-def import_bundle(bundle: Bundle, progress: Progress | None = None) -> dict[str, int]:
-    """Add the bundle's sessions the database lacks, with their messages, in one write.
+def _rows(source: Source, new_ids: set[str], moved: set[str], base: int) -> Iterator[Any]:
+    """The message rows to insert, in bundle order; ``moved`` sessions' rows renumbered."""
+    next_id = base
+    for _, values in message_rows(source):
+        if values[1] not in new_ids:
+            continue
+        if values[1] in moved:
+            next_id += 1
+            values = (next_id, *values[1:])
+        yield values
+
+
+def import_bundle(
+    source: str | os.PathLike[str] | IO[str], progress: Progress | None = None
+) -> dict[str, int]:
+    """Add the sessions of a bundle (path or text stream) the database lacks.
 
     Returns counts: ``sessions_added``, ``sessions_skipped`` (already present),
     ``messages_added``, ``messages_skipped``, ``messages_renumbered`` and
     ``titles_renamed`` (a title another session here has gets ``" #N"``).
 
     Raises:
-        BundleError: a session's parent is in neither the bundle nor the database.
+        BundleError: the bundle is malformed, truncated or newer than this
+            package, or a session's parent is in neither the bundle nor the database.
+        ImportConflictError: another import into the file is running.
     """
     db = current()
-
-    def run() -> dict[str, int]:
-        sessions, messages, counts = _plan(bundle)
-        total = len(sessions) + len(messages)
-        done = 0
+    with open_source(source) as reader:
+        plan = scan(reader)
+        present = _present("sessions", list(plan.lines))
+        new = [row for row in plan.sessions if row[0] not in present]
+        _refuse_missing_parents(plan, new, present)
+        new_ids = {row[0] for row in new}
+        adding = sum(plan.messages[session_id] for session_id in new_ids)
+        counts = {
+            "sessions_added": len(new),
+            "sessions_skipped": len(plan.sessions) - len(new),
+            "messages_added": adding,
+            "messages_skipped": plan.message_total - adding,
+            "messages_renumbered": 0,
+            "titles_renamed": 0,
+        }
+        if not new:
+            return counts
+        total, done = len(new) + adding, 0
 
         def step(rows: int) -> None:
             nonlocal done
@@ -147,13 +135,18 @@ def import_bundle(bundle: Bundle, progress: Progress | None = None) -> dict[str,
             if progress is not None:
                 progress(done, total)
 
-        # Parents may follow their children in the bundle: check keys at commit.
-        raw("PRAGMA defer_foreign_keys = ON")
-        insert_rows(Session._meta.table_name, SESSION_COLUMNS, sessions, step)
-        insert_rows(Message._meta.table_name, MESSAGE_COLUMNS, messages, step)
+        with Staging(
+            db, [row[0] for row in new], reserve_upto=plan.last_id if adding else 0
+        ) as staging:
+            moved = _clashing(reader, plan, new_ids) if adding else set()
+            renumbered = sum(plan.messages[session_id] for session_id in moved)
+            base = staging.reserve(renumbered) if renumbered else 0
+            staging.insert_messages(_rows(reader, new_ids, moved, base), MESSAGE_COLUMNS, step)
+            sessions = [dict(zip(SESSION_COLUMNS, row)) for row in new]
+            counts["titles_renamed"] = staging.finish(sessions, rename_titles=True)
+        counts["messages_renumbered"] = renumbered
+        step(len(new))
         return counts
 
-    return db.write(run)
 
-
-__all__ = ["import_bundle", "insert_rows"]
+__all__ = ["import_bundle"]

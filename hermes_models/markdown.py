@@ -20,13 +20,13 @@ from .bundle import (
     SESSION_COLUMNS,
     Progress,
     message_rows,
-    open_output,
     selection,
     session_rows,
 )
 from .db import current
 from .lineage import kind_of
 from .models import Session, decode_content, decode_json
+from .output import open_output
 
 
 def _when(epoch: Any) -> str:
@@ -131,10 +131,15 @@ def export_markdown(
     session_id: str | None = None,
     source: str | None = None,
     progress: Progress | None = None,
+    overwrite: bool = False,
 ) -> int:
-    """Write Markdown to a path or text stream; returns how many sessions it shows."""
+    """Write Markdown to a path or text stream; returns how many sessions it shows.
+
+    An existing file is replaced only with ``overwrite=True``
+    (see :func:`hermes_models.output.open_output`).
+    """
     sessions, by_session = _collect(session_id, source)
-    with open_output(target) as out:
+    with open_output(target, overwrite=overwrite) as out:
         for line in _render(sessions, by_session, progress):
             out.write(line)
     return len(sessions)

@@ -1176,15 +1176,19 @@ class SessionDB:
         session_id: str | None = None,
         source: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        overwrite: bool = False,
     ) -> dict[str, int]:
         """Write the lossless JSONL bundle to a path or text stream (see :mod:`.bundle`).
 
         ``session_id`` exports that session's lineage, ``source`` the sessions
-        of one source; ancestors come along. Returns the session and message counts.
+        of one source; ancestors come along. An existing file is replaced only
+        with ``overwrite=True``. Returns the session and message counts.
         """
         from .bundle import export_bundle
 
-        return export_bundle(target, session_id=session_id, source=source, progress=progress)
+        return export_bundle(
+            target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
+        )
 
     @_api
     def export_markdown(
@@ -1194,26 +1198,30 @@ class SessionDB:
         session_id: str | None = None,
         source: str | None = None,
         progress: Callable[[int, int], None] | None = None,
+        overwrite: bool = False,
     ) -> int:
-        """Write the sessions as readable Markdown; returns how many sessions."""
+        """Write the sessions as readable Markdown; returns how many sessions (an
+        existing file is replaced only with ``overwrite=True``)."""
         from .markdown import export_markdown
 
-        return export_markdown(target, session_id=session_id, source=source, progress=progress)
+        return export_markdown(
+            target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
+        )
 
     @_api
     def import_bundle(
         self, source: Any, *, progress: Callable[[int, int], None] | None = None
     ) -> dict[str, int]:
         """Add the sessions of a bundle (path or text stream) this file lacks, with their
-        messages, in one transaction; sessions already here are left as they are.
+        messages; sessions already here are left as they are (see :mod:`.importer`).
 
         Raises:
             BundleError: the bundle is malformed, truncated or newer than this package.
+            ImportConflictError: another import into this file is running.
         """
-        from .bundle import load
         from .importer import import_bundle
 
-        return import_bundle(load(source), progress=progress)
+        return import_bundle(source, progress=progress)
 
     @_api
     def import_transcripts(

@@ -9,9 +9,10 @@ Before the SQLite store, Hermes kept one file per session, named
 
 Each file becomes one session (id from the file name, source from the
 meta line's ``platform`` or the caller's default) with its messages, written
-in one transaction with multi-row inserts; counters are computed from the
-messages. A session id already present is skipped, so importing a folder
-twice is the same as once. Timestamps may be epoch numbers or ISO 8601
+with multi-row inserts as :mod:`hermes_models.staging` describes (the
+session appears once complete); counters are computed from the messages.
+A session id already present is skipped, so importing a folder twice is
+the same as once. Timestamps may be epoch numbers or ISO 8601
 text (naive times are local, as Hermes wrote them); a message without one
 takes the time of the message before it, so the file order is kept. Keys
 Hermes added for its own bookkeeping (``mirror``, ``api_content``, ...) are
@@ -22,39 +23,104 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from . import titles, transcript
-from .bundle import Progress, json_objects
+from . import jsonl, titles, transcript
+from .bundle import Progress
 from .checks import EPOCH_MAX, EPOCH_MIN
 from .db import current
 from .errors import BundleError
-from .importer import insert_rows
 from .models import ROLES, Message, Session
+from .output import file_path
+from .staging import Staging
 
 _COLUMNS = [Message._meta.fields[name].column_name for name in transcript.MESSAGE_FIELDS]
 _FIELDS = set(transcript.MESSAGE_FIELDS) - {"session", "role", "content", "timestamp"}
 
 
+_ISO = re.compile(
+    r"(?P<date>\d{4}-?\d{2}-?\d{2})"
+    r"(?:.(?P<hour>\d{2})(?::?(?P<minute>\d{2})(?::?(?P<second>\d{2})(?:[.,](?P<fraction>\d+))?)?)?"
+    r"(?P<zone>[Zz]|[+-]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?)?)?",
+    re.ASCII,
+)
+_ZONE = re.compile(
+    r"(?P<sign>[+-])(?P<h>\d{2}):?(?P<m>\d{2})?:?(?P<s>\d{2})?(?:[.,](?P<f>\d+))?", re.ASCII
+)
+
+
+def _microseconds(digits: str | None) -> int:
+    """A decimal fraction of a second as microseconds (digits past the sixth dropped)."""
+    return int((digits or "0")[:6].ljust(6, "0"))
+
+
+def parse_iso(text: str) -> datetime:
+    """An ISO 8601 date or date and time, the same way on every supported Python.
+
+    Accepts what ``datetime.fromisoformat`` of Python 3.11 accepts in
+    practice: extended or basic format, any separator between date and
+    time, any number of fractional digits (after the sixth, dropped), ``Z``
+    or a ``+HH[:MM[:SS]]`` offset. Python 3.10 refuses fractions of other
+    than 3 or 6 digits, so it is not used. Without an offset the result is naive.
+
+    Raises:
+        ValueError: ``text`` is not such a date.
+    """
+    match = _ISO.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not ISO 8601: {text!r}")
+    date = match["date"].replace("-", "")
+    if len(date) != 8:
+        raise ValueError(f"not ISO 8601: {text!r}")
+    zone = None
+    if match["zone"] in ("Z", "z"):
+        zone = timezone.utc
+    elif match["zone"]:
+        parts = _ZONE.fullmatch(match["zone"])
+        if parts is None:
+            raise ValueError(f"not ISO 8601: {text!r}")
+        offset = timedelta(
+            hours=int(parts["h"]),
+            minutes=int(parts["m"] or 0),
+            seconds=int(parts["s"] or 0),
+            microseconds=_microseconds(parts["f"]),
+        )
+        zone = timezone(-offset if parts["sign"] == "-" else offset)
+    return datetime(
+        int(date[:4]),
+        int(date[4:6]),
+        int(date[6:]),
+        int(match["hour"] or 0),
+        int(match["minute"] or 0),
+        int(match["second"] or 0),
+        _microseconds(match["fraction"]),
+        tzinfo=zone,
+    )
+
+
 def _timestamp(value: Any, where: str) -> float:
     stamp: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        stamp = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
+    if isinstance(value, str):
         try:
-            stamp = datetime.fromisoformat(text).timestamp()
+            stamp = parse_iso(value.strip()).timestamp()
         except (ValueError, OverflowError, OSError):
             stamp = None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            stamp = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            stamp = math.inf
     if stamp is None:
         raise BundleError(f"{where}: timestamp {value!r} is neither epoch seconds nor ISO 8601")
     if not (math.isfinite(stamp) and EPOCH_MIN <= stamp <= EPOCH_MAX):
-        raise BundleError(f"{where}: timestamp {value!r} is not a time between years 1 and 9999")
+        shown = repr(value)
+        if len(shown) > 40:
+            shown = f"{shown[:12]}... ({len(shown)} characters)"
+        raise BundleError(f"{where}: timestamp {shown} is not a time between years 1 and 9999")
     return stamp
 
 
@@ -62,13 +128,14 @@ def read_transcript(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], i
     """The meta fields, the message dicts and the number of skipped lines of one file.
 
     Raises:
-        BundleError: a line is not a JSON object or has a bad timestamp.
+        BundleError: a line is too long, not UTF-8, not a JSON object, or has a
+            bad timestamp; the message names the file and line.
     """
     meta: dict[str, Any] = {}
     messages: list[dict[str, Any]] = []
     skipped = 0
-    with open(path, encoding="utf-8") as handle:
-        for number, where, record in json_objects(handle, str(path)):
+    with open(path, "rb") as handle:
+        for number, where, record in jsonl.objects(handle, str(path)):
             if record.get("timestamp") is not None:
                 record["timestamp"] = _timestamp(record["timestamp"], where)
             role = record.get("role")
@@ -89,25 +156,24 @@ def _text(value: Any) -> str | None:
 def _session_row(
     session_id: str, meta: dict[str, Any], messages: list[dict[str, Any]], source: str, mtime: float
 ) -> dict[str, Any]:
+    """The session's columns; a title another session holds is dropped when it is added."""
     started = meta.get("timestamp")
     if started is None:
         started = next((m["timestamp"] for m in messages if m.get("timestamp") is not None), mtime)
-    row: dict[str, Any] = {
-        "id": session_id,
-        "source": _text(meta.get("platform")) or source,
-        "model_name": _text(meta.get("model")),
-        "cwd": _text(meta.get("cwd")),
-        "started_at": started,
-    }
     try:
         title = (
             titles.sanitize_title(meta.get("title")) if isinstance(meta.get("title"), str) else None
         )
     except ValueError:
         title = None
-    if title is not None and not Session.select().where(Session.title == title).exists():
-        row["title"] = title
-    return row
+    return {
+        "id": session_id,
+        "source": _text(meta.get("platform")) or source,
+        "model": _text(meta.get("model")),
+        "cwd": _text(meta.get("cwd")),
+        "started_at": started,
+        "title": title,
+    }
 
 
 def _message_rows(
@@ -135,34 +201,36 @@ def _message_rows(
 
 
 def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
-    """Import one ``<session_id>.jsonl`` file in one write.
+    """Import one ``<session_id>.jsonl`` file (written as :mod:`.staging` describes).
 
     Returns ``sessions_added`` (0 when the session already exists),
     ``messages_added`` and ``lines_skipped``.
 
     Raises:
         BundleError: the file cannot be read as a transcript.
+        ImportConflictError: another import into the file is running.
     """
     session_id = path.stem
     if not session_id:
         raise BundleError(f"{path}: the file name gives no session id")
+    try:
+        transcript.check_session_id(session_id)
+    except ValueError as exc:
+        raise BundleError(f"{path}: the file name is not a usable session id ({exc})") from None
     meta, messages, skipped = read_transcript(path)
     mtime = path.stat().st_mtime
+    if Session.select().where(Session.id == session_id).exists():
+        return {"sessions_added": 0, "messages_added": 0, "lines_skipped": skipped}
+    row = _session_row(session_id, meta, messages, source, mtime)
+    rows = _message_rows(session_id, path, messages, row["started_at"])
+    with Staging(current(), [session_id]) as staging:
+        staging.insert_messages(rows, _COLUMNS)
+        staging.finish([row], rename_titles=False)
+    return {"sessions_added": 1, "messages_added": len(rows), "lines_skipped": skipped}
 
-    def run() -> dict[str, int]:
-        if Session.select().where(Session.id == session_id).exists():
-            return {"sessions_added": 0, "messages_added": 0, "lines_skipped": skipped}
-        row = _session_row(session_id, meta, messages, source, mtime)
-        rows = _message_rows(session_id, path, messages, row["started_at"])
-        Session.insert(**row).execute()
-        insert_rows(Message._meta.table_name, _COLUMNS, rows)
-        transcript.recount(session_id)
-        return {"sessions_added": 1, "messages_added": len(rows), "lines_skipped": skipped}
 
-    try:
-        return current().write(run)
-    except UnicodeEncodeError as exc:
-        raise BundleError(f"{path}: text that cannot be stored as UTF-8 ({exc.reason})") from None
+def _unreadable(file: Path, exc: OSError) -> BundleError:
+    return BundleError(f"{file}: cannot be read ({exc.strerror or exc})")
 
 
 def transcript_paths(path: str | os.PathLike[str]) -> list[Path]:
@@ -171,8 +239,6 @@ def transcript_paths(path: str | os.PathLike[str]) -> list[Path]:
     Raises:
         FileNotFoundError: ``path`` does not exist.
     """
-    from .bundle import file_path
-
     target = file_path(path, "path")
     if target is None:
         raise TypeError(f"path must be a file or folder path, not {type(path).__name__}")
@@ -215,12 +281,13 @@ def import_transcripts(
     for done, file in enumerate(files, 1):
         try:
             counts = import_transcript(file, source)
-        except BundleError as exc:
+        except (BundleError, OSError) as exc:
             if single:
                 raise
-            report["failed"].append({"file": str(file), "error": str(exc)})
+            error = exc if isinstance(exc, BundleError) else _unreadable(file, exc)
+            report["failed"].append({"file": str(file), "error": str(error)})
             if on_error is not None:
-                on_error(file, exc)
+                on_error(file, error)
         else:
             report["sessions_added"] += counts["sessions_added"]
             report["sessions_skipped"] += 1 - counts["sessions_added"]

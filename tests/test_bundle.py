@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from hermes_models import BundleError, SessionDB, importer
+from hermes_models import BundleError, SessionDB, staging
 from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.cli import cli
 
@@ -244,14 +244,14 @@ def test_a_failed_import_writes_nothing(
     target = tmp_path / "target.db"
     SessionDB(target).close()
     before = legacy.dump(target)
-    real = importer.insert_rows
+    real = staging.insert_rows
 
-    def fail_on_messages(table: str, *args: Any, **kwargs: Any) -> None:
+    def fail_on_messages(table: str, *args: Any, **kwargs: Any) -> int:
         if table == "messages":
             raise sqlite3.OperationalError("disk I/O error")
-        real(table, *args, **kwargs)
+        return real(table, *args, **kwargs)
 
-    monkeypatch.setattr(importer, "insert_rows", fail_on_messages)
+    monkeypatch.setattr(staging, "insert_rows", fail_on_messages)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
         _import(target, out)
     assert legacy.dump(target) == before
@@ -266,7 +266,7 @@ def test_progress_is_reported_up_to_the_total(source_db: Path, tmp_path: Path) -
     seen.clear()
     with SessionDB(tmp_path / "target.db") as store:
         store.import_bundle(out, progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(8, 26), (26, 26)]
+    assert seen == [(18, 26), (26, 26)]
 
 
 def test_export_to_a_stream_and_import_from_one(source_db: Path, tmp_path: Path) -> None:
@@ -338,17 +338,17 @@ BAD = [
     ),
     pytest.param(
         _bundle(SESSION, {**MESSAGE, "content": ["a"]}),
-        r":3: content: a column value must be",
+        r":3: message content must be text or null, not a JSON array",
         id="list-value",
     ),
     pytest.param(
-        _bundle(SESSION, {**MESSAGE, "content": {"$base64": "!!"}}),
-        r":3: content: bad \$base64",
+        _bundle(SESSION, {**MESSAGE, "reasoning_details": {"$base64": "!!"}}),
+        r":3: message reasoning_details bad \$base64 value",
         id="bad-base64",
     ),
     pytest.param(
         _bundle(SESSION, {**MESSAGE, "id": "1"}),
-        r":3: message id '1' is not a new integer",
+        r":3: message id must be an integer, not text",
         id="text-id",
     ),
     pytest.param("", r"empty file", id="empty"),
@@ -373,7 +373,10 @@ def test_a_child_whose_parent_is_nowhere_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "target.db"
     SessionDB(target).close()
     before = legacy.dump(target)
-    with pytest.raises(BundleError, match="parent\\(s\\) ghost that neither the bundle nor"):
+    with pytest.raises(
+        BundleError,
+        match=r"orphan.jsonl:2: session 's1' has parent 'ghost', which neither the bundle nor",
+    ):
         _import(target, bundle)
     assert legacy.dump(target) == before
 
@@ -386,7 +389,7 @@ def test_hand_written_lines_take_the_schema_defaults(tmp_path: Path) -> None:
         session = store.get_session("s1")
         message = store.get_messages("s1")[0]
     assert {k: session[k] for k in ("message_count", "rewind_count", "archived", "title")} == {
-        "message_count": 0,
+        "message_count": 1,
         "rewind_count": 0,
         "archived": 0,
         "title": None,

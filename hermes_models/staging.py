@@ -1,0 +1,473 @@
+"""Adding whole sessions while other processes keep writing: messages first, sessions last.
+
+Writing a large import in one transaction would hold the write lock for
+its whole length, and a gateway appending meanwhile gives up after about
+16 s. An import therefore writes in steps:
+
+1. **A lease.** A row in ``state_meta`` (key :data:`LEASE_KEY`) names the
+   importing process and the sessions it adds. One import per file runs at
+   a time; a lease whose process is gone (or that was not renewed for
+   :data:`LEASE_SECONDS`) is taken over, and what that import left is
+   removed first.
+2. **The messages**, in transactions that each hold the lock for about
+   :data:`TRANSACTION_SECONDS`. Whenever the lock was held that long in
+   total, the import pauses for :data:`PAUSE_SECONDS` — longer than the
+   longest sleep of SQLite's busy handler (100 ms), so a writer waiting for
+   the lock gets it. The messages belong to sessions that do not exist yet
+   (this connection writes them with foreign keys off), so no listing,
+   lookup or search shows them: search joins every hit to its session.
+3. **The sessions**, in one short transaction that also computes their
+   counters from the messages now stored, settles their titles with one
+   query and ends the lease. Foreign keys are checked as it commits.
+
+Readers therefore see an imported session complete or not at all. If the
+import fails, its messages are removed; if its process dies, they stay out
+of sight until the next import into the file removes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .bundle import CHUNK_ROWS, chunks, raw
+from .db import HermesDatabase
+from .errors import ImportConflictError
+from .models import Message, Session
+
+logger = logging.getLogger("hermes_models")
+
+#: The ``state_meta`` key of the lease of the import running on a file.
+LEASE_KEY = "hermes_models.import"
+#: A lease not renewed for this long is taken over.
+LEASE_SECONDS = 120.0
+#: How long one transaction of an import holds the write lock, at most (about).
+TRANSACTION_SECONDS = 0.25
+#: The pause after the lock was held for :data:`TRANSACTION_SECONDS` in total.
+PAUSE_SECONDS = 0.12
+#: Most rows, and most bytes of text, held in memory for one transaction.
+BATCH_ROWS = 20_000
+BATCH_BYTES = 8 * 1024 * 1024
+
+_MESSAGES = Message._meta.table_name
+_SESSIONS = Session._meta.table_name
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def insert_sql(table: str, columns: Sequence[str], rows: int) -> str:
+    """A multi-row ``INSERT`` of ``rows`` rows."""
+    marks = "(" + ", ".join("?" * len(columns)) + ")"
+    names = ", ".join(_quote(c) for c in columns)
+    return f"INSERT INTO {_quote(table)} ({names}) VALUES " + ", ".join([marks] * rows)
+
+
+def insert_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
+    """Insert ``rows`` with multi-row INSERTs of :data:`CHUNK_ROWS` (inside a write);
+    returns the rowid of the last row."""
+    last = 0
+    for chunk in chunks(rows, CHUNK_ROWS):
+        cursor = raw(insert_sql(table, columns, len(chunk)), [v for row in chunk for v in row])
+        last = int(cursor.lastrowid or 0)
+    return last
+
+
+class _Pacer(threading.local):
+    """How long this thread's imports held the write lock since they last paused."""
+
+    held = 0.0
+
+    def after(self, seconds: float, *, nested: bool) -> None:
+        self.held += seconds
+        if self.held >= TRANSACTION_SECONDS and not nested:
+            time.sleep(PAUSE_SECONDS)
+            self.held = 0.0
+
+
+_pacer = _Pacer()
+
+
+def _present(ids: Iterable[str]) -> set[str]:
+    """Which of ``ids`` are sessions of the file."""
+    found: set[str] = set()
+    for chunk in chunks(sorted(set(ids)), 5000):
+        found.update(
+            row[0]
+            for row in raw(
+                f"SELECT id FROM {_SESSIONS} WHERE id IN (SELECT value FROM json_each(?))",
+                [json.dumps(list(chunk))],
+            )
+        )
+    return found
+
+
+def _alive(lease: dict[str, Any]) -> bool:
+    if float(lease.get("expires", 0)) < time.time():
+        return False
+    if lease.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(lease.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True
+
+
+_COUNTERS_SQL = f"""
+SELECT session_id, COUNT(*), COALESCE(SUM(
+    CASE WHEN role = 'assistant' THEN
+        CASE WHEN json_valid(tool_calls) THEN
+            CASE WHEN json_type(tool_calls) = 'array' THEN json_array_length(tool_calls) ELSE 0 END
+        ELSE 0 END
+    ELSE 0 END), 0)
+FROM {_MESSAGES}
+WHERE session_id IN (SELECT value FROM json_each(?)) AND active = 1
+GROUP BY session_id
+"""
+
+_TITLES_SQL = f"""
+SELECT s.title FROM json_each(?) AS w JOIN {_SESSIONS} AS s
+ON s.title >= w.value AND s.title < w.value || ' $'
+"""
+
+
+class Staging:
+    """One import into the current database: use as a context manager (see the module text).
+
+    ``reserve_upto``: message ids up to it are kept for this import (the id
+    sequence is moved past them), so appenders running meanwhile take others.
+    """
+
+    def __init__(
+        self, db: HermesDatabase, session_ids: Sequence[str], *, reserve_upto: int = 0
+    ) -> None:
+        self.db = db
+        self.session_ids = list(session_ids)
+        self.token = uuid.uuid4().hex
+        self._reserve_upto = reserve_upto
+        self._foreign_keys: int | None = None
+
+    # -- the lease --------------------------------------------------------------------------
+
+    def _lease(self) -> dict[str, Any] | None:
+        row = raw("SELECT value FROM state_meta WHERE key = ?", [LEASE_KEY]).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except (TypeError, ValueError, RecursionError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def _store_lease(self, sessions: list[str], sequence: list[Any] | None) -> None:
+        value = {
+            "token": self.token,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "expires": time.time() + LEASE_SECONDS,
+            "sessions": sessions,
+            "sequence": sequence,
+            "ranges": [],
+        }
+        raw(
+            "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [LEASE_KEY, json.dumps(value)],
+        )
+
+    def _renew(self, inserted: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Extend the lease (refusing one another import took over), noting ``inserted`` ids."""
+        lease = self._lease()
+        if lease is None or lease.get("token") != self.token:
+            raise ImportConflictError(
+                f"{self.db.path}: this import's lease was taken over by another import "
+                f"(not renewed for {LEASE_SECONDS:.0f} s); nothing of it was kept"
+            )
+        lease["expires"] = time.time() + LEASE_SECONDS
+        if inserted is not None:
+            ranges = lease.setdefault("ranges", [])
+            if ranges and ranges[-1][1] + 1 == inserted[0]:
+                ranges[-1][1] = inserted[1]
+            else:
+                ranges.append(list(inserted))
+        raw("UPDATE state_meta SET value = ? WHERE key = ?", [json.dumps(lease), LEASE_KEY])
+        return lease
+
+    def __enter__(self) -> Staging:
+        def take() -> dict[str, Any] | None:
+            lease = self._lease()
+            if lease is not None and lease.get("token") and _alive(lease):
+                raise ImportConflictError(
+                    f"{self.db.path}: another import into this file is running (process "
+                    f"{lease.get('pid')} on {lease.get('host')}); try again when it is done"
+                )
+            self._store_lease([], None)
+            return lease
+
+        stale = self._timed(take)
+        try:
+            if stale:
+                logger.warning(
+                    "%s: an earlier import (process %s) did not finish; removing what it left",
+                    self.db.path,
+                    stale.get("pid"),
+                )
+                self._remove(stale)
+            self._timed(self._reserve_ids)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def _reserve_ids(self) -> None:
+        """Record the sessions, and move the id sequence past ``reserve_upto``."""
+        sequence = None
+        if self._reserve_upto:
+            row = raw("SELECT seq FROM sqlite_sequence WHERE name = ?", [_MESSAGES]).fetchone()
+            old = None if row is None else int(row[0])
+            highest = int(raw(f"SELECT COALESCE(MAX(id), 0) FROM {_MESSAGES}").fetchone()[0])
+            if self._reserve_upto > max(old or 0, highest):
+                self._set_sequence(old, self._reserve_upto)
+                sequence = [old, self._reserve_upto]
+        self._store_lease(self.session_ids, sequence)
+
+    def _set_sequence(self, old: int | None, value: int) -> None:
+        if old is None:
+            raw("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [_MESSAGES, value])
+        else:
+            raw("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", [value, _MESSAGES])
+
+    def reserve(self, count: int) -> int:
+        """Take ``count`` fresh message ids after every id used so far; returns the one before."""
+
+        def run() -> int:
+            lease = self._renew()
+            row = raw("SELECT seq FROM sqlite_sequence WHERE name = ?", [_MESSAGES]).fetchone()
+            seq = None if row is None else int(row[0])
+            highest = int(raw(f"SELECT COALESCE(MAX(id), 0) FROM {_MESSAGES}").fetchone()[0])
+            base = max(seq or 0, highest)
+            self._set_sequence(seq, base + count)
+            old = lease["sequence"][0] if lease.get("sequence") else seq
+            lease["sequence"] = [old, base + count]
+            raw("UPDATE state_meta SET value = ? WHERE key = ?", [json.dumps(lease), LEASE_KEY])
+            return base
+
+        base: int = self._timed(run)
+        return base
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _timed(self, fn: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        try:
+            return self.db.write(fn)
+        finally:
+            _pacer.after(time.monotonic() - started, nested=self.db.in_transaction())
+
+    def _foreign_keys_off(self) -> None:
+        if self._foreign_keys is None and not self.db.in_transaction():
+            self._foreign_keys = int(raw("PRAGMA foreign_keys").fetchone()[0])
+            raw("PRAGMA foreign_keys = OFF")
+
+    def _foreign_keys_back(self) -> None:
+        if self._foreign_keys is not None and not self.db.in_transaction():
+            raw(f"PRAGMA foreign_keys = {self._foreign_keys}")
+            self._foreign_keys = None
+
+    def _refuse_present(self, ids: Iterable[str]) -> None:
+        present = _present(ids)
+        if present:
+            shown = ", ".join(repr(i) for i in sorted(present)[:5])
+            raise ImportConflictError(
+                f"{self.db.path}: session(s) {shown} appeared while they were being imported; "
+                "nothing was imported — run the import again"
+            )
+
+    def insert_messages(
+        self,
+        rows: Iterable[Sequence[Any]],
+        columns: Sequence[str],
+        done: Callable[[int], None] | None = None,
+    ) -> int:
+        """Insert message rows (``session_id`` among ``columns``) in paced transactions."""
+        at = list(columns).index("session_id")
+        batch: list[Sequence[Any]] = []
+        size, limit, total = 0, 1000, 0
+        self._foreign_keys_off()
+
+        def flush() -> None:
+            nonlocal batch, size, limit, total
+            started = time.monotonic()
+            self._timed(lambda: self._insert_batch(batch, columns, at))
+            spent = max(time.monotonic() - started, 1e-3)
+            limit = max(CHUNK_ROWS, min(BATCH_ROWS, int(len(batch) * TRANSACTION_SECONDS / spent)))
+            total += len(batch)
+            if done is not None:
+                done(len(batch))
+            batch, size = [], 0
+
+        for row in rows:
+            batch.append(row)
+            size += sum(len(v) for v in row if isinstance(v, (str, bytes)))
+            if len(batch) >= limit or size >= BATCH_BYTES:
+                flush()
+        if batch:
+            flush()
+        return total
+
+    def _insert_batch(self, batch: list[Sequence[Any]], columns: Sequence[str], at: int) -> None:
+        raw("PRAGMA defer_foreign_keys = ON")
+        self._refuse_present({row[at] for row in batch})
+        last = insert_rows(_MESSAGES, columns, batch)
+        if "id" in columns:
+            where = list(columns).index("id")
+            ids = [row[where] for row in batch]
+            inserted = (min(ids), max(ids))
+        else:
+            # One writer at a time: the rows of this transaction took consecutive ids.
+            inserted = (last - len(batch) + 1, last)
+        self._renew(inserted)
+
+    def _counters(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for chunk in chunks(self.session_ids, 5000):
+            for session_id, messages, calls in raw(_COUNTERS_SQL, [json.dumps(list(chunk))]):
+                out[session_id] = (int(messages), int(calls))
+        return out
+
+    def finish(self, sessions: list[dict[str, Any]], *, rename_titles: bool = True) -> int:
+        """Add the sessions (counters computed, titles settled) and end the lease.
+
+        A title another session holds becomes the next free ``"title #N"``
+        (``rename_titles``) or is left out. Returns how many titles changed.
+        """
+        counters = self._counters()
+        self._foreign_keys_back()
+
+        def run() -> int:
+            raw("PRAGMA defer_foreign_keys = ON")
+            self._renew()
+            self._refuse_present(self.session_ids)
+            rows, changed = _settle_titles(sessions, rename_titles)
+            for values in rows:
+                messages, calls = counters.get(values["id"], (0, 0))
+                values["message_count"], values["tool_call_count"] = messages, calls
+            if rows:
+                columns = list(rows[0])
+                insert_rows(_SESSIONS, columns, [[r[c] for c in columns] for r in rows])
+            raw("DELETE FROM state_meta WHERE key = ?", [LEASE_KEY])
+            return changed
+
+        changed: int = self._timed(run)
+        return changed
+
+    # -- failure ------------------------------------------------------------------------------
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._foreign_keys_back()
+        if exc_type is None:
+            return
+        try:
+            lease = self._lease()
+            if lease is not None and lease.get("token") == self.token:
+                self._remove(lease)
+        except Exception as cleanup:  # the original error matters more
+            logger.warning(
+                "%s: could not remove what a failed import wrote (%s); the next import "
+                "into the file will",
+                self.db.path,
+                cleanup,
+            )
+
+    def _remove(self, lease: dict[str, Any]) -> None:
+        """Delete the messages the lease's import wrote, put the id sequence back, end the lease."""
+        ids = [i for i in lease.get("sessions") or [] if isinstance(i, str)]
+        ranges = [
+            r
+            for r in lease.get("ranges") or []
+            if isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) for v in r)
+        ]
+        for chunk in chunks(ids, 5000):
+            for low, high in ranges:
+                while self._timed(functools.partial(self._delete_some, chunk, low, high)):
+                    pass
+
+        def end() -> None:
+            sequence = lease.get("sequence")
+            if isinstance(sequence, list) and len(sequence) == 2:
+                self._restore_sequence(*sequence)
+            if self._lease_token() == lease.get("token"):
+                raw("DELETE FROM state_meta WHERE key = ?", [LEASE_KEY])
+
+        self._timed(end)
+
+    def _lease_token(self) -> Any:
+        lease = self._lease()
+        return None if lease is None else lease.get("token")
+
+    def _delete_some(self, session_ids: Sequence[str], low: int, high: int) -> int:
+        """Delete up to 2,000 messages of those sessions with ids in ``low..high``."""
+        cursor = raw(
+            f"DELETE FROM {_MESSAGES} WHERE id IN (SELECT id FROM {_MESSAGES} "
+            "WHERE id BETWEEN ? AND ? AND session_id IN (SELECT value FROM json_each(?)) "
+            "LIMIT 2000)",
+            [low, high, json.dumps(list(session_ids))],
+        )
+        return int(cursor.rowcount)
+
+    def _restore_sequence(self, old: Any, reserved: Any) -> None:
+        """Put the id sequence back where it was, if nothing took an id since."""
+        if not isinstance(reserved, int) or not (old is None or isinstance(old, int)):
+            return
+        unused = f"name = ? AND seq = ? AND NOT EXISTS (SELECT 1 FROM {_MESSAGES} WHERE id > ?)"
+        if old is None:
+            raw(f"DELETE FROM sqlite_sequence WHERE {unused}", [_MESSAGES, reserved, 0])
+        else:
+            raw(
+                f"UPDATE sqlite_sequence SET seq = ? WHERE {unused}",
+                [old, _MESSAGES, reserved, old],
+            )
+
+
+def _settle_titles(
+    sessions: list[dict[str, Any]], rename: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """The sessions with titles other sessions hold renamed (or dropped); how many changed."""
+    wanted = [s["title"] for s in sessions if s.get("title") is not None]
+    if not wanted:
+        return [dict(s) for s in sessions], 0
+    found = raw(_TITLES_SQL, [json.dumps(sorted(set(wanted)))]).fetchall()
+    taken = {title for (title,) in found}
+    used = set(wanted)
+    out, changed = [], 0
+    for session in sessions:
+        values = dict(session)
+        title = values.get("title")
+        if title is not None and title in taken:
+            changed += 1
+            if rename:
+                number = 2
+                while f"{title} #{number}" in taken or f"{title} #{number}" in used:
+                    number += 1
+                values["title"] = f"{title} #{number}"
+                taken.add(values["title"])
+            else:
+                values["title"] = None
+        out.append(values)
+    return out, changed
+
+
+__all__ = ["LEASE_KEY", "Staging", "insert_rows", "insert_sql"]
