@@ -202,14 +202,16 @@ _MESSAGE_CHECKS: dict[str, Check] = {
 }
 
 
-def _checks(model: Any, specific: dict[str, Check]) -> tuple[tuple[str, Check], ...]:
+def _checks(model: Any, specific: dict[str, Check]) -> tuple[tuple[str, Check, Any], ...]:
     out = []
     for f in model._meta.sorted_fields:
         default = _integer if f.field_type == "INT" else _text
-        out.append((f.column_name, specific.get(f.column_name, default)))
+        name = f.column_name
+        out.append((name, specific.get(name, default), DEFAULTS.get(name)))
     return tuple(out)
 
 
+#: ``(column, check, value when the line leaves the column out)`` of each kind of line.
 COLUMN_CHECKS = {
     "session": _checks(Session, _SESSION_CHECKS),
     "message": _checks(Message, _MESSAGE_CHECKS),
@@ -218,7 +220,7 @@ _REQUIRED = {
     "session": ("id", "source", "started_at"),
     "message": ("id", "session_id", "role", "timestamp"),
 }
-_COLUMN_SETS = {"session": set(SESSION_COLUMNS), "message": set(MESSAGE_COLUMNS)}
+_COLUMN_SETS = {"session": frozenset(SESSION_COLUMNS), "message": frozenset(MESSAGE_COLUMNS)}
 
 
 def row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
@@ -227,20 +229,28 @@ def row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
     Raises:
         BundleError: an unknown or missing column, or a value of the wrong type or range.
     """
-    unknown = sorted(set(record) - _COLUMN_SETS[kind])
-    if unknown:
+    if not record.keys() <= _COLUMN_SETS[kind]:
+        unknown = sorted(set(record) - _COLUMN_SETS[kind])
         raise BundleError(f"{where}: unknown {kind} column(s) {', '.join(unknown)}")
     missing = [name for name in _REQUIRED[kind] if record.get(name) is None]
     if missing:
         raise BundleError(f"{where}: {kind} line lacks {', '.join(missing)}")
     values = []
-    for name, check in COLUMN_CHECKS[kind]:
-        value = record.get(name, DEFAULTS.get(name))
+    get = record.get
+    for name, check, default in COLUMN_CHECKS[kind]:
+        value = get(name, default)
+        # Most values are text, null, or small integers: accepted without a call.
+        if value is None or value.__class__ is str:
+            if check is _text:
+                values.append(value)
+                continue
+        elif value.__class__ is int and check is _integer and -(2**62) < value < 2**62:
+            values.append(value)
+            continue
         try:
-            value = check(value)
+            values.append(check(value))
         except _Refused as exc:
             raise BundleError(f"{where}: {kind} {name} {exc}") from None
-        values.append(value)
     return tuple(values)
 
 

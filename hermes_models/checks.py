@@ -132,4 +132,3 @@ def check_json_depth(value: Any, argument: str) -> None:
         for child in item.values() if isinstance(item, dict) else item:
             if isinstance(child, (list, tuple, dict)):
                 stack.append((child, depth + 1))
-

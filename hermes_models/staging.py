@@ -310,14 +310,18 @@ class Staging:
 
         def flush() -> None:
             nonlocal batch, size, limit, total
-            started = time.monotonic()
-            self._timed(lambda: self._insert_batch(batch, columns, at))
-            spent = max(time.monotonic() - started, 1e-3)
-            limit = max(CHUNK_ROWS, min(BATCH_ROWS, int(len(batch) * TRANSACTION_SECONDS / spent)))
-            total += len(batch)
-            if done is not None:
-                done(len(batch))
-            batch, size = [], 0
+            while batch:
+                started = time.monotonic()
+                written: int = self._timed(
+                    functools.partial(self._insert_batch, batch, columns, at, started)
+                )
+                spent = max(time.monotonic() - started, 1e-3)
+                limit = max(CHUNK_ROWS, min(BATCH_ROWS, int(written * TRANSACTION_SECONDS / spent)))
+                total += written
+                if done is not None:
+                    done(written)
+                batch = batch[written:]
+            size = 0
 
         for row in rows:
             batch.append(row)
@@ -328,18 +332,29 @@ class Staging:
             flush()
         return total
 
-    def _insert_batch(self, batch: list[Sequence[Any]], columns: Sequence[str], at: int) -> None:
+    def _insert_batch(
+        self, batch: list[Sequence[Any]], columns: Sequence[str], at: int, started: float
+    ) -> int:
+        """Insert rows of ``batch`` from the first until half of :data:`TRANSACTION_SECONDS`
+        has passed since ``started`` (the commit writes as much again); returns how many."""
         raw("PRAGMA defer_foreign_keys = ON")
         self._refuse_present({row[at] for row in batch})
-        last = insert_rows(_MESSAGES, columns, batch)
+        written, last = 0, 0
+        while written < len(batch) and (
+            written == 0 or time.monotonic() - started < TRANSACTION_SECONDS / 2
+        ):
+            chunk = batch[written : written + CHUNK_ROWS]
+            last = insert_rows(_MESSAGES, columns, chunk)
+            written += len(chunk)
         if "id" in columns:
             where = list(columns).index("id")
-            ids = [row[where] for row in batch]
+            ids = [row[where] for row in batch[:written]]
             inserted = (min(ids), max(ids))
         else:
             # One writer at a time: the rows of this transaction took consecutive ids.
-            inserted = (last - len(batch) + 1, last)
+            inserted = (last - written + 1, last)
         self._renew(inserted)
+        return written
 
     def _counters(self) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
