@@ -235,7 +235,7 @@ def row(record: dict[str, Any], kind: str, where: str) -> tuple[Any, ...]:
     missing = [name for name in _REQUIRED[kind] if record.get(name) is None]
     if missing:
         raise BundleError(f"{where}: {kind} line lacks {', '.join(missing)}")
-    values = []
+    values: list[Any] = []
     get = record.get
     for name, check, default in COLUMN_CHECKS[kind]:
         value = get(name, default)

@@ -300,7 +300,7 @@ def test_a_json_bomb_is_a_bundle_error_with_file_and_line(target: Path, tmp_path
 
 def test_a_byte_that_is_not_utf8_is_a_bundle_error(target: Path, tmp_path: Path) -> None:
     bundle = _write(tmp_path / "latin1.jsonl", _session(), _message(content="caf\u00e9"))
-    bundle.write_bytes(bundle.read_bytes().replace("caf\\u00e9".encode(), b"caf\xe9"))
+    bundle.write_bytes(bundle.read_bytes().replace(b"caf\\u00e9", b"caf\xe9"))
     byte = bundle.read_bytes().splitlines()[2].index(b"\xe9") + 1
     assert _refused(target, bundle, 3) == f"not UTF-8 text (byte {byte} of the line is 0xe9)"
 
