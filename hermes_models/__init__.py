@@ -34,6 +34,7 @@ from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
     SchemaTooNewError,
+    UnsafeFileError,
     WriteConflictError,
 )
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta
@@ -66,6 +67,7 @@ __all__ = [
     "Session",
     "SessionDB",
     "StateMeta",
+    "UnsafeFileError",
     "WriteConflictError",
     "apply_wal_with_fallback",
     "connect",

@@ -42,6 +42,7 @@ from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
     SchemaTooNewError,
+    UnsafeFileError,
     WriteConflictError,
 )
 
@@ -128,20 +129,36 @@ def sqlite_uri(path: Path, **params: str) -> str:
     return uri
 
 
-def check_header(path: Path) -> None:
-    """Refuse a directory, or a file that is not empty and is not an SQLite database.
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
-    The file is read through SQLite, never opened directly: closing a
-    descriptor of our own would drop every POSIX lock this process's SQLite
-    connections hold on the file, and another process could then take the
-    file for unused and delete the WAL they are writing to.
+
+def check_header(path: Path) -> None:
+    """Refuse anything but a missing path or a regular file that is empty or an SQLite database.
+
+    A symbolic link is followed: a link to a database is fine, a link to
+    ``/dev/null`` is not. The file is read through SQLite, never opened
+    directly: closing a descriptor of our own would drop every POSIX lock
+    this process's SQLite connections hold on the file, and another process
+    could then take the file for unused and delete the WAL they are writing to.
     """
     try:
         info = os.stat(path)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(info.st_mode):
-        raise NotADatabaseError(f"{path} is a directory, not an SQLite database")
+    if not stat.S_ISREG(info.st_mode):
+        raise NotADatabaseError(f"{path} is {_file_kind(info.st_mode)}, not an SQLite database")
     if info.st_size == 0:
         return
     try:
@@ -161,31 +178,97 @@ def check_header(path: Path) -> None:
         raise NotADatabaseError(f"{path} is not an SQLite database")
 
 
-def secure_files(path: Path, *, create: bool) -> None:
-    """Create ``path`` with mode 0600 if asked, and tighten it and its sidecars.
+def make_private_folder(folder: Path) -> None:
+    """Create ``folder`` and any missing parents with mode 0700 (whatever the umask)."""
+    missing = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    for candidate in reversed(missing):
+        try:
+            os.mkdir(candidate, 0o700)
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to change
+        os.chmod(candidate, 0o700)
 
-    Tightening only takes permissions away (group and other bits): a file
-    its owner made read-only stays read-only. Existing files are changed
-    with ``chmod`` on the path: opening and closing a descriptor would drop
-    the POSIX locks SQLite holds on the file.
+
+_owner_warned: set[str] = set()
+
+
+def check_ownership(path: Path, *, read_only: bool) -> None:
+    """Refuse a database, ``-wal`` or ``-shm`` another user owns, or that is not private.
+
+    Sidecars must be regular files (not links); files with group or other
+    permission bits are tightened to 0600 with ``chmod`` on the path (only
+    taking bits away). With ``read_only`` nothing is changed or refused: a
+    warning is logged once per file instead.
+
+    Raises:
+        UnsafeFileError: a file is owned by another user, is not a regular
+            file, or keeps group/other permissions after ``chmod``.
+    """
+    if os.name == "nt":
+        return
+    me = os.geteuid()
+    for candidate, follow in (
+        (path, True),
+        (Path(f"{path}-wal"), False),
+        (Path(f"{path}-shm"), False),
+    ):
+        try:
+            info = os.stat(candidate) if follow else os.lstat(candidate)
+        except FileNotFoundError:
+            continue
+        problem = None
+        if not stat.S_ISREG(info.st_mode):
+            problem = f"is {_file_kind(info.st_mode)}, not a file SQLite made"
+        elif info.st_uid != me:
+            problem = (
+                f"is owned by another user (uid {info.st_uid}), not by this process (uid {me})"
+            )
+        elif stat.S_IMODE(info.st_mode) & 0o077 and not read_only:
+            mode = stat.S_IMODE(info.st_mode)
+            try:
+                os.chmod(candidate, mode & 0o600)
+                mode = stat.S_IMODE(os.stat(candidate).st_mode)
+            except OSError as exc:
+                problem = f"cannot be made private ({exc.strerror})"
+            else:
+                if mode & 0o077:
+                    problem = f"cannot be made private (its mode stays {mode:04o})"
+        if problem is None:
+            continue
+        if read_only:
+            with _wal_warned_lock:
+                first = str(candidate) not in _owner_warned
+                _owner_warned.add(str(candidate))
+            if first:
+                logger.warning("%s %s; reading it anyway (opened read-only)", candidate, problem)
+            continue
+        raise UnsafeFileError(
+            f"{candidate} {problem}; refusing to use it (anyone who can change it could "
+            "read or alter the store). Open the store with read_only=True to read it"
+        )
+
+
+def secure_files(path: Path, *, create: bool) -> None:
+    """Create ``path`` with mode 0600 (its folders 0700) if asked, and check it and its sidecars.
+
+    See :func:`check_ownership`. Existing files are changed with ``chmod`` on
+    the path: opening and closing a descriptor would drop the POSIX locks
+    SQLite holds on the file.
     """
     if os.name == "nt":
         return
     if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folder(path.parent)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         try:
             os.close(os.open(path, flags, 0o600))
         except FileExistsError:
             pass
-    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            info = os.lstat(candidate)
-            mode = stat.S_IMODE(info.st_mode)
-            if stat.S_ISREG(info.st_mode) and mode & ~0o600:
-                os.chmod(candidate, mode & 0o600)
-        except OSError:
-            continue
+    check_ownership(path, read_only=False)
 
 
 def stored_schema_version(conn: sqlite3.Connection) -> int | None:
@@ -412,6 +495,8 @@ class HermesDatabase(peewee.SqliteDatabase):
             super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
 
     def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
+        # SQLite opens the -wal and -shm files at the first statement: check them first.
+        check_ownership(self.path, read_only=self.read_only)
         super()._add_conn_hooks(conn)  # type: ignore[misc]
         # Raw SQL through the DB-API connection gets rows addressable by
         # column name, as Hermes' own connection gives them; peewee's
@@ -738,6 +823,7 @@ def connect(
                 if read_only:
                     if not path.exists():
                         raise FileNotFoundError(f"{path} does not exist (opened read-only)")
+                    check_ownership(path, read_only=True)
                     params = read_only_params(path)
                 # Before any connection of ours can switch the file to WAL.
                 check_schema_version(path, params)

@@ -29,6 +29,10 @@ class ReadOnlyDatabaseError(HermesModelsError, sqlite3.OperationalError):
     """A write was refused: the handle is read-only, or the file or its folder is."""
 
 
+class UnsafeFileError(ReadOnlyDatabaseError):
+    """A database file or sidecar is owned by another user, or cannot be made private."""
+
+
 class CompressionInProgressError(HermesModelsError):
     """Another holder owns the compression lock of this session."""
 

@@ -1,0 +1,253 @@
+"""Files another user owns or planted, folders others can read, and paths that are not files.
+
+Tests that need a second user run as root (as CI does) and drop to ``nobody``
+in a child process; they never skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import multiprocessing
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+import hermes_models
+from hermes_models import NotADatabaseError, SessionDB, UnsafeFileError
+
+NOBODY = 65534
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def _nobody_child(code: str, conn: Connection) -> None:
+    out = io.StringIO()
+    try:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        with contextlib.redirect_stdout(out):
+            exec(code, {})
+        conn.send((0, out.getvalue(), ""))
+    except BaseException as exc:
+        conn.send((1, out.getvalue(), f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _as_nobody(code: str) -> tuple[int, str, str]:
+    """Run Python ``code`` as the user ``nobody``: a spawned child that drops root first.
+
+    Returns the exit status (0 or 1), what it printed, and its error.
+    """
+    assert os.geteuid() == 0, "these tests need root (CI runs as root) to act as another user"
+    receiver, sender = SPAWN.Pipe(duplex=False)
+    child = SPAWN.Process(target=_nobody_child, args=(textwrap.dedent(code), sender))
+    child.start()
+    sender.close()
+    try:
+        assert receiver.poll(60), "the child process did not answer"
+        answer: tuple[int, str, str] = receiver.recv()
+    finally:
+        receiver.close()
+        child.join(30)
+    return answer
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A folder everyone may write to, like /tmp (sticky bit set)."""
+    folder = Path(tempfile.mkdtemp(prefix="hermes-models-shared-", dir="/tmp"))
+    os.chmod(folder, 0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def _mode(path: Path) -> str:
+    return oct(stat.S_IMODE(os.lstat(path).st_mode))
+
+
+def test_sidecars_planted_by_another_user_are_refused(shared: Path) -> None:
+    planted = _as_nobody(
+        f"""
+        import os
+        os.umask(0)
+        for suffix in ("-wal", "-shm"):
+            os.close(os.open("{shared}/state.db" + suffix, os.O_CREAT | os.O_WRONLY, 0o666))
+        """
+    )
+    assert planted[0] == 0, planted[2]
+    path = shared / "state.db"
+    with pytest.raises(UnsafeFileError) as caught:
+        SessionDB(path)
+    assert str(caught.value) == (
+        f"{path}-wal is owned by another user (uid {NOBODY}), not by this process (uid 0); "
+        "refusing to use it (anyone who can change it could read or alter the store). "
+        "Open the store with read_only=True to read it"
+    )
+    # Nothing of the store reached the planted files.
+    assert (path.with_name("state.db-wal").stat().st_size, _mode(path)) == (0, "0o600")
+    with pytest.raises(UnsafeFileError, match="state.db-wal is owned by another user"):
+        hermes_models.migrate(path)
+    result = subprocess.run(
+        [Path(sys.executable).with_name("hermes-models"), "migrate", "--db", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"Error: {path}-wal is owned by another user")
+
+
+def test_a_store_another_user_owns_is_refused_but_can_be_read(
+    shared: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = shared / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "hello")
+    os.chown(path, NOBODY, NOBODY)
+    os.chmod(path, 0o666)
+    with pytest.raises(UnsafeFileError, match=f"^{path} is owned by another user"):
+        SessionDB(path)
+    with caplog.at_level(logging.WARNING, logger="hermes_models"):
+        with SessionDB(path, read_only=True) as store:
+            assert store.get_messages("s1")[0]["content"] == "hello"
+    assert f"{path} is owned by another user (uid {NOBODY})" in caplog.text
+    assert _mode(path) == "0o666"  # a read-only open changes nothing
+
+
+def test_what_the_store_writes_cannot_be_read_by_another_user(shared: Path) -> None:
+    path = shared / "state.db"
+    store = SessionDB(path)
+    try:
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "a secret")
+        names = sorted(p.name for p in shared.iterdir())
+        modes = {name: _mode(shared / name) for name in names}
+        spy = _as_nobody(
+            f"""
+            import sys
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    open("{path}" + suffix, "rb").read()
+                except PermissionError:
+                    print("denied", suffix)
+            """
+        )
+    finally:
+        store.close()
+    assert modes == {"state.db": "0o600", "state.db-shm": "0o600", "state.db-wal": "0o600"}
+    assert spy == (0, "denied \ndenied -wal\ndenied -shm\n", "")
+
+
+def test_sidecars_that_are_links_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"")
+    os.symlink(elsewhere, f"{path}-wal")
+    with pytest.raises(UnsafeFileError, match=f"^{path}-wal is a symbolic link, not a file SQLite"):
+        SessionDB(path)
+    assert elsewhere.read_bytes() == b""
+
+
+def test_a_file_that_cannot_be_made_private_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    os.chmod(path, 0o644)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "chmod", refuse)
+    with pytest.raises(UnsafeFileError, match=f"^{path} cannot be made private"):
+        hermes_models.connect(path)
+
+
+def test_folders_the_store_creates_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    home = tmp_path / "open" / "hermes"
+    code = f"""
+        import os
+        os.umask(0)
+        os.environ["HERMES_HOME"] = "{home}"
+        from hermes_models import SessionDB
+        store = SessionDB()
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "hi")
+        for path in ("{tmp_path / "open"}", "{home}", *sorted(
+            os.path.join("{home}", name) for name in os.listdir("{home}")
+        )):
+            print(os.path.basename(path), oct(os.stat(path).st_mode & 0o7777))
+        store.close()
+        """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "open 0o700",
+        "hermes 0o700",
+        "state.db 0o600",
+        "state.db-shm 0o600",
+        "state.db-wal 0o600",
+    ]
+
+
+# -- paths that are not files ----------------------------------------------------------------
+
+
+@pytest.fixture
+def odd_paths(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    link = tmp_path / "null-link.db"
+    os.symlink("/dev/null", link)
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    return {
+        "link to /dev/null": (link, "a character device"),
+        "fifo": (fifo, "a FIFO"),
+        "directory": (folder, "a directory"),
+    }
+
+
+@pytest.mark.parametrize("name", ["link to /dev/null", "fifo", "directory"])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_path_that_is_not_a_regular_file_is_refused_at_once(
+    odd_paths: dict[str, tuple[Path, str]], name: str, read_only: bool
+) -> None:
+    path, kind = odd_paths[name]
+    with pytest.raises(NotADatabaseError) as caught:
+        SessionDB(path, read_only=read_only)
+    assert str(caught.value) == f"{path} is {kind}, not an SQLite database"
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["fifo.db", "folder.db", "null-link.db"]
+
+
+@pytest.mark.parametrize("name", ["link to /dev/null", "fifo"])
+def test_the_cli_names_a_db_path_that_is_not_a_file(
+    odd_paths: dict[str, tuple[Path, str]], name: str
+) -> None:
+    path, kind = odd_paths[name]
+    script = Path(sys.executable).with_name("hermes-models")
+    for command in (["migrate"], ["sessions"], ["stats"]):
+        result = subprocess.run(
+            [script, *command, "--db", str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert (result.returncode, result.stdout) == (1, ""), command
+        assert f"{path} is {kind}, not an SQLite database" in result.stderr, command
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
