@@ -99,7 +99,7 @@ def test_sidecars_planted_by_another_user_are_refused(shared: Path) -> None:
     )
     # Nothing of the store reached the planted files.
     assert (path.with_name("state.db-wal").stat().st_size, _mode(path)) == (0, "0o600")
-    with pytest.raises(UnsafeFileError, match="state.db-wal is owned by another user"):
+    with pytest.raises(UnsafeFileError, match=r"state\.db-wal is owned by another user"):
         hermes_models.migrate(path)
     result = subprocess.run(
         [Path(sys.executable).with_name("hermes-models"), "migrate", "--db", str(path)],
