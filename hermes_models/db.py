@@ -31,6 +31,7 @@ import sqlite3
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -38,6 +39,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import peewee
 
+from .caches import BoundedSet
 from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
@@ -193,7 +195,7 @@ def make_private_folder(folder: Path) -> None:
         os.chmod(candidate, 0o700)
 
 
-_owner_warned: set[str] = set()
+_owner_warned: BoundedSet[str] = BoundedSet("file ownership warnings", 256)
 
 
 def check_ownership(path: Path, *, read_only: bool) -> None:
@@ -240,10 +242,7 @@ def check_ownership(path: Path, *, read_only: bool) -> None:
         if problem is None:
             continue
         if read_only:
-            with _wal_warned_lock:
-                first = str(candidate) not in _owner_warned
-                _owner_warned.add(str(candidate))
-            if first:
+            if _owner_warned.add(str(candidate)):
                 logger.warning("%s %s; reading it anyway (opened read-only)", candidate, problem)
             continue
         raise UnsafeFileError(
@@ -406,8 +405,7 @@ def _journal_mode(conn: sqlite3.Connection) -> str | None:
     return None if row is None or row[0] is None else str(row[0]).lower()
 
 
-_wal_warned: set[str] = set()
-_wal_warned_lock = threading.Lock()
+_wal_warned: BoundedSet[str] = BoundedSet("WAL fallback warnings", 256)
 
 
 def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
@@ -428,10 +426,7 @@ def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
             raise
         if _journal_mode(conn) == "wal":
             raise
-        with _wal_warned_lock:
-            first = db_label not in _wal_warned
-            _wal_warned.add(db_label)
-        if first:
+        if _wal_warned.add(db_label):
             logger.warning(
                 "%s: WAL is not supported on this file system (%s); using "
                 "journal_mode=DELETE, which works on NFS/SMB/FUSE but lets writers "
@@ -772,8 +767,12 @@ def format_db_unavailable(prefix: str = "Session database not available") -> str
 format_session_db_unavailable = format_db_unavailable
 
 
-_databases: dict[tuple[Path, bool], HermesDatabase] = {}
-_migrated: set[Path] = set()
+#: Open handles by file, while something holds them (a SessionDB, the models' binding).
+_databases: weakref.WeakValueDictionary[tuple[Path, bool], HermesDatabase] = (
+    weakref.WeakValueDictionary()
+)
+#: Files this process migrated (forgetting one only costs a check that nothing is pending).
+_migrated: BoundedSet[Path] = BoundedSet("migrated files", 1024)
 _open_lock = threading.RLock()
 
 
@@ -878,7 +877,7 @@ def _require_store(db: HermesDatabase) -> None:
 
 
 def _after_fork_in_child() -> None:
-    for db in _databases.values():
+    for db in list(_databases.values()):
         db._forget_connections()
 
 

@@ -40,6 +40,7 @@ import peewee
 from peewee import SQL, Value
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
+from .caches import BoundedSet
 from .db import current, database
 from .models import Message
 from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower, parse
@@ -81,7 +82,7 @@ INDEXES: dict[str, type[FTS5Model]] = {WORDS: MessageIndex, TRIGRAM: MessageTrig
 _schema_cache: weakref.WeakKeyDictionary[Any, tuple[int, frozenset[str]]] = (
     weakref.WeakKeyDictionary()
 )
-_warned: set[tuple[str, str]] = set()
+_warned: BoundedSet[tuple[str, str]] = BoundedSet("search warnings", 256)
 
 
 def available_routes() -> frozenset[str]:
@@ -108,9 +109,7 @@ def present_indexes() -> list[type[FTS5Model]]:
 
 def warn_once(reason: str, message: str, *args: Any) -> None:
     """Log ``message`` as a warning once per database file and ``reason``."""
-    key = (str(getattr(current(), "path", "")), reason)
-    if key not in _warned:
-        _warned.add(key)
+    if _warned.add((str(getattr(current(), "path", "")), reason)):
         logger.warning(message, *args)
 
 
@@ -155,6 +154,26 @@ class Shape:
         positive = {r for include, _ in self.groups for r in include}
         return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
 
+    @property
+    def all_like(self) -> bool:
+        """True when every term goes through LIKE (the scan then decides the query alone)."""
+        return all(route == LIKE for route in self.routes)
+
+    def driven(self, ranked: bool) -> bool:
+        """True when the LIKE scan's rows (slot ``cand``) hold every hit no index ranks.
+
+        Each group must have a positive LIKE-routed term, or (``ranked``) a
+        word term when the word index ranks the query (its hits are read from it).
+        Then :func:`~hermes_models.statements.hits_query` looks those rows
+        up instead of reading every message.
+        """
+        if LIKE not in self.routes:
+            return False
+        # The word index holds every hit of a word term; a trigram term also finds
+        # rows behind a NUL, which its index lacks.
+        rank = WORDS if ranked and self.rank_route == WORDS else None
+        return all(LIKE in include or rank in include for include, _ in self.groups)
+
     def degraded(self) -> Shape:
         """Every term through LIKE."""
         return Shape(
@@ -195,6 +214,8 @@ def matching(query: str | None, *, include_inactive: bool = False) -> peewee.Mod
     otherwise. The query is built for the indexes the file has now; unlike
     :func:`search_messages` it does not fall back when an index fails.
     """
+    # Both modules build on this one; importing them at the top would be circular.
+    from .search import scan_values
     from .statements import predicate
 
     m = Message
@@ -203,6 +224,7 @@ def matching(query: str | None, *, include_inactive: bool = False) -> peewee.Mod
         return m.select().where(SQL("0"))
     shape = Shape.of(parsed, available_routes())
     values = term_values(parsed, shape)
+    values.update(scan_values(parsed, shape, include_inactive, None, decide=False))
     if shape.single == WORDS:
         found = (
             m.select()

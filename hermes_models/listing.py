@@ -19,6 +19,7 @@ from typing import Any
 import peewee
 from peewee import JOIN, SQL, Value, fn
 
+from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_text
 from .db import Prepared, current, fetch_dicts
 from .lineage import (
@@ -173,7 +174,7 @@ def _chain(roots_cte: Any) -> Any:
     return chain.union_all(step)
 
 
-_LISTINGS: dict[tuple[Any, ...], Prepared] = {}
+_LISTINGS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("listing statements", 64)
 
 
 def rich_listing(
@@ -210,8 +211,8 @@ def rich_listing(
     )
     by_id = bool(needle) and flags[2]
     shape = (len(sources), len(excluded), *flags, by_id)
-    prepared = _LISTINGS.get(shape)
-    if prepared is None:
+
+    def prepare() -> Prepared:
         names = [f"source{i}" for i in range(len(sources))]
         names += [f"exclude{i}" for i in range(len(excluded))]
         optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
@@ -231,8 +232,9 @@ def rich_listing(
                 id_pattern=marks["needle"] if by_id else None,
             )
 
-        prepared = Prepared(build, *names, "limit", "offset", *optional)
-        _LISTINGS[shape] = prepared
+        return Prepared(build, *names, "limit", "offset", *optional)
+
+    prepared = _LISTINGS.get(shape, prepare)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     values: dict[str, Any] = {
         "limit": limit,

@@ -39,8 +39,9 @@ CJK_RANGES = (
 
 OPERATORS = frozenset({"AND", "OR", "NOT"})
 
-#: Terms kept from one query; the rest are dropped (a pasted page of text
-#: would otherwise build an SQL expression SQLite refuses).
+#: Terms kept from one query (a term repeated in a group, or a repeated
+#: group, counts once); the rest are dropped (a pasted page of text would
+#: otherwise build an SQL expression SQLite refuses).
 MAX_TERMS = 64
 
 #: The shortest substring the trigram index can find.
@@ -194,6 +195,11 @@ def _tokens(text: str) -> list[str | Term]:
     return out
 
 
+def _same(term: Term) -> tuple[str, bool]:
+    """What makes two terms find the same messages (every route folds ASCII case)."""
+    return ascii_lower(term.text), term.prefix
+
+
 def parse(text: str | None) -> SearchQuery:
     """Parse what a user typed; an empty :class:`SearchQuery` when nothing is searchable.
 
@@ -209,8 +215,13 @@ def parse(text: str | None) -> SearchQuery:
     negate = False
     count = 0
 
+    seen: set[tuple[frozenset[tuple[str, bool]], frozenset[tuple[str, bool]]]] = set()
+
     def close_group() -> None:
-        if include:
+        # A repeated group adds nothing to an OR ("x OR x" is "x").
+        key = (frozenset(map(_same, include)), frozenset(map(_same, exclude)))
+        if include and key not in seen:
+            seen.add(key)
             groups.append(Group(tuple(include), tuple(exclude)))
         include.clear()
         exclude.clear()
@@ -225,9 +236,12 @@ def parse(text: str | None) -> SearchQuery:
             continue
         if count >= MAX_TERMS:
             break
-        count += 1
-        (exclude if negate else include).append(token)
+        terms = exclude if negate else include
         negate = False
+        if _same(token) in map(_same, terms):
+            continue  # "x x" is "x"
+        count += 1
+        terms.append(token)
     close_group()
     return SearchQuery(tuple(groups))
 
@@ -270,3 +284,57 @@ def highlight(text: str, regex: re.Pattern[str] | None, width: int = SNIPPET_CHA
     start = max(0, min(start, end - width))
     marked = first.re.sub(lambda m: MARK_OPEN + m.group(0) + MARK_CLOSE, text[start:end])
     return (ELLIPSIS if start > 0 else "") + marked + (ELLIPSIS if end < len(text) else "")
+
+
+# -- substring terms found in one pass ---------------------------------------------------
+
+
+class Matcher:
+    """Finds which of several substring terms each message holds, the way ``LIKE`` does.
+
+    A message holds a term when its content, tool name or tool calls
+    contain it, ASCII letters compared without case (as ``LIKE``), the whole
+    text read (``LIKE`` stops at a NUL). :meth:`visit` is called as an SQL
+    function on every message of one scan: a regular-expression search for
+    all terms at once passes over most messages, and the few that hold
+    something are sorted by term into :attr:`holders`. One scan answers
+    every term of a query.
+    """
+
+    def __init__(self, terms: tuple[Term, ...]) -> None:
+        self.needles = tuple(ascii_lower(term.text) for term in terms)
+        #: For each needle, the ids of the messages holding it.
+        self.holders: dict[str, list[int]] = {needle: [] for needle in self.needles}
+        alternatives = sorted(self.holders, key=len, reverse=True)
+        regex = re.compile("|".join(map(re.escape, alternatives)), re.IGNORECASE | re.ASCII)
+        self._search = regex.search
+        self._singles = {needle for needle in self.holders if len(needle) == 1}
+        self._others = [needle for needle in self.holders if len(needle) > 1]
+        self._pairs = set(self._others) if all(len(n) == 2 for n in self._others) else None
+
+    def visit(self, message_id: int, content: object, tool_name: object, tool_calls: object) -> int:
+        """Note which needles a message holds; 0 always (an SQL function: never raises)."""
+        try:
+            columns = [str(c) for c in (content, tool_name, tool_calls) if c is not None]
+            search = self._search
+            if any(search(column) is not None for column in columns):
+                self._sort(message_id, columns)
+        except Exception:  # a value of an odd type: held nothing, never an error in SQL
+            pass
+        return 0
+
+    def _sort(self, message_id: int, columns: list[str]) -> None:
+        # Terms hold no control characters, so none spans the NUL joining the columns;
+        # bytes.lower() changes ASCII letters only, as LIKE compares them.
+        joined = "\x00".join(columns).encode("utf-8", "surrogatepass").lower()
+        text = joined.decode("utf-8", "surrogatepass")
+        holders = self.holders
+        for char in self._singles.intersection(text):
+            holders[char].append(message_id)
+        if self._pairs is not None and len(self._pairs) > 16 and len(text) < 4096:
+            for pair in self._pairs.intersection({text[i : i + 2] for i in range(len(text) - 1)}):
+                holders[pair].append(message_id)
+        else:
+            for needle in self._others:
+                if needle in text:
+                    holders[needle].append(message_id)

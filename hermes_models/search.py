@@ -14,31 +14,39 @@ and turns rows into dicts. Content stored as JSON is shown as its text.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import peewee
 from peewee import JOIN, SQL, Value, fn
 
+from .caches import BoundedCache
 from .checks import check_flag
 from .db import current, fetch_dicts
 from .fts import INDEXES, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, _extend, _not_visited, _path, branch_expr
 from .listing import check_page
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
-from .query import LIKE, SearchQuery, highlight, parse, term_regex
+from .query import LIKE, Matcher, SearchQuery, highlight, parse, term_regex
 from .statements import (
     HIT_COLUMNS,
+    SCAN_FUNCTION,
     Filters,
     Statement,
     hits_query,
+    scan_statement,
     search_statement,
     slot,
     snippet_statement,
 )
 
 T = TypeVar("T")
+
+logger = logging.getLogger("hermes_models")
 
 #: Characters of each message in a hit's ``context``.
 CONTEXT_CHARS = 200
@@ -49,6 +57,161 @@ RANK_MODES = (None, "relevance", "recent")
 def execute(sql: str, params: list[Any]) -> Any:
     """Run one search statement on the current database; the cursor."""
     return current().execute_sql(sql, params)
+
+
+# -- the time budget ------------------------------------------------------------------
+
+#: Seconds the statement that finds a search's hits may run; then the search
+#: returns the hits found so far (often none) and logs a warning. A
+#: ``time_budget`` argument overrides it per call; None means no limit.
+TIME_BUDGET_S = 3.0
+#: SQLite virtual-machine steps between two looks at the clock.
+_CLOCK_STEPS = 10_000
+
+
+class _OutOfTime(Exception):
+    """The budget ran out; ``rows`` holds the rows fetched before it did."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        super().__init__("search time budget exhausted")
+        self.rows = rows
+
+
+def check_budget(value: Any) -> float | None:
+    """``time_budget`` checked: a positive number of seconds, None for no limit, or ``...``
+    for :data:`TIME_BUDGET_S`."""
+    if value is Ellipsis:
+        value = TIME_BUDGET_S
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"time_budget must be a number of seconds or None, not {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"time_budget must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def deadline_of(budget: float | None) -> float | None:
+    """When a search given ``budget`` seconds from now must stop (``time.monotonic()``)."""
+    return None if budget is None else time.monotonic() + budget
+
+
+def fetch_within(
+    sql: str, params: list[Any], deadline: float | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The column names and every row of one statement, stopped at ``deadline``.
+
+    The deadline is enforced by an SQLite progress handler on this thread's
+    connection, which interrupts the statement.
+
+    Raises:
+        _OutOfTime: the deadline passed (with the rows fetched until then).
+    """
+    if deadline is None:
+        cursor = execute(sql, params)
+        return [c[0] for c in cursor.description], list(cursor.fetchall())
+    conn = cast(sqlite3.Connection, current().connection())
+    out_of_time = False
+
+    def look_at_the_clock() -> int:
+        nonlocal out_of_time
+        out_of_time = time.monotonic() > deadline
+        return int(out_of_time)
+
+    rows: list[tuple[Any, ...]] = []
+    conn.set_progress_handler(look_at_the_clock, _CLOCK_STEPS)
+    try:
+        cursor = execute(sql, params)
+        names = [c[0] for c in cursor.description]
+        while batch := cursor.fetchmany(256):
+            rows.extend(batch)
+    except (peewee.OperationalError, sqlite3.OperationalError):
+        if not out_of_time:
+            raise
+        raise _OutOfTime(rows) from None
+    finally:
+        conn.set_progress_handler(None, 0)
+    return names, rows
+
+
+def scan_values(
+    query: SearchQuery,
+    shape: Shape,
+    include_inactive: bool,
+    deadline: float | None,
+    *,
+    decide: bool = True,
+) -> dict[str, str]:
+    """The slots of the query's LIKE-routed terms, every one found by the same scan.
+
+    ``ids{k}`` holds the messages with term ``k``; ``cand`` the messages with
+    any positive one. When every term is LIKE-routed (and ``decide``), the
+    whole query is decided here, and ``cand`` holds exactly its hits.
+
+    Raises:
+        _OutOfTime: the deadline passed during the scan.
+    """
+    like = [
+        (k, term)
+        for k, (term, route) in enumerate(zip(query.terms(), shape.routes))
+        if route == LIKE
+    ]
+    if not like:
+        return {}
+    matcher = Matcher(tuple(term for _, term in like))
+    statement = scan_statement(include_inactive, all(not t.text.isascii() for _, t in like))
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
+    try:
+        fetch_within(statement.sql, statement.bind({}), deadline)
+    finally:
+        conn.create_function(SCAN_FUNCTION, 4, None)
+    by_needle = matcher.holders
+    holding = {k: set(by_needle[needle]) for (k, _), needle in zip(like, matcher.needles)}
+    slots = _numbered(shape)
+    if decide and shape.all_like:
+        return {"cand": json.dumps(sorted(_decided(shape, holding)))}
+    candidates = set().union(*(holding[k] for k, included in slots if included and k in holding))
+    out = {f"ids{k}": json.dumps(sorted(ids)) for k, ids in holding.items()}
+    out["cand"] = json.dumps(sorted(candidates))
+    return out
+
+
+def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:
+    """The ids matching the whole query, every term's holders known."""
+    hits: set[int] = set()
+    k = 0
+    for include, exclude in shape.groups:
+        group = set.intersection(*(holding[k + i] for i in range(len(include))))
+        k += len(include)
+        for i in range(len(exclude)):
+            group -= holding[k + i]
+        k += len(exclude)
+        hits |= group
+    return hits
+
+
+def _numbered(shape: Shape) -> list[tuple[int, bool]]:
+    """``(k, included)`` of each term slot of ``shape``, in slot order."""
+    out, k = [], 0
+    for include, exclude in shape.groups:
+        for included in [True] * len(include) + [False] * len(exclude):
+            out.append((k, included))
+            k += 1
+    return out
+
+
+def _ran_out(query: SearchQuery, budget: float | None, found: int) -> None:
+    logger.warning(
+        "%s: a search stopped after its time budget of %s s; returning the %d hit(s) "
+        "found by then (query: %.200r)",
+        current().path,
+        budget,
+        found,
+        query.fts(),
+    )
 
 
 def _strings(value: Any, argument: str) -> tuple[str, ...] | None:
@@ -122,6 +285,8 @@ def search_messages(
     offset: int = 0,
     sort: str | None = None,
     include_inactive: bool = False,
+    *,
+    time_budget: Any = ...,
 ) -> list[dict[str, Any]]:
     """Messages matching ``query``; never raises for any query text.
 
@@ -129,11 +294,15 @@ def search_messages(
     source, model, session_started, context``. ``sort`` ``'newest'`` or
     ``'oldest'`` (any case, spaces around ignored) orders by time; anything
     else, None included, by rank, as in Hermes. Soft-deleted messages only
-    with ``include_inactive=True``.
+    with ``include_inactive=True``. A search that runs longer than
+    ``time_budget`` seconds (default :data:`TIME_BUDGET_S`; None: no limit)
+    stops and returns the hits found by then, with a warning in the log.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
     """
+    budget = check_budget(time_budget)
+    deadline = deadline_of(budget)
     parsed = parse(query)
     limit, offset = check_page(limit, offset)
     if sort is not None and not isinstance(sort, str):
@@ -153,7 +322,12 @@ def search_messages(
     def run(shape: Shape) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
         values.update(term_values(parsed, shape))
         statement = search_statement(shape, filters.shape(), order)
-        rows = list(execute(statement.sql, statement.bind(values)).fetchall())
+        try:
+            values.update(scan_values(parsed, shape, filters.include_inactive, deadline))
+            rows = fetch_within(statement.sql, statement.bind(values), deadline)[1]
+        except _OutOfTime as exc:
+            _ran_out(parsed, budget, len(exc.rows))
+            rows = exc.rows
         snippets: dict[int, str] = {}
         if rows and len(rows[0]) > len(HIT_COLUMNS):
             snippets = {row[0]: row[-1] for row in rows}
@@ -227,23 +401,24 @@ def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
     return query.order_by(*order).limit(1)
 
 
-_context_statements: dict[bool, Statement] = {}
+_context_statements: BoundedCache[bool, Statement] = BoundedCache("context statements", 2)
 SLOT_IDS = slot("ids").value
 
 
 def _context_statement(include_inactive: bool) -> Statement:
-    statement = _context_statements.get(include_inactive)
-    if statement is None:
-        hit, prev, nxt = Message.alias("hit"), Message.alias("prev"), Message.alias("next")
-        query = (
-            hit.select(hit.id, prev.role, prev.content, nxt.role, nxt.content)
-            .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
-            .switch(hit)
-            .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
-            .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT_IDS])))
-        )
-        statement = _context_statements[include_inactive] = Statement.render(query)
-    return statement
+    return _context_statements.get(include_inactive, lambda: _render_context(include_inactive))
+
+
+def _render_context(include_inactive: bool) -> Statement:
+    hit, prev, nxt = Message.alias("hit"), Message.alias("prev"), Message.alias("next")
+    query = (
+        hit.select(hit.id, prev.role, prev.content, nxt.role, nxt.content)
+        .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
+        .switch(hit)
+        .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
+        .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT_IDS])))
+    )
+    return Statement.render(query)
 
 
 def _context(ids: list[int], include_inactive: bool) -> dict[int, tuple[Any, Any]]:
@@ -345,7 +520,9 @@ def _sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | No
     return Statement.render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
 
 
-_session_statements: dict[tuple[Any, ...], Statement] = {}
+_session_statements: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
+    "session search statements", 64
+)
 
 
 def search_sessions(
@@ -355,6 +532,7 @@ def search_sessions(
     *,
     source: Any = None,
     offset: int = 0,
+    time_budget: Any = ...,
 ) -> list[dict[str, Any]]:
     """Sessions whose messages match ``query``, one row per lineage root.
 
@@ -363,11 +541,13 @@ def search_sessions(
     index rank), ``matched_session_id`` and ``best_snippet``. ``rank_mode``
     ``'recent'`` orders by the latest match, otherwise by the best score.
     Without a query (``None`` or blank): every session, newest activity
-    first, with ``last_active``.
+    first, with ``last_active``. ``time_budget`` as in :func:`search_messages`.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
     """
+    budget = check_budget(time_budget)
+    deadline = deadline_of(budget)
     limit, offset = check_page(limit, offset)
     if rank_mode is not None and not isinstance(rank_mode, str):
         raise TypeError(f"rank_mode must be a string or None, not {type(rank_mode).__name__}")
@@ -385,12 +565,15 @@ def search_sessions(
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         key = (shape, n_sources, rank_mode)
-        statement = _session_statements.get(key)
-        if statement is None:
-            statement = _session_statements[key] = _sessions_statement(*key)
-        cursor = execute(statement.sql, statement.bind({**values, **term_values(parsed, shape)}))
-        names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
+        statement = _session_statements.get(key, lambda: _sessions_statement(*key))
+        try:
+            scanned = scan_values(parsed, shape, False, deadline)
+            params = statement.bind({**values, **term_values(parsed, shape), **scanned})
+            names, found = fetch_within(statement.sql, params, deadline)
+        except _OutOfTime as exc:
+            _ran_out(parsed, budget, len(exc.rows))
+            return []  # rows come out only once all of them are ranked
+        return [dict(zip(names, row)) for row in found]
 
     rows = routed(parsed, run)
     snippets = _best_snippets([row["_best_id"] for row in rows], parsed)

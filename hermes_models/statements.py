@@ -14,7 +14,6 @@ A query on one index alone is one ``MATCH`` ordered by rank instead.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import peewee
 from peewee import SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
+from .caches import BoundedCache
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, Shape
 from .models import Message, Session
 from .query import LIKE, TRIGRAM, WORDS
@@ -97,30 +97,84 @@ def _like(m: Any, k: int, v: Valuer) -> Any:
     return like(m.content) | like(m.tool_name) | like(m.tool_calls) | after_nul
 
 
-def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer) -> Any:
+def _found(m: Any, k: int, v: Valuer) -> Any:
+    """Term ``k`` among the ids :data:`SCAN` found (slot ``ids{k}``: a JSON array)."""
+    ids = v(f"ids{k}")
+    return m.id.in_(SQL("(SELECT value FROM json_each(?))", [getattr(ids, "value", ids)]))
+
+
+def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
     if route == WORDS:
         return m.id.in_(_rowids(MessageIndex, v(f"t{k}")))
     if route == LIKE:
-        return _like(m, k, v)
+        return _found(m, k, v) if scanned else _like(m, k, v)
     trigram = m.id.in_(_rowids(MessageTrigramIndex, v(f"t{k}")))
     return trigram | (_behind_nul(m, shape, v) & _like(m, k, v))
 
 
-def predicate(m: Any, shape: Shape, v: Valuer = slot) -> Any:
-    """The whole query as one WHERE expression over messages ``m``."""
+def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool = True) -> Any:
+    """The whole query as one WHERE expression over messages ``m``.
+
+    ``scanned``: the LIKE-routed terms were found beforehand by one scan
+    (:func:`scan_statement`) and come as id lists; otherwise each is a
+    ``LIKE`` of its own, for queries that only look at a few rows.
+    """
     groups, k = [], 0
     for include, exclude in shape.groups:
         terms = []
         for route in include:
-            terms.append(_term(m, shape, route, k, v))
+            terms.append(_term(m, shape, route, k, v, scanned))
             k += 1
         for route in exclude:
             # NULL columns can make a term NULL rather than false, and NOT NULL
             # would drop the row (COALESCE only here: it slows the scan down).
-            terms.append(~fn.COALESCE(_term(m, shape, route, k, v), 0))
+            terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
             k += 1
-        groups.append(functools.reduce(operator.and_, terms))
-    return functools.reduce(operator.or_, groups)
+        groups.append(_balanced(operator.and_, terms))
+    return _balanced(operator.or_, groups)
+
+
+def _balanced(join: Callable[[Any, Any], Any], items: list[Any]) -> Any:
+    """``items`` joined pairwise into a tree of depth log2(n), not n: SQLite's parser
+    overflows on 64 terms nested one inside the next."""
+    while len(items) > 1:
+        items = [
+            join(*items[i : i + 2]) if i + 1 < len(items) else items[i]
+            for i in range(0, len(items), 2)
+        ]
+    return items[0]
+
+
+#: The SQL function a search registers on its connection for :func:`scan_statement`:
+#: ``(id, content, tool_name, tool_calls) -> 0``, noting which of the query's
+#: LIKE-routed terms the message holds (:meth:`hermes_models.query.Matcher.visit`).
+SCAN_FUNCTION = "hermes_models_visit"
+
+
+def scan_statement(include_inactive: bool, non_ascii: bool) -> Statement:
+    """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
+
+    ``non_ascii``: every term has a character beyond ASCII, so a row whose
+    columns are plain ASCII (as many bytes as characters, no tool columns)
+    is passed over without calling the function.
+    """
+    return _SCAN_STATEMENTS.get(
+        (include_inactive, non_ascii), lambda: _render_scan(include_inactive, non_ascii)
+    )
+
+
+def _render_scan(include_inactive: bool, non_ascii: bool) -> Statement:
+    m = Message
+    where = [] if include_inactive else [m.active == 1]
+    if non_ascii:
+        where.append(
+            (fn.length(m.content.cast("BLOB")) > fn.length(m.content))
+            | m.tool_name.is_null(False)
+            | m.tool_calls.is_null(False)
+        )
+    visit = getattr(fn, SCAN_FUNCTION)(m.id, m.content, m.tool_name, m.tool_calls)
+    query = m.select(m.id).where(*where, visit != 0)
+    return Statement.render(query)
 
 
 @dataclass(frozen=True)
@@ -216,22 +270,38 @@ def hits_query(
             behind = (
                 m.select(*_columns(m, s, Value(0.0), slim))
                 .join(s, on=(s.id == m.session))
-                .where(_behind_nul(m, shape, slot), predicate(m, shape.degraded()), *where)
+                .where(
+                    _behind_nul(m, shape, slot),
+                    predicate(m, shape.degraded(), scanned=False),
+                    *where,
+                )
             )
             query = query.union_all(behind)
         return query
-    matching = [predicate(m, shape), *where]
+    candidates = m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "cand"]))
+    if shape.all_like:
+        # The scan decided the query: its hits are the only rows to read.
+        matching = [candidates, *where]
+    else:
+        matching = [predicate(m, shape), *where]
+    # Hits no index ranks: only rows the scan found can be one, when the shape says so;
+    # they are looked up instead of every message being read.
+    driver = [candidates] if shape.driven(ranked) and not shape.all_like else []
     unranked = m.select(*_columns(m, s, Value(0.0), slim)).join(s, on=(s.id == m.session))
     route = shape.rank_route if ranked else None
     if route is None:
-        return unranked.where(*matching)
+        return unranked.where(*driver, *matching)
     # The hits the index ranks, driven by the index, then all other hits. (A
     # LEFT JOIN on the ranks would scan them once per message: no index.)
     index = INDEXES[route]
     found = slot(f"any_{route}")
+    ranked_rows = [index.match(found)]
+    if shape.driven(False):
+        # Every hit holds a positive LIKE term: rank only the rows the scan found.
+        ranked_rows.append(SQL("+rowid IN (SELECT value FROM json_each(?))", [SLOT + "cand"]))
     ranks = (
         index.select(index.rowid.alias("rid"), index.rank().alias("r"))
-        .where(index.match(found))
+        .where(*ranked_rows)
         .alias("ranks")
     )
     with_rank = (
@@ -241,7 +311,8 @@ def hits_query(
         .join(s, on=(s.id == m.session))
         .where(*matching)
     )
-    return with_rank.union_all(unranked.where(*matching, m.id.not_in(_rowids(index, found))))
+    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found)))
+    return with_rank.union_all(others)
 
 
 def _order(sort: str, table: Any = None) -> list[Any]:
@@ -255,8 +326,22 @@ def _order(sort: str, table: Any = None) -> list[Any]:
     return [col("rank"), col("timestamp").desc(), col("id").desc()]
 
 
-@functools.lru_cache(maxsize=256)
+#: Rendered statements by (shape, filters, sort): a shape costs milliseconds to render.
+_SEARCH_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
+    "search statements", 128
+)
+_SNIPPET_STATEMENTS: BoundedCache[str, Statement] = BoundedCache("snippet statements", 4)
+_SCAN_STATEMENTS: BoundedCache[tuple[bool, bool], Statement] = BoundedCache("scan statements", 4)
+
+
 def search_statement(shape: Shape, filters: tuple[Any, ...], sort: str) -> Statement:
+    """One page of hits, ordered by ``sort`` (cached; see :func:`render_search`)."""
+    return _SEARCH_STATEMENTS.get(
+        (shape, filters, sort), lambda: render_search(shape, filters, sort)
+    )
+
+
+def render_search(shape: Shape, filters: tuple[Any, ...], sort: str) -> Statement:
     """One page of hits, ordered by ``sort``: ``'rank'``, ``'newest'`` or ``'oldest'``.
 
     Rows are :data:`HIT_COLUMNS`; ranked word searches add a ``snippet`` column
@@ -289,8 +374,12 @@ def search_statement(shape: Shape, filters: tuple[Any, ...], sort: str) -> State
     return Statement.render(query)
 
 
-@functools.lru_cache(maxsize=4)
 def snippet_statement(route: str) -> Statement:
+    """FTS5 snippets of hits (cached; see :func:`render_snippets`)."""
+    return _SNIPPET_STATEMENTS.get(route, lambda: render_snippets(route))
+
+
+def render_snippets(route: str) -> Statement:
     """FTS5 snippets of the hits whose ids are the JSON array ``ids`` (slot ``q``: the query).
 
     ``+rowid`` keeps FTS5 from running the query once per id: the matches are

@@ -1119,9 +1119,12 @@ class SessionDB:
         offset: int = 0,
         sort: str | None = None,
         include_inactive: bool = False,
+        *,
+        time_budget: Any = ...,
     ) -> list[dict[str, Any]]:
         """Messages matching ``query`` with ``>>>``/``<<<`` snippets and context; never
-        raises for any query text (see :func:`hermes_models.search.search_messages`)."""
+        raises for any query text (see :func:`hermes_models.search.search_messages`,
+        which also explains ``time_budget``)."""
         from .search import search_messages
 
         return search_messages(
@@ -1133,6 +1136,7 @@ class SessionDB:
             offset=offset,
             sort=sort,
             include_inactive=include_inactive,
+            time_budget=time_budget,
         )
 
     @_api
@@ -1144,12 +1148,15 @@ class SessionDB:
         *,
         source: str | Sequence[str] | None = None,
         offset: int = 0,
+        time_budget: Any = ...,
     ) -> list[dict[str, Any]]:
         """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
         ``best_snippet``, ``matched_session_id``); without a query, every session."""
         from .search import search_sessions
 
-        return search_sessions(query, limit, rank_mode, source=source, offset=offset)
+        return search_sessions(
+            query, limit, rank_mode, source=source, offset=offset, time_budget=time_budget
+        )
 
     # -- export and import (bundle.py) ----------------------------------------------------
 

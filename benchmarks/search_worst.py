@@ -1,0 +1,177 @@
+"""The worst searches on a 500,000-message store: hermes_models against plain sqlite3.
+
+The store is the corpus of ``benchmarks/search.py`` (English, Chinese,
+Japanese, Korean; 2 % JSON content, 2 % soft-deleted), built once into
+``--db`` (default under /tmp, never in the repository) and reused. Each
+query has up to 64 terms and is built to be expensive: many 1-2 character
+CJK terms (the LIKE route), many common words or prefixes OR-ed together
+(every message ranked by BM25), long NOT lists, mixed routes, duplicates.
+
+For each query ``search_messages`` (first page of 20, no time budget) and
+``search_sessions`` are timed, and so is the simplest correct plain SQL for
+the same task on a second connection: one ``MATCH`` ordered by rank when
+every term goes to one index, otherwise one ``SELECT`` over ``messages``
+whose ``WHERE`` has a ``LIKE`` (or an index lookup) per term, newest first.
+Ours and plain alternate round by round; medians are printed, then the
+worst times. A plain run slower than 5 s is timed once.
+
+Run: python benchmarks/search_worst.py [--db PATH] [--messages N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from search import HAN, HANGUL, KANA, WORDS, build
+
+from hermes_models import SessionDB
+from hermes_models.query import LIKE, TRIGRAM, parse
+
+DEFAULT_DB = Path("/tmp/hermes-search-worst/state.db")
+
+
+def queries() -> dict[str, str]:
+    """Named worst-case queries (each at most 64 terms)."""
+    rng = random.Random(11)
+    two = ["".join(rng.choice(HAN) for _ in range(2)) for _ in range(64)]
+    three = ["".join(rng.choice(HAN) for _ in range(3)) for _ in range(64)]
+    return {
+        "1 common word": "the",
+        "1 two-char CJK": "数据",
+        "64 two-char CJK, OR": " OR ".join(two),
+        "64 two-char CJK, AND": " ".join(two),
+        "64 one-char CJK, OR": " OR ".join(HAN[:64]),
+        "64 kana/hangul one-char, OR": " OR ".join(KANA[:32] + HANGUL[:32]),
+        "2-char CJK NOT 63 2-char": "数据 " + " ".join("NOT " + t for t in two[:63]),
+        "word NOT 63 words": "the " + " ".join("NOT " + w for w in WORDS[1:64]),
+        "64 common words, OR": " OR ".join(WORDS[:64]),
+        "64 rarer words, OR": " OR ".join(WORDS[64:128]),
+        "64 common words, AND": " ".join(WORDS[:64]),
+        "64 prefixes, OR": " OR ".join(w[:2] + "*" for w in WORDS[:64]),
+        "t* OR t* ... (64 times)": " OR ".join(["t*"] * 64),
+        "64 three-char CJK, OR": " OR ".join(three),
+        "32 (word AND 2-char CJK), OR": " OR ".join(f"{w} {t}" for w, t in zip(WORDS, two[:32])),
+        "32 words OR 32 two-char CJK": " OR ".join([*WORDS[:32], *two[:32]]),
+    }
+
+
+def _term_sql(route: str, single: bool) -> str:
+    if route == LIKE:
+        return "(m.content LIKE ? OR m.tool_name LIKE ? OR m.tool_calls LIKE ?)"
+    table = "messages_fts_trigram" if route == TRIGRAM else "messages_fts"
+    return f"m.id IN (SELECT rowid FROM {table} WHERE {table} MATCH ?)"
+
+
+def plain_search(conn: sqlite3.Connection, text: str) -> Callable[[], Any]:
+    """The simplest correct SQL for the query, as a callable returning the first 20 ids."""
+    parsed = parse(text)
+    terms = parsed.terms()
+    routes = {t.route for t in terms}
+    if len(routes) == 1 and LIKE not in routes:
+        table = "messages_fts_trigram" if TRIGRAM in routes else "messages_fts"
+        sql = (
+            f"SELECT m.id FROM {table} JOIN messages m ON m.id = {table}.rowid "
+            f"WHERE {table} MATCH ? AND m.active = 1 ORDER BY rank LIMIT 20"
+        )
+        params: list[Any] = [parsed.fts()]
+        return lambda: conn.execute(sql, params).fetchall()
+    groups, params = [], []
+    for group in parsed.groups:
+        parts = []
+        for term in group.include:
+            parts.append(_term_sql(term.route, False))
+            params += [term.like()] * 3 if term.route == LIKE else [term.fts()]
+        for term in group.exclude:
+            parts.append("NOT " + _term_sql(term.route, False))
+            params += [term.like()] * 3 if term.route == LIKE else [term.fts()]
+        groups.append("(" + " AND ".join(parts) + ")")
+    sql = (
+        "SELECT m.id FROM messages m WHERE m.active = 1 AND ("
+        + " OR ".join(groups)
+        + ") ORDER BY m.timestamp DESC LIMIT 20"
+    )
+    return lambda: conn.execute(sql, params).fetchall()
+
+
+def timed(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def measure(rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]) -> tuple[float, float]:
+    """Medians of ours and plain, alternating; a plain call over 5 s is run once."""
+    first = timed(plain)
+    timed(ours)
+    a: list[float] = []
+    b: list[float] = [] if first < 5 else [first]
+    for n in range(rounds):
+        if n % 2:
+            a.append(timed(ours))
+            if first < 5:
+                b.append(timed(plain))
+        else:
+            if first < 5:
+                b.append(timed(plain))
+            a.append(timed(ours))
+    return statistics.median(a), statistics.median(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB)
+    parser.add_argument("--messages", type=int, default=500_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    path: Path = args.db
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"building {args.messages:,} messages in {path} (once) ...", flush=True)
+        build(path, args.messages)
+    store = SessionDB(path, read_only=True)
+    count = store.message_count(include_inactive=True)
+    if count != args.messages:
+        raise SystemExit(
+            f"{path} holds {count:,} messages, not {args.messages:,}: use another --db"
+        )
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    print(f"{count:,} messages; SQLite {sqlite3.sqlite_version}; medians of {args.rounds} rounds")
+    header = (
+        f"{'query':<32} {'terms':>5} {'messages':>10} {'sessions':>10} {'plain':>10} {'ratio':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    worst: list[tuple[float, str]] = []
+    for name, text in queries().items():
+        terms = len(parse(text).terms())
+        ours, plain = measure(
+            args.rounds,
+            lambda text=text: store.search_messages(text, time_budget=None),
+            plain_search(conn, text),
+        )
+        sessions = statistics.median(
+            timed(lambda text=text: store.search_sessions(text, time_budget=None))
+            for _ in range(args.rounds)
+        )
+        worst.append((max(ours, sessions), name))
+        print(
+            f"{name:<32} {terms:>5} {ours * 1e3:8.0f}ms {sessions * 1e3:8.0f}ms "
+            f"{plain * 1e3:8.0f}ms {ours / plain:6.2f}",
+            flush=True,
+        )
+    print()
+    for seconds, name in sorted(worst, reverse=True)[:5]:
+        print(f"worst: {seconds:6.2f} s  {name}")
+    store.close()
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Searches that cannot stall a gateway or grow memory without end: duplicate terms
+dropped, every LIKE-routed term answered by one scan, a time budget, bounded caches,
+and boolean queries across routes that stay exact."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import logging
+import random
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_search_recall import ALPHABETS, build, haystacks
+
+from hermes_models import SessionDB, caches, search
+from hermes_models.fts import Shape
+from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    path = tmp_path_factory.mktemp("bounds") / "state.db"
+    with SessionDB(path) as store:
+        written = build(store, seed=99)
+        for n, text in enumerate(("asyncio event loop", "sqlite wal checkpoint", "loop 的是")):
+            store.create_session(f"en-{n}", "cli", started_at=T0 + 1000 + n)
+            message_id = store.append_message(f"en-{n}", "user", text, timestamp=T0 + 2000 + n)
+            written.append(
+                {"id": message_id, "session_id": f"en-{n}", "content": text, "active": True}
+            )
+    return path, written
+
+
+def _holds(message: dict[str, Any], text: str) -> bool:
+    return any(text.lower() in hay.lower() for hay in haystacks(message))
+
+
+def _words(message: dict[str, Any]) -> set[str]:
+    return {w for hay in haystacks(message) for w in hay.lower().split()}
+
+
+def expected(written: list[dict[str, Any]], query: str) -> set[int]:
+    """The query evaluated in Python: substrings for CJK terms, whole words otherwise."""
+    parsed = parse(query)
+    out = set()
+    for message in written:
+        if not message["active"]:
+            continue
+
+        def has(term: Any, message: dict[str, Any] = message) -> bool:
+            if term.cjk:
+                return _holds(message, term.text)
+            return term.text.lower() in _words(message)
+
+        if any(
+            all(has(t) for t in group.include) and not any(has(t) for t in group.exclude)
+            for group in parsed.groups
+        ):
+            out.add(message["id"])
+    return out
+
+
+def _queries(written: list[dict[str, Any]], rng: random.Random, n: int) -> list[str]:
+    pieces: dict[int, list[str]] = {1: [], 2: [], 3: []}
+    for message in written:
+        for hay in haystacks(message):
+            for word in hay.split():
+                if all(any(c in a for a in ALPHABETS.values()) for c in word):
+                    for length in pieces:
+                        if len(word) >= length:
+                            start = rng.randint(0, len(word) - length)
+                            pieces[length].append(word[start : start + length])
+    english = ["asyncio", "loop", "sqlite", "checkpoint", "event"]
+    out = []
+    for _ in range(n):
+        terms = []
+        for _ in range(rng.randint(2, 6)):
+            kind = rng.random()
+            term = (
+                rng.choice(english)
+                if kind < 0.25
+                else rng.choice(pieces[1 if kind < 0.45 else 2 if kind < 0.8 else 3])
+            )
+            terms.append(rng.choice(["", "", "OR ", "NOT "]) + term)
+        out.append(" ".join(terms))
+    return out
+
+
+def test_boolean_queries_mixing_routes_are_exact(corpus: tuple[Path, list[dict[str, Any]]]) -> None:
+    path, written = corpus
+    rng = random.Random(7)
+    checked = 0
+    with SessionDB(path) as store:
+        for query in _queries(written, rng, 150):
+            want = expected(written, query)
+            for sort in (None, "newest"):
+                got = [h["id"] for h in store.search_messages(query, limit=None, sort=sort)]
+                assert len(got) == len(set(got)), query
+                assert set(got) == want, (query, sort)
+            sessions = {r["id"]: r["hits"] for r in store.search_sessions(query, limit=None)}
+            assert sum(sessions.values()) == len(want), query
+            checked += bool(want)
+    assert checked > 50
+
+
+def test_duplicate_terms_and_groups_are_dropped() -> None:
+    assert parse(" OR ".join(["t*"] * 64)) == parse("t*")
+    assert parse("a a b B NOT c NOT C") == parse("a b NOT c")
+    assert parse("x y OR y x OR x y") == parse("x y")
+    # 64 distinct terms are all kept; repeats do not use up the allowance.
+    many = " ".join(f"w{i} w{i}" for i in range(64))
+    assert len(parse(many).terms()) == 64
+
+
+def test_sixty_four_like_terms_are_answered_by_one_scan(
+    corpus: tuple[Path, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, written = corpus
+    pairs = sorted({p for m in written for hay in haystacks(m) for p in _pairs(hay)})
+    terms = pairs[:64]
+    assert len(terms) == 64
+    visits: list[int] = []
+    real = Matcher.visit
+
+    def counted(self: Matcher, message_id: int, *columns: object) -> int:
+        visits.append(message_id)
+        return real(self, message_id, *columns)
+
+    statements: list[str] = []
+    real_fetch = search.fetch_within
+
+    def recorded(sql: str, params: list[Any], deadline: float | None) -> Any:
+        statements.append(sql)
+        return real_fetch(sql, params, deadline)
+
+    monkeypatch.setattr(Matcher, "visit", counted)
+    monkeypatch.setattr(search, "fetch_within", recorded)
+    for query in (" OR ".join(terms), terms[0] + " " + " ".join("NOT " + t for t in terms[1:])):
+        visits.clear()
+        statements.clear()
+        with SessionDB(path) as store:
+            got = {h["id"] for h in store.search_messages(query, limit=None)}
+        assert got == expected(written, query)
+        # Each message is looked at once at most, whatever the number of terms...
+        assert len(visits) == len(set(visits)) and 0 < len(visits) <= len(written)
+        # ...and no statement runs a LIKE of its own.
+        assert len(statements) == 2 and not any("LIKE" in sql for sql in statements)
+
+
+def _pairs(text: str) -> set[str]:
+    cjk = set("".join(ALPHABETS.values()))
+    return {text[i : i + 2] for i in range(len(text) - 1) if set(text[i : i + 2]) <= cjk}
+
+
+def test_a_search_stops_at_its_time_budget_and_returns_what_it_has(
+    corpus: tuple[Path, list[dict[str, Any]]], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, written = corpus
+    query = "的 OR 是"
+    with SessionDB(path) as store:
+        full = store.search_messages(query, limit=None, time_budget=None)
+        assert len(full) == len(expected(written, query)) > 0
+        with caplog.at_level(logging.WARNING, logger="hermes_models"):
+            assert store.search_messages(query, limit=None, time_budget=1e-9) == []
+            assert store.search_sessions(query, limit=None, time_budget=1e-9) == []
+        assert caplog.text.count("a search stopped after its time budget of 1e-09 s") == 2
+        # The connection is left as it was: no handler interrupts what follows.
+        assert store.search_messages(query, limit=None) == full
+        store.append_message("en-0", "user", "still writable")
+        search.TIME_BUDGET_S, old = 1e-9, search.TIME_BUDGET_S
+        try:
+            assert store.search_messages(query) == []
+        finally:
+            search.TIME_BUDGET_S = old
+
+
+@pytest.mark.parametrize(
+    ("budget", "error"),
+    [(0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), ("3", TypeError)],
+)
+def test_a_bad_time_budget_is_named(store: SessionDB, budget: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"^time_budget"):
+        store.search_messages("x", time_budget=budget)
+    with pytest.raises(error, match=r"^time_budget"):
+        store.search_sessions("x", time_budget=budget)
+
+
+def _distinct_queries(count: int) -> list[str]:
+    """Queries of ``count`` different shapes (routes and groups), so none reuses a statement."""
+    terms = {WORDS: "alpha", TRIGRAM: "事件循环", LIKE: "数据"}
+    seen: set[Shape] = set()
+    out = []
+    available = frozenset({WORDS, TRIGRAM, LIKE})
+    for n in itertools.count(1):
+        for routes in itertools.product(terms, repeat=n):
+            for joins in itertools.product(("", "OR ", "NOT "), repeat=n - 1):
+                words = [f"{terms[routes[0]]}"]
+                for i, (route, join) in enumerate(zip(routes[1:], joins), 1):
+                    words.append(
+                        f"{join}{terms[route]}{i}"
+                        if route == WORDS
+                        else join + terms[route] + "的" * (i % 2)
+                    )
+                query = " ".join(words)
+                shape = Shape.of(parse(query), available)
+                if shape not in seen:
+                    seen.add(shape)
+                    out.append(query)
+                    if len(out) == count:
+                        return out
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@pytest.mark.slow
+def test_five_thousand_distinct_queries_keep_every_cache_within_its_bound(
+    store: SessionDB,
+) -> None:
+    store.create_session("s", "cli")
+    store.append_message("s", "user", "alpha 事件循环 数据")
+    queries = _distinct_queries(5000)
+
+    def drive(n: int, query: str) -> None:
+        # Half the queries through each search, each query a shape of its own.
+        if n % 2:
+            store.search_sessions(query)
+        else:
+            store.search_messages(query, source_filter=["cli"] * (n % 3))
+        if n < 200:
+            store.list_sessions_rich(source=["cli"] * n)
+
+    for n, query in enumerate(queries[:4600]):
+        drive(n, query)
+    # Memory while 200 new shapes replace what the caches hold, then 200 more:
+    # bounded caches hold the same amount after both (each statement of a
+    # 64-term search alone is tens of kilobytes; unbounded, 200 add megabytes).
+    tracemalloc.start()
+    try:
+        held = []
+        for start in (4600, 4800):
+            for n, query in enumerate(queries[start : start + 200], start):
+                drive(n, query)
+            gc.collect()
+            held.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    grown = held[1] - held[0]
+    bounded = {cache.name: (len(cache), cache.size) for cache in caches.registered()}
+    assert {name for name, (size, bound) in bounded.items() if size > bound} == set()
+    assert bounded["session search statements"] == (64, 64)
+    assert bounded["search statements"] == (128, 128)
+    assert bounded["listing statements"] == (64, 64)
+    assert grown < 1024 * 1024, grown
