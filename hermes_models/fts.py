@@ -49,6 +49,8 @@ logger = logging.getLogger("hermes_models")
 
 #: Tokens of an FTS5 snippet.
 SNIPPET_TOKENS = 40
+#: LIKE-routed terms from which a query finds them all with one scan.
+SCAN_FROM = 3
 
 
 class MessageIndex(FTS5Model):  # type: ignore[misc]
@@ -155,9 +157,18 @@ class Shape:
         return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
 
     @property
+    def scanned(self) -> bool:
+        """True when the LIKE-routed terms are found by one scan (:data:`SCAN_FROM` or more).
+
+        Fewer are each a ``LIKE`` in the statement: SQLite's own pattern match
+        beats a scan through a Python function for one or two terms.
+        """
+        return sum(route == LIKE for route in self.routes) >= SCAN_FROM
+
+    @property
     def all_like(self) -> bool:
-        """True when every term goes through LIKE (the scan then decides the query alone)."""
-        return all(route == LIKE for route in self.routes)
+        """True when every term goes through a scan, which then decides the query alone."""
+        return self.scanned and all(route == LIKE for route in self.routes)
 
     def driven(self, ranked: bool) -> bool:
         """True when the LIKE scan's rows (slot ``cand``) hold every hit no index ranks.
@@ -167,7 +178,7 @@ class Shape:
         Then :func:`~hermes_models.statements.hits_query` looks those rows
         up instead of reading every message.
         """
-        if LIKE not in self.routes:
+        if not self.scanned:
             return False
         # The word index holds every hit of a word term; a trigram term also finds
         # rows behind a NUL, which its index lacks.

@@ -311,6 +311,8 @@ class Matcher:
         self._singles = {needle for needle in self.holders if len(needle) == 1}
         self._others = [needle for needle in self.holders if len(needle) > 1]
         self._pairs = set(self._others) if all(len(n) == 2 for n in self._others) else None
+        #: Whether case matters: only when a needle has an ASCII letter.
+        self._fold = any(c.isascii() and c.isalpha() for needle in self.holders for c in needle)
 
     def visit(self, message_id: int, content: object, tool_name: object, tool_calls: object) -> int:
         """Note which needles a message holds; 0 always (an SQL function: never raises)."""
@@ -326,8 +328,9 @@ class Matcher:
     def _sort(self, message_id: int, columns: list[str]) -> None:
         # Terms hold no control characters, so none spans the NUL joining the columns;
         # bytes.lower() changes ASCII letters only, as LIKE compares them.
-        joined = "\x00".join(columns).encode("utf-8", "surrogatepass").lower()
-        text = joined.decode("utf-8", "surrogatepass")
+        text = "\x00".join(columns)
+        if self._fold:
+            text = text.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
         holders = self.holders
         for char in self._singles.intersection(text):
             holders[char].append(message_id)

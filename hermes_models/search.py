@@ -66,7 +66,7 @@ def execute(sql: str, params: list[Any]) -> Any:
 #: ``time_budget`` argument overrides it per call; None means no limit.
 TIME_BUDGET_S = 3.0
 #: SQLite virtual-machine steps between two looks at the clock.
-_CLOCK_STEPS = 10_000
+_CLOCK_STEPS = 100_000
 
 
 class _OutOfTime(Exception):
@@ -153,19 +153,21 @@ def scan_values(
     Raises:
         _OutOfTime: the deadline passed during the scan.
     """
+    if not shape.scanned:
+        return {}
     like = [
         (k, term)
         for k, (term, route) in enumerate(zip(query.terms(), shape.routes))
         if route == LIKE
     ]
-    if not like:
-        return {}
     matcher = Matcher(tuple(term for _, term in like))
-    statement = scan_statement(include_inactive, all(not t.text.isascii() for _, t in like))
+    statement = scan_statement(
+        include_inactive, all(not t.text.isascii() for _, t in like), _prefilter(shape)
+    )
     conn = cast(sqlite3.Connection, current().connection())
     conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
     try:
-        fetch_within(statement.sql, statement.bind({}), deadline)
+        fetch_within(statement.sql, statement.bind(term_values(query, shape)), deadline)
     finally:
         conn.create_function(SCAN_FUNCTION, 4, None)
     by_needle = matcher.holders
@@ -191,6 +193,22 @@ def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:
         k += len(exclude)
         hits |= group
     return hits
+
+
+#: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
+PREFILTER_GROUPS = 2
+
+
+def _prefilter(shape: Shape) -> tuple[int, ...]:
+    """One positive LIKE-routed term (slot number) of each group, when every group has
+    one and there are few groups: only rows holding one of them can be hits."""
+    if len(shape.groups) > PREFILTER_GROUPS or not shape.driven(False):
+        return ()
+    picked, k = [], 0
+    for include, exclude in shape.groups:
+        picked.append(k + include.index(LIKE))
+        k += len(include) + len(exclude)
+    return tuple(picked)
 
 
 def _numbered(shape: Shape) -> list[tuple[int, bool]]:

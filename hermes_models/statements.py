@@ -112,13 +112,15 @@ def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) ->
     return trigram | (_behind_nul(m, shape, v) & _like(m, k, v))
 
 
-def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool = True) -> Any:
+def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool | None = None) -> Any:
     """The whole query as one WHERE expression over messages ``m``.
 
-    ``scanned``: the LIKE-routed terms were found beforehand by one scan
-    (:func:`scan_statement`) and come as id lists; otherwise each is a
-    ``LIKE`` of its own, for queries that only look at a few rows.
+    ``scanned`` (default: :attr:`Shape.scanned`): the LIKE-routed terms were
+    found beforehand by one scan (:func:`scan_statement`) and come as id
+    lists; otherwise each is a ``LIKE`` of its own.
     """
+    if scanned is None:
+        scanned = shape.scanned
     groups, k = [], 0
     for include, exclude in shape.groups:
         terms = []
@@ -151,19 +153,22 @@ def _balanced(join: Callable[[Any, Any], Any], items: list[Any]) -> Any:
 SCAN_FUNCTION = "hermes_models_visit"
 
 
-def scan_statement(include_inactive: bool, non_ascii: bool) -> Statement:
+def scan_statement(
+    include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...] = ()
+) -> Statement:
     """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
 
     ``non_ascii``: every term has a character beyond ASCII, so a row whose
     columns are plain ASCII (as many bytes as characters, no tool columns)
-    is passed over without calling the function.
+    is passed over without calling the function. ``prefilter``: terms (by
+    slot number) of which every hit holds one; a row holding none is passed
+    over by SQLite's own ``LIKE`` (cheaper than the function for a few terms).
     """
-    return _SCAN_STATEMENTS.get(
-        (include_inactive, non_ascii), lambda: _render_scan(include_inactive, non_ascii)
-    )
+    key = (include_inactive, non_ascii, prefilter)
+    return _SCAN_STATEMENTS.get(key, lambda: _render_scan(*key))
 
 
-def _render_scan(include_inactive: bool, non_ascii: bool) -> Statement:
+def _render_scan(include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...]) -> Statement:
     m = Message
     where = [] if include_inactive else [m.active == 1]
     if non_ascii:
@@ -172,6 +177,8 @@ def _render_scan(include_inactive: bool, non_ascii: bool) -> Statement:
             | m.tool_name.is_null(False)
             | m.tool_calls.is_null(False)
         )
+    if prefilter:
+        where.append(_balanced(operator.or_, [_like(m, k, slot) for k in prefilter]))
     visit = getattr(fn, SCAN_FUNCTION)(m.id, m.content, m.tool_name, m.tool_calls)
     query = m.select(m.id).where(*where, visit != 0)
     return Statement.render(query)
@@ -331,7 +338,7 @@ _SEARCH_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
     "search statements", 128
 )
 _SNIPPET_STATEMENTS: BoundedCache[str, Statement] = BoundedCache("snippet statements", 4)
-_SCAN_STATEMENTS: BoundedCache[tuple[bool, bool], Statement] = BoundedCache("scan statements", 4)
+_SCAN_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache("scan statements", 16)
 
 
 def search_statement(shape: Shape, filters: tuple[Any, ...], sort: str) -> Statement:
