@@ -166,6 +166,12 @@ class Shape:
         return sum(route == LIKE for route in self.routes) >= SCAN_FROM
 
     @property
+    def behind_scanned(self) -> bool:
+        """True for a trigram-only query of :data:`SCAN_FROM` terms or more: the rows
+        behind a NUL (which the trigram index lacks) are then decided by one scan."""
+        return self.single == TRIGRAM and len(self.routes) >= SCAN_FROM
+
+    @property
     def all_like(self) -> bool:
         """True when every term goes through a scan, which then decides the query alone."""
         return self.scanned and all(route == LIKE for route in self.routes)

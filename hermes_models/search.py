@@ -66,7 +66,7 @@ def execute(sql: str, params: list[Any]) -> Any:
 #: ``time_budget`` argument overrides it per call; None means no limit.
 TIME_BUDGET_S = 3.0
 #: SQLite virtual-machine steps between two looks at the clock.
-_CLOCK_STEPS = 100_000
+_CLOCK_STEPS = 10_000
 
 
 class _OutOfTime(Exception):
@@ -153,6 +153,10 @@ def scan_values(
     Raises:
         _OutOfTime: the deadline passed during the scan.
     """
+    if shape.behind_scanned:
+        return {
+            "behind": json.dumps(sorted(_scan_behind(query, shape, include_inactive, deadline)))
+        }
     if not shape.scanned:
         return {}
     like = [
@@ -193,6 +197,25 @@ def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:
         k += len(exclude)
         hits |= group
     return hits
+
+
+def _scan_behind(
+    query: SearchQuery, shape: Shape, include_inactive: bool, deadline: float | None
+) -> set[int]:
+    """The hits among the rows behind a NUL of a trigram-only query, by one scan."""
+    terms = query.terms()
+    matcher = Matcher(terms)
+    statement = scan_statement(
+        include_inactive, all(not t.text.isascii() for t in terms), behind=shape
+    )
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
+    try:
+        fetch_within(statement.sql, statement.bind(term_values(query, shape)), deadline)
+    finally:
+        conn.create_function(SCAN_FUNCTION, 4, None)
+    holding = {k: set(matcher.holders[needle]) for k, needle in enumerate(matcher.needles)}
+    return _decided(shape, holding)
 
 
 #: Groups up to which a scan first tries SQLite's own LIKE (one term per group).

@@ -154,7 +154,10 @@ SCAN_FUNCTION = "hermes_models_visit"
 
 
 def scan_statement(
-    include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...] = ()
+    include_inactive: bool,
+    non_ascii: bool,
+    prefilter: tuple[int, ...] = (),
+    behind: Shape | None = None,
 ) -> Statement:
     """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
 
@@ -163,14 +166,22 @@ def scan_statement(
     is passed over without calling the function. ``prefilter``: terms (by
     slot number) of which every hit holds one; a row holding none is passed
     over by SQLite's own ``LIKE`` (cheaper than the function for a few terms).
+    ``behind``: only the rows behind a NUL, which a trigram query of that shape
+    cannot find through its index.
     """
-    key = (include_inactive, non_ascii, prefilter)
-    return _SCAN_STATEMENTS.get(key, lambda: _render_scan(*key))
+    key = (include_inactive, non_ascii, prefilter, behind is not None and behind.words)
+    return _SCAN_STATEMENTS.get(
+        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind)
+    )
 
 
-def _render_scan(include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...]) -> Statement:
+def _render_scan(
+    include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...], behind: Shape | None
+) -> Statement:
     m = Message
     where = [] if include_inactive else [m.active == 1]
+    if behind is not None:
+        where.append(_behind_nul(m, behind, slot))
     if non_ascii:
         where.append(
             (fn.length(m.content.cast("BLOB")) > fn.length(m.content))
@@ -274,14 +285,18 @@ def hits_query(
             .where(index.match(slot("q")), *where)
         )
         if single == TRIGRAM:
+            if shape.behind_scanned:
+                # The scan of those rows decided them (slot ``behind``).
+                matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
+            else:
+                matched = [
+                    _behind_nul(m, shape, slot),
+                    predicate(m, shape.degraded(), scanned=False),
+                ]
             behind = (
                 m.select(*_columns(m, s, Value(0.0), slim))
                 .join(s, on=(s.id == m.session))
-                .where(
-                    _behind_nul(m, shape, slot),
-                    predicate(m, shape.degraded(), scanned=False),
-                    *where,
-                )
+                .where(*matched, *where)
             )
             query = query.union_all(behind)
         return query

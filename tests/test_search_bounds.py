@@ -108,6 +108,36 @@ def test_boolean_queries_mixing_routes_are_exact(corpus: tuple[Path, list[dict[s
     assert checked > 50
 
 
+def test_trigram_queries_of_many_terms_find_json_content_exactly(
+    corpus: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    path, written = corpus
+    rng = random.Random(3)
+    pieces = sorted(
+        {
+            word[i : i + 3]
+            for m in written
+            if isinstance(m["content"], list)
+            for hay in haystacks(m)
+            for word in hay.split()
+            for i in range(len(word) - 2)
+        }
+    )
+    with SessionDB(path) as store:
+        found = 0
+        for _ in range(20):
+            terms = rng.sample(pieces, rng.randint(3, 8))
+            query = " ".join(
+                rng.choice(["OR ", "OR ", "NOT "]) * bool(i) + t for i, t in enumerate(terms)
+            )
+            shape = Shape.of(parse(query), frozenset({WORDS, TRIGRAM, LIKE}))
+            assert shape.behind_scanned, query
+            want = expected(written, query)
+            assert {h["id"] for h in store.search_messages(query, limit=None)} == want, query
+            found += len(want)
+    assert found > 0
+
+
 def test_duplicate_terms_and_groups_are_dropped() -> None:
     assert parse(" OR ".join(["t*"] * 64)) == parse("t*")
     assert parse("a a b B NOT c NOT C") == parse("a b NOT c")
