@@ -119,13 +119,16 @@ def _optional_flag(value: Any) -> Any:
     return None if value is None else _flag(value)
 
 
+_NOT_A_TIME = "is not a time between years 1 and 9999"
+
+
 def _epoch(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Refused(f"must be seconds since the epoch, not {_kind(value)}")
     if isinstance(value, int) and abs(value) > 10**40:
-        raise _Refused("is outside the dates Python can show (years 1 to 9999)")
+        raise _Refused(f"(an integer of {len(str(abs(value)))} digits) {_NOT_A_TIME}")
     if not (math.isfinite(value) and EPOCH_MIN <= value <= EPOCH_MAX):
-        raise _Refused(f"{value!r} is outside the dates Python can show (years 1 to 9999)")
+        raise _Refused(f"{value!r} {_NOT_A_TIME}")
     return value
 
 

@@ -39,10 +39,13 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from peewee import SQL
+
 from .bundle import CHUNK_ROWS, chunks, raw
 from .db import HermesDatabase
 from .errors import ImportConflictError
 from .models import Message, Session
+from .transcript import counter_totals
 
 logger = logging.getLogger("hermes_models")
 
@@ -125,18 +128,6 @@ def _alive(lease: dict[str, Any]) -> bool:
         return True
     return True
 
-
-_COUNTERS_SQL = f"""
-SELECT session_id, COUNT(*), COALESCE(SUM(
-    CASE WHEN role = 'assistant' THEN
-        CASE WHEN json_valid(tool_calls) THEN
-            CASE WHEN json_type(tool_calls) = 'array' THEN json_array_length(tool_calls) ELSE 0 END
-        ELSE 0 END
-    ELSE 0 END), 0)
-FROM {_MESSAGES}
-WHERE session_id IN (SELECT value FROM json_each(?)) AND active = 1
-GROUP BY session_id
-"""
 
 _TITLES_SQL = f"""
 SELECT s.title FROM json_each(?) AS w JOIN {_SESSIONS} AS s
@@ -357,9 +348,13 @@ class Staging:
         return written
 
     def _counters(self) -> dict[str, tuple[int, int]]:
+        """``(message_count, tool_call_count)`` of the sessions, by the one counting rule."""
         out: dict[str, tuple[int, int]] = {}
         for chunk in chunks(self.session_ids, 5000):
-            for session_id, messages, calls in raw(_COUNTERS_SQL, [json.dumps(list(chunk))]):
+            ids = SQL("(SELECT value FROM json_each(?))", [json.dumps(list(chunk))])
+            for session_id, messages, calls in raw(
+                counter_totals().where(Message.session.in_(ids))
+            ):
                 out[session_id] = (int(messages), int(calls))
         return out
 

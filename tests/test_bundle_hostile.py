@@ -86,22 +86,22 @@ BAD_VALUES = [
     pytest.param(_message(True), "message id must be an integer, not a boolean", id="id-bool"),
     pytest.param(
         _message(timestamp=1e300),
-        "message timestamp 1e+300 is outside the dates Python can show",
+        "message timestamp 1e+300 is not a time between years 1 and 9999",
         id="timestamp-huge",
     ),
     pytest.param(
         '{"type":"message","id":1,"session_id":"s1","role":"user","timestamp":' + "9" * 400 + "}",
-        "message timestamp is outside the dates Python can show",
+        "message timestamp (an integer of 400 digits) is not a time between years 1 and 9999",
         id="timestamp-400-digits",
     ),
     pytest.param(
         '{"type":"message","id":1,"session_id":"s1","role":"user","timestamp":NaN}',
-        "message timestamp nan is outside the dates Python can show",
+        "message timestamp nan is not a time between years 1 and 9999",
         id="timestamp-nan",
     ),
     pytest.param(
         '{"type":"message","id":1,"session_id":"s1","role":"user","timestamp":Infinity}',
-        "message timestamp inf is outside the dates Python can show",
+        "message timestamp inf is not a time between years 1 and 9999",
         id="timestamp-infinity",
     ),
     pytest.param(
@@ -172,12 +172,12 @@ BAD_SESSIONS = [
     ),
     pytest.param(
         _session(started_at=-1e13),
-        "session started_at -10000000000000.0 is outside the dates Python can show",
+        "session started_at -10000000000000.0 is not a time between years 1 and 9999",
         id="started-before-year-1",
     ),
     pytest.param(
         _session(ended_at=float("inf")),
-        "session ended_at inf is outside the dates Python can show",
+        "session ended_at inf is not a time between years 1 and 9999",
         id="ended-infinite",
     ),
     pytest.param(_session(archived=3), "session archived must be 0 or 1, not 3", id="archived-3"),
@@ -377,8 +377,8 @@ def test_a_folder_import_records_every_bad_file_and_imports_the_rest(
     assert {name: error.split(":1: ", 1)[1] for name, error in errors.items()} == {
         "b-bomb": "JSON nested too deeply to read",
         "c-latin1": "not UTF-8 text (byte 33 of the line is 0xe9)",
-        "d-digits": "timestamp (an integer of 400 digits) is outside the dates Python "
-        "can show (years 1 to 9999)",
+        "d-digits": "timestamp 999999999999... (400 characters) is not a time between "
+        "years 1 and 9999",
         "e-long": "line longer than 1 MiB",
         "f-surrogate": "holds text that cannot be stored as UTF-8 (a lone surrogate)",
         "g-year-zero": "timestamp '0000-01-01T00:00:00' is neither epoch seconds nor ISO 8601",
