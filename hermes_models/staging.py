@@ -6,8 +6,9 @@ its whole length, and a gateway appending meanwhile gives up after about
 
 1. **A lease.** A row in ``state_meta`` (key :data:`LEASE_KEY`) names the
    importing process and the sessions it adds. One import per file runs at
-   a time; a lease whose process is gone (or that was not renewed for
-   :data:`LEASE_SECONDS`) is taken over, and what that import left is
+   a time; a lease whose process is provably gone (see
+   :mod:`hermes_models.holders`) or that was not renewed for
+   :data:`LEASE_SECONDS` is taken over, and what that import left is
    removed first.
 2. **The messages**, in transactions that each hold the lock for about
    :data:`TRANSACTION_SECONDS`. Whenever the lock was held that long in
@@ -31,7 +32,6 @@ import functools
 import json
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -44,6 +44,7 @@ from peewee import SQL
 from .bundle import CHUNK_ROWS, chunks, raw
 from .db import HermesDatabase
 from .errors import ImportConflictError
+from .holders import holder_is_gone, local_holder
 from .models import Message, Session
 from .transcript import counter_totals
 
@@ -116,17 +117,14 @@ def _present(ids: Iterable[str]) -> set[str]:
 
 
 def _alive(lease: dict[str, Any]) -> bool:
-    if float(lease.get("expires", 0)) < time.time():
-        return False
-    if lease.get("host") != socket.gethostname():
-        return True
+    """Whether the import holding ``lease`` may still run: its lease has not expired and
+    its process is not provably gone (:func:`hermes_models.holders.holder_is_gone`)."""
     try:
-        os.kill(int(lease.get("pid", 0)), 0)
-    except ProcessLookupError:
+        expires = float(lease.get("expires", 0))
+    except (TypeError, ValueError):
         return False
-    except (PermissionError, ValueError, OverflowError):
-        return True
-    return True
+    holder = lease.get("holder")
+    return expires >= time.time() and not (isinstance(holder, str) and holder_is_gone(holder))
 
 
 _TITLES_SQL = f"""
@@ -148,6 +146,7 @@ class Staging:
         self.db = db
         self.session_ids = list(session_ids)
         self.token = uuid.uuid4().hex
+        self.holder = local_holder("hermes_models-import")
         self._reserve_upto = reserve_upto
         self._foreign_keys: int | None = None
 
@@ -166,8 +165,8 @@ class Staging:
     def _store_lease(self, sessions: list[str], sequence: list[Any] | None) -> None:
         value = {
             "token": self.token,
+            "holder": self.holder,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
             "expires": time.time() + LEASE_SECONDS,
             "sessions": sessions,
             "sequence": sequence,
@@ -203,7 +202,7 @@ class Staging:
             if lease is not None and lease.get("token") and _alive(lease):
                 raise ImportConflictError(
                     f"{self.db.path}: another import into this file is running (process "
-                    f"{lease.get('pid')} on {lease.get('host')}); try again when it is done"
+                    f"{lease.get('pid')}); try again when it is done"
                 )
             self._store_lease([], None)
             return lease

@@ -19,6 +19,7 @@ import pytest
 from hermes_models import ImportConflictError, SessionDB, staging
 from hermes_models.bundle import FORMAT
 from hermes_models.db import sqlite_uri
+from hermes_models.holders import local_holder
 
 import legacy
 
@@ -212,6 +213,11 @@ def test_an_import_killed_midway_stays_invisible_and_the_next_one_finishes_it(
         conn.close()
 
 
+def _holder_of_child(conn: Connection) -> None:
+    conn.send(local_holder("hermes_models-import"))
+    conn.close()
+
+
 def _lease(path: Path) -> dict[str, Any] | None:
     conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5)
     try:
@@ -239,8 +245,8 @@ def test_a_second_import_while_one_runs_is_refused(tmp_path: Path) -> None:
             json.dumps(
                 {
                     "token": "other",
+                    "holder": local_holder("another-import"),
                     "pid": os.getpid(),
-                    "host": os.uname().nodename,
                     "expires": time.time() + 60,
                     "sessions": ["x"],
                 }
@@ -258,14 +264,17 @@ def test_a_second_import_while_one_runs_is_refused(tmp_path: Path) -> None:
 def test_a_lease_left_by_a_dead_process_is_taken_over(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=2, per_session=3)
-    dead = SPAWN.Process(target=time.sleep, args=(0,))
+    receiver, sender = SPAWN.Pipe(duplex=False)
+    dead = SPAWN.Process(target=_holder_of_child, args=(sender,))
     dead.start()
+    sender.close()
+    holder = receiver.recv()
     dead.join()
     with SessionDB(path) as store:
         stale = {
             "token": "old",
+            "holder": holder,
             "pid": dead.pid,
-            "host": os.uname().nodename,
             "expires": time.time() + 60,
             "sessions": ["imp-0"],
             "ranges": [[1, 3]],
