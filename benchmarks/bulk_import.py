@@ -7,8 +7,10 @@ fresh migrated file five ways:
 * ``append``: ``SessionDB.create_session`` then ``SessionDB.append_message``
   per message, one transaction each, as an agent writes live;
 * ``transcripts``: ``SessionDB.import_transcripts`` on a folder of legacy
-  ``<session_id>.jsonl`` files (one transaction per file, multi-row inserts);
-* ``bundle``: ``SessionDB.import_bundle`` of a JSONL bundle (one transaction);
+  ``<session_id>.jsonl`` files (per file: a lease, the messages with
+  multi-row inserts, then the session; see ``hermes_models.staging``);
+* ``bundle``: ``SessionDB.import_bundle`` of a JSONL bundle (checked in full
+  first, then written the same way);
 * ``plain per message`` (reference): sqlite3, one ``INSERT`` and one counter
   ``UPDATE`` per transaction, as a Hermes process appends;
 * ``plain bulk`` (reference): sqlite3 ``executemany`` in one transaction.
