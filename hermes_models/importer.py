@@ -27,7 +27,7 @@ from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, chunks, raw
 from .bundle_reader import Scan, Source, message_rows, open_source, scan
 from .db import current
 from .errors import BundleError
-from .staging import Staging
+from .staging import SMALL_IMPORT, Staging, write_at_once
 
 _PARENT = SESSION_COLUMNS.index("parent_session_id")
 
@@ -95,6 +95,23 @@ def _rows(source: Source, new_ids: set[str], moved: set[str], base: int) -> Iter
         yield values
 
 
+def _renumber(rows: list[Any], moved: set[str]) -> list[Any]:
+    """``rows`` with those of ``moved`` sessions given ids after every id used (in a write)."""
+    if not moved:
+        return rows
+    sequence = raw("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    highest = raw("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    kept = [values[0] for values in rows if values[1] not in moved]
+    next_id = max(int(sequence[0]) if sequence else 0, int(highest), *kept)
+    out = []
+    for values in rows:
+        if values[1] in moved:
+            next_id += 1
+            values = (next_id, *values[1:])
+        out.append(values)
+    return out
+
+
 def import_bundle(
     source: str | os.PathLike[str] | IO[str], progress: Progress | None = None
 ) -> dict[str, int]:
@@ -135,6 +152,26 @@ def import_bundle(
             if progress is not None:
                 progress(done, total)
 
+        sessions = [dict(zip(SESSION_COLUMNS, row)) for row in new]
+        if adding <= SMALL_IMPORT:
+            rows = list(_rows(reader, new_ids, set(), 0))
+            moved: set[str] = set()
+
+            def renumbered_rows() -> list[Any]:
+                # Inside the write: which ids are taken, and what comes after the largest.
+                taken = _present("messages", [r[0] for r in rows])
+                moved.clear()
+                moved.update(r[1] for r in rows if r[0] in taken)
+                return _renumber(rows, moved)
+
+            renamed = write_at_once(
+                db, sessions, MESSAGE_COLUMNS, renumbered_rows, rename_titles=True
+            )
+            if renamed is not None:
+                counts["titles_renamed"] = renamed
+                counts["messages_renumbered"] = sum(plan.messages[s] for s in moved)
+                step(total)
+                return counts
         with Staging(
             db, [row[0] for row in new], reserve_upto=plan.last_id if adding else 0
         ) as staging:
@@ -142,7 +179,6 @@ def import_bundle(
             renumbered = sum(plan.messages[session_id] for session_id in moved)
             base = staging.reserve(renumbered) if renumbered else 0
             staging.insert_messages(_rows(reader, new_ids, moved, base), MESSAGE_COLUMNS, step)
-            sessions = [dict(zip(SESSION_COLUMNS, row)) for row in new]
             counts["titles_renamed"] = staging.finish(sessions, rename_titles=True)
         counts["messages_renumbered"] = renumbered
         step(len(new))

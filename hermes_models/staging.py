@@ -451,6 +451,78 @@ class Staging:
             )
 
 
+#: Messages up to which an import is written in one transaction instead (tens of
+#: milliseconds of lock at most): all or nothing by itself, no lease, no pause.
+SMALL_IMPORT = 1000
+
+
+def write_at_once(
+    db: HermesDatabase,
+    sessions: list[dict[str, Any]],
+    columns: Sequence[str],
+    rows: Callable[[], Sequence[Sequence[Any]]],
+    *,
+    rename_titles: bool,
+) -> int | None:
+    """Add sessions and their messages in one write: a small import.
+
+    ``rows`` makes the message rows inside the write (it may read the file,
+    e.g. to give taken ids new ones) and must be safe to run again. Counters
+    are computed and titles settled as in :meth:`Staging.finish`. Returns how
+    many titles changed, or None (nothing written) when an earlier import left
+    its lease behind: :class:`Staging` then removes what it left.
+
+    Raises:
+        ImportConflictError: a large import into the file is running, or one
+            of the sessions appeared meanwhile.
+    """
+    ids = [values["id"] for values in sessions]
+
+    def run() -> int | None:
+        raw("PRAGMA defer_foreign_keys = ON")
+        row = raw("SELECT value FROM state_meta WHERE key = ?", [LEASE_KEY]).fetchone()
+        try:
+            lease = json.loads(row[0]) if row is not None else None
+        except (TypeError, ValueError, RecursionError):
+            lease = None
+        if isinstance(lease, dict) and lease.get("token") and _alive(lease):
+            raise ImportConflictError(
+                f"{db.path}: another import into this file is running (process "
+                f"{lease.get('pid')}); try again when it is done"
+            )
+        if row is not None:
+            return None  # an import left work behind: the staged path cleans it up
+        present = _present(ids)
+        if present:
+            shown = ", ".join(repr(i) for i in sorted(present)[:5])
+            raise ImportConflictError(
+                f"{db.path}: session(s) {shown} appeared while they were being imported; "
+                "nothing was imported — run the import again"
+            )
+        settled, changed = _settle_titles(sessions, rename_titles)
+        for values in settled:
+            values["message_count"] = values["tool_call_count"] = 0
+        names = list(settled[0])
+        insert_rows(_SESSIONS, names, [[values[c] for c in names] for values in settled])
+        insert_rows(_MESSAGES, columns, rows())
+        for chunk in chunks(ids, 5000):
+            found = SQL("(SELECT value FROM json_each(?))", [json.dumps(list(chunk))])
+            totals = raw(counter_totals().where(Message.session.in_(found))).fetchall()
+            for session_id, messages, calls in totals:
+                raw(
+                    f"UPDATE {_SESSIONS} SET message_count = ?, tool_call_count = ? WHERE id = ?",
+                    [messages, calls, session_id],
+                )
+        return changed
+
+    started = time.monotonic()
+    try:
+        changed: int | None = db.write(run)
+    finally:
+        _pacer.after(time.monotonic() - started, nested=db.in_transaction())
+    return changed
+
+
 def _settle_titles(
     sessions: list[dict[str, Any]], rename: bool
 ) -> tuple[list[dict[str, Any]], int]:
@@ -479,4 +551,4 @@ def _settle_titles(
     return out, changed
 
 
-__all__ = ["LEASE_KEY", "Staging", "insert_rows", "insert_sql"]
+__all__ = ["LEASE_KEY", "SMALL_IMPORT", "Staging", "insert_rows", "insert_sql", "write_at_once"]

@@ -36,7 +36,7 @@ from .db import current
 from .errors import BundleError
 from .models import ROLES, Message, Session
 from .output import file_path
-from .staging import Staging
+from .staging import SMALL_IMPORT, Staging, write_at_once
 
 _COLUMNS = [Message._meta.fields[name].column_name for name in transcript.MESSAGE_FIELDS]
 _FIELDS = set(transcript.MESSAGE_FIELDS) - {"session", "role", "content", "timestamp"}
@@ -223,9 +223,14 @@ def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
         return {"sessions_added": 0, "messages_added": 0, "lines_skipped": skipped}
     row = _session_row(session_id, meta, messages, source, mtime)
     rows = _message_rows(session_id, path, messages, row["started_at"])
-    with Staging(current(), [session_id]) as staging:
-        staging.insert_messages(rows, _COLUMNS)
-        staging.finish([row], rename_titles=False)
+    small = len(rows) <= SMALL_IMPORT
+    if (
+        not small
+        or write_at_once(current(), [row], _COLUMNS, lambda: rows, rename_titles=False) is None
+    ):
+        with Staging(current(), [session_id]) as staging:
+            staging.insert_messages(rows, _COLUMNS)
+            staging.finish([row], rename_titles=False)
     return {"sessions_added": 1, "messages_added": len(rows), "lines_skipped": skipped}
 
 

@@ -458,20 +458,23 @@ def test_a_bundle_read_from_a_stream_that_cannot_rewind_is_imported(
         assert store.get_messages("s1")[0]["content"] == "through a pipe"
 
 
+@pytest.mark.parametrize("small", [True, False], ids=["one write", "in steps"])
 def test_a_bundle_changed_between_its_two_reads_is_undone(
-    target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
 ) -> None:
     from hermes_models import importer
 
     bundle = _write(tmp_path / "b.jsonl", _session(), _message(1, content="first"))
     before = legacy.dump(target)
-    real = importer._clashing
+    real = importer.scan
 
-    def edit_then_check(*args: Any) -> Any:
+    def scan_then_edit(*args: Any) -> Any:
+        plan = real(*args)
         bundle.write_text(bundle.read_text().replace("first", "FIRST"), encoding="utf-8")
-        return real(*args)
+        return plan
 
-    monkeypatch.setattr(importer, "_clashing", edit_then_check)
+    monkeypatch.setattr(importer, "scan", scan_then_edit)
+    monkeypatch.setattr(importer, "SMALL_IMPORT", 1000 if small else 0)
     with SessionDB(target) as store:
         with pytest.raises(BundleError, match="the file changed while it was being imported"):
             store.import_bundle(bundle)
