@@ -64,7 +64,7 @@ def execute(sql: str, params: list[Any]) -> Any:
 #: Seconds the statement that finds a search's hits may run; then the search
 #: returns the hits found so far (often none) and logs a warning. A
 #: ``time_budget`` argument overrides it per call; None means no limit.
-TIME_BUDGET_S = 3.0
+TIME_BUDGET_S = 5.0
 #: SQLite virtual-machine steps between two looks at the clock.
 _CLOCK_STEPS = 10_000
 
