@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_models import BundleError, SessionDB, jsonl
+from hermes_models import BundleError, SessionDB, jsonl, transcript
 from hermes_models.bundle import FORMAT
 from hermes_models.transcript_files import parse_iso
 
@@ -282,12 +282,13 @@ def test_counters_are_recomputed_from_the_imported_rows(target: Path, tmp_path: 
         store.import_bundle(bundle)
         session = store.get_session("s1")
         imported = (session["message_count"], session["tool_call_count"], session["input_tokens"])
-        # The same rule append_message and rewind keep.
-        store.append_message("s1", "user", "one more")
-        store.rewind_to_message("s1", store.get_messages("s1")[-1]["id"])
-        recounted = store.get_session("s1")
-    assert imported == (4, 2, 12)
-    assert (recounted["message_count"], recounted["tool_call_count"]) == (4, 2)
+        # The rule every writer keeps (Hermes'): recounting the session changes nothing.
+        transcript.recount("s1")
+        again = store.get_session("s1")
+    # Every row counts, rewound included; a tool result adds no call; text that is
+    # not a JSON list counts as one call.
+    assert imported == (5, 5, 12)
+    assert (again["message_count"], again["tool_call_count"]) == imported[:2]
 
 
 # -- files that crash readers --------------------------------------------------------------
