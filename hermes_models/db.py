@@ -824,8 +824,9 @@ def connect(
                         raise FileNotFoundError(f"{path} does not exist (opened read-only)")
                     check_ownership(path, read_only=True)
                     params = read_only_params(path)
-                # Before any connection of ours can switch the file to WAL.
-                check_schema_version(path, params)
+                # Before any connection of ours can switch the file to WAL. Another
+                # process creating the file holds it locked for the whole migration.
+                retry_locked(lambda: check_schema_version(path, params))
                 if not read_only:
                     check_writable(path)
                     secure_files(path, create=True)
@@ -833,18 +834,22 @@ def connect(
                     apply_migrations(path)
                     _migrated.add(path)
                 db = HermesDatabase(path, read_only=read_only, params=params)
+
+                def open_checked(db: HermesDatabase = db) -> None:
+                    try:
+                        _open_connection(db)
+                        refuse_newer_schema(path, stored_schema_version(db.connection()))
+                        if read_only:
+                            _require_store(db)
+                    except Exception:
+                        db.close()
+                        raise
+
                 try:
-                    _open_connection(db)
-                    refuse_newer_schema(path, stored_schema_version(db.connection()))
-                    if read_only:
-                        _require_store(db)
+                    retry_locked(open_checked)
                 except sqlite3.DatabaseError as exc:
-                    db.close()
                     if "not a database" in str(exc):
                         raise NotADatabaseError(f"{path} is not an SQLite database") from exc
-                    raise
-                except Exception:
-                    db.close()
                     raise
                 if not read_only:
                     secure_files(path, create=False)

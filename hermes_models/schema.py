@@ -26,9 +26,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from yoyo import get_backend, read_migrations
+from yoyo import read_migrations
 from yoyo.backends.base import TransactionManager
+from yoyo.connections import get_backend_class, parse_uri
 from yoyo.exceptions import LockTimeout
+from yoyo.migrations import default_migration_table
 
 from .db import (
     SCHEMA_VERSION,
@@ -173,8 +175,16 @@ def _up_to_date(path: Path, migrations: Any) -> bool:
 @contextlib.contextmanager
 def _backend(path: Path) -> Iterator[Any]:
     def open_backend() -> Any:
-        backend = get_backend(yoyo_url(path))
-        tables = {row[0] for row in backend.execute("SELECT name FROM sqlite_master")}
+        # yoyo's get_backend() in three steps, so that a file that is locked or
+        # is not a database does not leave yoyo's connection open behind it.
+        parsed = parse_uri(yoyo_url(path))
+        backend = get_backend_class(parsed.scheme)(parsed, default_migration_table)
+        try:
+            backend.init_database()
+            tables = {row[0] for row in backend.execute("SELECT name FROM sqlite_master")}
+        except BaseException:
+            backend.connection.close()
+            raise
         if "yoyo_lock" not in tables:
             # Another process held the file while yoyo created its lock table.
             backend.connection.close()

@@ -320,6 +320,7 @@ def test_a_failure_midway_removes_every_row_written_and_the_id_reservation(
         conn.close()
 
 
+@pytest.mark.slow
 def test_memory_of_an_import_does_not_grow_with_the_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -341,6 +342,7 @@ def test_memory_of_an_import_does_not_grow_with_the_bundle(
     assert peaks[1] < 3 * 1024 * 1024, peaks
 
 
+@pytest.mark.slow
 def test_colliding_titles_are_renamed_with_one_query(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=300, per_session=1)

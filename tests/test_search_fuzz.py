@@ -124,6 +124,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionDB]:
         yield session_db
 
 
+@pytest.mark.slow
 @settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(query=queries)
 def test_no_query_raises(store: SessionDB, query: str) -> None:
