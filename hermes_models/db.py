@@ -483,11 +483,24 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: Which full-text tables this SQLite build runs (set on first use).
         self.search_support: dict[str, bool] | None = None
         self._writes = itertools.count(1)  # next() is atomic under the GIL
+        self._thread_tokens = threading.local()
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
             super().__init__(uri, timeout=BUSY_TIMEOUT_S, uri=True)
         else:
             super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = cast(sqlite3.Connection, super()._connect())  # type: ignore[misc]
+        # peewee keeps one connection per thread. A thread that ends without
+        # closing its own would leave it to the garbage collector (Python 3.13
+        # warns "unclosed database"), so it is closed when the thread's state
+        # goes away; replacing the token on a reconnect closes the previous one.
+        token = _ThreadToken()
+        finalizer = weakref.finalize(token, _close_owned, conn, os.getpid())
+        finalizer.atexit = False
+        self._thread_tokens.token = token
+        return conn
 
     def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
         # SQLite opens the -wal and -shm files at the first statement: check them first.
@@ -576,6 +589,22 @@ class HermesDatabase(peewee.SqliteDatabase):
         handle: Any = self
         _abandoned.append(handle._state)
         handle._state = peewee._ConnectionLocal()
+
+
+class _ThreadToken:
+    """Lives as long as one thread's connection may: see HermesDatabase._connect."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _close_owned(conn: sqlite3.Connection, pid: int) -> None:
+    # A forked child must not close (and so checkpoint) its parent's connection.
+    if os.getpid() != pid:
+        return
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
 
 
 class _Immediate:

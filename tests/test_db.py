@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -834,3 +835,18 @@ def test_a_cached_handle_notices_a_newer_schema_written_by_another_process(db_pa
         hermes_models.connect(db_path)
     with pytest.raises(hermes_models.SchemaTooNewError, match="version 17"):
         SessionDB(db_path)
+
+
+def test_a_threads_connection_is_closed_when_the_thread_ends(database: HermesDatabase) -> None:
+    # Python 3.13 reports a connection the garbage collector has to close as
+    # an unraisable ResourceWarning, which this suite turns into a failure.
+    def work() -> None:
+        database.connection().execute("SELECT COUNT(*) FROM sessions").fetchone()
+
+    for _ in range(3):
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    gc.collect()
+    # This thread's own connection is untouched.
+    assert database.execute_sql("SELECT COUNT(*) FROM sessions").fetchone() == (0,)

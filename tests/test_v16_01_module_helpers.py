@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
@@ -247,6 +248,11 @@ def duplicate_schema_row(path: Path, name: str) -> None:
     conn.close()
 
 
+def count_sessions(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
+
+
 def seeded(path: Path) -> None:
     with SessionDB(path) as store:
         store.create_session("s1", "cli", model="m")
@@ -258,7 +264,7 @@ def test_repair_removes_a_duplicated_schema_row(tmp_path: Path) -> None:
     seeded(path)
     duplicate_schema_row(path, "messages_fts_insert")
     with pytest.raises(sqlite3.DatabaseError, match="malformed database schema"):
-        sqlite3.connect(path).execute("SELECT COUNT(*) FROM sessions").fetchone()
+        count_sessions(path)
 
     report = hermes_state.repair_state_db_schema(path)
 
@@ -270,7 +276,7 @@ def test_repair_removes_a_duplicated_schema_row(tmp_path: Path) -> None:
     assert backup.name.startswith("state.db.malformed-backup-")
     # The copy is the file as it was, still malformed.
     with pytest.raises(sqlite3.DatabaseError):
-        sqlite3.connect(backup).execute("SELECT COUNT(*) FROM sessions").fetchone()
+        count_sessions(backup)
     with SessionDB(path) as store:
         assert store.get_session("s1")["model"] == "m"
         assert [hit["session_id"] for hit in store.search_messages("needle")] == ["s1"]
