@@ -250,13 +250,12 @@ def _distinct_queries(count: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_twelve_hundred_distinct_queries_keep_every_cache_within_its_bound(
+def test_five_thousand_distinct_queries_keep_every_cache_within_its_bound(
     store: SessionDB,
 ) -> None:
     store.create_session("s", "cli")
     store.append_message("s", "user", "alpha 事件循环 数据")
-    # Six times the largest bound (128): every cache is full long before the end.
-    queries = _distinct_queries(1200)
+    queries = _distinct_queries(5000)
 
     def drive(n: int, query: str) -> None:
         # Half the queries through each search, each query a shape of its own.
@@ -267,7 +266,7 @@ def test_twelve_hundred_distinct_queries_keep_every_cache_within_its_bound(
         if n < 200:
             store.list_sessions_rich(source=["cli"] * n)
 
-    for n, query in enumerate(queries[:800]):
+    for n, query in enumerate(queries[:4600]):
         drive(n, query)
     # Memory while 200 new shapes replace what the caches hold, then 200 more:
     # bounded caches hold the same amount after both (each statement of a
@@ -275,7 +274,7 @@ def test_twelve_hundred_distinct_queries_keep_every_cache_within_its_bound(
     tracemalloc.start()
     try:
         held = []
-        for start in (800, 1000):
+        for start in (4600, 4800):
             for n, query in enumerate(queries[start : start + 200], start):
                 drive(n, query)
             gc.collect()
