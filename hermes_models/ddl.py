@@ -25,8 +25,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
-from yoyo.migrations import Migration
-
 from .schema import migrations_dir
 
 #: The migration holding the tables and indexes of the v16 layout.
@@ -47,6 +45,8 @@ _CREATE = re.compile(
 
 def migration_module(filename: str, folder: Path | None = None) -> ModuleType:
     """A Python migration loaded by yoyo, as a module (its step functions are public)."""
+    from yoyo.migrations import Migration  # yoyo only when a migration is first read
+
     path = (folder or migrations_dir()) / filename
     migration = Migration(path.stem, str(path), source_dir=str(path.parent))
     migration.load()

@@ -16,6 +16,8 @@ children, all in one transaction: a failure leaves the file as it was.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import os
 import sqlite3
@@ -25,12 +27,6 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-from yoyo import read_migrations
-from yoyo.backends.base import TransactionManager
-from yoyo.connections import get_backend_class, parse_uri
-from yoyo.exceptions import LockTimeout
-from yoyo.migrations import default_migration_table
 
 from .db import (
     SCHEMA_VERSION,
@@ -122,9 +118,9 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     check_schema_version(path)
     check_writable(path)
     secure_files(path, create=True)
-    migrations = _migrations()
-    if _up_to_date(path, migrations):
+    if _up_to_date(path, migrations_dir()):
         return []
+    migrations = _migrations()
     with _process_lock, _backend(path) as backend, _locked(backend):
         applied = set(backend.get_applied_migration_hashes())
         baseline = [m for m in migrations if m.id in BASELINE]
@@ -145,17 +141,46 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     return done
 
 
-def _migrations() -> Any:
-    return read_migrations(str(migrations_dir()))
+def _migrations(folder: Path | None = None) -> Any:
+    # yoyo is imported only when there is migrating to do: opening a file that
+    # is up to date needs neither yoyo nor the migration files parsed.
+    from yoyo import read_migrations
+
+    return read_migrations(str(folder or migrations_dir()))
 
 
-def _up_to_date(path: Path, migrations: Any) -> bool:
-    """True when every migration is recorded as applied (read without any write).
+def migration_ids(folder: Path) -> list[str]:
+    """The ids yoyo's ``read_migrations`` gives the migrations in ``folder``, in order.
+
+    Read from the file names alone, as yoyo reads them: every ``.py`` and
+    ``.sql`` file but rollbacks, post-apply hooks and yoyo's scratch files.
+    """
+    names = sorted(
+        entry.name
+        for entry in folder.iterdir()
+        if entry.is_file() and entry.suffix in (".py", ".sql")
+    )
+    return [
+        name.rsplit(".", 1)[0]
+        for name in names
+        if not name.endswith(".rollback.sql")
+        and not name.startswith(("post-apply", "_tmp_yoyonew"))
+    ]
+
+
+def migration_hash(migration_id: str) -> str:
+    """The key yoyo records an applied migration under (``_yoyo_migration.migration_hash``)."""
+    return hashlib.sha256(migration_id.encode("utf-8")).hexdigest()
+
+
+def _up_to_date(path: Path, folder: Path) -> bool:
+    """True when every migration in ``folder`` is recorded as applied (read without any write).
 
     Every process checks this on its first open: taking yoyo's lock (a write)
     only when something is pending keeps start-up from queueing behind
     another process's long write transaction.
     """
+    migrations = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
     if not path.exists() or path.stat().st_size == 0:
         return False
     try:
@@ -169,7 +194,7 @@ def _up_to_date(path: Path, migrations: Any) -> bool:
     finally:
         conn.close()
     applied = {row[0] for row in rows}
-    return all(m.hash in applied for m in migrations)
+    return all(key in applied for key in migrations)
 
 
 @contextlib.contextmanager
@@ -177,6 +202,9 @@ def _backend(path: Path) -> Iterator[Any]:
     def open_backend() -> Any:
         # yoyo's get_backend() in three steps, so that a file that is locked or
         # is not a database does not leave yoyo's connection open behind it.
+        from yoyo.connections import get_backend_class, parse_uri
+        from yoyo.migrations import default_migration_table
+
         parsed = parse_uri(yoyo_url(path))
         backend = get_backend_class(parsed.scheme)(parsed, default_migration_table)
         try:
@@ -225,6 +253,8 @@ def _reclaim_stale_lock(backend: Any) -> bool:
 
 @contextlib.contextmanager
 def _locked(backend: Any) -> Iterator[None]:
+    from yoyo.exceptions import LockTimeout
+
     deadline = time.monotonic() + LOCK_WAIT_S
     with contextlib.ExitStack() as stack:
         while True:
@@ -270,13 +300,18 @@ def _hermes_version(conn: sqlite3.Connection) -> int | None:
     return stored_schema_version(conn) or 0
 
 
-class _ImmediateTransaction(TransactionManager):  # type: ignore[misc]
-    """A yoyo transaction begun with ``BEGIN IMMEDIATE``: the write lock is taken first."""
+@functools.cache
+def _immediate_transaction() -> Any:
+    """yoyo's transaction class, begun with ``BEGIN IMMEDIATE``: the write lock is taken first."""
+    from yoyo.backends.base import TransactionManager
 
-    def _do_begin(self) -> None:
-        self.backend.execute("BEGIN IMMEDIATE")
-        # What yoyo's own begin() records, so nested steps use savepoints.
-        self.backend._in_transaction = True
+    class ImmediateTransaction(TransactionManager):  # type: ignore[misc]
+        def _do_begin(self) -> None:
+            self.backend.execute("BEGIN IMMEDIATE")
+            # What yoyo's own begin() records, so nested steps use savepoints.
+            self.backend._in_transaction = True
+
+    return ImmediateTransaction
 
 
 def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
@@ -291,7 +326,7 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
     """
 
     def run() -> None:
-        with _ImmediateTransaction(backend):
+        with _immediate_transaction()(backend):
             for migration in baseline:
                 migration.process_steps(backend, "apply")
                 backend.log_migration(migration, "apply")
@@ -410,9 +445,10 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
     Runs under yoyo's lock like :func:`migrate`.
     """
     path = resolve_path(target)
-    migrations = read_migrations(str(optional_migrations_dir(name)))
-    if _up_to_date(path, migrations):
+    folder = optional_migrations_dir(name)
+    if _up_to_date(path, folder):
         return []
+    migrations = _migrations(folder)
     with _process_lock, _backend(path) as backend, _locked(backend):
         todo = backend.to_apply(migrations)
         backend.apply_migrations(todo)

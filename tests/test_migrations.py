@@ -15,12 +15,22 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from yoyo import get_backend
+from yoyo import get_backend, read_migrations
 from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
+import hermes_models.schema as schema_module
 from hermes_models import MigrationError, SchemaTooNewError
-from hermes_models.schema import BASELINE, LOCK_POLL_S, yoyo_url
+from hermes_models.schema import (
+    BASELINE,
+    LOCK_POLL_S,
+    TELEGRAM_TOPICS,
+    migration_hash,
+    migration_ids,
+    migrations_dir,
+    optional_migrations_dir,
+    yoyo_url,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 YOYO = Path(sys.executable).parent / "yoyo"
@@ -617,3 +627,47 @@ def test_an_up_to_date_file_is_checked_without_writing(
         assert check.execute("SELECT COUNT(*) FROM _yoyo_log").fetchone() == log_rows
     finally:
         check.close()
+
+
+@pytest.mark.parametrize("folder", [migrations_dir(), optional_migrations_dir(TELEGRAM_TOPICS)])
+def test_migration_ids_and_keys_are_the_ones_yoyo_reads(folder: Path) -> None:
+    # The check that a file is up to date reads the ids from the file names
+    # without importing yoyo; it must see exactly the migrations yoyo applies.
+    migrations = read_migrations(str(folder))
+    assert migration_ids(folder) == [m.id for m in migrations]
+    assert [migration_hash(i) for i in migration_ids(folder)] == [m.hash for m in migrations]
+    assert migration_ids(folder) != []
+
+
+def test_a_new_migration_file_makes_the_file_out_of_date(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    hermes_models.migrate(path)
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    for source in migrations_dir().iterdir():
+        if source.is_file():
+            (folder / source.name).write_bytes(source.read_bytes())
+    assert schema_module._up_to_date(path, folder) is True
+    (folder / "0099_later.sql").write_text("CREATE TABLE later (id INTEGER);\n")
+    (folder / "0099_later.rollback.sql").write_text("DROP TABLE later;\n")
+    assert schema_module._up_to_date(path, folder) is False
+    assert schema_module._up_to_date(path, migrations_dir()) is True
+
+
+def test_opening_an_up_to_date_file_does_not_import_yoyo(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    code = (
+        "import sys\n"
+        "from hermes_models import SessionDB\n"
+        "with SessionDB(sys.argv[1]) as store:\n"
+        "    store.append_message(store.ensure_session('s', 'cli'), 'user', 'hi')\n"
+        "    store.search_messages('hi')\n"
+        "print('yoyo' in sys.modules)\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+        ).stdout
+        for _ in range(2)
+    ]
+    assert runs == ["True\n", "False\n"]  # migrating a new file needs it; the next open not
