@@ -28,7 +28,7 @@ import base64
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
 from peewee import fn
@@ -59,6 +59,20 @@ def raw(query: Any, params: Sequence[Any] | None = None) -> sqlite3.Cursor:
     if isinstance(query, str):
         return cast(sqlite3.Cursor, db.execute_sql(query, params))
     return cast(sqlite3.Cursor, db.execute(query))
+
+
+def existing_ids(table: str, ids: Iterable[Any]) -> set[Any]:
+    """Which of ``ids`` are ids of rows of ``table`` (``sessions`` or ``messages``)."""
+    found: set[Any] = set()
+    for chunk in chunks(list(ids), 5000):
+        found.update(
+            row[0]
+            for row in raw(
+                f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))',
+                [json.dumps(list(chunk))],
+            )
+        )
+    return found
 
 
 def _encode(value: Any) -> Any:

@@ -18,12 +18,11 @@ once complete (:mod:`hermes_models.staging`).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, chunks, raw
+from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
 from .bundle_reader import Scan, Source, message_rows, open_source, scan
 from .db import current
 from .errors import BundleError
@@ -32,24 +31,10 @@ from .staging import SMALL_IMPORT, Staging, write_at_once
 _PARENT = SESSION_COLUMNS.index("parent_session_id")
 
 
-def _present(table: str, ids: list[Any]) -> set[Any]:
-    """Which of ``ids`` are ids of rows of ``table`` (``sessions`` or ``messages``)."""
-    found: set[Any] = set()
-    for chunk in chunks(ids, 5000):
-        found.update(
-            row[0]
-            for row in raw(
-                f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))',
-                [json.dumps(list(chunk))],
-            )
-        )
-    return found
-
-
 def _refuse_missing_parents(plan: Scan, new: list[tuple[Any, ...]], present: set[str]) -> None:
     known = set(plan.lines) | present
     wanted = sorted({row[_PARENT] for row in new} - known - {None})
-    missing = set(wanted) - _present("sessions", wanted)
+    missing = set(wanted) - existing_ids("sessions", wanted)
     for row in new:
         if row[_PARENT] in missing:
             raise BundleError(
@@ -70,7 +55,7 @@ def _clashing(source: Source, plan: Scan, new_ids: set[str]) -> set[str]:
     pending: dict[int, str] = {}
 
     def check() -> None:
-        for taken in _present("messages", list(pending)):
+        for taken in existing_ids("messages", list(pending)):
             clashing.add(pending[taken])
         pending.clear()
 
@@ -129,7 +114,7 @@ def import_bundle(
     db = current()
     with open_source(source) as reader:
         plan = scan(reader)
-        present = _present("sessions", list(plan.lines))
+        present = existing_ids("sessions", list(plan.lines))
         new = [row for row in plan.sessions if row[0] not in present]
         _refuse_missing_parents(plan, new, present)
         new_ids = {row[0] for row in new}
@@ -159,7 +144,7 @@ def import_bundle(
 
             def renumbered_rows() -> list[Any]:
                 # Inside the write: which ids are taken, and what comes after the largest.
-                taken = _present("messages", [r[0] for r in rows])
+                taken = existing_ids("messages", [r[0] for r in rows])
                 moved.clear()
                 moved.update(r[1] for r in rows if r[0] in taken)
                 return _renumber(rows, moved)

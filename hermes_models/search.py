@@ -168,12 +168,7 @@ def scan_values(
     statement = scan_statement(
         include_inactive, all(not t.text.isascii() for _, t in like), _prefilter(shape)
     )
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
-    try:
-        fetch_within(statement.sql, statement.bind(term_values(query, shape)), deadline)
-    finally:
-        conn.create_function(SCAN_FUNCTION, 4, None)
+    _scan(statement, matcher, term_values(query, shape), deadline)
     by_needle = matcher.holders
     holding = {k: set(by_needle[needle]) for (k, _), needle in zip(like, matcher.needles)}
     slots = _numbered(shape)
@@ -183,6 +178,18 @@ def scan_values(
     out = {f"ids{k}": json.dumps(sorted(ids)) for k, ids in holding.items()}
     out["cand"] = json.dumps(sorted(candidates))
     return out
+
+
+def _scan(
+    statement: Statement, matcher: Matcher, values: dict[str, Any], deadline: float | None
+) -> None:
+    """Run the one-scan ``statement``, ``matcher`` noting which rows hold which term."""
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
+    try:
+        fetch_within(statement.sql, statement.bind(values), deadline)
+    finally:
+        conn.create_function(SCAN_FUNCTION, 4, None)
 
 
 def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:
@@ -208,12 +215,7 @@ def _scan_behind(
     statement = scan_statement(
         include_inactive, all(not t.text.isascii() for t in terms), behind=shape
     )
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
-    try:
-        fetch_within(statement.sql, statement.bind(term_values(query, shape)), deadline)
-    finally:
-        conn.create_function(SCAN_FUNCTION, 4, None)
+    _scan(statement, matcher, term_values(query, shape), deadline)
     holding = {k: set(matcher.holders[needle]) for k, needle in enumerate(matcher.needles)}
     return _decided(shape, holding)
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from peewee import SQL
 
-from .bundle import CHUNK_ROWS, chunks, raw
+from .bundle import CHUNK_ROWS, chunks, existing_ids, raw
 from .db import HermesDatabase
 from .errors import ImportConflictError
 from .holders import holder_is_gone, local_holder
@@ -102,18 +102,15 @@ class _Pacer(threading.local):
 _pacer = _Pacer()
 
 
-def _present(ids: Iterable[str]) -> set[str]:
-    """Which of ``ids`` are sessions of the file."""
-    found: set[str] = set()
-    for chunk in chunks(sorted(set(ids)), 5000):
-        found.update(
-            row[0]
-            for row in raw(
-                f"SELECT id FROM {_SESSIONS} WHERE id IN (SELECT value FROM json_each(?))",
-                [json.dumps(list(chunk))],
-            )
+def refuse_present(path: Any, ids: Iterable[str]) -> None:
+    """Refuse an import whose sessions another writer added meanwhile."""
+    present = existing_ids(_SESSIONS, sorted(set(ids)))
+    if present:
+        shown = ", ".join(repr(i) for i in sorted(present)[:5])
+        raise ImportConflictError(
+            f"{path}: session(s) {shown} appeared while they were being imported; "
+            "nothing was imported — run the import again"
         )
-    return found
 
 
 def _alive(lease: dict[str, Any]) -> bool:
@@ -278,13 +275,7 @@ class Staging:
             self._foreign_keys = None
 
     def _refuse_present(self, ids: Iterable[str]) -> None:
-        present = _present(ids)
-        if present:
-            shown = ", ".join(repr(i) for i in sorted(present)[:5])
-            raise ImportConflictError(
-                f"{self.db.path}: session(s) {shown} appeared while they were being imported; "
-                "nothing was imported — run the import again"
-            )
+        refuse_present(self.db.path, ids)
 
     def insert_messages(
         self,
@@ -492,13 +483,7 @@ def write_at_once(
             )
         if row is not None:
             return None  # an import left work behind: the staged path cleans it up
-        present = _present(ids)
-        if present:
-            shown = ", ".join(repr(i) for i in sorted(present)[:5])
-            raise ImportConflictError(
-                f"{db.path}: session(s) {shown} appeared while they were being imported; "
-                "nothing was imported — run the import again"
-            )
+        refuse_present(db.path, ids)
         settled, changed = _settle_titles(sessions, rename_titles)
         for values in settled:
             values["message_count"] = values["tool_call_count"] = 0
