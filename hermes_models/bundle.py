@@ -36,15 +36,15 @@ from peewee import fn
 from . import jsonl
 from .db import SCHEMA_VERSION, current
 from .errors import BundleError
-from .models import Message, Session
+from .models import Message, Session, stored_fields
 from .output import open_output
 
 FORMAT = "hermes-models-bundle"
 VERSION = 1
 
 #: Column names of a session line and of a message line, in schema order.
-SESSION_COLUMNS = tuple(f.column_name for f in Session._meta.sorted_fields)
-MESSAGE_COLUMNS = tuple(f.column_name for f in Message._meta.sorted_fields)
+SESSION_COLUMNS = tuple(f.column_name for f in stored_fields(Session))
+MESSAGE_COLUMNS = tuple(f.column_name for f in stored_fields(Message))
 #: Rows per multi-row INSERT, and ids per ``IN (...)`` list.
 CHUNK_ROWS = 200
 _ID_CHUNK = 500
@@ -144,7 +144,7 @@ def chunks(items: Sequence[Any], size: int = _ID_CHUNK) -> Iterator[Sequence[Any
 
 def session_rows(ids: list[str] | None) -> list[tuple[Any, ...]]:
     """Session rows (stored values, column order) by ``(started_at, id)``; None: all."""
-    fields = Session._meta.sorted_fields
+    fields = stored_fields(Session)
     if ids is None:
         return raw(Session.select(*fields).order_by(Session.started_at, Session.id)).fetchall()
     out: list[tuple[Any, ...]] = []
@@ -156,7 +156,7 @@ def session_rows(ids: list[str] | None) -> list[tuple[Any, ...]]:
 
 def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Message rows (stored values, column order) of those sessions by id; None: all."""
-    fields = Message._meta.sorted_fields
+    fields = stored_fields(Message)
     if ids is None:
         yield from raw(Message.select(*fields).order_by(Message.id))
         return

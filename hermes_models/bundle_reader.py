@@ -36,7 +36,7 @@ from .bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS, VERSION
 from .checks import EPOCH_MAX, EPOCH_MIN, INT64_MAX, INT64_MIN
 from .db import SCHEMA_VERSION
 from .errors import BundleError
-from .models import ROLES, Message, Session
+from .models import ROLES, Message, Session, stored_fields
 from .output import file_path
 
 #: Largest message id a bundle may carry. Ids above it would leave the
@@ -48,7 +48,7 @@ MAX_MESSAGE_ID = 2**62
 DEFAULTS = {
     f.column_name: f.default
     for model in (Session, Message)
-    for f in model._meta.sorted_fields
+    for f in stored_fields(model)
     if f.default is not None and not callable(f.default)
 }
 
@@ -207,7 +207,7 @@ _MESSAGE_CHECKS: dict[str, Check] = {
 
 def _checks(model: Any, specific: dict[str, Check]) -> tuple[tuple[str, Check, Any], ...]:
     out = []
-    for f in model._meta.sorted_fields:
+    for f in stored_fields(model):
         default = _integer if f.field_type == "INT" else _text
         name = f.column_name
         out.append((name, specific.get(name, default), DEFAULTS.get(name)))

@@ -40,6 +40,7 @@ from urllib.parse import quote, unquote, urlsplit
 import peewee
 
 from .caches import BoundedSet
+from .shape import WRITES_VERSION, FileShape, probe
 from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
@@ -52,8 +53,8 @@ logger = logging.getLogger("hermes_models")
 
 T = TypeVar("T")
 
-#: The Hermes schema version this package reads and writes.
-SCHEMA_VERSION = 16
+#: The Hermes schema version this package writes (files of later versions are read only).
+SCHEMA_VERSION = WRITES_VERSION
 
 BUSY_TIMEOUT_S = 1.0
 WRITE_MAX_ATTEMPTS = 15
@@ -281,35 +282,41 @@ def stored_schema_version(conn: sqlite3.Connection) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def refuse_newer_schema(path: Path, version: int | None) -> None:
-    """Raise when ``version`` is newer than :data:`SCHEMA_VERSION`."""
-    if version is not None and version > SCHEMA_VERSION:
-        raise SchemaTooNewError(
-            f"{path} has Hermes schema version {version}; hermes_models understands "
-            f"up to {SCHEMA_VERSION} and will not change it"
-        )
+def newer_schema_error(path: Path, shape: FileShape, doing: str) -> SchemaTooNewError:
+    """The error that refuses ``doing`` on a file newer than the schema this package writes."""
+    return SchemaTooNewError(
+        f"{path} has Hermes schema version {shape.describe_version()}, newer than "
+        f"{SCHEMA_VERSION}, the highest hermes_models writes: {doing} refused "
+        "(the file is read, never changed)"
+    )
 
 
-def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
-    """Refuse ``path`` when a newer Hermes wrote it, reading it without any write.
+def refuse_newer_schema(path: Path, shape: FileShape | None, doing: str = "writing") -> None:
+    """Raise when ``shape`` is newer than the schema this package writes."""
+    if shape is not None and shape.newer:
+        raise newer_schema_error(path, shape, doing)
 
-    ``params`` are the URI parameters of the read (default ``mode=ro``).
+
+def probe_file(path: Path, params: dict[str, str] | None = None) -> FileShape | None:
+    """The structure of ``path`` (:func:`hermes_models.shape.probe`), read without any write.
+
+    ``params`` are the URI parameters of the read (default ``mode=ro``). None
+    for a missing or empty file, and for one SQLite cannot open here (the
+    caller's own open then reports why).
 
     Raises:
         NotADatabaseError: the file is not an SQLite database.
-        SchemaTooNewError: the stored schema version is newer than ours.
-        ReadOnlyDatabaseError: the folder is read-only, so SQLite cannot open
-            the file for writing (nor read it in WAL mode without ``params``
-            from :func:`read_only_params`).
+        ReadOnlyDatabaseError: the folder is read-only, so SQLite cannot read
+            the file in WAL mode without ``params`` from :func:`read_only_params`.
     """
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return None
     try:
         conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
     except sqlite3.OperationalError:
-        return  # unreadable here: the caller's own open reports why
+        return None
     try:
-        refuse_newer_schema(path, stored_schema_version(conn))
+        return probe(conn)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
@@ -318,6 +325,17 @@ def check_schema_version(path: Path, params: dict[str, str] | None = None) -> No
         raise
     finally:
         conn.close()
+
+
+def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
+    """Refuse to migrate ``path`` when it is newer than v16, reading it without any write.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        SchemaTooNewError: the file has structure beyond the v16 schema.
+        ReadOnlyDatabaseError: see :func:`probe_file`.
+    """
+    refuse_newer_schema(path, probe_file(path, params), "migrating")
 
 
 def check_writable(path: Path) -> None:
@@ -480,6 +498,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.path = path
         self.read_only = read_only
         self.journal: str | None = None
+        #: The structure of the file (set by :func:`connect`; None until then).
+        self.shape: FileShape | None = None
         #: Which full-text tables this SQLite build runs (set on first use).
         self.search_support: dict[str, bool] | None = None
         self._writes = itertools.count(1)  # next() is atomic under the GIL
@@ -517,6 +537,17 @@ class HermesDatabase(peewee.SqliteDatabase):
         else:
             self.journal = _set_journal_mode(conn, str(self.path))
 
+    def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
+        """Run ``sql``; on a file newer than v16 a refused write raises
+        :class:`SchemaTooNewError` (whichever path it took)."""
+        try:
+            return super().execute_sql(sql, params)
+        except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+            cause = getattr(exc, "orig", exc)
+            if self.shape is not None and self.shape.newer and is_read_only_error(cause):
+                raise newer_schema_error(self.path, self.shape, "writing") from exc
+            raise
+
     def cursor(self, named_cursor: Any = None) -> sqlite3.Cursor:
         """A cursor of this thread's connection that returns rows as tuples."""
         cursor = cast(sqlite3.Cursor, super().cursor(named_cursor))
@@ -532,10 +563,13 @@ class HermesDatabase(peewee.SqliteDatabase):
         and the outermost write does the retrying.
 
         Raises:
+            SchemaTooNewError: the file is newer than the v16 schema this package
+                writes (a :class:`ReadOnlyDatabaseError` too).
             ReadOnlyDatabaseError: the handle was opened read-only, or SQLite cannot
                 write the file or its folder.
             WriteConflictError: still locked out after the last attempt.
         """
+        refuse_newer_schema(self.path, self.shape)
         if self.read_only:
             raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
         if self.in_transaction():
@@ -570,7 +604,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Run ``PRAGMA wal_checkpoint(mode)``, ignoring any error."""
         if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
             raise ValueError(f"mode: unknown checkpoint mode {mode!r}")
-        if self.read_only or self.journal != "wal":
+        if self.read_only or self.journal != "wal" or (self.shape and self.shape.newer):
             return
         try:
             self.execute_sql(f"PRAGMA wal_checkpoint({mode})")
@@ -713,22 +747,26 @@ def write(fn: Callable[[], T], *, db: HermesDatabase | None = None) -> T:
 
 
 class Prepared:
-    """A peewee query rendered to SQL once, then run again with new values.
+    """A peewee query rendered to SQL once per file structure, then run again with new values.
 
     Building and rendering a query costs far more than running it on hot
     paths. ``build`` receives one placeholder string per name and returns the
     query; every placeholder must reach the SQL as a bound parameter. Each
-    call to :meth:`execute` swaps the real values in.
+    call to :meth:`execute` swaps the real values in. The SQL is kept per
+    structure of file (:attr:`FileShape.key`): a default ``SELECT`` names
+    only the columns a file has.
     """
 
     def __init__(self, build: Callable[..., Any], *names: str) -> None:
         self._build = build
         self._names = names
-        self._rendered: tuple[str, list[Any], list[tuple[int, str]]] | None = None
+        self._rendered: dict[Any, tuple[str, list[Any], list[tuple[int, str]]]] = {}
 
     def render(self, db: HermesDatabase) -> tuple[str, list[Any], list[tuple[int, str]]]:
         """The SQL, its parameter list, and where each named value goes in it."""
-        if self._rendered is None:
+        key = None if db.shape is None else db.shape.key
+        rendered = self._rendered.get(key)
+        if rendered is None:
             marks = {name: f"\x00hermes_models:{name}\x00" for name in self._names}
             with using(db):
                 sql, params = self._build(**marks).sql()
@@ -741,8 +779,10 @@ class Prepared:
             missing = set(self._names) - {name for _, name in positions}
             if missing:
                 raise RuntimeError(f"placeholders not bound as parameters: {sorted(missing)}")
-            self._rendered = (sql, list(params), positions)
-        return self._rendered
+            if len(self._rendered) >= 8:  # a few file structures per process at most
+                self._rendered.clear()
+            rendered = self._rendered[key] = (sql, list(params), positions)
+        return rendered
 
     def execute(self, db: HermesDatabase, **values: Any) -> Any:
         """Run the query on ``db`` with ``values`` for the named placeholders."""
@@ -829,14 +869,15 @@ def connect(
     applied first. A second call for the same file returns the same handle.
     ``read_only=True`` opens the file with ``mode=ro``: it must exist.
 
+    A file newer than the v16 schema this package writes (a later Hermes, or
+    a fork: see :mod:`hermes_models.shape`) is always opened read-only, with
+    one warning in the log; nothing in it is changed, and every write raises
+    :class:`SchemaTooNewError`.
+
     Raises:
         NotADatabaseError: the file is not an SQLite database.
-        SchemaTooNewError: a newer Hermes wrote the file.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
     """
-    from .schema import keep_search_indexes
-    from .schema import migrate as apply_migrations
-
     try:
         path = resolve_path(target)
         with _open_lock:
@@ -845,57 +886,91 @@ def connect(
                 _databases.pop((path, read_only), None)
                 _migrated.discard(path)
                 db = None
-            if db is None:
-                check_header(path)
-                params = None
-                if read_only:
-                    if not path.exists():
-                        raise FileNotFoundError(f"{path} does not exist (opened read-only)")
-                    check_ownership(path, read_only=True)
-                    params = read_only_params(path)
-                # Before any connection of ours can switch the file to WAL. Another
-                # process creating the file holds it locked for the whole migration.
-                retry_locked(lambda: check_schema_version(path, params))
-                if not read_only:
-                    check_writable(path)
-                    secure_files(path, create=True)
-                if migrate and not read_only and path not in _migrated:
-                    apply_migrations(path)
-                    _migrated.add(path)
-                db = HermesDatabase(path, read_only=read_only, params=params)
-
-                def open_checked(db: HermesDatabase = db) -> None:
-                    try:
-                        _open_connection(db)
-                        refuse_newer_schema(path, stored_schema_version(db.connection()))
-                        if read_only:
-                            _require_store(db)
-                    except Exception:
-                        db.close()
-                        raise
-
-                try:
-                    retry_locked(open_checked)
-                except sqlite3.DatabaseError as exc:
-                    if "not a database" in str(exc):
-                        raise NotADatabaseError(f"{path} is not an SQLite database") from exc
-                    raise
-                if not read_only:
-                    secure_files(path, create=False)
-                _databases[(path, read_only)] = db
-            else:
+            if db is not None and not db.read_only:
                 # Another process may have upgraded the file since we opened it.
-                refuse_newer_schema(path, stored_schema_version(db.connection()))
-                if migrate and not read_only and path not in _migrated:
-                    apply_migrations(path)
-                    _migrated.add(path)
-            if migrate and not read_only:
+                shape = retry_locked(lambda: probe(db.connection()))
+                if shape.newer:
+                    db.shape = shape
+                    _databases.pop((path, read_only), None)
+                    db.close()
+                    db = None
+            if db is None:
+                db = _open(path, read_only=read_only, migrate=migrate)
+                _databases[(path, read_only)] = db
+            elif migrate and not db.read_only and path not in _migrated:
+                _apply_migrations(path)
+            if migrate and not db.read_only:
+                from .schema import keep_search_indexes
+
                 # Every open: an index a build without FTS5 left out is built now.
                 keep_search_indexes(db)
     except Exception as exc:
         record_init_error(exc)
         raise
     database.initialize(db)
+    return db
+
+
+def _apply_migrations(path: Path) -> None:
+    from .schema import migrate as apply_migrations
+
+    apply_migrations(path)
+    _migrated.add(path)
+
+
+#: Newer files this process has said it opens read-only (said once per file).
+_told_newer: BoundedSet[Path] = BoundedSet("newer files announced", 1024)
+
+
+def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
+    """A new handle on ``path`` (see :func:`connect`)."""
+    check_header(path)
+    params = None
+    if read_only:
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (opened read-only)")
+        check_ownership(path, read_only=True)
+        params = read_only_params(path)
+    # Before any connection of ours can switch the file to WAL. Another
+    # process creating the file holds it locked for the whole migration.
+    shape = retry_locked(lambda: probe_file(path, params))
+    if shape is not None and shape.newer and not read_only:
+        check_ownership(path, read_only=True)
+        params = read_only_params(path)
+        read_only = True
+    if not read_only:
+        check_writable(path)
+        secure_files(path, create=True)
+        if migrate and path not in _migrated:
+            _apply_migrations(path)
+    db = HermesDatabase(path, read_only=read_only, params=params)
+
+    def open_checked() -> None:
+        try:
+            _open_connection(db)
+            db.shape = probe(db.connection())
+            if read_only:
+                _require_store(db)
+        except Exception:
+            db.close()
+            raise
+
+    try:
+        retry_locked(open_checked)
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        raise
+    if not read_only:
+        secure_files(path, create=False)
+    if db.shape is not None and db.shape.newer and _told_newer.add(path):
+        logger.warning(
+            "%s has Hermes schema version %s, newer than %d, the highest hermes_models "
+            "writes: opened read-only, nothing in it will be changed",
+            path,
+            db.shape.describe_version(),
+            SCHEMA_VERSION,
+        )
     return db
 
 

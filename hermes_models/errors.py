@@ -13,10 +13,6 @@ class NotADatabaseError(HermesModelsError):
     """The file exists but is not an SQLite database."""
 
 
-class SchemaTooNewError(HermesModelsError):
-    """The file was written by a newer Hermes schema than this package knows."""
-
-
 class MigrationError(HermesModelsError):
     """Migrations could not be found, locked or applied."""
 
@@ -27,6 +23,11 @@ class WriteConflictError(HermesModelsError, sqlite3.OperationalError):
 
 class ReadOnlyDatabaseError(HermesModelsError, sqlite3.OperationalError):
     """A write was refused: the handle is read-only, or the file or its folder is."""
+
+
+class SchemaTooNewError(ReadOnlyDatabaseError):
+    """A write or migration was refused: the file has a newer Hermes schema than the
+    v16 this package writes (such files are opened read-only and never changed)."""
 
 
 class UnsafeFileError(ReadOnlyDatabaseError):

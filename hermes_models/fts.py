@@ -126,6 +126,8 @@ class Shape:
 
     groups: tuple[tuple[Routes, Routes], ...]
     words: bool
+    #: The structure of the file the SQL is for (:attr:`hermes_models.shape.FileShape.key`).
+    file: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -134,9 +136,11 @@ class Shape:
         def routes(terms: Any) -> Routes:
             return tuple(t.route if t.route in available else LIKE for t in terms)
 
+        shape = current().shape
         return cls(
             tuple((routes(g.include), routes(g.exclude)) for g in query.groups),
             WORDS in available,
+            () if shape is None else shape.key,
         )
 
     @property
@@ -196,6 +200,7 @@ class Shape:
         return Shape(
             tuple((tuple(LIKE for _ in i), tuple(LIKE for _ in e)) for i, e in self.groups),
             self.words,
+            self.file,
         )
 
 

@@ -328,8 +328,9 @@ def _load(model: type[Session], cursor: Any) -> Session | None:
     if row is None:
         return None
     names = {field.column_name: field.name for field in model._meta.sorted_fields}
-    columns = [names[column[0]] for column in cursor.description]
-    instance = model(__no_default__=1, **dict(zip(columns, row)))
+    columns = [names.get(column[0]) for column in cursor.description]
+    values = {name: value for name, value in zip(columns, row) if name is not None}
+    instance = model(__no_default__=1, **values)
     cast(Any, instance)._dirty.clear()  # loaded, not changed
     return instance
 

@@ -45,7 +45,7 @@ def _json_block(value: Any) -> str:
 
 
 def _session_lines(row: dict[str, Any]) -> Iterator[str]:
-    session = Session(**{f.name: row[f.column_name] for f in Session._meta.sorted_fields})
+    session = Session(**{f.name: row.get(f.column_name) for f in Session._meta.sorted_fields})
     yield f"## {row['title'] or row['id']}"
     yield ""
     yield f"- id: `{row['id']}`"

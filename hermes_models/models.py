@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import peewee
-from peewee import DoubleField, ForeignKeyField, IntegerField, TextField
+from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField
 
 from . import lineage
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import database, write
+from .db import current, database, write
 from .holders import holder_is_gone
 
 logger = logging.getLogger("hermes_models")
@@ -132,14 +132,125 @@ class EpochField(DoubleField):
     date can stand for (see :func:`hermes_models.checks.check_epoch`)."""
 
 
+class NewerField:
+    """Marks a field of a column Hermes added after v16 (see :mod:`hermes_models.shape`).
+
+    The migrations never create these columns. A file that has one is read
+    through the field; on a file without it the field reads None.
+    """
+
+
+class NewerText(TextField, NewerField):
+    """A text column of Hermes v17 or later."""
+
+
+class NewerInteger(IntegerField, NewerField):
+    """An integer column of Hermes v17 or later."""
+
+
+class NewerDouble(DoubleField, NewerField):
+    """A real column of Hermes v17 or later (epoch seconds for ``*_at`` columns)."""
+
+
+class NewerBlob(BlobField, NewerField):
+    """A blob column of Hermes v17 or later."""
+
+
+def _newer(kind: type[peewee.Field], column: str | None = None) -> Any:
+    return kind(null=True, column_name=column)
+
+
+def stored_fields(model: type[peewee.Model]) -> list[peewee.Field]:
+    """The fields of the columns the migrations create (the v16 schema), in table order."""
+    return [f for f in model._meta.sorted_fields if not isinstance(f, NewerField)]
+
+
+_present: dict[tuple[type[Any], tuple[Any, ...]], tuple[peewee.Field, ...]] = {}
+
+
+def present_fields(model: type[peewee.Model]) -> tuple[peewee.Field, ...] | None:
+    """The fields of ``model`` whose columns the bound file has; None when it has them all.
+
+    Read from the structure :func:`hermes_models.connect` probed, so a default
+    ``SELECT`` names only columns that exist: one code path reads a v2, a v16
+    and a v31 file.
+    """
+    db = database.obj
+    shape = getattr(db, "shape", None)
+    table = model._meta.table_name
+    if shape is None or table not in shape.columns:
+        return None
+    key = (model, shape.key)
+    found = _present.get(key)
+    if found is None:
+        columns = set(shape.columns[table])
+        found = tuple(f for f in model._meta.sorted_fields if f.column_name in columns)
+        if len(_present) > 256:
+            _present.clear()
+        _present[key] = found
+    return None if len(found) == len(model._meta.sorted_fields) else found
+
+
+def extra_columns(table: str) -> tuple[str, ...]:
+    """Columns of ``table`` in the bound file that no model field stands for (a fork's own)."""
+    shape = current().shape
+    model = {m._meta.table_name: m for m in all_models()}[table]
+    known = {f.column_name for f in model._meta.sorted_fields}
+    return () if shape is None else tuple(c for c in shape.columns.get(table, ()) if c not in known)
+
+
+class _Alias(peewee.ModelAlias):
+    """An alias whose default ``SELECT`` names only the columns the file has."""
+
+    def get_field_aliases(self) -> list[Any]:
+        fields = present_fields(self.model)
+        if fields is None:
+            return cast("list[Any]", super().get_field_aliases())
+        return [getattr(self, f.name) for f in fields]
+
+
 class BaseModel(peewee.Model):
     """Saving writes only the fields changed since the instance was loaded or saved,
-    so an instance held across other writes never puts back values it read earlier."""
+    so an instance held across other writes never puts back values it read earlier.
+
+    A ``SELECT`` without fields names only the columns the open file has
+    (:func:`present_fields`); fields of columns it lacks read None.
+    """
 
     class Meta:
         database = database
         legacy_table_names = False
         only_save_dirty = True
+
+    @classmethod
+    def select(cls, *fields: Any) -> peewee.ModelSelect[Any]:
+        if not fields:
+            present = present_fields(cls)
+            if present is not None:
+                return peewee.ModelSelect(cls, present, is_default=True)
+        return super().select(*fields)
+
+    @classmethod
+    def alias(cls, alias: str | None = None) -> Any:
+        return _Alias(cls, alias)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The columns of this row that no field stands for (a fork's own), by name.
+
+        Empty for files of Hermes' own schemas. Read from the file on each access.
+        """
+        table = self._meta.table_name
+        names = extra_columns(table)
+        if not names:
+            return {}
+        pk = self._meta.primary_key
+        selected = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
+        row = current().execute_sql(
+            f'SELECT {selected} FROM "{table}" WHERE "{pk.column_name}" = ?',
+            [getattr(self, pk.name)],
+        ).fetchone()
+        return {} if row is None else dict(zip(names, row))
 
     def save(self, force_insert: bool = False, only: Any = None) -> Any:
         """Write the changed fields (all of them for an insert).
@@ -207,6 +318,38 @@ class Session(BaseModel):
     handoff_error = TextField(null=True)
     rewind_count = IntegerField(default=0)
     archived = IntegerField(default=0)
+    # Columns of Hermes v17-v31 (HERMES_NEWER: docs/newer-hermes.md); None where
+    # the file lacks them. Files that have them are opened read-only.
+    runtime_revision = _newer(NewerInteger)
+    runtime_generation = _newer(NewerInteger)
+    created_source = _newer(NewerText)
+    session_key = _newer(NewerText)
+    chat_id = _newer(NewerText)
+    chat_type = _newer(NewerText)
+    thread_id = _newer(NewerText)
+    display_name = _newer(NewerText)
+    origin_json = _newer(NewerText)
+    expiry_finalized = _newer(NewerInteger)
+    system_prompt_hash = _newer(NewerText)
+    git_repo_root = _newer(NewerText)
+    git_metadata_generation = _newer(NewerInteger)
+    title_source = _newer(NewerText)
+    last_activity_at = _newer(NewerDouble)
+    last_activity_description = _newer(NewerText)
+    last_activity_provenance = _newer(NewerText)
+    compression_failure_cooldown_until = _newer(NewerDouble)
+    compression_failure_error = _newer(NewerText)
+    compression_fallback_streak = _newer(NewerInteger)
+    compression_ineffective_count = _newer(NewerInteger)
+    compression_recovery_deadline = _newer(NewerDouble)
+    compression_overload_streak = _newer(NewerInteger)
+    profile_name = _newer(NewerText)
+    transport_profile = _newer(NewerText)
+    pinned = _newer(NewerInteger)
+    hidden = _newer(NewerInteger)
+    auto_archived = _newer(NewerInteger)
+    last_read_at = _newer(NewerDouble)
+    tool_names = _newer(NewerText)
 
     class Meta:
         table_name = "sessions"
@@ -377,6 +520,19 @@ class Message(BaseModel):
     platform_message_id = TextField(null=True)
     observed = IntegerField(null=True, default=0)
     active = IntegerField(default=1)
+    # Columns of Hermes v17-v31 (see Session); None where the file lacks them.
+    effect_disposition = _newer(NewerText)
+    compressed_summary = _newer(NewerInteger, "_compressed_summary")
+    compacted = _newer(NewerInteger)
+    api_content = _newer(NewerText)
+    display_kind = _newer(NewerText)
+    display_metadata = _newer(NewerText)
+    display_identity = _newer(NewerBlob)
+    display_order = _newer(NewerInteger)
+    message_uid = _newer(NewerText)
+    absorbed_message_uids = _newer(NewerText)
+    tool_call_uids = _newer(NewerText)
+    tool_call_uid = _newer(NewerText)
 
     class Meta:
         table_name = "messages"

@@ -543,8 +543,8 @@ def _sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | No
     )
     s = Session
     query = (
-        s.select(
-            s,
+        s.select()
+        .select_extend(
             ranked.c.best_id.alias("_best_id"),
             ranked.c.matched.alias("_matched"),
             ranked.c.rank.alias("_rank"),
@@ -649,7 +649,7 @@ def _all_sessions(sources: tuple[str, ...] | None, limit: int, offset: int) -> l
         latest.select(fn.MAX(latest.timestamp)).where(latest.session == Session.id),
         Session.started_at,
     )
-    query = Session.select(Session, last_active.alias("last_active"))
+    query = Session.select().select_extend(last_active.alias("last_active"))
     if sources is not None:
         query = query.where(Session.source.in_(sources))
     query = query.order_by(

@@ -29,12 +29,13 @@ from .models import (
     decode_json,
     encode_content,
     encode_json,
+    stored_fields,
     unencodable_error,
 )
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
 MESSAGE_FIELDS = tuple(
-    field.name for field in Message._meta.sorted_fields if field.name not in ("id", "active")
+    field.name for field in stored_fields(Message) if field.name not in ("id", "active")
 )
 _ROLE_SET = frozenset(ROLES)
 _JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")

@@ -831,10 +831,15 @@ def test_a_cached_handle_notices_a_newer_schema_written_by_another_process(db_pa
     with other:
         other.execute("UPDATE schema_version SET version = 17")
     other.close()
+    db = hermes_models.connect(db_path)
+    assert db.read_only
     with pytest.raises(hermes_models.SchemaTooNewError, match="version 17"):
-        hermes_models.connect(db_path)
+        hermes_models.Session.create(id="s", source="cli", started_at=1.0)
+    store = SessionDB(db_path)
     with pytest.raises(hermes_models.SchemaTooNewError, match="version 17"):
-        SessionDB(db_path)
+        store.create_session("s", "cli")
+    assert store.get_session("s") is None
+    store.close()
 
 
 def test_a_threads_connection_is_closed_when_the_thread_ends(database: HermesDatabase) -> None:

@@ -442,16 +442,24 @@ def test_newer_schema_is_refused_without_writes(db_path: Path) -> None:
     ]
 
 
-def test_connect_refuses_a_newer_schema_without_writes(db_path: Path) -> None:
+def test_connect_opens_a_newer_schema_read_only_without_writes(db_path: Path) -> None:
     _newer_hermes_file(db_path)
     digest = _digest(db_path)
-    with pytest.raises(SchemaTooNewError):
+    # A file of a newer schema without a messages table is no store this package can read.
+    with pytest.raises(hermes_models.NotADatabaseError, match="messages"):
         hermes_models.connect(db_path)
-    with pytest.raises(SchemaTooNewError):
-        hermes_models.connect(db_path, migrate=False)
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT)")
+    conn.close()
+    digest = _digest(db_path)
+    for migrate in (True, False):
+        db = hermes_models.connect(db_path, migrate=migrate)
+        assert db.read_only
+        assert [s.id for s in hermes_models.Session.select()] == ["s1"]
+        with pytest.raises(SchemaTooNewError, match="version 17, newer than 16"):
+            hermes_models.Session.get_by_id("s1").end("user_exit")
     assert _digest(db_path) == digest
     assert os.listdir(db_path.parent) == [db_path.name]
-    assert (hermes_models.get_last_init_error() or "").startswith("SchemaTooNewError: ")
 
 
 def test_path_with_uri_characters_is_migrated_in_place(tmp_path: Path) -> None:
