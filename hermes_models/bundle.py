@@ -5,8 +5,10 @@ A bundle is UTF-8 text with one JSON object per line:
 1. a header, ``{"format": "hermes-models-bundle", "version": 1,
    "schema_version": 16, "sessions": N, "messages": M}``;
 2. N session lines, ``{"type": "session", ...}`` with every column of
-   ``sessions`` in schema order (lineage included: ``parent_session_id`` and
-   the markers in ``model_config``), ordered by ``(started_at, id)``;
+   ``sessions`` in schema order (from a file newer than v16: every column the
+   file has, and the header carries the file's own ``schema_version``),
+   lineage included (``parent_session_id`` and the markers in
+   ``model_config``), ordered by ``(started_at, id)``;
 3. M message lines, ``{"type": "message", ...}`` with every column of
    ``messages`` (``id`` and ``active`` included, so soft-deleted messages
    travel too), ordered by ``id``.
@@ -142,21 +144,38 @@ def chunks(items: Sequence[Any], size: int = _ID_CHUNK) -> Iterator[Sequence[Any
         yield items[start : start + size]
 
 
+def file_columns(model: type[Session] | type[Message]) -> tuple[str, ...]:
+    """The columns a bundle line of ``model`` carries: the v16 columns, or on a file
+    newer than v16 every column the file has (in file order), so nothing is lost."""
+    shape = current().shape
+    if shape is not None and shape.newer:
+        return tuple(shape.columns[model._meta.table_name])
+    return SESSION_COLUMNS if model is Session else MESSAGE_COLUMNS
+
+
+def _selected(model: type[Session] | type[Message]) -> list[Any]:
+    by_column = {f.column_name: f for f in model._meta.sorted_fields}
+    table = model._meta.table
+    return [by_column.get(c) or getattr(table, c) for c in file_columns(model)]
+
+
 def session_rows(ids: list[str] | None) -> list[tuple[Any, ...]]:
-    """Session rows (stored values, column order) by ``(started_at, id)``; None: all."""
-    fields = stored_fields(Session)
+    """Session rows (stored values, :func:`file_columns` order) by ``(started_at, id)``;
+    None: all."""
+    fields = _selected(Session)
     if ids is None:
         return raw(Session.select(*fields).order_by(Session.started_at, Session.id)).fetchall()
     out: list[tuple[Any, ...]] = []
     for chunk in chunks(ids):
         out += raw(Session.select(*fields).where(Session.id.in_(list(chunk)))).fetchall()
-    started = SESSION_COLUMNS.index("started_at")
+    started = file_columns(Session).index("started_at")
     return sorted(out, key=lambda row: (row[started], row[0]))
 
 
 def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
-    """Message rows (stored values, column order) of those sessions by id; None: all."""
-    fields = stored_fields(Message)
+    """Message rows (stored values, :func:`file_columns` order) of those sessions by id;
+    None: all."""
+    fields = _selected(Message)
     if ids is None:
         yield from raw(Message.select(*fields).order_by(Message.id))
         return
@@ -187,20 +206,26 @@ def _records(
         ids = selection(session_id, source)
         sessions = session_rows(ids)
         total = _message_total(ids)
+        shape = current().shape
+        newer = shape is not None and shape.newer
         header = {
             "format": FORMAT,
             "version": VERSION,
-            "schema_version": SCHEMA_VERSION,
+            # A newer file's bundle says so: this package reads back only v16 bundles.
+            "schema_version": shape.version
+            if newer and shape and shape.version
+            else SCHEMA_VERSION,
             "sessions": len(sessions),
             "messages": total,
         }
         yield "header", dumps(header) + "\n"
+        session_columns, message_columns = file_columns(Session), file_columns(Message)
         for row in sessions:
-            record = {"type": "session", **dict(zip(SESSION_COLUMNS, map(_encode, row)))}
+            record = {"type": "session", **dict(zip(session_columns, map(_encode, row)))}
             yield "session", dumps(record) + "\n"
         done = 0
         for row in message_rows(ids):
-            record = {"type": "message", **dict(zip(MESSAGE_COLUMNS, map(_encode, row)))}
+            record = {"type": "message", **dict(zip(message_columns, map(_encode, row)))}
             yield "message", dumps(record) + "\n"
             done += 1
             if progress is not None and (done % CHUNK_ROWS == 0 or done == total):

@@ -25,9 +25,9 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 from rich.text import Text
 
-from . import __version__, terminal, views
+from . import __version__, history, terminal, views
 from .checks import INT64_MAX
-from .db import resolve_path, using
+from .db import newer_schema_error, resolve_path, using
 from .errors import HermesModelsError, ReadOnlyDatabaseError
 from .store import SessionDB
 from .terminal import Clock
@@ -231,6 +231,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
                     f"{path} cannot be written here (the file or its folder is read-only)"
                 ) from None
             store = SessionDB(db_path, read_only=True)
+    shape = store.database.shape
+    if writes and shape is not None and shape.newer:
+        store.close()
+        raise click.ClickException(str(newer_schema_error(path, shape, ctx.command_path)))
     try:
         yield store
     finally:
@@ -512,11 +516,12 @@ def show(
             with using(store.database):
                 older = [s.id for s in Session.get_by_id(resolved).ancestors()]
             chain = [*reversed(older), resolved]
-        messages = [
-            message
-            for sid in chain
-            for message in store.get_messages(sid, include_inactive=include_inactive)
-        ]
+        with using(store.database):
+            messages = [
+                message
+                for sid in chain
+                for message in history.display_messages(sid, include_inactive=include_inactive)
+            ]
     if limit:
         messages = messages[:limit]
     if tail:

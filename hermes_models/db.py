@@ -40,7 +40,6 @@ from urllib.parse import quote, unquote, urlsplit
 import peewee
 
 from .caches import BoundedSet
-from .shape import WRITES_VERSION, FileShape, probe
 from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
@@ -48,6 +47,7 @@ from .errors import (
     UnsafeFileError,
     WriteConflictError,
 )
+from .shape import WRITES_VERSION, FileShape, probe
 
 logger = logging.getLogger("hermes_models")
 
@@ -741,6 +741,18 @@ def current() -> HermesDatabase:
     return db
 
 
+def newer_file() -> bool:
+    """True when the bound file is newer than v16 (read with Hermes' later rules)."""
+    shape = current().shape
+    return shape is not None and shape.newer
+
+
+def file_has(table: str, column: str) -> bool:
+    """True when ``table`` of the bound file has ``column`` (as probed at open)."""
+    shape = current().shape
+    return shape is not None and shape.has(table, column)
+
+
 def write(fn: Callable[[], T], *, db: HermesDatabase | None = None) -> T:
     """Run ``fn`` as one retried ``BEGIN IMMEDIATE`` write (see :meth:`HermesDatabase.write`)."""
     return (db or current()).write(fn)
@@ -888,7 +900,8 @@ def connect(
                 db = None
             if db is not None and not db.read_only:
                 # Another process may have upgraded the file since we opened it.
-                shape = retry_locked(lambda: probe(db.connection()))
+                cached = db
+                shape = retry_locked(lambda: probe(cached.connection()))
                 if shape.newer:
                     db.shape = shape
                     _databases.pop((path, read_only), None)

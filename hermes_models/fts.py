@@ -94,6 +94,18 @@ def available_routes() -> frozenset[str]:
     cached = _schema_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]
+    shape = db.shape
+    if shape is not None and not shape.fts_servable:
+        # Hermes marked its indexes stale, or is rebuilding them: they miss rows.
+        warn_once(
+            "stale",
+            "%s: the file's full-text indexes are marked stale or half rebuilt by Hermes; "
+            "searching with LIKE until Hermes rebuilds them",
+            db.path,
+        )
+        routes = frozenset({LIKE})
+        _schema_cache[db] = (version, routes)
+        return routes
     names = {model._meta.table_name: route for route, model in INDEXES.items()}
     rows = db.execute_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", list(names)
@@ -142,6 +154,12 @@ class Shape:
             WORDS in available,
             () if shape is None else shape.key,
         )
+
+    @property
+    def gaps(self) -> str:
+        """What the file's trigram index leaves out (:data:`hermes_models.shape.TRIGRAM_COMPLETE`
+        and its siblings)."""
+        return str(self.file[2]) if self.file else ""
 
     @property
     def routes(self) -> Routes:

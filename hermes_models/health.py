@@ -38,6 +38,7 @@ from .db import (
     using,
 )
 from .models import Session
+from .shape import FileShape
 from .transcript import counter_totals, recount
 
 #: ``doctor`` flags the message id sequence when fewer ids than this are left.
@@ -86,14 +87,42 @@ def _size(path: Path) -> int:
         return 0
 
 
+def search_indexes(db: HermesDatabase) -> dict[str, str]:
+    """Each full-text table of the file, and whether (and how) this process uses it."""
+    shape = db.shape
+    if shape is None:
+        return {}
+    usable = set(present_fts_tables(db)) if shape.fts_servable else set()
+    out: dict[str, str] = {}
+    for table in ("messages_fts", "messages_fts_trigram"):
+        if table not in shape.tables:
+            continue
+        if table not in usable:
+            out[table] = "not used (marked stale or half rebuilt by Hermes: LIKE instead)"
+        elif table == "messages_fts_trigram" and shape.trigram_gaps:
+            out[table] = f"used (lacks {shape.trigram_gaps}: LIKE finds those)"
+        else:
+            out[table] = "used"
+    if shape.cjk:
+        state = "its triggers dropped, stale" if shape.cjk == "stale" else "with its triggers"
+        out["messages_fts_cjk"] = (
+            f"not used ({state}; its tokenizer cjk_unicode61 is a C extension "
+            "plain SQLite lacks: short CJK terms use LIKE)"
+        )
+    return out
+
+
 def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
-    """Counts and sizes: sessions, messages (active/inactive), file and WAL bytes, index rows."""
+    """Counts and sizes: sessions, messages (active/inactive), file and WAL bytes, index
+    rows; the Hermes schema version, the full-text layout and which indexes are used."""
     db = db or current()
     messages = int(_one(db, "SELECT COUNT(*) FROM messages"))
     active = int(_one(db, "SELECT COUNT(*) FROM messages WHERE active = 1"))
     fts = {
         table: int(_one(db, f"SELECT COUNT(*) FROM {table}")) for table in present_fts_tables(db)
     }
+    shape = db.shape
+    newer = shape is not None and shape.newer
     return {
         "path": str(db.path),
         "schema_version": _version(db),
@@ -105,7 +134,11 @@ def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
         "file_bytes": _size(db.path),
         "wal_bytes": _size(Path(f"{db.path}-wal")),
         "fts_rows": fts,
-        "fts_in_step": all(rows == messages for rows in fts.values()),
+        # Hermes' later indexes leave rows out by design: not judged there.
+        "fts_in_step": None if newer else all(rows == messages for rows in fts.values()),
+        "fts_layout": None if shape is None else shape.fts_layout,
+        "newer_than_writes": newer,
+        "search_indexes": search_indexes(db),
     }
 
 
@@ -296,6 +329,9 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
     "ok", "detail"}]}``."""
     db = db or current()
     version = _version(db)
+    shape = db.shape
+    if shape is not None and shape.newer:
+        return _doctor_newer(db, shape)
     checks = [
         _check(
             "schema_version",
@@ -320,6 +356,32 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
             checks.append(_fts_in_step(db, table))
     if version == SCHEMA_VERSION:
         checks.append(_counters(db))
+    checks.append(_sequence(db))
+    return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
+    """The checks of a file newer than v16: nothing that needs a write, no index read
+    through a tokenizer this process lacks, no counter rule of ours imposed on Hermes'."""
+    layout = "none" if shape.fts_layout is None else str(shape.fts_layout)
+    checks = [
+        _check(
+            "schema_version",
+            True,
+            f"{shape.describe_version()}: newer than {SCHEMA_VERSION}, read only "
+            f"(full-text layout {layout})",
+        ),
+        _integrity(db),
+        _foreign_keys(db),
+    ]
+    inline = [
+        table
+        for table in present_fts_tables(db)
+        if "content=" not in str(_one(db, f"SELECT sql FROM sqlite_master WHERE name = '{table}'"))
+    ]
+    checks.extend(_fts_integrity(db, inline) if inline else [])
+    for table, use in search_indexes(db).items():
+        checks.append(_check(f"{table} use", True, use))
     checks.append(_sequence(db))
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 

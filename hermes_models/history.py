@@ -6,7 +6,14 @@
   the whole parent chain before it (one statement, whatever its length);
 * :func:`messages_around` and :func:`anchored_view` - a window of messages
   around one message id, and the session's opening and closing turns;
-* :func:`recent_user_messages` - the prompts a /rewind picker offers.
+* :func:`recent_user_messages` - the prompts a /rewind picker offers;
+* :func:`display_messages` - what a person is shown: on files of Hermes
+  v17 or later, the live and the compacted history without rows Hermes never
+  paints, each logical message once.
+
+On files newer than v16 the replay follows Hermes' later rules too:
+``session_meta`` rows (transcript bookkeeping) are left out, and a row's
+``api_content``, when set, is what the model was sent, so it is replayed.
 """
 
 from __future__ import annotations
@@ -18,9 +25,9 @@ from typing import Any
 from peewee import fn
 
 from .checks import check_flag, check_int64
-from .db import fetch_dicts
+from .db import fetch_dicts, file_has, newer_file
 from .lineage import walk_sessions
-from .models import Message, Session, decode_content, decode_json
+from .models import Message, Session, decode_content, decode_json, with_extra
 
 #: Sessions a replay with ancestors reaches at most (the session and 99 above it).
 ANCESTOR_STEPS = 100
@@ -69,13 +76,14 @@ def _hydrate(row: dict[str, Any]) -> dict[str, Any]:
 
 def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
     """Every column of a session's messages by id; soft-deleted ones only when asked."""
-    query = Message.for_session(session_id, include_inactive=include_inactive)
+    query = with_extra(Message.for_session(session_id, include_inactive=include_inactive), Message)
     return [_hydrate(row) for row in fetch_dicts(query)]
 
 
 def _replay_entry(row: dict[str, Any]) -> dict[str, Any]:
     role = row["role"]
-    content = decode_content(row["content"])
+    sent = row.get("api_content")
+    content = decode_content(row["content"] if sent is None else sent)
     if role in ("user", "assistant") and isinstance(content, str):
         content = sanitize_context(content).strip()
     entry: dict[str, Any] = {"role": role, "content": content}
@@ -139,6 +147,8 @@ def conversation(
         query = Message.select().where(Message.session == session_id)
     if not include_inactive:
         query = query.where(Message.active == 1)
+    if newer_file():
+        query = query.where(Message.role != "session_meta")
     query = query.order_by(Message.timestamp, Message.id)
     kept: list[dict[str, Any]] = []
     for row in fetch_dicts(query):
@@ -250,3 +260,46 @@ def recent_user_messages(
         {"id": row["id"], "timestamp": row["timestamp"], "preview": _preview(row["content"])}
         for row in rows
     ]
+
+
+def _display_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Hermes' display identity of a row (without its Python-specific hash)."""
+    return (
+        row["role"],
+        row["content"],
+        row["timestamp"],
+        row["tool_call_id"],
+        row["tool_calls"],
+        row["tool_name"],
+    )
+
+
+def display_messages(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
+    """A session's messages as a person is shown them, by id, decoded as :func:`messages_of`.
+
+    On a v16 file these are :func:`messages_of`'s rows. On a file of Hermes
+    v17 or later they follow Hermes' display rules: live rows and rows
+    archived by in-place compaction (``compacted = 1``), without rows marked
+    ``display_kind = 'hidden'`` and without ``session_meta`` rows; a message
+    that compaction copied appears once (per display identity, the live copy,
+    else the newest), in the place of its first copy. ``include_inactive``
+    shows every row, rewound ones included (an audit view).
+    """
+    include_inactive = check_flag(include_inactive, "include_inactive")
+    if not newer_file() or include_inactive:
+        return messages_of(session_id, include_inactive)
+    query = Message.select().where(Message.session == session_id)
+    visible = Message.active == 1
+    if file_has("messages", "compacted"):
+        visible = visible | (Message.compacted == 1)
+    query = query.where(visible, Message.role != "session_meta")
+    if file_has("messages", "display_kind"):
+        query = query.where(fn.COALESCE(Message.display_kind, "") != "hidden")
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in fetch_dicts(query.order_by(Message.id)):
+        groups.setdefault(_display_key(row), []).append(row)
+    shown = []
+    for rows in groups.values():
+        best = max(rows, key=lambda r: (r["active"] or 0, r["id"]))
+        shown.append((rows[0]["id"], best))
+    return [_hydrate(row) for _, row in sorted(shown, key=lambda item: item[0])]

@@ -87,8 +87,92 @@ def parent_ended(s: Source, reason: str) -> Expr:
     )
 
 
+# -- the rules of Hermes v30, for files newer than v16 ------------------------------------
+#
+# Compression continuations inherit their parent's model_config verbatim, so an
+# inherited marker says nothing about the child: a marker counts only when it
+# names the parent's own id. A continuation is any child of a parent that ended
+# with 'compression' (no time clause), unless such a marker or source 'tool'
+# says otherwise. Reset children (``_reset_from``, or the legacy same
+# ``session_key`` after a reset end) are separate, listed conversations.
+
+#: End reasons after which a child with the same ``session_key`` is a new conversation.
+RESET_REASONS = (
+    "session_reset",
+    "session_switch",
+    "idle",
+    "daily",
+    "suspended",
+    "resume_pending_expired",
+)
+#: Markers that, naming the parent's id, make a child of a compressed session no continuation.
+_OWN_MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
+
+
+def newer_rules() -> bool:
+    """True when the open file is newer than v16, so lineage follows Hermes v30's rules."""
+    shape = getattr(current(), "shape", None)
+    return bool(shape is not None and shape.newer)
+
+
+def _names_parent(s: Source) -> Expr:
+    """A marker of ``s`` names its parent's id (never NULL)."""
+    named = [marker(s.model_config, key) == s.parent for key in _OWN_MARKERS]
+    any_named = named[0] | named[1] | named[2]
+    return fn.COALESCE(any_named, 0) == 1
+
+
+def _parent_ended_any_time(s: Source, reasons: tuple[str, ...]) -> Expr:
+    parent = _base(s).alias()
+    return fn.EXISTS(
+        parent.select(SQL("1")).where(parent.id == s.parent, parent.end_reason.in_(reasons))
+    )
+
+
+def continuation_v30(s: Source) -> Expr:
+    """``s`` continues its parent after a compression, by Hermes v30's rule."""
+    return (
+        s.parent.is_null(False)
+        & _parent_ended_any_time(s, ("compression",))
+        & ~_names_parent(s)
+        & (s.source != "tool")
+    )
+
+
+def reset_child(s: Source) -> Expr:
+    """``s`` is a new conversation started by a reset of its parent (Hermes v30)."""
+    found = marker(s.model_config, "_reset_from").is_null(False)
+    shape = current().shape
+    if shape is not None and shape.has("sessions", "session_key"):
+        parent = _base(s).alias()
+        same_key = fn.EXISTS(
+            parent.select(SQL("1")).where(
+                parent.id == s.parent,
+                parent.end_reason.in_(RESET_REASONS),
+                fn.COALESCE(s.session_key, "") != "",
+                parent.session_key == s.session_key,
+            )
+        )
+        found = found | same_key
+    return s.parent.is_null(False) & found
+
+
+def _listed_child_v30(s: Source) -> Expr:
+    return branch_marked(s) | parent_ended(s, "branched") | reset_child(s)
+
+
+# -- the rules by kind ---------------------------------------------------------------------
+
+
 def branch_expr(s: Source) -> Expr:
-    """``s`` is a /branch child."""
+    """``s`` is a /branch child (on newer files: or a reset child)."""
+    if newer_rules():
+        return (
+            s.parent.is_null(False)
+            & ~continuation_v30(s)
+            & ~delegate_marked(s)
+            & _listed_child_v30(s)
+        )
     return (
         s.parent.is_null(False)
         & ~delegate_marked(s)
@@ -98,6 +182,8 @@ def branch_expr(s: Source) -> Expr:
 
 def compression_expr(s: Source) -> Expr:
     """``s`` continues its parent after a compression."""
+    if newer_rules():
+        return continuation_v30(s)
     return (
         s.parent.is_null(False)
         & ~delegate_marked(s)
@@ -109,6 +195,10 @@ def compression_expr(s: Source) -> Expr:
 
 def ephemeral_expr(s: Source) -> Expr:
     """``s`` is a subagent run (or carries the delegate marker)."""
+    if newer_rules():
+        return ~continuation_v30(s) & (
+            delegate_marked(s) | (s.parent.is_null(False) & ~_listed_child_v30(s))
+        )
     return delegate_marked(s) | (
         s.parent.is_null(False)
         & ~branch_marked(s)
@@ -119,6 +209,10 @@ def ephemeral_expr(s: Source) -> Expr:
 
 def listable_expr(s: Source) -> Expr:
     """``s`` is shown in listings: a root or a branch, never ephemeral."""
+    if newer_rules():
+        return ~delegate_marked(s) & (
+            s.parent.is_null(True) | (~continuation_v30(s) & _listed_child_v30(s))
+        )
     return ~delegate_marked(s) & (
         s.parent.is_null(True) | branch_marked(s) | parent_ended(s, "branched")
     )
@@ -126,6 +220,18 @@ def listable_expr(s: Source) -> Expr:
 
 def kind_expr(s: Source) -> Expr:
     """The kind of ``s`` as a SQL ``CASE`` expression."""
+    if newer_rules():
+        return Case(
+            None,
+            [
+                (s.parent.is_null(True) & delegate_marked(s), "ephemeral"),
+                (s.parent.is_null(True), "root"),
+                (continuation_v30(s), "compression"),
+                (delegate_marked(s), "ephemeral"),
+                (_listed_child_v30(s), "branch"),
+            ],
+            "ephemeral",
+        )
     return Case(
         None,
         [
@@ -140,6 +246,8 @@ def kind_expr(s: Source) -> Expr:
 
 def kind_of(session: Session) -> str:
     """The kind of one loaded session (same rules as :func:`kind_expr`)."""
+    if newer_rules():
+        return _kind_of_v30(session)
     config = session.config
     if config.get("_delegate_from") is not None:
         return "ephemeral"
@@ -158,6 +266,39 @@ def kind_of(session: Session) -> str:
             return "branch"
         if parent.end_reason == "compression":
             return "compression"
+    return "ephemeral"
+
+
+def _kind_of_v30(session: Session) -> str:
+    config = session.config
+    delegated = config.get("_delegate_from") is not None
+    parent_id = session.parent_session_id
+    if parent_id is None:
+        return "ephemeral" if delegated else "root"
+    model = type(session)
+    parent = model.get_or_none(model.id == parent_id)
+    names_parent = any(config.get(key) == parent_id for key in _OWN_MARKERS)
+    if (
+        parent is not None
+        and parent.end_reason == "compression"
+        and not names_parent
+        and session.source != "tool"
+    ):
+        return "compression"
+    if delegated:
+        return "ephemeral"
+    if config.get("_branched_from") is not None or config.get("_reset_from") is not None:
+        return "branch"
+    if parent is not None and parent.end_reason == "branched" and parent.ended_at is not None:
+        if session.started_at >= parent.ended_at:
+            return "branch"
+    if (
+        parent is not None
+        and parent.end_reason in RESET_REASONS
+        and session.session_key
+        and session.session_key == parent.session_key
+    ):
+        return "branch"
     return "ephemeral"
 
 
@@ -268,12 +409,24 @@ def children_of_kind(
 
 def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Session]:
     child = _base(parent).alias("latest")
+    if newer_rules():
+        # Hermes v30: inherited markers do not count, and no time clause.
+        query = child.select(child.id).where(
+            child.parent == parent.id, ~_names_parent(child), child.source != "tool"
+        )
+        return cast(
+            "peewee.ModelSelect[Session]",
+            query.order_by(child.started_at.desc(), child.id.desc()).limit(1),
+        )
     query = child.select(child.id).where(
         child.parent == parent.id, ~branch_marked(child), ~delegate_marked(child)
     )
     if after_end:
         query = query.where(child.started_at >= parent.ended_at)
-    return query.order_by(child.started_at.desc(), child.id.desc()).limit(1)
+    return cast(
+        "peewee.ModelSelect[Session]",
+        query.order_by(child.started_at.desc(), child.id.desc()).limit(1),
+    )
 
 
 def _descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:

@@ -21,7 +21,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_text
-from .db import Prepared, current, fetch_dicts
+from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
     MAX_DEPTH,
     TIP_MAX_HOPS,
@@ -34,6 +34,8 @@ from .lineage import (
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 
+#: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
+INTERNAL_SOURCES = ("tool", "kanban", "oneshot")
 #: Characters of a preview before it is cut and ``...`` appended.
 PREVIEW_CHARS = 60
 #: Characters of the first user message a preview is made from.
@@ -83,9 +85,12 @@ def session_filters(
     include_children = check_flag(include_children, "include_children")
     include_archived = check_flag(include_archived, "include_archived")
     archived_only = check_flag(archived_only, "archived_only")
+    wanted = _sources(source, "source")
     if not include_children:
         terms.append(listable_expr(s))
-    wanted = _sources(source, "source")
+        if not wanted and newer_file():
+            # Hermes v30 keeps its internal sessions out of human pickers.
+            terms.append(s.source.not_in(list(INTERNAL_SOURCES)))
     if wanted:
         terms.append(s.source.in_(wanted))
     excluded = _sources(exclude_sources, "exclude_sources")
@@ -131,27 +136,37 @@ def _enrichment(x: Any, prefix: str) -> list[Any]:
     first characters, and the whole text only when it is stored as JSON.
     """
     first = Message.alias(f"{prefix}first")
-    first_id = (
-        first.select(first.id)
-        .where(first.session == x.id, first.role == "user", first.content.is_null(False))
-        .order_by(first.timestamp, first.id)
-        .limit(1)
-    )
+    eligible = [first.session == x.id, first.role == "user", first.content.is_null(False)]
+    if file_has("messages", "display_kind"):
+        # Hermes v27+: rows it never paints, and pure compaction carriers, are no preview.
+        eligible.append(fn.COALESCE(first.display_kind, "") != "hidden")
+    if file_has("messages", "_compressed_summary"):
+        eligible.append(fn.COALESCE(first.compressed_summary, 0) == 0)
+    first_id = first.select(first.id).where(*eligible).order_by(first.timestamp, first.id).limit(1)
     shown = Message.alias(f"{prefix}text")
     head = fn.SUBSTR(
         fn.REPLACE(fn.REPLACE(shown.content, "\n", " "), "\r", " "), 1, PREVIEW_SOURCE_CHARS
     )
     stored_json = (shown.content >= Value("\x00")) & (shown.content < Value("\x01"))
     latest = Message.alias(f"{prefix}latest")
-    last_active = fn.COALESCE(
-        latest.select(fn.MAX(latest.timestamp)).where(latest.session == x.id), x.started_at
-    )
+    last_active = recency(x, latest)
     columns = [
         head.alias(f"{prefix}preview"),
         peewee.Case(None, [(stored_json, shown.content)], None).alias(f"{prefix}preview_json"),
         last_active.alias(f"{prefix}last_active"),
     ]
     return [columns, (shown, shown.id == first_id)]
+
+
+def recency(x: Any, latest: Any) -> Any:
+    """When session ``x`` was last active: its newest message, else its start; on files
+    with Hermes' activity heartbeat (v24+) the later of that and ``last_activity_at``."""
+    newest = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == x.id), x.started_at
+    )
+    if file_has("sessions", "last_activity_at"):
+        return fn.MAX(newest, fn.COALESCE(x.last_activity_at, newest))
+    return newest
 
 
 def _chain(roots_cte: Any) -> Any:
@@ -314,10 +329,7 @@ def rich_listing_query(
     if order_by_last_active:
         member = Session.alias("member")
         latest = Message.alias("member_latest")
-        activity = fn.COALESCE(
-            latest.select(fn.MAX(latest.timestamp)).where(latest.session == member.id),
-            member.started_at,
-        )
+        activity = recency(member, latest)
         effective = (
             chain.select_from(fn.MAX(activity))
             .join(member, on=(member.id == chain.c.id))

@@ -199,13 +199,23 @@ def extra_columns(table: str) -> tuple[str, ...]:
     return () if shape is None else tuple(c for c in shape.columns.get(table, ()) if c not in known)
 
 
+def with_extra(query: Any, model: type[peewee.Model]) -> Any:
+    """``query`` (a default ``SELECT`` of ``model``) also reading the file's fork columns,
+    for readers that return rows as dicts (as Hermes' ``SELECT *`` does)."""
+    names = extra_columns(model._meta.table_name)
+    if not names:
+        return query
+    table = model._meta.table
+    return query.select_extend(*[getattr(table, name) for name in names])
+
+
 class _Alias(peewee.ModelAlias):
     """An alias whose default ``SELECT`` names only the columns the file has."""
 
     def get_field_aliases(self) -> list[Any]:
         fields = present_fields(self.model)
         if fields is None:
-            return cast("list[Any]", super().get_field_aliases())
+            return list(super().get_field_aliases())
         return [getattr(self, f.name) for f in fields]
 
 
@@ -244,12 +254,16 @@ class BaseModel(peewee.Model):
         names = extra_columns(table)
         if not names:
             return {}
-        pk = self._meta.primary_key
+        pk = cast(peewee.Field, self._meta.primary_key)
         selected = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
-        row = current().execute_sql(
-            f'SELECT {selected} FROM "{table}" WHERE "{pk.column_name}" = ?',
-            [getattr(self, pk.name)],
-        ).fetchone()
+        row = (
+            current()
+            .execute_sql(
+                f'SELECT {selected} FROM "{table}" WHERE "{pk.column_name}" = ?',
+                [getattr(self, pk.name)],
+            )
+            .fetchone()
+        )
         return {} if row is None else dict(zip(names, row))
 
     def save(self, force_insert: bool = False, only: Any = None) -> Any:
@@ -358,6 +372,15 @@ class Session(BaseModel):
 
     def __str__(self) -> str:
         return f"Session({self.id!r})"
+
+    @property
+    def prompt(self) -> str | None:
+        """The system prompt: through ``system_prompt_hash`` on files of Hermes v25 and
+        later (where ``system_prompt`` is NULL), else ``system_prompt`` itself."""
+        row = resolve_prompts(
+            {"system_prompt": self.system_prompt, "system_prompt_hash": self.system_prompt_hash}
+        )
+        return cast("str | None", row["system_prompt"])
 
     @property
     def config(self) -> dict[str, Any]:
@@ -561,6 +584,55 @@ class Message(BaseModel):
         from .fts import search_messages
 
         return search_messages(query, **options)
+
+
+class SystemPrompt(BaseModel):
+    """``system_prompts`` of Hermes v25 and later: prompt texts by SHA-256 hash.
+
+    The migrations never create this table; it exists in newer Hermes files,
+    where ``sessions.system_prompt`` is NULL and ``system_prompt_hash`` points here.
+    """
+
+    hash = TextField(primary_key=True)
+    prompt = TextField()
+
+    class Meta:
+        table_name = "system_prompts"
+
+
+def _looks_like_hash(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
+def resolve_prompts(row: dict[str, Any]) -> dict[str, Any]:
+    """A session row with its system prompt (and tool list) read as Hermes v25+ reads them.
+
+    ``system_prompt`` becomes the text ``system_prompt_hash`` points to in
+    ``system_prompts``, the column's own value as the fallback; a
+    ``tool_names`` holding the hash of a stored tool list becomes that list's
+    text. Rows of files without ``system_prompts`` come back unchanged.
+    """
+    shape = current().shape
+    if shape is None or "system_prompts" not in shape.tables:
+        return row
+    wanted = [row.get("system_prompt_hash"), row.get("tool_names")]
+    hashes = [h for h in wanted if _looks_like_hash(h)]
+    if not hashes:
+        return row
+    found = dict(
+        SystemPrompt.select(SystemPrompt.hash, SystemPrompt.prompt)
+        .where(SystemPrompt.hash.in_(hashes))
+        .tuples()
+    )
+    prompt = found.get(row.get("system_prompt_hash"))
+    if prompt is not None:
+        row["system_prompt"] = prompt
+    tools = found.get(row.get("tool_names"))
+    if tools is not None:
+        row["tool_names"] = tools
+    return row
 
 
 class StateMeta(BaseModel):

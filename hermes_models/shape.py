@@ -227,7 +227,8 @@ def _cjk(conn: sqlite3.Connection, sql: Mapping[str, Any]) -> str:
     if "messages_fts_cjk" not in sql:
         return ""
     row = conn.execute(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'messages_fts_cjk%'"
+        "SELECT COUNT(*) FROM sqlite_master "
+        "WHERE type = 'trigger' AND name LIKE 'messages_fts_cjk%'"
     ).fetchone()
     return "triggers" if row[0] else "stale"
 

@@ -24,9 +24,12 @@ from peewee import SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from .caches import BoundedCache
+from .db import current
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, Shape
+from .lineage import delegate_marked
 from .models import Message, Session
 from .query import LIKE, TRIGRAM, WORDS
+from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS
 
 SLOT = "\x00hermes-slot:"
 
@@ -77,11 +80,37 @@ def _starts_with_nul(m: Any) -> Any:
     return (m.content >= Value(NUL)) & (m.content < Value("\x01"))
 
 
+def _trigram_gap(m: Any, shape: Shape) -> Any:
+    """Rows the trigram index of a newer Hermes file leaves out (None: it has every row).
+
+    Hermes' later layouts never index tool rows in full, and layout 3 (v29/v30)
+    leaves out cron and subagent sessions as well; a ``LIKE`` finds those.
+    """
+    gaps = shape.gaps
+    if gaps == TRIGRAM_COMPLETE:
+        return None
+    gap = m.role == "tool"
+    if gaps == TRIGRAM_NO_TOOLS_OR_RUNS:
+        g = Session.alias("gap")
+        run = fn.EXISTS(
+            g.select(SQL("1")).where(
+                g.id == m.session,
+                g.source.in_(["cron", "subagent"]) | delegate_marked(g),
+            )
+        )
+        gap = gap | run
+    return gap
+
+
 def _behind_nul(m: Any, shape: Shape, v: Valuer) -> Any:
-    """Rows whose content starts with NUL, which the trigram index holds nothing of."""
+    """Rows the trigram index holds nothing of: content starting with NUL, and the
+    rows a newer Hermes file's trigram index leaves out (:func:`_trigram_gap`)."""
     if shape.words:
-        return m.id.in_(_rowids(MessageIndex, v("json"))) & _starts_with_nul(m)
-    return _starts_with_nul(m)
+        nul = m.id.in_(_rowids(MessageIndex, v("json"))) & _starts_with_nul(m)
+    else:
+        nul = _starts_with_nul(m)
+    gap = _trigram_gap(m, shape)
+    return nul if gap is None else (nul | gap)
 
 
 def _like(m: Any, k: int, v: Valuer) -> Any:
@@ -169,7 +198,14 @@ def scan_statement(
     ``behind``: only the rows behind a NUL, which a trigram query of that shape
     cannot find through its index.
     """
-    key = (include_inactive, non_ascii, prefilter, behind is not None and behind.words)
+    key = (
+        include_inactive,
+        non_ascii,
+        prefilter,
+        behind is not None and behind.words,
+        behind.gaps if behind is not None else None,
+        file_rules(),
+    )
     return _SCAN_STATEMENTS.get(
         key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind)
     )
@@ -179,7 +215,7 @@ def _render_scan(
     include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...], behind: Shape | None
 ) -> Statement:
     m = Message
-    where = [] if include_inactive else [m.active == 1]
+    where = [] if include_inactive else [visible(m, file_rules())]
     if behind is not None:
         where.append(_behind_nul(m, behind, slot))
     if non_ascii:
@@ -205,9 +241,9 @@ class Filters:
     include_inactive: bool = False
 
     def shape(self) -> tuple[Any, ...]:
-        """What the SQL depends on."""
+        """What the SQL depends on (the open file's reading rules included)."""
         n_sources = None if self.sources is None else len(self.sources)
-        return (n_sources, len(self.exclude), len(self.roles), self.include_inactive)
+        return (n_sources, len(self.exclude), len(self.roles), self.include_inactive, file_rules())
 
     def values(self) -> dict[str, Any]:
         """Values of the filter slots."""
@@ -218,12 +254,39 @@ class Filters:
         return out
 
 
+def file_rules() -> tuple[bool, ...]:
+    """How the open file is searched: ``()`` for v16; for a newer Hermes file,
+    whether it has ``messages.compacted`` and ``messages.display_kind``."""
+    shape = current().shape
+    if shape is None or not shape.newer:
+        return ()
+    return (shape.has("messages", "compacted"), shape.has("messages", "display_kind"))
+
+
+def visible(m: Any, rules: tuple[bool, ...]) -> Any:
+    """Messages a search shows unless asked for inactive ones: live ones, and on newer
+    Hermes files also those archived by compaction (as Hermes searches them)."""
+    if rules and rules[0]:
+        return (m.active == 1) | (m.compacted == 1)
+    return m.active == 1
+
+
 def filter_terms(shape: tuple[Any, ...], m: Any, s: Any) -> list[peewee.Node]:
-    """WHERE terms of a :meth:`Filters.shape` over messages ``m`` and sessions ``s``."""
-    n_sources, n_exclude, n_roles, include_inactive = shape
+    """WHERE terms of a :meth:`Filters.shape` over messages ``m`` and sessions ``s``.
+
+    On a newer Hermes file the search follows Hermes' later filters: rows
+    marked ``display_kind = 'hidden'`` are never hits, and tool rows only
+    when the role filter asks for them.
+    """
+    n_sources, n_exclude, n_roles, include_inactive, rules = shape
     terms: list[peewee.Node] = []
     if not include_inactive:
-        terms.append(m.active == 1)
+        terms.append(visible(m, rules))
+    if rules:
+        if rules[1]:
+            terms.append(fn.COALESCE(m.display_kind, "") != "hidden")
+        if not n_roles:
+            terms.append(m.role != "tool")
     if n_sources is not None:
         terms.append(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
     if n_exclude:
@@ -284,6 +347,10 @@ def hits_query(
             .join(s, on=(s.id == m.session))
             .where(index.match(slot("q")), *where)
         )
+        gap = _trigram_gap(m, shape) if single == TRIGRAM else None
+        if gap is not None:
+            # Those rows come from the LIKE below (an older index may hold a cut copy).
+            query = query.where(~gap)
         if single == TRIGRAM:
             if shape.behind_scanned:
                 # The scan of those rows decided them (slot ``behind``).

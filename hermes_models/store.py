@@ -51,7 +51,9 @@ from .models import (
     check_increments,
     check_ttl,
     encode_json,
+    resolve_prompts,
     unencodable_error,
+    with_extra,
 )
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
 
@@ -337,8 +339,8 @@ class SessionDB:
         """Every column of one session, or None."""
         if _lookup_key(session_id, "session_id") is None:
             return None
-        rows = fetch_dicts(Session.select().where(Session.id == session_id))
-        return rows[0] if rows else None
+        rows = fetch_dicts(with_extra(Session.select(), Session).where(Session.id == session_id))
+        return resolve_prompts(rows[0]) if rows else None
 
     @_api
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:

@@ -356,7 +356,12 @@ def stats_table(report: dict[str, Any]) -> Table:
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
     table.add_row("file", report["path"])
-    table.add_row("schema", f"v{report['schema_version']} ({report['journal_mode']} journal)")
+    schema = f"v{report['schema_version']} ({report['journal_mode']} journal)"
+    if report.get("newer_than_writes"):
+        schema += ", newer than v16: read only"
+    table.add_row("schema", schema)
+    if report.get("newer_than_writes") and report.get("fts_layout") is not None:
+        table.add_row("search layout", f"{report['fts_layout']} (Hermes' fts_storage_version)")
     table.add_row("sessions", str(report["sessions"]))
     table.add_row(
         "messages",
@@ -366,8 +371,16 @@ def stats_table(report: dict[str, Any]) -> Table:
     table.add_row("file size", size(report["file_bytes"]))
     table.add_row("WAL size", size(report["wal_bytes"]))
     for name, count in report["fts_rows"].items():
-        state = "in step" if count == report["messages"] else f"messages: {report['messages']}"
+        if report.get("fts_in_step") is None:
+            state = "indexed as Hermes indexes it"
+        elif count == report["messages"]:
+            state = "in step"
+        else:
+            state = f"messages: {report['messages']}"
         table.add_row(name, f"{count} rows ({state})")
+    if report.get("newer_than_writes"):
+        for name, use in report.get("search_indexes", {}).items():
+            table.add_row(f"{name}", use)
     return table
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+import hermes_models.history
 from hermes_models import SessionDB
 from hermes_models.cli import cli, main
 
@@ -522,7 +523,7 @@ def test_an_unexpected_error_is_one_line(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("something\nunexpected")
 
-    monkeypatch.setattr(SessionDB, "get_messages", broken)
+    monkeypatch.setattr(hermes_models.history, "display_messages", broken)
     code, out, err = run_main(capsys, "show", "--db", str(filled), "greetings")
     assert_one_line_error(code, out, err, "RuntimeError: something unexpected")
 
