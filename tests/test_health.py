@@ -89,6 +89,9 @@ def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -
         "wal_bytes": sizes[1],
         "fts_rows": {"messages_fts": 18, "messages_fts_trigram": 18},
         "fts_in_step": True,
+        "fts_layout": 0,
+        "newer_than_writes": False,
+        "search_indexes": {"messages_fts": "used", "messages_fts_trigram": "used"},
     }
 
 
