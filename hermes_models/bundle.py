@@ -33,6 +33,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
+import peewee
 from peewee import fn
 
 from . import jsonl
@@ -155,8 +156,7 @@ def file_columns(model: type[Session] | type[Message]) -> tuple[str, ...]:
 
 def _selected(model: type[Session] | type[Message]) -> list[Any]:
     by_column = {f.column_name: f for f in model._meta.sorted_fields}
-    table = model._meta.table
-    return [by_column.get(c) or getattr(table, c) for c in file_columns(model)]
+    return [by_column.get(c) or peewee.Column(model, c) for c in file_columns(model)]
 
 
 def session_rows(ids: list[str] | None) -> list[tuple[Any, ...]]:

@@ -205,8 +205,7 @@ def with_extra(query: Any, model: type[peewee.Model]) -> Any:
     names = extra_columns(model._meta.table_name)
     if not names:
         return query
-    table = model._meta.table
-    return query.select_extend(*[getattr(table, name) for name in names])
+    return query.select_extend(*[peewee.Column(model, name) for name in names])
 
 
 class _Alias(peewee.ModelAlias):

@@ -154,9 +154,26 @@ class FileShape:
         """What SQL built for this file depends on (a cache key)."""
         return (tuple(self.columns.get(t, ()) for t in PROBED), self.newer, self.trigram_gaps)
 
+    def evidence(self) -> str | None:
+        """The first sign of a newer file: a table or ``table.column`` only later Hermes
+        versions create (None when there is none)."""
+        for name in sorted(self.tables & NEWER_TABLES):
+            return f"table {name}"
+        known = {*NEWER_SESSION_COLUMNS, *NEWER_MESSAGE_COLUMNS} - _LATE_V16
+        for table in PROBED:
+            for name in self.columns.get(table, ()):
+                if name in known:
+                    return f"column {table}.{name}"
+        return None
+
     def describe_version(self) -> str:
-        """The version as people read it: ``"30"``, or ``"unknown"``."""
-        return "unknown" if self.version is None else str(self.version)
+        """The version as people read it: ``"30"``; ``"16 (with column sessions.session_key
+        of a later Hermes)"`` when the structure is newer than the number; ``"unknown"``."""
+        number = "unknown" if self.version is None else str(self.version)
+        if self.version is not None and self.version > WRITES_VERSION:
+            return number
+        sign = self.evidence()
+        return number if sign is None else f"{number} (with {sign} of a later Hermes)"
 
 
 def _table_sql(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
