@@ -529,19 +529,38 @@ MESSAGES: tuple[dict[str, Any], ...] = (
         tool_name="web_search",
         effect_disposition="none",
     ),
-    _m(4, "root-a", "assistant", "The event loop runs ready callbacks one at a time.", 4,
-       finish_reason="stop"),  # fmt: skip
+    _m(
+        4,
+        "root-a",
+        "assistant",
+        "The event loop runs ready callbacks one at a time.",
+        4,
+        finish_reason="stop",
+    ),
     _m(5, "branch-a", "user", LIST_CONTENT, 61),
     _m(6, "branch-a", "assistant", "Trio uses nurseries for structured concurrency.", 62),
     # One in-place compaction in cont-a: 7-8 summarized away, 9-10 the carried
     # tail's originals, 11 the summary carrier, 12-13 the fresh copies of 9-10.
     _m(7, "cont-a", "user", "Continue with the selector internals", 102, active=0, compacted=1),
-    _m(8, "cont-a", "assistant", "Selectors wait for sockets to become ready.", 103, active=0,
-       compacted=1),  # fmt: skip
+    _m(
+        8,
+        "cont-a",
+        "assistant",
+        "Selectors wait for sockets to become ready.",
+        103,
+        active=0,
+        compacted=1,
+    ),
     _m(9, "cont-a", "user", "Which kernel call does the selector use?", 104, active=0),
     _m(10, "cont-a", "assistant", "On Linux the selector uses epoll.", 105, active=0),
-    _m(11, "cont-a", "user", "[Compacted summary] We covered selectors and sockets.", 106,
-       _compressed_summary=1),  # fmt: skip
+    _m(
+        11,
+        "cont-a",
+        "user",
+        "[Compacted summary] We covered selectors and sockets.",
+        106,
+        _compressed_summary=1,
+    ),
     _m(12, "cont-a", "user", "Which kernel call does the selector use?", 104),
     _m(13, "cont-a", "assistant", "On Linux the selector uses epoll.", 105),
     _m(
@@ -556,11 +575,25 @@ MESSAGES: tuple[dict[str, Any], ...] = (
     ),
     _m(15, "cont-a", "tool", LONG_TOOL_TEXT, 111, tool_call_id="call_2", tool_name="read_file"),
     _m(16, "cont-a", "user", "Forget that, explain trio instead", 112, active=0),
-    _m(17, "cont-a", "user", "Internal scaffolding about the marmoset", 113,
-       display_kind="hidden", display_metadata='{"origin": "harness"}'),  # fmt: skip
+    _m(
+        17,
+        "cont-a",
+        "user",
+        "Internal scaffolding about the marmoset",
+        113,
+        display_kind="hidden",
+        display_metadata='{"origin": "harness"}',
+    ),
     _m(18, "cont-a", "session_meta", '{"event": "turn_started", "marker": "wombat"}', 114),
-    _m(19, "cont-a", "assistant", "The log shows the okapi job finished.", 115,
-       finish_reason="stop", fork_score=0.5),  # fmt: skip
+    _m(
+        19,
+        "cont-a",
+        "assistant",
+        "The log shows the okapi job finished.",
+        115,
+        finish_reason="stop",
+        fork_score=0.5,
+    ),
     _m(20, "root-b", "user", "请解释事件循环和数据库的关系", 201),
     _m(21, "root-b", "assistant", "The loop and the database are independent.", 202),
     _m(22, "cont-b", "user", "データベースの設計について教えて", 302),
@@ -569,13 +602,19 @@ MESSAGES: tuple[dict[str, Any], ...] = (
     _m(25, "sub-a", "assistant", "Subagent found the scheduler notes.", 152),
     _m(26, "cron-1", "user", "Nightly job: 定时任务 report for the quokka", 401),
     _m(27, "cron-1", "assistant", "Cron summary ready.", 402, fork_score=1.25),
-    _m(28, "reset-old", "user", "Old conversation about the heron", 501,
-       platform_message_id="tg-2001"),  # fmt: skip
+    _m(
+        28,
+        "reset-old",
+        "user",
+        "Old conversation about the heron",
+        501,
+        platform_message_id="tg-2001",
+    ),
     _m(29, "reset-new", "user", "Fresh start about the kestrel", 602),
     _m(30, "archived-1", "user", "Archived chat about the albatross", 701),
 )
 
-#: Prompts by hash in ``system_prompts`` (v25 on): one row per distinct text.
+#: Prefix of ``messages.content`` holding JSON (list/dict) content.
 JSON_SENTINEL = "\x00json:"
 
 
@@ -650,8 +689,8 @@ _NO_DELEGATE = (
     "json_extract(CASE WHEN json_valid({c}) THEN {c} ELSE json_object() END,"
     " '$._delegate_from') IS NULL"
 )
-_TRIGRAM_SESSION = (
-    "s.source NOT IN ('cron', 'subagent') AND " + _NO_DELEGATE.format(c="s.model_config")
+_TRIGRAM_SESSION = "s.source NOT IN ('cron', 'subagent') AND " + _NO_DELEGATE.format(
+    c="s.model_config"
 )
 _PREFIX = (
     "CASE WHEN {r}.role = 'tool' THEN substr(COALESCE({r}.content, ''), 1, 8192)"
@@ -700,8 +739,8 @@ def _external_triggers(
         f"CREATE TRIGGER {table}_insert AFTER INSERT ON messages WHEN {cond('new')} BEGIN\n"
         f"    INSERT INTO {table}(rowid, {names}) VALUES (new.id, {vals('new')});\nEND",
         f"CREATE TRIGGER {table}_delete AFTER DELETE ON messages WHEN {cond('old')} BEGIN\n"
-        f"    INSERT INTO {table}({table}, rowid, {names}) VALUES ('delete', old.id, {vals('old')});"
-        "\nEND",
+        f"    INSERT INTO {table}({table}, rowid, {names})"
+        f" VALUES ('delete', old.id, {vals('old')});\nEND",
         f"CREATE TRIGGER {table}_update AFTER UPDATE OF {', '.join(watched)} ON messages"
         f" WHEN {_changed(watched)} BEGIN\n"
         f"    INSERT INTO {table}({table}, rowid, {names})"
@@ -927,8 +966,7 @@ _RUNTIME_LEDGER = (
     "    execution_id TEXT NOT NULL REFERENCES worker_executions ON DELETE RESTRICT,\n"
     "    sequence INTEGER NOT NULL CHECK (sequence > 0),\n    payload_digest TEXT NOT NULL,\n"
     "    result_json TEXT NOT NULL,\n    PRIMARY KEY (execution_id, sequence)\n)",
-    "CREATE INDEX session_admissions_pending"
-    " ON session_admissions(target_session_id, status, seq)",
+    "CREATE INDEX session_admissions_pending ON session_admissions(target_session_id, status, seq)",
     # The guard's real DDL was not found; this one refuses the same deletes.
     "CREATE TRIGGER sessions_runtime_ledger_delete_guard BEFORE DELETE ON sessions\n"
     "WHEN EXISTS (SELECT 1 FROM session_admissions WHERE target_session_id = old.id)\n"
@@ -1400,9 +1438,15 @@ def drop_cjk_triggers_like_hermes(path: Path) -> None:
 
 # -- reading files the way tests compare them --------------------------------------------------
 
-#: FTS5 tables of each shape that plain SQLite can open.
+
 def openable_fts_tables(shape: str) -> tuple[str, ...]:
-    """The message indexes of a ``shape`` file that plain SQLite can query."""
+    """The message indexes of a ``shape`` file that plain SQLite can query.
+
+    Every shape has ``messages_fts`` and ``messages_fts_trigram``; ``messages_fts_cjk``
+    (CJK_SHAPES) needs a tokenizer plain SQLite lacks.
+    """
+    if shape not in SHAPES:
+        raise ValueError(f"shape: unknown shape {shape!r}")
     return legacy.FTS_TABLES
 
 
