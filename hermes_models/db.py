@@ -485,6 +485,10 @@ def retry_locked(fn: Callable[[], T], attempts: int = WRITE_MAX_ATTEMPTS) -> T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+#: First words of the statements that write.
+_WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "VACUUM", "REINDEX")
+
+
 class HermesDatabase(peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
@@ -538,8 +542,12 @@ class HermesDatabase(peewee.SqliteDatabase):
             self.journal = _set_journal_mode(conn, str(self.path))
 
     def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
-        """Run ``sql``; on a file newer than v16 a refused write raises
-        :class:`SchemaTooNewError` (whichever path it took)."""
+        """Run ``sql``; on a file newer than v16 a write raises :class:`SchemaTooNewError`
+        (whichever path it took), before SQLite prepares it: preparing a write compiles
+        the file's triggers, and a newer Hermes' may need a tokenizer plain SQLite lacks."""
+        if self.shape is not None and self.shape.newer:
+            if sql.lstrip()[:7].upper().startswith(_WRITING):
+                raise newer_schema_error(self.path, self.shape, "writing")
         try:
             return super().execute_sql(sql, params)
         except (sqlite3.OperationalError, peewee.OperationalError) as exc:
