@@ -37,7 +37,7 @@ from .errors import (
     UnsafeFileError,
     WriteConflictError,
 )
-from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta
+from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate
 from .store import SessionDB
@@ -67,6 +67,7 @@ __all__ = [
     "Session",
     "SessionDB",
     "StateMeta",
+    "SystemPrompt",
     "UnsafeFileError",
     "WriteConflictError",
     "apply_wal_with_fallback",
