@@ -172,7 +172,9 @@ def transcript(messages: Iterable[dict[str, Any]], clock: Clock) -> RenderableTy
     for message in messages:
         label = message["role"] + (f":{message['tool_name']}" if message.get("tool_name") else "")
         head = Text.assemble((label, "bold"), ("  " + clock.stamp(message.get("timestamp")), "dim"))
-        if not message.get("active", 1):
+        if message.get("compacted") and not message.get("active", 1):
+            head.append(" (compacted)", "dim")
+        elif not message.get("active", 1):
             head.append(" (rewound)", "dim")
         parts.append(head)
         parts.append(Text(content_text(message.get("content"))))

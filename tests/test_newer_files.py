@@ -128,6 +128,12 @@ def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shap
         warnings = [line for line in result.stderr.splitlines() if "opened read-only" in line]
         assert len(warnings) == 1, (command, result.stderr)
         assert f"Hermes schema version {newer.SCHEMA_VERSION[shape]}" in warnings[0]
+    # A backup reads the file too; the copy passes its checks (an index whose
+    # tokenizer this SQLite lacks is named as not checked).
+    copy = store_file.parent.parent / "copy.db"
+    backup = run("backup", "--db", str(store_file), str(copy), cwd=store_file.parent, env=env)
+    assert backup.returncode == 0, backup.stderr
+    assert ("messages_fts_cjk not checked" in backup.stderr) == (shape in newer.CJK_SHAPES)
     assert_unchanged(before, files(store_file))
 
 
