@@ -749,6 +749,12 @@ def current() -> HermesDatabase:
     return db
 
 
+def file_key() -> tuple[Any, ...]:
+    """What SQL built for the bound file depends on (:attr:`FileShape.key`; ``()`` unknown)."""
+    shape = current().shape
+    return () if shape is None else shape.key
+
+
 def newer_file() -> bool:
     """True when the bound file is newer than v16 (read with Hermes' later rules)."""
     shape = current().shape

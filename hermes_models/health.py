@@ -37,7 +37,7 @@ from .db import (
     stored_schema_version,
     using,
 )
-from .models import Session
+from .models import Message, Session
 from .shape import FileShape
 from .transcript import counter_totals, recount
 
@@ -117,7 +117,8 @@ def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
     rows; the Hermes schema version, the full-text layout and which indexes are used."""
     db = db or current()
     messages = int(_one(db, "SELECT COUNT(*) FROM messages"))
-    active = int(_one(db, "SELECT COUNT(*) FROM messages WHERE active = 1"))
+    with using(db):  # through the model: a file without ``active`` (v2-v11) has all live
+        active = int(Message.select().where(Message.active == 1).count())
     fts = {
         table: int(_one(db, f"SELECT COUNT(*) FROM {table}")) for table in present_fts_tables(db)
     }

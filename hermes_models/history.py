@@ -81,32 +81,32 @@ def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[st
 
 
 def _replay_entry(row: dict[str, Any]) -> dict[str, Any]:
-    role = row["role"]
+    role = row.get("role")
     sent = row.get("api_content")
-    content = decode_content(row["content"] if sent is None else sent)
+    content = decode_content(row.get("content") if sent is None else sent)
     if role in ("user", "assistant") and isinstance(content, str):
         content = sanitize_context(content).strip()
     entry: dict[str, Any] = {"role": role, "content": content}
-    if row["timestamp"]:
-        entry["timestamp"] = row["timestamp"]
+    if row.get("timestamp"):
+        entry["timestamp"] = row.get("timestamp")
     for name in ("tool_call_id", "tool_name"):
-        if row[name]:
-            entry[name] = row[name]
-    if row["tool_calls"]:
-        entry["tool_calls"] = _tool_calls(row["tool_calls"])
-    if row["platform_message_id"]:
-        entry["message_id"] = row["platform_message_id"]
-    if row["observed"]:
+        if row.get(name):
+            entry[name] = row.get(name)
+    if row.get("tool_calls"):
+        entry["tool_calls"] = _tool_calls(row.get("tool_calls"))
+    if row.get("platform_message_id"):
+        entry["message_id"] = row.get("platform_message_id")
+    if row.get("observed"):
         entry["observed"] = True
     if role == "assistant":
         for name in ("finish_reason", "reasoning"):
-            if row[name]:
-                entry[name] = row[name]
-        if row["reasoning_content"] is not None:
-            entry["reasoning_content"] = row["reasoning_content"]
+            if row.get(name):
+                entry[name] = row.get(name)
+        if row.get("reasoning_content") is not None:
+            entry["reasoning_content"] = row.get("reasoning_content")
         for name in _REPLAY_JSON:
-            if row[name]:
-                entry[name] = _load(row[name], None)
+            if row.get(name):
+                entry[name] = _load(row.get(name), None)
     return entry
 
 

@@ -208,8 +208,79 @@ def with_extra(query: Any, model: type[peewee.Model]) -> Any:
     return query.select_extend(*[peewee.Column(model, name) for name in names])
 
 
+def absent_column(field: Any, ctx: Any) -> Any:
+    """What ``field`` reads as in SQL when the bound file lacks its column, or None
+    when the column is there (or this is no place for a value: an INSERT's column
+    list, a CREATE). A missing column reads as its default (``active`` 1,
+    ``archived`` 0, counters 0) or NULL: an old file opened read-only is read by the
+    same statements as a v16 one."""
+    if ctx.scope not in (peewee.SCOPE_NORMAL, peewee.SCOPE_SOURCE):
+        return None
+    shape = getattr(database.obj, "shape", None)
+    if shape is None:
+        return None
+    columns = shape.columns.get(field.model._meta.table_name)
+    if columns is None or field.column_name in columns:
+        return None
+    default = field.default
+    if isinstance(default, int) and not isinstance(default, bool):
+        return peewee.SQL(str(default))
+    return peewee.SQL("NULL")
+
+
+class _Probed:
+    """Mixin of the fields of tables whose columns vary by file (see :func:`absent_column`)."""
+
+    def __sql__(self, ctx: Any) -> Any:
+        absent = absent_column(self, ctx)
+        return super().__sql__(ctx) if absent is None else ctx.sql(absent)  # type: ignore[misc]
+
+
+class _ProbedAlias(_Probed):
+    """The same for a field of a model alias."""
+
+    field: Any
+
+    def __sql__(self, ctx: Any) -> Any:
+        absent = absent_column(self.field, ctx)
+        if absent is None:
+            return peewee.FieldAlias.__sql__(self, ctx)  # type: ignore[arg-type]
+        return ctx.sql(absent)
+
+
+#: The probed class of each field class, and the alias class of each probed class.
+_probed_classes: dict[type[Any], type[Any]] = {}
+_alias_classes: dict[type[Any], type[Any]] = {}
+
+
+def probe_fields(model: type[peewee.Model]) -> None:
+    """Make every field of ``model`` read a column the file lacks as its default."""
+    for field in model._meta.sorted_fields:
+        if isinstance(field, _Probed):
+            continue
+        kind = _probed_classes.get(type(field))
+        if kind is None:
+            kind = type(f"Probed{type(field).__name__}", (_Probed, type(field)), {})
+            _probed_classes[type(field)] = kind
+        field.__class__ = kind
+
+
 class _Alias(peewee.ModelAlias):
-    """An alias whose default ``SELECT`` names only the columns the file has."""
+    """An alias whose default ``SELECT`` names only the columns the file has, and whose
+    fields read a missing column as its default."""
+
+    def __getattr__(self, attr: str) -> Any:
+        found = super().__getattr__(attr)
+        if isinstance(found, peewee.FieldAlias) and not isinstance(found, _ProbedAlias):
+            # As peewee's FieldAlias.create, with one class per field class (not per call).
+            kind = _alias_classes.get(type(found.field))
+            if kind is None:
+                name = f"ProbedAlias{type(found.field).__name__}"
+                kind = type(name, (_ProbedAlias, peewee.FieldAlias, type(found.field)), {})
+                _alias_classes[type(found.field)] = kind
+            found = kind(self, found.field)
+            self.__dict__[attr] = found
+        return found
 
     def get_field_aliases(self) -> list[Any]:
         fields = present_fields(self.model)
@@ -792,6 +863,10 @@ def check_ttl(ttl: Any, argument: str = "ttl") -> float:
     if not (0 < ttl <= 366 * 24 * 3600):
         raise ValueError(f"{argument} must be between 0 and one year in seconds, got {ttl!r}")
     return float(ttl)
+
+
+probe_fields(Session)
+probe_fields(Message)
 
 
 def all_models() -> Iterable[type[BaseModel]]:

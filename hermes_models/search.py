@@ -26,7 +26,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag
-from .db import current, fetch_dicts
+from .db import current, fetch_dicts, file_key
 from .fts import INDEXES, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, _extend, _not_visited, _path, branch_expr
 from .listing import check_page
@@ -444,12 +444,16 @@ def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
     return query.order_by(*order).limit(1)
 
 
-_context_statements: BoundedCache[bool, Statement] = BoundedCache("context statements", 2)
+_context_statements: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
+    "context statements", 8
+)
 SLOT_IDS = slot("ids").value
 
 
 def _context_statement(include_inactive: bool) -> Statement:
-    return _context_statements.get(include_inactive, lambda: _render_context(include_inactive))
+    return _context_statements.get(
+        (include_inactive, file_key()), lambda: _render_context(include_inactive)
+    )
 
 
 def _render_context(include_inactive: bool) -> Statement:

@@ -24,7 +24,7 @@ from peewee import SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from .caches import BoundedCache
-from .db import current
+from .db import current, file_key
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, Shape
 from .lineage import delegate_marked
 from .models import Message, Session
@@ -204,7 +204,7 @@ def scan_statement(
         prefilter,
         behind is not None and behind.words,
         behind.gaps if behind is not None else None,
-        file_rules(),
+        file_key(),
     )
     return _SCAN_STATEMENTS.get(
         key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind)

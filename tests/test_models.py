@@ -47,7 +47,8 @@ def declared_type(field: peewee.Field) -> str:
     """The SQLite type a model field stands for (a foreign key: its target's)."""
     if isinstance(field, peewee.ForeignKeyField):
         return declared_type(field.rel_field)
-    return DECLARED_TYPE[type(field)]
+    # The models' fields are probed subclasses of these (see models.probe_fields).
+    return next(DECLARED_TYPE[kind] for kind in type(field).__mro__ if kind in DECLARED_TYPE)
 
 
 def model_columns(model: type[peewee.Model]) -> list[tuple[str, str, int, str | None, int]]:
