@@ -201,7 +201,8 @@ def _up_to_date(path: Path, folder: Path) -> bool:
 def _backend(path: Path) -> Iterator[Any]:
     def open_backend() -> Any:
         # yoyo's get_backend() in three steps, so that a file that is locked or
-        # is not a database does not leave yoyo's connection open behind it.
+        # is not a database does not leave yoyo's connection open behind it
+        # (yoyo is imported only when there is migrating to do).
         from yoyo.connections import get_backend_class, parse_uri
         from yoyo.migrations import default_migration_table
 
@@ -253,7 +254,7 @@ def _reclaim_stale_lock(backend: Any) -> bool:
 
 @contextlib.contextmanager
 def _locked(backend: Any) -> Iterator[None]:
-    from yoyo.exceptions import LockTimeout
+    from yoyo.exceptions import LockTimeout  # yoyo only when there is migrating to do
 
     deadline = time.monotonic() + LOCK_WAIT_S
     with contextlib.ExitStack() as stack:
@@ -303,7 +304,7 @@ def _hermes_version(conn: sqlite3.Connection) -> int | None:
 @functools.cache
 def _immediate_transaction() -> Any:
     """yoyo's transaction class, begun with ``BEGIN IMMEDIATE``: the write lock is taken first."""
-    from yoyo.backends.base import TransactionManager
+    from yoyo.backends.base import TransactionManager  # yoyo only when migrating
 
     class ImmediateTransaction(TransactionManager):  # type: ignore[misc]
         def _do_begin(self) -> None:
