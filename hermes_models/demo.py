@@ -8,7 +8,6 @@ command of the CLI prints what it finds in it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .children import branch, compress
 from .models import Session
@@ -147,10 +146,8 @@ def _branch(store: SessionDB, parent_id: str, when: float) -> str:
     return child.id
 
 
-def demo_summary(store: SessionDB, ids: DemoIds) -> dict[str, Any]:
-    """What the demo shows, gathered in one place (used by the CLI and tests)."""
-    return {
-        "sessions": store.list_sessions_rich(limit=None),
-        "resume_target": store.resolve_resume_session_id(ids.compressed_root),
-        "compression_tip": store.get_compression_tip(ids.compressed_root),
-    }
+__all__ = [
+    "DEMO_EPOCH",
+    "DemoIds",
+    "build_demo",
+]

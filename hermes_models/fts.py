@@ -242,3 +242,18 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         for route, terms in positive.items():
             out[f"any_{route}"] = " OR ".join(terms) or '""'
     return out
+
+
+__all__ = [
+    "INDEXES",
+    "SCAN_FROM",
+    "SNIPPET_TOKENS",
+    "MessageIndex",
+    "MessageTrigramIndex",
+    "Routes",
+    "Shape",
+    "available_routes",
+    "present_indexes",
+    "term_values",
+    "warn_once",
+]

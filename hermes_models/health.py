@@ -411,3 +411,15 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
         return {"recounted": wrong, "sequence": lowered}
 
     return db.write(run)
+
+
+__all__ = [
+    "SEQUENCE_HEADROOM",
+    "counter_mismatches",
+    "doctor",
+    "message_sequence",
+    "present_fts_tables",
+    "repair",
+    "search_indexes",
+    "stats",
+]

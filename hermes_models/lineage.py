@@ -476,3 +476,37 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     )
     query = peewee.Select(from_list=[chain], columns=[chain.c.id]).with_cte(rising, chain)
     return sorted({str(row[0]) for row in current().execute(query).fetchall()})
+
+
+__all__ = [
+    "ESC",
+    "MAX_DEPTH",
+    "RESET_REASONS",
+    "RESUME_MAX_DEPTH",
+    "SEP",
+    "TIP_MAX_HOPS",
+    "ancestors",
+    "branch_expr",
+    "branch_marked",
+    "children_of_kind",
+    "compression_chain_ids",
+    "compression_expr",
+    "continuation_v30",
+    "delegate_marked",
+    "descend",
+    "descendants",
+    "ephemeral_expr",
+    "extend_path",
+    "kind_expr",
+    "kind_of",
+    "latest_child",
+    "listable_expr",
+    "marker",
+    "newer_rules",
+    "not_visited",
+    "parent_ended",
+    "path_of",
+    "reset_child",
+    "root_of",
+    "walk_sessions",
+]

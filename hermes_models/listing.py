@@ -511,3 +511,24 @@ def sessions_by_id(
         return 1 if any(value.startswith(needle) for value in ids) else 2
 
     return sorted(candidates, key=rank)[:limit]
+
+
+__all__ = [
+    "INTERNAL_SOURCES",
+    "PREVIEW_CHARS",
+    "PREVIEW_SOURCE_CHARS",
+    "TIP_COLUMNS",
+    "check_page",
+    "count_sessions",
+    "cron_job_runs",
+    "enriched_sessions",
+    "ids_starting_with",
+    "plain_listing",
+    "preview_text",
+    "recency",
+    "rich_listing",
+    "rich_listing_query",
+    "session_filters",
+    "sessions_by_id",
+    "where_all",
+]

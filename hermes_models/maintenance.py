@@ -402,3 +402,27 @@ def vacuum() -> int:
     db.execute_sql("VACUUM")
     db.checkpoint("TRUNCATE")
     return optimized
+
+
+__all__ = [
+    "GHOST_AGE_S",
+    "ORPHANED",
+    "DeletionPlan",
+    "delegate_descendants",
+    "delete_empty_sessions",
+    "delete_session",
+    "delete_session_if_empty",
+    "delete_sessions",
+    "describe",
+    "empty_sessions",
+    "ghost_sessions",
+    "old_sessions",
+    "optimize_fts",
+    "plan_delete",
+    "plan_prune",
+    "prune",
+    "prune_empty_ghost_sessions",
+    "remove_transcript_files",
+    "sessions_folder",
+    "vacuum",
+]

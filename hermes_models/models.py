@@ -809,3 +809,37 @@ def check_ttl(ttl: Any, argument: str = "ttl") -> float:
 def all_models() -> Iterable[type[BaseModel]]:
     """The table models, in the order their tables are created."""
     return (SchemaVersion, Session, Message, StateMeta, CompressionLock)
+
+
+__all__ = [
+    "CONTENT_JSON_PREFIX",
+    "ROLES",
+    "BaseModel",
+    "CompressionLock",
+    "EpochField",
+    "Message",
+    "NewerBlob",
+    "NewerDouble",
+    "NewerField",
+    "NewerInteger",
+    "NewerText",
+    "SchemaVersion",
+    "Session",
+    "StateMeta",
+    "SystemPrompt",
+    "all_models",
+    "check_epoch",
+    "check_increments",
+    "check_ttl",
+    "decode_content",
+    "decode_json",
+    "encode_content",
+    "encode_json",
+    "extra_columns",
+    "present_fields",
+    "resolve_prompts",
+    "stored_fields",
+    "unencodable_error",
+    "unencodable_path",
+    "with_extra",
+]

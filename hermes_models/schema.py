@@ -95,14 +95,6 @@ def yoyo_url(path: Path) -> str:
     return "sqlite:///" + sqlite_uri(path)[len("file:") :]
 
 
-def pending(target: str | os.PathLike[str] | None = None) -> list[str]:
-    """Ids of the migrations not yet applied to ``target``."""
-    path = resolve_path(target)
-    with _backend(path) as backend:
-        todo = backend.to_apply(_migrations())
-        return [m.id for m in todo]
-
-
 def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     """Apply pending migrations to ``target`` and return the ids applied.
 
@@ -455,3 +447,24 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
         backend.apply_migrations(todo)
     secure_files(path, create=False)
     return [m.id for m in todo]
+
+
+__all__ = [
+    "BASELINE",
+    "LOCK_POLL_S",
+    "LOCK_WAIT_S",
+    "SEARCH_OBJECTS",
+    "SEARCH_UPKEEP",
+    "TELEGRAM_TOPICS",
+    "keep_search_indexes",
+    "migrate",
+    "migrate_optional",
+    "migration_hash",
+    "migration_ids",
+    "migrations_dir",
+    "optional_migrations_dir",
+    "search_indexes_built",
+    "search_out_of_step",
+    "search_support",
+    "yoyo_url",
+]

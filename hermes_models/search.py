@@ -689,3 +689,22 @@ def _all_sessions(sources: tuple[str, ...] | None, limit: int, offset: int) -> l
         SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
     )
     return fetch_dicts(query.limit(limit).offset(offset))
+
+
+__all__ = [
+    "CONTEXT_CHARS",
+    "PREFILTER_GROUPS",
+    "RANK_MODES",
+    "SLOT_IDS",
+    "TIME_BUDGET_S",
+    "check_budget",
+    "deadline_of",
+    "execute",
+    "fetch_within",
+    "matching",
+    "readable",
+    "routed",
+    "scan_values",
+    "search_messages",
+    "search_sessions",
+]

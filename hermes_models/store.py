@@ -1249,3 +1249,10 @@ class SessionDB:
         from .transcript_files import import_transcripts
 
         return import_transcripts(path, source=source, progress=progress)
+
+
+__all__ = [
+    "AUTO_PRUNE_KEY",
+    "META_FIELDS",
+    "SessionDB",
+]
