@@ -247,6 +247,45 @@ def test_every_import_inside_a_function_says_why() -> None:
     assert sorted(set(silent)) == []
 
 
+# -- the picture in docs/architecture.md ---------------------------------------------------
+
+
+def pictured_rows() -> dict[str, int]:
+    """Module -> row of the layer picture in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = next(b for b in code_of(text) if b.lstrip().startswith("row"))
+    lines = block.splitlines()
+    names_at, role_at = lines[0].index("modules"), lines[0].index("role")
+    rows: dict[str, int] = {}
+    row = -1
+    for line in lines[2:]:
+        number = line[:names_at].strip()
+        if number:
+            row = int(number)
+        for name in line[names_at:role_at].split():
+            rows["__init__" if name == "__init__" else name] = row
+    return rows
+
+
+def test_the_picture_shows_every_module_once_above_what_it_imports() -> None:
+    rows = pictured_rows()
+    assert sorted(rows) == sorted(m for m in MODULES if m != "__main__")
+    wrong = [
+        f"{importer} (row {rows[importer]}) imports {imported} (row {rows[imported]})"
+        for importer, imports in graph(allowed=False).items()
+        if importer in rows
+        for imported in imports
+        if rows[imported] >= rows[importer]
+    ]
+    assert wrong == []
+
+
+def test_the_page_says_what_every_module_owns() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    owned = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+    assert sorted(set(MODULES) - {"__main__", "__init__"} - owned) == []
+
+
 # -- the public names ----------------------------------------------------------------------
 
 
