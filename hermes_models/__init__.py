@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from . import hermes_state
+from .connection import connect
 from .db import (
     SCHEMA_VERSION,
     HermesDatabase,
     apply_wal_with_fallback,
-    connect,
     format_db_unavailable,
     format_session_db_unavailable,
     get_last_init_error,

@@ -232,14 +232,6 @@ def _records(
                 progress(done, total)
 
 
-def bundle_lines(
-    session_id: str | None = None, source: str | None = None, progress: Progress | None = None
-) -> Iterator[str]:
-    """The lines of a bundle, each ending in a newline (see :func:`selection`)."""
-    for _, line in _records(session_id, source, progress):
-        yield line
-
-
 def export_bundle(
     target: str | os.PathLike[str] | IO[str],
     *,
@@ -287,7 +279,6 @@ __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
     "VERSION",
-    "bundle_lines",
     "export_bundle",
     "is_bundle",
     "selection",

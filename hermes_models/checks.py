@@ -132,3 +132,20 @@ def check_json_depth(value: Any, argument: str) -> None:
         for child in item.values() if isinstance(item, dict) else item:
             if isinstance(child, (list, tuple, dict)):
                 stack.append((child, depth + 1))
+
+
+__all__ = [
+    "EPOCH_MAX",
+    "EPOCH_MIN",
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_JSON_DEPTH",
+    "check_epoch",
+    "check_finite",
+    "check_flag",
+    "check_int64",
+    "check_json_depth",
+    "check_text",
+    "check_utf8",
+    "epoch_datetime",
+]

@@ -27,8 +27,14 @@ from rich.text import Text
 
 from . import __version__, history, terminal, views
 from .checks import INT64_MAX
+from .connection import connect
 from .db import newer_schema_error, resolve_path, using
 from .errors import HermesModelsError, ReadOnlyDatabaseError
+from .lineage import kind_of
+from .listing import ids_starting_with
+from .maintenance import describe, plan_delete, plan_prune
+from .models import Session
+from .schema import migrate as apply_migrations
 from .store import SessionDB
 from .terminal import Clock
 
@@ -246,8 +252,6 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
 
 def _resolve(store: SessionDB, key: str) -> str:
     """A session id from an id, a unique id prefix, an exact title or a lineage title."""
-    from .listing import ids_starting_with
-
     resolved = store.resolve_session_id(key)
     if resolved is None:
         exact = store.get_session_by_title(key)
@@ -272,8 +276,6 @@ def complete_session_ids(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Session ids starting with what was typed, for shell completion."""
-    from .listing import ids_starting_with
-
     quiet = logging.NullHandler()
     logger.addHandler(quiet)
     try:
@@ -343,11 +345,9 @@ def cli(ctx: click.Context, db_path: str | None, read_only: bool, utc: bool) -> 
 @click.pass_context
 def migrate(ctx: click.Context, db_path: str | None) -> None:
     """Apply pending migrations (adopting an existing Hermes database); creates the file."""
-    from .schema import migrate as apply
-
     _refuse_read_only(ctx)
     path = resolve_path(db_path)
-    for migration_id in apply(path):
+    for migration_id in apply_migrations(path):
         terminal.say(f"applied {migration_id}")
     terminal.say(f"{path}: schema up to date")
 
@@ -365,7 +365,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
     HERMES_MODELS_DB is not used: the demo writes to a file of its own unless
     --db is typed.
     """
-    from .demo import build_demo
+    from .demo import build_demo  # loaded when used: keeps the CLI's start-up short
 
     explicit = db_path if _db_given(ctx) else None
     if explicit is not None:
@@ -505,8 +505,6 @@ def show(
     fmt: str | None,
 ) -> None:
     """Show one session (by id, unique id prefix or title) and its transcript."""
-    from .models import Session
-
     with open_store(ctx, db_path, writes=False) as store:
         resolved = _resolve(store, session_id)
         session = store.get_session(resolved)
@@ -541,9 +539,6 @@ def show(
 
 def _lineage(store: SessionDB, session_id: str) -> tuple[views.Node, str]:
     """The lineage tree ``session_id`` belongs to, from its root, and the root's resume target."""
-    from .lineage import kind_of
-    from .models import Session
-
     with using(store.database):
         root = Session.get_by_id(session_id).root()
         resume = store.resolve_resume_session_id(root.id)
@@ -776,6 +771,7 @@ def _check_import_input(path: Path, new_store: bool) -> None:
     """Refuse a folder without transcripts; before a new database file is created, also
     a file that cannot be imported (into an existing file, the import itself refuses it
     without writing anything)."""
+    # The readers of bundles and transcripts are loaded when used: the CLI starts faster.
     from .bundle import is_bundle
     from .bundle_reader import check_bundle
     from .transcript_files import read_transcript, transcript_paths
@@ -816,7 +812,7 @@ def import_(
     is the same as importing once. Input that cannot be imported creates no
     database file.
     """
-    from .bundle import is_bundle
+    from .bundle import is_bundle  # loaded when used: keeps the CLI's start-up short
 
     _refuse_read_only(ctx)
     _check_import_input(path, new_store=not resolve_path(db_path).exists())
@@ -864,7 +860,7 @@ def import_(
 @click.pass_context
 def stats(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
     """Sessions, messages, file and WAL size, and search index rows against messages."""
-    from .health import stats as store_stats
+    from .health import stats as store_stats  # loaded when used: the CLI starts faster
 
     with open_store(ctx, db_path, writes=False) as store:
         report = store_stats(store.database)
@@ -893,9 +889,8 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
     """Check the file (integrity, search indexes, foreign keys, counters) without
     changing it; exits with status 1 when a check fails.
     """
-    from .db import connect
-    from .health import doctor as check
-    from .health import repair
+    from .health import doctor as check  # loaded when used: the CLI starts faster
+    from .health import repair  # (same)
 
     path = resolve_path(db_path)
     if not path.is_file():
@@ -968,8 +963,6 @@ def _plan_report(
 ) -> list[dict[str, Any]]:
     """The sessions a deletion plan touches, as records; shown on stderr before the
     question when ``ask``, on stdout for a dry run (without ``--json`` & co.)."""
-    from .maintenance import describe
-
     with using(store.database):
         rows = views.plan_rows(
             describe([*plan.deleted, *plan.orphaned]), set(plan.targets), set(plan.orphaned)
@@ -1071,8 +1064,6 @@ def delete(
 ) -> None:
     """Delete sessions with their messages and the subagent runs tagged under them;
     every other child (branches, continuations, untagged children) is kept as a root."""
-    from .maintenance import plan_delete
-
     with open_store(ctx, db_path, writes=not dry_run) as store:
         resolved = [_resolve(store, session_id) for session_id in session_ids]
         with using(store.database):
@@ -1123,8 +1114,6 @@ def prune(
     fmt: str | None,
 ) -> None:
     """Delete old ended sessions; their children, whatever they are, are kept as roots."""
-    from .maintenance import plan_prune
-
     with open_store(ctx, db_path, writes=not dry_run) as store:
         planned_at = time.time()
         with using(store.database):
@@ -1210,7 +1199,7 @@ def backup(
     DEST is a new file, or a folder (existing, ending in /, or with --keep) where
     the copy is named <name>-<UTC time>.db.
     """
-    from .backup import backup as copy_store
+    from .backup import backup as copy_store  # loaded when used: the CLI starts faster
 
     path = resolve_path(db_path)
     if not path.is_file():

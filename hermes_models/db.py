@@ -14,7 +14,7 @@ competing writers out instead of waking them in step. Every 50 successful
 writes a PASSIVE checkpoint keeps the WAL file short.
 
 Models are bound to :data:`database`, a proxy that points at the database
-most recently opened by :func:`connect`, or, inside :func:`using`, at the
+most recently opened by :func:`hermes_models.connect`, or, inside :func:`using`, at the
 database a piece of code asked for (``SessionDB`` uses that to keep two open
 files apart).
 """
@@ -492,7 +492,7 @@ _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", 
 class HermesDatabase(peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
-    Use :func:`connect` rather than building one directly: it migrates the
+    Use :func:`hermes_models.connect` rather than building one directly: it migrates the
     file first and keeps one handle per file per process.
     """
 
@@ -502,7 +502,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.path = path
         self.read_only = read_only
         self.journal: str | None = None
-        #: The structure of the file (set by :func:`connect`; None until then).
+        #: The structure of the file (set by :func:`hermes_models.connect`; None until then).
         self.shape: FileShape | None = None
         #: Which full-text tables this SQLite build runs (set on first use).
         self.search_support: dict[str, bool] | None = None
@@ -625,9 +625,12 @@ class HermesDatabase(peewee.SqliteDatabase):
             self.checkpoint("TRUNCATE")
         return bool(super().close())
 
-    def _forget_connections(self) -> None:
-        # After fork() the child must neither use nor close the parent's
-        # connections: closing one could checkpoint or unlink the parent's WAL.
+    def forget_connections(self) -> None:
+        """Drop, without closing them, the connections a forked child inherited.
+
+        After fork() the child must neither use nor close the parent's
+        connections: closing one could checkpoint or unlink the parent's WAL.
+        """
         handle: Any = self
         _abandoned.append(handle._state)
         handle._state = peewee._ConnectionLocal()
@@ -862,160 +865,44 @@ def format_db_unavailable(prefix: str = "Session database not available") -> str
 format_session_db_unavailable = format_db_unavailable
 
 
-#: Open handles by file, while something holds them (a SessionDB, the models' binding).
-_databases: weakref.WeakValueDictionary[tuple[Path, bool], HermesDatabase] = (
-    weakref.WeakValueDictionary()
-)
-#: Files this process migrated (forgetting one only costs a check that nothing is pending).
-_migrated: BoundedSet[Path] = BoundedSet("migrated files", 1024)
-_open_lock = threading.RLock()
-
-
-def _open_connection(db: HermesDatabase) -> None:
-    """Open this thread's connection, raising sqlite3's own error as sqlite3 would."""
-    try:
-        db.connect()
-    except peewee.DatabaseError as exc:
-        cause = getattr(exc, "orig", None)
-        if isinstance(cause, sqlite3.Error):
-            raise cause from None
-        raise
-
-
-def connect(
-    target: str | os.PathLike[str] | None = None,
-    *,
-    migrate: bool = True,
-    read_only: bool = False,
-) -> HermesDatabase:
-    """Open the Hermes database ``target`` and bind every model to it.
-
-    ``target`` is a path or ``sqlite:///`` URL; ``None`` means
-    ``$HERMES_HOME/state.db``. With ``migrate=True`` pending migrations are
-    applied first. A second call for the same file returns the same handle.
-    ``read_only=True`` opens the file with ``mode=ro``: it must exist.
-
-    A file newer than the v16 schema this package writes (a later Hermes, or
-    a fork: see :mod:`hermes_models.shape`) is always opened read-only, with
-    one warning in the log; nothing in it is changed, and every write raises
-    :class:`SchemaTooNewError`.
-
-    Raises:
-        NotADatabaseError: the file is not an SQLite database.
-        FileNotFoundError: ``read_only=True`` and the file does not exist.
-    """
-    try:
-        path = resolve_path(target)
-        with _open_lock:
-            db = _databases.get((path, read_only))
-            if db is not None and not path.exists():
-                _databases.pop((path, read_only), None)
-                _migrated.discard(path)
-                db = None
-            if db is not None and not db.read_only:
-                # Another process may have upgraded the file since we opened it.
-                cached = db
-                shape = retry_locked(lambda: probe(cached.connection()))
-                if shape.newer:
-                    db.shape = shape
-                    _databases.pop((path, read_only), None)
-                    db.close()
-                    db = None
-            if db is None:
-                db = _open(path, read_only=read_only, migrate=migrate)
-                _databases[(path, read_only)] = db
-            elif migrate and not db.read_only and path not in _migrated:
-                _apply_migrations(path)
-            if migrate and not db.read_only:
-                from .schema import keep_search_indexes
-
-                # Every open: an index a build without FTS5 left out is built now.
-                keep_search_indexes(db)
-    except Exception as exc:
-        record_init_error(exc)
-        raise
-    database.initialize(db)
-    return db
-
-
-def _apply_migrations(path: Path) -> None:
-    from .schema import migrate as apply_migrations
-
-    apply_migrations(path)
-    _migrated.add(path)
-
-
-#: Newer files this process has said it opens read-only (said once per file).
-_told_newer: BoundedSet[Path] = BoundedSet("newer files announced", 1024)
-
-
-def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
-    """A new handle on ``path`` (see :func:`connect`)."""
-    check_header(path)
-    params = None
-    if read_only:
-        if not path.exists():
-            raise FileNotFoundError(f"{path} does not exist (opened read-only)")
-        check_ownership(path, read_only=True)
-        params = read_only_params(path)
-    # Before any connection of ours can switch the file to WAL. Another
-    # process creating the file holds it locked for the whole migration.
-    shape = retry_locked(lambda: probe_file(path, params))
-    if shape is not None and shape.newer and not read_only:
-        check_ownership(path, read_only=True)
-        params = read_only_params(path)
-        read_only = True
-    if not read_only:
-        check_writable(path)
-        secure_files(path, create=True)
-        if migrate and path not in _migrated:
-            _apply_migrations(path)
-    db = HermesDatabase(path, read_only=read_only, params=params)
-
-    def open_checked() -> None:
-        try:
-            _open_connection(db)
-            db.shape = probe(db.connection())
-            if read_only:
-                _require_store(db)
-        except Exception:
-            db.close()
-            raise
-
-    try:
-        retry_locked(open_checked)
-    except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
-        raise
-    if not read_only:
-        secure_files(path, create=False)
-    if db.shape is not None and db.shape.newer and _told_newer.add(path):
-        logger.warning(
-            "%s has Hermes schema version %s, newer than %d, the highest hermes_models "
-            "writes: opened read-only, nothing in it will be changed",
-            path,
-            db.shape.describe_version(),
-            SCHEMA_VERSION,
-        )
-    return db
-
-
-def _require_store(db: HermesDatabase) -> None:
-    """Refuse a read-only handle on a file without the session tables."""
-    conn = db.connection()
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "sessions" not in names or "messages" not in names:
-        raise NotADatabaseError(
-            f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "
-            "open it once without read_only=True to create the schema"
-        )
-
-
-def _after_fork_in_child() -> None:
-    for db in list(_databases.values()):
-        db._forget_connections()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "CHECKPOINT_EVERY_N_WRITES",
+    "SCHEMA_VERSION",
+    "WAL_INCOMPAT_MARKERS",
+    "WRITE_MAX_ATTEMPTS",
+    "WRITE_RETRY_MAX_S",
+    "WRITE_RETRY_MIN_S",
+    "HermesDatabase",
+    "Prepared",
+    "apply_wal_with_fallback",
+    "bind_current",
+    "check_header",
+    "check_ownership",
+    "check_schema_version",
+    "check_writable",
+    "current",
+    "database",
+    "fetch_dicts",
+    "file_has",
+    "format_db_unavailable",
+    "format_session_db_unavailable",
+    "get_last_init_error",
+    "is_lock_error",
+    "is_read_only_error",
+    "make_private_folder",
+    "newer_file",
+    "newer_schema_error",
+    "probe_file",
+    "read_only_params",
+    "record_init_error",
+    "refuse_newer_schema",
+    "resolve_path",
+    "retry_locked",
+    "secure_files",
+    "sqlite_uri",
+    "stored_schema_version",
+    "unbind_current",
+    "using",
+    "write",
+]

@@ -123,3 +123,15 @@ def fts_trigram_sql() -> str:
     """The trigram index ``messages_fts_trigram`` and its triggers; empty where this
     SQLite build has no trigram tokenizer (the migration skips it there too)."""
     return _join(_search_statements()["messages_fts_trigram"])
+
+
+__all__ = [
+    "DEFERRED_INDEXES",
+    "SCHEMA_MIGRATION",
+    "SEARCH_MIGRATION",
+    "deferred_index_sql",
+    "fts_sql",
+    "fts_trigram_sql",
+    "migration_module",
+    "schema_sql",
+]

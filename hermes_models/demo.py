@@ -8,8 +8,9 @@ command of the CLI prints what it finds in it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from .children import branch, compress
+from .models import Session
 from .store import SessionDB
 
 #: A fixed clock so the demo looks the same every time (2026-01-05 09:00 UTC).
@@ -79,9 +80,6 @@ def _conversation(
 
 def build_demo(store: SessionDB) -> DemoIds:
     """Fill ``store`` with the demo conversations and return their ids."""
-    from .lineage import compress
-    from .models import Session
-
     t0 = DEMO_EPOCH
     english = store.create_session(
         "demo-asyncio", "cli", model="demo-model", started_at=t0, cwd="/home/demo/project"
@@ -96,7 +94,7 @@ def build_demo(store: SessionDB) -> DemoIds:
     _conversation(store, chinese, _CHINESE, t0 + 600)
     store.set_session_title(chinese, "Python 异步编程")
 
-    branch = _branch(store, english, t0 + 1200)
+    forked = _branch(store, english, t0 + 1200)
 
     root = store.create_session("demo-retries", "cli", model="demo-model", started_at=t0 + 1800)
     _conversation(store, root, _LONG_CHAT, t0 + 1800)
@@ -126,13 +124,10 @@ def build_demo(store: SessionDB) -> DemoIds:
         continuation.started_at + 5,
     )
     Session.get_by_id(subagent).end("completed", at=continuation.started_at + 30)
-    return DemoIds(english, chinese, branch, root, continuation.id, subagent)
+    return DemoIds(english, chinese, forked, root, continuation.id, subagent)
 
 
 def _branch(store: SessionDB, parent_id: str, when: float) -> str:
-    from .lineage import branch
-    from .models import Session
-
     child = branch(
         Session.get_by_id(parent_id),
         session_id="demo-asyncio-branch",
@@ -151,10 +146,8 @@ def _branch(store: SessionDB, parent_id: str, when: float) -> str:
     return child.id
 
 
-def demo_summary(store: SessionDB, ids: DemoIds) -> dict[str, Any]:
-    """What the demo shows, gathered in one place (used by the CLI and tests)."""
-    return {
-        "sessions": store.list_sessions_rich(limit=None),
-        "resume_target": store.resolve_resume_session_id(ids.compressed_root),
-        "compression_tip": store.get_compression_tip(ids.compressed_root),
-    }
+__all__ = [
+    "DEMO_EPOCH",
+    "DemoIds",
+    "build_demo",
+]

@@ -49,3 +49,18 @@ class BackupError(HermesModelsError):
 
 class ImportConflictError(HermesModelsError):
     """Another import into the same file, or a session created meanwhile, stops an import."""
+
+
+__all__ = [
+    "BackupError",
+    "BundleError",
+    "CompressionInProgressError",
+    "HermesModelsError",
+    "ImportConflictError",
+    "MigrationError",
+    "NotADatabaseError",
+    "ReadOnlyDatabaseError",
+    "SchemaTooNewError",
+    "UnsafeFileError",
+    "WriteConflictError",
+]

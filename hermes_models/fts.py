@@ -36,14 +36,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-import peewee
-from peewee import SQL, Value
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
 from .caches import BoundedSet
 from .db import current, database
-from .models import Message
-from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower, parse
+from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower
 
 logger = logging.getLogger("hermes_models")
 
@@ -247,42 +244,16 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
     return out
 
 
-def matching(query: str | None, *, include_inactive: bool = False) -> peewee.ModelSelect[Message]:
-    """Messages matching ``query`` as a peewee query, to chain further.
-
-    Best first when every term goes to the word index, newest first
-    otherwise. The query is built for the indexes the file has now; unlike
-    :func:`search_messages` it does not fall back when an index fails.
-    """
-    # Both modules build on this one; importing them at the top would be circular.
-    from .search import scan_values
-    from .statements import predicate
-
-    m = Message
-    parsed = parse(query)
-    if not parsed:
-        return m.select().where(SQL("0"))
-    shape = Shape.of(parsed, available_routes())
-    values = term_values(parsed, shape)
-    values.update(scan_values(parsed, shape, include_inactive, None, decide=False))
-    if shape.single == WORDS:
-        found = (
-            m.select()
-            .join(MessageIndex, on=(MessageIndex.rowid == m.id))
-            .where(MessageIndex.match(values["q"]))
-            .order_by(MessageIndex.rank())
-        )
-    else:
-        found = (
-            m.select()
-            .where(predicate(m, shape, lambda name: Value(values[name])))
-            .order_by(m.timestamp.desc(), m.id.desc())
-        )
-    return found if include_inactive else found.where(m.active == 1)
-
-
-def search_messages(query: str | None, **options: Any) -> list[dict[str, Any]]:
-    """Search messages (see :func:`hermes_models.search.search_messages`)."""
-    from .search import search_messages as run
-
-    return run(query, **options)
+__all__ = [
+    "INDEXES",
+    "SCAN_FROM",
+    "SNIPPET_TOKENS",
+    "MessageIndex",
+    "MessageTrigramIndex",
+    "Routes",
+    "Shape",
+    "available_routes",
+    "present_indexes",
+    "term_values",
+    "warn_once",
+]

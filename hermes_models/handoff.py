@@ -78,3 +78,14 @@ def pending() -> list[dict[str, Any]]:
         .order_by(Session.started_at, Session.id)
     )
     return fetch_dicts(query)
+
+
+__all__ = [
+    "ERROR_CHARS",
+    "claim",
+    "complete",
+    "fail",
+    "pending",
+    "request",
+    "state",
+]

@@ -37,6 +37,7 @@ from .db import (
     stored_schema_version,
     using,
 )
+from .fts import present_indexes
 from .models import Message, Session
 from .shape import FileShape
 from .transcript import counter_totals, recount
@@ -74,8 +75,6 @@ def _names(db: HermesDatabase, kind: str) -> set[str]:
 
 def present_fts_tables(db: HermesDatabase) -> list[str]:
     """The message search indexes the file has."""
-    from .fts import present_indexes
-
     with using(db):
         return [model._meta.table_name for model in present_indexes()]
 
@@ -413,3 +412,15 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
         return {"recounted": wrong, "sequence": lowered}
 
     return db.write(run)
+
+
+__all__ = [
+    "SEQUENCE_HEADROOM",
+    "counter_mismatches",
+    "doctor",
+    "message_sequence",
+    "present_fts_tables",
+    "repair",
+    "search_indexes",
+    "stats",
+]

@@ -303,3 +303,16 @@ def display_messages(session_id: str, include_inactive: bool = False) -> list[di
         best = max(rows, key=lambda r: (r["active"] or 0, r["id"]))
         shown.append((rows[0]["id"], best))
     return [_hydrate(row) for _, row in sorted(shown, key=lambda item: item[0])]
+
+
+__all__ = [
+    "ANCESTOR_STEPS",
+    "RECENT_PREVIEW_CHARS",
+    "anchored_view",
+    "conversation",
+    "display_messages",
+    "messages_around",
+    "messages_of",
+    "recent_user_messages",
+    "sanitize_context",
+]

@@ -118,3 +118,10 @@ def holder_is_gone(holder: str) -> bool:
         return True
     state, started = found
     return state in ("Z", "X", "x") or started != start
+
+
+__all__ = [
+    "holder_is_gone",
+    "local_holder",
+    "namespace",
+]

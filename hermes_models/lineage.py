@@ -1,5 +1,5 @@
-"""Session lineage: how a session's parent link is read, and the actions that
-create children.
+"""Session lineage: how a session's parent link is read (creating children and
+following them to the session to open is :mod:`hermes_models.children`).
 
 A child session is one of three kinds:
 
@@ -23,17 +23,13 @@ looping.
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from .checks import check_epoch, check_flag, check_text
-from .db import Prepared, current, write
-from .holders import local_holder
+from .db import current
 
 if TYPE_CHECKING:
     from .models import Session
@@ -48,8 +44,6 @@ MAX_DEPTH = 1000
 TIP_MAX_HOPS = 100
 #: Levels a resume walk descends below the tip at most.
 RESUME_MAX_DEPTH = 32
-
-KINDS = ("root", "branch", "compression", "ephemeral")
 
 Source = Any  # a Session model class or an alias of it
 #: A peewee expression node (peewee's stubs do not type its operators).
@@ -308,20 +302,22 @@ def _token(session_id: Any) -> Any:
     return fn.replace(fn.replace(session_id, ESC, ESC + "0"), SEP, ESC + "1")
 
 
-def _path(*parts: Any) -> Expr:
+def path_of(*parts: Any) -> Expr:
+    """A walked path holding ``parts`` (session ids or expressions), in order."""
     node: Any = Value(SEP)
     for part in parts:
-        node = _extend(node, part)
+        node = extend_path(node, part)
     return node
 
 
-def _extend(path: Any, session_id: Any) -> Any:
+def extend_path(path: Any, session_id: Any) -> Any:
     """``path`` with ``session_id`` appended."""
     return path.concat(_token(session_id)).concat(SEP)
 
 
-def _not_visited(path: Any, session_id: Any) -> Expr:
-    return fn.instr(path, _path(session_id)) == 0
+def not_visited(path: Any, session_id: Any) -> Expr:
+    """True when ``session_id`` is not in the walked ``path`` yet."""
+    return fn.instr(path, path_of(session_id)) == 0
 
 
 def walk_sessions(
@@ -336,14 +332,14 @@ def walk_sessions(
     through children; ``follow`` restricts the sessions stepped to."""
     where = (model.id == start) if isinstance(start, str) else start
     step = model.alias("step")
-    base = model.select(model.id, model.parent, Value(0), _path(model.id)).where(where)
+    base = model.select(model.id, model.parent, Value(0), path_of(model.id)).where(where)
     cte = base.cte("walk", recursive=True, columns=("id", "parent_id", "depth", "path"))
     link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
-    conditions = [cte.c.depth < MAX_DEPTH, _not_visited(cte.c.path, step.id)]
+    conditions = [cte.c.depth < MAX_DEPTH, not_visited(cte.c.path, step.id)]
     if follow is not None:
         conditions.append(follow(step))
     recursive = (
-        step.select(step.id, step.parent, cte.c.depth + 1, _extend(cte.c.path, step.id))
+        step.select(step.id, step.parent, cte.c.depth + 1, extend_path(cte.c.path, step.id))
         .from_(cte)
         .join(step, on=link)
         .where(*conditions)
@@ -407,7 +403,9 @@ def children_of_kind(
     )
 
 
-def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Session]:
+def latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Session]:
+    """The id of the most recently started child of ``parent`` that may continue it
+    (not a branch or subagent run); ``after_end``: started at or after its end."""
     child = _base(parent).alias("latest")
     if newer_rules():
         # Hermes v30: inherited markers do not count, and no time clause.
@@ -429,105 +427,24 @@ def _latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Sess
     )
 
 
-def _descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:
+def descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:
+    """A recursive CTE ``(id, depth, path)`` from ``session_id`` down through the
+    latest continuing child, at most ``hops`` steps; ``compression_only``: only
+    while the session stepped from ended with ``'compression'``."""
     here = model.alias("here")
     nxt = model.alias("nxt")
-    base = model.select(model.id, Value(0), _path(model.id)).where(model.id == session_id)
+    base = model.select(model.id, Value(0), path_of(model.id)).where(model.id == session_id)
     cte = base.cte("chain", recursive=True, columns=("id", "depth", "path"))
     step = (
-        nxt.select(nxt.id, cte.c.depth + 1, _extend(cte.c.path, nxt.id))
+        nxt.select(nxt.id, cte.c.depth + 1, extend_path(cte.c.path, nxt.id))
         .from_(cte)
         .join(here, on=(here.id == cte.c.id))
-        .join(nxt, on=(nxt.id == _latest_child(here, after_end=compression_only)))
-        .where(cte.c.depth < hops, _not_visited(cte.c.path, nxt.id))
+        .join(nxt, on=(nxt.id == latest_child(here, after_end=compression_only)))
+        .where(cte.c.depth < hops, not_visited(cte.c.path, nxt.id))
     )
     if compression_only:
         step = step.where(here.end_reason == "compression")
     return cte.union_all(step)
-
-
-def _tip_query(start: str) -> Any:
-    from .models import Session
-
-    cte = _descend(Session, start, compression_only=True, hops=TIP_MAX_HOPS)
-    return cte.select_from(cte.c.id).order_by(cte.c.depth.desc()).limit(1)
-
-
-def _resume_query(tip: str) -> Any:
-    from .models import Message, Session
-
-    cte = _descend(Session, tip, compression_only=False, hops=RESUME_MAX_DEPTH)
-    has_message = fn.EXISTS(
-        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
-    )
-    return cte.select_from(cte.c.id).where(has_message).order_by(cte.c.depth).limit(1)
-
-
-def _session_where_id_is(subquery: Any) -> Any:
-    from .models import Session
-
-    return Session.select().where(Session.id == subquery)
-
-
-_TIP = Prepared(_tip_query, "start")
-_RESUME = Prepared(_resume_query, "tip")
-_TIP_ROW = Prepared(lambda start: _session_where_id_is(_tip_query(start)), "start")
-_BY_ID = Prepared(_session_where_id_is, "subquery")
-
-
-def _load(model: type[Session], cursor: Any) -> Session | None:
-    """The model instance of the first row of ``cursor`` (a ``SELECT *`` of sessions)."""
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    names = {field.column_name: field.name for field in model._meta.sorted_fields}
-    columns = [names.get(column[0]) for column in cursor.description]
-    values = {name: value for name, value in zip(columns, row) if name is not None}
-    instance = model(__no_default__=1, **values)
-    cast(Any, instance)._dirty.clear()  # loaded, not changed
-    return instance
-
-
-def compression_tip_id(model: type[Session], session_id: str) -> str | None:
-    """Id of the latest continuation of ``session_id``'s compression chain.
-
-    While the current session ended with ``'compression'``, step to its most
-    recently started child that started at or after that end and is not a
-    branch or subagent; at most :data:`TIP_MAX_HOPS` steps. None for an
-    unknown id.
-    """
-    row = _TIP.execute(current(), start=session_id).fetchone()
-    return None if row is None else str(row[0])
-
-
-def compression_tip(session: Session) -> Session:
-    """The latest continuation of ``session``'s compression chain."""
-    tip = _load(type(session), _TIP_ROW.execute(current(), start=session.id))
-    return session if tip is None or tip.id == session.id else tip
-
-
-def resume_target_id(model: type[Session], session_id: str) -> str | None:
-    """Id of the session a /resume of ``session_id`` opens; None when unknown.
-
-    The compression tip when it has an active message; else, walking down
-    at most :data:`RESUME_MAX_DEPTH` levels through the most recently
-    started child that is not a branch or subagent, the first session with
-    an active message; else the tip.
-    """
-    tip_id = compression_tip_id(model, session_id)
-    if tip_id is None:
-        return None
-    row = _RESUME.execute(current(), tip=tip_id).fetchone()
-    return tip_id if row is None else str(row[0])
-
-
-def resume_target(session: Session) -> Session:
-    """The session a /resume of ``session`` should open."""
-    target = resume_target_id(type(session), session.id)
-    if target is None or target == session.id:
-        return session
-    found = _load(type(session), _BY_ID.execute(current(), subquery=target))
-    return found or session
 
 
 def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
@@ -561,219 +478,35 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     return sorted({str(row[0]) for row in current().execute(query).fetchall()})
 
 
-# -- actions ---------------------------------------------------------------------
-
-
-def new_session_id() -> str:
-    """A fresh session id in the Hermes style: ``YYYYmmdd_HHMMSS_<8 hex>``."""
-    return f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:8]}"
-
-
-def _child_fields(parent: Session, config: dict[str, Any]) -> dict[str, Any]:
-    from .models import encode_json
-
-    return {
-        "source": parent.source,
-        "user_id": parent.user_id,
-        "model_name": parent.model_name,
-        "model_config": encode_json(config, "model_config"),
-        "system_prompt": parent.system_prompt,
-        "parent": parent.id,
-        "cwd": parent.cwd,
-        "git_branch": parent.git_branch,
-    }
-
-
-def _child_id(session_id: Any) -> str:
-    """The id a new child gets: ``session_id`` checked, or a fresh one when None."""
-    if session_id is None:
-        return new_session_id()
-    return str(check_text(session_id, "session_id", empty=False))
-
-
-def _moment(at: Any) -> float | None:
-    return None if at is None else check_epoch(at, "at")
-
-
-def _plain_config(parent: Session) -> dict[str, Any]:
-    config = dict(parent.config)
-    config.pop("_branched_from", None)
-    config.pop("_delegate_from", None)
-    return config
-
-
-def branch(
-    session: Session,
-    *,
-    session_id: str | None = None,
-    title: str | None = None,
-    copy_messages: bool = True,
-    at: float | None = None,
-) -> Session:
-    """Fork ``session``: a child marked ``_branched_from``, the active
-    transcript copied, and the parent ended with ``'branched'`` (unless it
-    had already ended)."""
-    from .titles import sanitize_title
-    from .transcript import copy_messages as copy_transcript
-    from .transcript import recount
-
-    model = type(session)
-    child_id = _child_id(session_id)
-    clean_title = sanitize_title(title)
-    copy = check_flag(copy_messages, "copy_messages")
-    moment = _moment(at)
-
-    def run() -> None:
-        now = time.time() if moment is None else moment
-        model.update(ended_at=now, end_reason="branched").where(
-            model.id == session.id, model.ended_at.is_null()
-        ).execute()
-        parent = model.get_by_id(session.id)
-        config = {**_plain_config(parent), "_branched_from": parent.id}
-        started = max(now, parent.ended_at or now)
-        model.insert(
-            id=child_id, started_at=started, title=clean_title, **_child_fields(parent, config)
-        ).execute()
-        if copy:
-            copy_transcript(session.id, child_id)
-            recount(child_id)
-
-    write(run)
-    return model.get_by_id(child_id)
-
-
-def compress(
-    session: Session,
-    summary_messages: Sequence[dict[str, Any]],
-    *,
-    holder: str | None = None,
-    session_id: str | None = None,
-    title: str | None = None,
-    ttl: float = 300.0,
-    at: float | None = None,
-) -> Session:
-    """Continue ``session`` in a new session that starts with ``summary_messages``.
-
-    Takes the compression lock, ends ``session`` with ``'compression'``,
-    creates the continuation (started no earlier than that end, titled with
-    the next lineage title), writes the summary and releases the lock.
-
-    Raises:
-        CompressionInProgressError: another holder has the lock; nothing changes.
-        ValueError: ``session`` has already ended (compressed, branched, closed):
-            moving its end would re-classify its existing children, so it
-            must be reopened first.
-    """
-    from .errors import CompressionInProgressError
-    from .models import CompressionLock
-    from .titles import next_title_in_lineage, sanitize_title
-    from .transcript import insert_messages, normalise_messages, recount
-
-    rows = normalise_messages(summary_messages, "summary_messages")
-    model = type(session)
-    if holder is not None:
-        check_text(holder, "holder", empty=False)
-    me = holder or local_holder()
-    child_id = _child_id(session_id)
-    new_title = sanitize_title(title)
-    moment = _moment(at)
-    if not CompressionLock.acquire(session.id, me, ttl=ttl):
-        other = CompressionLock.holder(session.id)
-        raise CompressionInProgressError(
-            f"session {session.id} is being compressed by {other or 'another holder'}"
-        )
-    try:
-
-        def run() -> None:
-            parent = model.get_by_id(session.id)
-            if parent.end_reason == "compression":
-                raise ValueError(f"session {parent.id} was already compressed")
-            if parent.ended_at is not None:
-                raise ValueError(
-                    f"session {parent.id} already ended ({parent.end_reason or 'no reason'});"
-                    " reopen it before compressing"
-                )
-            now = time.time() if moment is None else moment
-            model.update(ended_at=now, end_reason="compression").where(
-                model.id == parent.id
-            ).execute()
-            child_title = new_title
-            if child_title is None and parent.title:
-                child_title = next_title_in_lineage(parent.title)
-            model.insert(
-                id=child_id,
-                started_at=now,
-                title=child_title,
-                **_child_fields(parent, _plain_config(parent)),
-            ).execute()
-            insert_messages(child_id, rows, start=now, argument="summary_messages")
-            recount(child_id)
-
-        write(run)
-    finally:
-        CompressionLock.release(session.id, me)
-    return model.get_by_id(child_id)
-
-
-def delegate(
-    session: Session,
-    *,
-    session_id: str | None = None,
-    source: str | None = None,
-    model_name: str | None = None,
-    system_prompt: str | None = None,
-    at: float | None = None,
-) -> Session:
-    """Start a subagent run under ``session``: a child marked ``_delegate_from``."""
-    model = type(session)
-    child_id = _child_id(session_id)
-    given = {
-        "source": check_text(source, "source", optional=True, empty=False),
-        "model_name": check_text(model_name, "model_name", optional=True),
-        "system_prompt": check_text(system_prompt, "system_prompt", optional=True),
-    }
-    moment = _moment(at)
-
-    def run() -> None:
-        parent = model.get_by_id(session.id)
-        fields = _child_fields(parent, {**_plain_config(parent), "_delegate_from": parent.id})
-        fields.update({name: value for name, value in given.items() if value is not None})
-        started = time.time() if moment is None else moment
-        model.insert(id=child_id, started_at=started, **fields).execute()
-
-    write(run)
-    return model.get_by_id(child_id)
-
-
-#: Age after which an unfinished continuation nobody used is closed.
-ORPHANED_CONTINUATION_AGE_S = 7 * 86400.0
-
-
-def finalize_orphaned_compression_sessions() -> int:
-    """End, with ``'orphaned_compression'``, the continuations no agent ever picked up.
-
-    A continuation qualifies when its parent ended with ``'compression'``,
-    it holds messages (the summary) but never made an API call, it is still
-    open, and it started more than a week ago. Nothing is deleted. Returns
-    how many were ended.
-    """
-    from .models import Message, Session
-
-    now = time.time()
-    parent = Session.alias("compressed")
-    compressed = parent.select(SQL("1")).where(
-        parent.id == Session.parent,
-        parent.end_reason == "compression",
-        parent.ended_at.is_null(False),
-    )
-    has_messages = Message.select(SQL("1")).where(Message.session == Session.id)
-    query = Session.update(ended_at=now, end_reason="orphaned_compression").where(
-        Session.api_call_count == 0,
-        Session.end_reason.is_null(),
-        Session.ended_at.is_null(),
-        Session.started_at < now - ORPHANED_CONTINUATION_AGE_S,
-        Session.parent.is_null(False),
-        fn.EXISTS(compressed),
-        fn.EXISTS(has_messages),
-    )
-    return int(write(query.execute))
+__all__ = [
+    "ESC",
+    "MAX_DEPTH",
+    "RESET_REASONS",
+    "RESUME_MAX_DEPTH",
+    "SEP",
+    "TIP_MAX_HOPS",
+    "ancestors",
+    "branch_expr",
+    "branch_marked",
+    "children_of_kind",
+    "compression_chain_ids",
+    "compression_expr",
+    "continuation_v30",
+    "delegate_marked",
+    "descend",
+    "descendants",
+    "ephemeral_expr",
+    "extend_path",
+    "kind_expr",
+    "kind_of",
+    "latest_child",
+    "listable_expr",
+    "marker",
+    "newer_rules",
+    "not_visited",
+    "parent_ended",
+    "path_of",
+    "reset_child",
+    "root_of",
+    "walk_sessions",
+]

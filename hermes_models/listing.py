@@ -25,12 +25,12 @@ from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
     MAX_DEPTH,
     TIP_MAX_HOPS,
-    _extend,
-    _latest_child,
-    _not_visited,
-    _path,
     compression_expr,
+    extend_path,
+    latest_child,
     listable_expr,
+    not_visited,
+    path_of,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 
@@ -173,17 +173,19 @@ def _chain(roots_cte: Any) -> Any:
     """Every session of each surfaced row's compression chain: ``(root_id, id, depth, path)``."""
     child = Session.alias("chain_child")
     base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), _path(roots_cte.c.root_id)
+        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
     )
     chain = base.cte("chain", recursive=True, columns=("root_id", "id", "depth", "path"))
     step = (
-        child.select(chain.c.root_id, child.id, chain.c.depth + 1, _extend(chain.c.path, child.id))
+        child.select(
+            chain.c.root_id, child.id, chain.c.depth + 1, extend_path(chain.c.path, child.id)
+        )
         .from_(chain)
         .join(child, on=(child.parent == chain.c.id))
         .where(
             compression_expr(child),
             chain.c.depth < MAX_DEPTH,
-            _not_visited(chain.c.path, child.id),
+            not_visited(chain.c.path, child.id),
         )
     )
     return chain.union_all(step)
@@ -354,18 +356,18 @@ def _tips(roots_cte: Any) -> tuple[Any, Any]:
     here = Session.alias("here")
     nxt = Session.alias("nxt")
     base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), _path(roots_cte.c.root_id)
+        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
     ).where(roots_cte.c.root_end == "compression")
     walk = base.cte("walk", recursive=True, columns=("root_id", "id", "depth", "path"))
     step = (
-        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, _extend(walk.c.path, nxt.id))
+        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, extend_path(walk.c.path, nxt.id))
         .from_(walk)
         .join(here, on=(here.id == walk.c.id))
-        .join(nxt, on=(nxt.id == _latest_child(here, after_end=True)))
+        .join(nxt, on=(nxt.id == latest_child(here, after_end=True)))
         .where(
             here.end_reason == "compression",
             walk.c.depth < TIP_MAX_HOPS,
-            _not_visited(walk.c.path, nxt.id),
+            not_visited(walk.c.path, nxt.id),
         )
     )
     walk = walk.union_all(step)
@@ -509,3 +511,24 @@ def sessions_by_id(
         return 1 if any(value.startswith(needle) for value in ids) else 2
 
     return sorted(candidates, key=rank)[:limit]
+
+
+__all__ = [
+    "INTERNAL_SOURCES",
+    "PREVIEW_CHARS",
+    "PREVIEW_SOURCE_CHARS",
+    "TIP_COLUMNS",
+    "check_page",
+    "count_sessions",
+    "cron_job_runs",
+    "enriched_sessions",
+    "ids_starting_with",
+    "plain_listing",
+    "preview_text",
+    "recency",
+    "rich_listing",
+    "rich_listing_query",
+    "session_filters",
+    "sessions_by_id",
+    "where_all",
+]

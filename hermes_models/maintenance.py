@@ -33,7 +33,7 @@ import peewee
 from peewee import SQL, fn
 
 from .checks import check_finite, check_text
-from .db import current, write
+from .db import current, fetch_dicts, write
 from .errors import ReadOnlyDatabaseError
 from .lineage import marker
 from .models import CompressionLock, Message, Session
@@ -309,8 +309,6 @@ def plan_prune(older_than_days: float = 90, source: str | None = None) -> Deleti
 
 def describe(session_ids: Iterable[str]) -> list[dict[str, Any]]:
     """The rows of ``session_ids`` (as ``SessionDB.get_session`` gives them), in id order."""
-    from .db import fetch_dicts
-
     rows: list[dict[str, Any]] = []
     for chunk in _chunks(sorted(set(session_ids))):
         rows.extend(fetch_dicts(Session.select().where(Session.id.in_(chunk))))
@@ -376,6 +374,8 @@ def prune_empty_ghost_sessions(*, sessions_dir: Any = None) -> int:
 
 def optimize_fts() -> int:
     """Merge the segments of each full-text index; returns how many were optimized."""
+    # The search indexes' models (and playhouse's FTS5 support) are loaded when
+    # used: SessionDB imports this module, and `import hermes_models` stays short.
     from .fts import present_indexes
 
     models = present_indexes()
@@ -402,3 +402,27 @@ def vacuum() -> int:
     db.execute_sql("VACUUM")
     db.checkpoint("TRUNCATE")
     return optimized
+
+
+__all__ = [
+    "GHOST_AGE_S",
+    "ORPHANED",
+    "DeletionPlan",
+    "delegate_descendants",
+    "delete_empty_sessions",
+    "delete_session",
+    "delete_session_if_empty",
+    "delete_sessions",
+    "describe",
+    "empty_sessions",
+    "ghost_sessions",
+    "old_sessions",
+    "optimize_fts",
+    "plan_delete",
+    "plan_prune",
+    "prune",
+    "prune_empty_ghost_sessions",
+    "remove_transcript_files",
+    "sessions_folder",
+    "vacuum",
+]

@@ -118,13 +118,6 @@ def _render(
             progress(done, len(sessions))
 
 
-def markdown_lines(
-    session_id: str | None = None, source: str | None = None, progress: Progress | None = None
-) -> Iterator[str]:
-    """The Markdown of the chosen sessions (see :func:`hermes_models.bundle.selection`)."""
-    yield from _render(*_collect(session_id, source), progress)
-
-
 def export_markdown(
     target: str | os.PathLike[str] | IO[str],
     *,
@@ -143,3 +136,8 @@ def export_markdown(
         for line in _render(sessions, by_session, progress):
             out.write(line)
     return len(sessions)
+
+
+__all__ = [
+    "export_markdown",
+]

@@ -491,11 +491,15 @@ class Session(BaseModel):
 
     def compression_tip(self) -> Session:
         """The latest continuation of this session's compression chain."""
-        return lineage.compression_tip(self)
+        from .children import compression_tip  # built on the models: loaded when called
+
+        return compression_tip(self)
 
     def resume_target(self) -> Session:
         """The session a /resume of this one should open."""
-        return lineage.resume_target(self)
+        from .children import resume_target  # built on the models: loaded when called
+
+        return resume_target(self)
 
     @classmethod
     def listable(cls) -> peewee.ModelSelect[Session]:
@@ -504,7 +508,9 @@ class Session(BaseModel):
 
     # -- actions -----------------------------------------------------------------
     # Each action writes through the store's rules, then reloads this instance
-    # from its row: what it shows afterwards is what the file holds.
+    # from its row: what it shows afterwards is what the file holds. The rules
+    # live in modules built on these models (children, transcript, search), so
+    # each method imports its module when first called: the one way up the layers.
 
     def refresh(self) -> Session:
         """Reload from the row every field not changed on this instance since it was
@@ -528,7 +534,7 @@ class Session(BaseModel):
 
     def append(self, role: str, content: Any = None, **fields: Any) -> Message:
         """Append a message and update this session's counters."""
-        from .transcript import append_message
+        from .transcript import append_message  # built on the models: loaded when called
 
         message_id = append_message(self.id, role, content, **fields)
         self.refresh()
@@ -558,26 +564,32 @@ class Session(BaseModel):
         self.refresh()
 
     def branch(self, **options: Any) -> Session:
-        """Fork this session (see :func:`hermes_models.lineage.branch`)."""
-        child = lineage.branch(self, **options)
+        """Fork this session (see :func:`hermes_models.children.branch`)."""
+        from .children import branch  # built on the models: loaded when called
+
+        child = branch(self, **options)
         self.refresh()
         return child
 
     def compress(self, summary_messages: Sequence[dict[str, Any]], **options: Any) -> Session:
         """Continue this session in a new one holding ``summary_messages``."""
-        child = lineage.compress(self, summary_messages, **options)
+        from .children import compress  # built on the models: loaded when called
+
+        child = compress(self, summary_messages, **options)
         self.refresh()
         return child
 
     def delegate(self, **options: Any) -> Session:
         """Start a subagent run under this session (a child tagged ``_delegate_from``)."""
-        child = lineage.delegate(self, **options)
+        from .children import delegate  # built on the models: loaded when called
+
+        child = delegate(self, **options)
         self.refresh()
         return child
 
     def rewind_to(self, user_message_id: int) -> int:
         """Soft-delete a user message and everything after it; returns how many."""
-        from .transcript import rewind_to_message
+        from .transcript import rewind_to_message  # built on the models: loaded when called
 
         count = rewind_to_message(self.id, user_message_id)
         self.refresh()
@@ -585,7 +597,7 @@ class Session(BaseModel):
 
     def restore_rewound(self, since_id: int) -> int:
         """Reactivate soft-deleted messages from ``since_id`` on; returns how many."""
-        from .transcript import restore_rewound
+        from .transcript import restore_rewound  # built on the models: loaded when called
 
         count = restore_rewound(self.id, since_id, argument="since_id")
         self.refresh()
@@ -650,8 +662,8 @@ class Message(BaseModel):
 
     @classmethod
     def search(cls, query: str, **options: Any) -> list[dict[str, Any]]:
-        """Full-text search over messages (see :func:`hermes_models.fts.search_messages`)."""
-        from .fts import search_messages
+        """Full-text search over messages (see :func:`hermes_models.search.search_messages`)."""
+        from .search import search_messages  # built on the models and the indexes
 
         return search_messages(query, **options)
 
@@ -872,3 +884,37 @@ probe_fields(Message)
 def all_models() -> Iterable[type[BaseModel]]:
     """The table models, in the order their tables are created."""
     return (SchemaVersion, Session, Message, StateMeta, CompressionLock)
+
+
+__all__ = [
+    "CONTENT_JSON_PREFIX",
+    "ROLES",
+    "BaseModel",
+    "CompressionLock",
+    "EpochField",
+    "Message",
+    "NewerBlob",
+    "NewerDouble",
+    "NewerField",
+    "NewerInteger",
+    "NewerText",
+    "SchemaVersion",
+    "Session",
+    "StateMeta",
+    "SystemPrompt",
+    "all_models",
+    "check_epoch",
+    "check_increments",
+    "check_ttl",
+    "decode_content",
+    "decode_json",
+    "encode_content",
+    "encode_json",
+    "extra_columns",
+    "present_fields",
+    "resolve_prompts",
+    "stored_fields",
+    "unencodable_error",
+    "unencodable_path",
+    "with_extra",
+]

@@ -341,3 +341,22 @@ class Matcher:
             for needle in self._others:
                 if needle in text:
                     holders[needle].append(message_id)
+
+
+__all__ = [
+    "CJK_RANGES",
+    "MAX_TERMS",
+    "OPERATORS",
+    "SNIPPET_CHARS",
+    "TRIGRAM_MIN_CHARS",
+    "Group",
+    "Matcher",
+    "SearchQuery",
+    "Term",
+    "ascii_lower",
+    "contains_cjk",
+    "escape_like",
+    "highlight",
+    "parse",
+    "term_regex",
+]

@@ -169,3 +169,12 @@ def repair_state_db_schema(
         report["backup_path"],
     )
     return report
+
+
+__all__ = [
+    "MALFORMED_MARKERS",
+    "claim_repair_attempt",
+    "health_problem",
+    "is_malformed_db_error",
+    "repair_state_db_schema",
+]

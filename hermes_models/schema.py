@@ -95,14 +95,6 @@ def yoyo_url(path: Path) -> str:
     return "sqlite:///" + sqlite_uri(path)[len("file:") :]
 
 
-def pending(target: str | os.PathLike[str] | None = None) -> list[str]:
-    """Ids of the migrations not yet applied to ``target``."""
-    path = resolve_path(target)
-    with _backend(path) as backend:
-        todo = backend.to_apply(_migrations())
-        return [m.id for m in todo]
-
-
 def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     """Apply pending migrations to ``target`` and return the ids applied.
 
@@ -201,7 +193,8 @@ def _up_to_date(path: Path, folder: Path) -> bool:
 def _backend(path: Path) -> Iterator[Any]:
     def open_backend() -> Any:
         # yoyo's get_backend() in three steps, so that a file that is locked or
-        # is not a database does not leave yoyo's connection open behind it.
+        # is not a database does not leave yoyo's connection open behind it
+        # (yoyo is imported only when there is migrating to do).
         from yoyo.connections import get_backend_class, parse_uri
         from yoyo.migrations import default_migration_table
 
@@ -253,7 +246,7 @@ def _reclaim_stale_lock(backend: Any) -> bool:
 
 @contextlib.contextmanager
 def _locked(backend: Any) -> Iterator[None]:
-    from yoyo.exceptions import LockTimeout
+    from yoyo.exceptions import LockTimeout  # yoyo only when there is migrating to do
 
     deadline = time.monotonic() + LOCK_WAIT_S
     with contextlib.ExitStack() as stack:
@@ -303,7 +296,7 @@ def _hermes_version(conn: sqlite3.Connection) -> int | None:
 @functools.cache
 def _immediate_transaction() -> Any:
     """yoyo's transaction class, begun with ``BEGIN IMMEDIATE``: the write lock is taken first."""
-    from yoyo.backends.base import TransactionManager
+    from yoyo.backends.base import TransactionManager  # yoyo only when migrating
 
     class ImmediateTransaction(TransactionManager):  # type: ignore[misc]
         def _do_begin(self) -> None:
@@ -454,3 +447,24 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
         backend.apply_migrations(todo)
     secure_files(path, create=False)
     return [m.id for m in todo]
+
+
+__all__ = [
+    "BASELINE",
+    "LOCK_POLL_S",
+    "LOCK_WAIT_S",
+    "SEARCH_OBJECTS",
+    "SEARCH_UPKEEP",
+    "TELEGRAM_TOPICS",
+    "keep_search_indexes",
+    "migrate",
+    "migrate_optional",
+    "migration_hash",
+    "migration_ids",
+    "migrations_dir",
+    "optional_migrations_dir",
+    "search_indexes_built",
+    "search_out_of_step",
+    "search_support",
+    "yoyo_url",
+]

@@ -27,17 +27,18 @@ from peewee import JOIN, SQL, Value, fn
 from .caches import BoundedCache
 from .checks import check_flag
 from .db import current, fetch_dicts, file_key
-from .fts import INDEXES, Shape, available_routes, term_values, warn_once
-from .lineage import MAX_DEPTH, _extend, _not_visited, _path, branch_expr
+from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
+from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of
 from .listing import check_page
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
-from .query import LIKE, Matcher, SearchQuery, highlight, parse, term_regex
+from .query import LIKE, WORDS, Matcher, SearchQuery, highlight, parse, term_regex
 from .statements import (
     HIT_COLUMNS,
     SCAN_FUNCTION,
     Filters,
     Statement,
     hits_query,
+    predicate,
     scan_statement,
     search_statement,
     slot,
@@ -384,6 +385,36 @@ def search_messages(
     return _hits(rows, snippets, parsed, filters.include_inactive)
 
 
+def matching(query: str | None, *, include_inactive: bool = False) -> peewee.ModelSelect[Message]:
+    """Messages matching ``query`` as a peewee query, to chain further.
+
+    Best first when every term goes to the word index, newest first
+    otherwise. The query is built for the indexes the file has now; unlike
+    :func:`search_messages` it does not fall back when an index fails.
+    """
+    m = Message
+    parsed = parse(query)
+    if not parsed:
+        return m.select().where(SQL("0"))
+    shape = Shape.of(parsed, available_routes())
+    values = term_values(parsed, shape)
+    values.update(scan_values(parsed, shape, include_inactive, None, decide=False))
+    if shape.single == WORDS:
+        found = (
+            m.select()
+            .join(MessageIndex, on=(MessageIndex.rowid == m.id))
+            .where(MessageIndex.match(values["q"]))
+            .order_by(MessageIndex.rank())
+        )
+    else:
+        found = (
+            m.select()
+            .where(predicate(m, shape, lambda name: Value(values[name])))
+            .order_by(m.timestamp.desc(), m.id.desc())
+        )
+    return found if include_inactive else found.where(m.active == 1)
+
+
 def _text(content: str | None) -> str:
     if content is None or content.startswith(CONTENT_JSON_PREFIX):
         return readable(content)
@@ -499,18 +530,20 @@ def _owners(hits: Any) -> tuple[Any, Any]:
     """
     here, parent = Session.alias("here"), Session.alias("up")
     start = hits.select_from(
-        hits.c.session_id, hits.c.session_id, Value(0), _path(hits.c.session_id)
+        hits.c.session_id, hits.c.session_id, Value(0), path_of(hits.c.session_id)
     ).distinct()
     climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
     step = (
-        here.select(climb.c.start, parent.id, climb.c.depth + 1, _extend(climb.c.path, parent.id))
+        here.select(
+            climb.c.start, parent.id, climb.c.depth + 1, extend_path(climb.c.path, parent.id)
+        )
         .from_(climb)
         .join(here, on=(here.id == climb.c.id))
         .join(parent, on=(parent.id == here.parent))
         .where(
             ~cast(Any, branch_expr(here)),
             climb.c.depth < MAX_DEPTH,
-            _not_visited(climb.c.path, parent.id),
+            not_visited(climb.c.path, parent.id),
         )
     )
     climb = climb.union_all(step)
@@ -660,3 +693,22 @@ def _all_sessions(sources: tuple[str, ...] | None, limit: int, offset: int) -> l
         SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
     )
     return fetch_dicts(query.limit(limit).offset(offset))
+
+
+__all__ = [
+    "CONTEXT_CHARS",
+    "PREFILTER_GROUPS",
+    "RANK_MODES",
+    "SLOT_IDS",
+    "TIME_BUDGET_S",
+    "check_budget",
+    "deadline_of",
+    "execute",
+    "fetch_within",
+    "matching",
+    "readable",
+    "routed",
+    "scan_values",
+    "search_messages",
+    "search_sessions",
+]

@@ -271,3 +271,18 @@ def probe(conn: sqlite3.Connection) -> FileShape:
         cjk=_cjk(conn, sql),
         fts_meta=meta,
     )
+
+
+__all__ = [
+    "NEWER_MESSAGE_COLUMNS",
+    "NEWER_SESSION_COLUMNS",
+    "NEWER_TABLES",
+    "PROBED",
+    "TRIGRAM_COMPLETE",
+    "TRIGRAM_NO_TOOLS",
+    "TRIGRAM_NO_TOOLS_OR_RUNS",
+    "WRITES_VERSION",
+    "FileShape",
+    "fts_layout",
+    "probe",
+]

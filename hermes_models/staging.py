@@ -536,4 +536,12 @@ def _settle_titles(
     return out, changed
 
 
-__all__ = ["LEASE_KEY", "SMALL_IMPORT", "Staging", "insert_rows", "insert_sql", "write_at_once"]
+__all__ = [
+    "LEASE_KEY",
+    "SMALL_IMPORT",
+    "TRANSACTION_SECONDS",
+    "Staging",
+    "insert_rows",
+    "insert_sql",
+    "write_at_once",
+]

@@ -480,3 +480,25 @@ def render_snippets(route: str) -> Statement:
         index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
     ).where(index.match(slot("q")), ids)
     return Statement.render(query)
+
+
+__all__ = [
+    "HIT_COLUMNS",
+    "NUL",
+    "SCAN_FUNCTION",
+    "SLOT",
+    "Filters",
+    "Statement",
+    "Valuer",
+    "file_rules",
+    "filter_terms",
+    "hits_query",
+    "predicate",
+    "render_search",
+    "render_snippets",
+    "scan_statement",
+    "search_statement",
+    "slot",
+    "snippet_statement",
+    "visible",
+]

@@ -27,21 +27,21 @@ from peewee import fn
 
 from . import handoff, history, listing, maintenance, telegram, titles, transcript
 from .checks import check_finite, check_flag, check_int64
-from .db import (
-    HermesDatabase,
-    bind_current,
-    connect,
-    fetch_dicts,
-    resolve_path,
-    unbind_current,
-)
-from .lineage import (
-    compression_chain_ids,
+from .children import (
     compression_tip_id,
     finalize_orphaned_compression_sessions,
     new_session_id,
     resume_target_id,
 )
+from .connection import connect
+from .db import (
+    HermesDatabase,
+    bind_current,
+    fetch_dicts,
+    resolve_path,
+    unbind_current,
+)
+from .lineage import compression_chain_ids
 from .models import (
     CompressionLock,
     Message,
@@ -871,7 +871,7 @@ class SessionDB:
     @_api
     def finalize_orphaned_compression_sessions(self) -> int:
         """End week-old continuations that hold messages but never ran (see
-        :func:`hermes_models.lineage.finalize_orphaned_compression_sessions`)."""
+        :func:`hermes_models.children.finalize_orphaned_compression_sessions`)."""
         return finalize_orphaned_compression_sessions()
 
     def maybe_auto_prune_and_vacuum(
@@ -1104,7 +1104,7 @@ class SessionDB:
     ) -> dict[str, Any]:
         """Copy the store to ``dest`` (a new file, or a folder) while it stays in use,
         checked before it is kept (see :func:`hermes_models.backup.backup`)."""
-        from .backup import backup
+        from .backup import backup  # loaded on first use: the package imports faster
 
         return backup(self.db_path, dest, keep=keep, progress=progress)
 
@@ -1127,7 +1127,7 @@ class SessionDB:
         """Messages matching ``query`` with ``>>>``/``<<<`` snippets and context; never
         raises for any query text (see :func:`hermes_models.search.search_messages`,
         which also explains ``time_budget``)."""
-        from .search import search_messages
+        from .search import search_messages  # loaded on first use: the package imports faster
 
         return search_messages(
             query,
@@ -1154,7 +1154,7 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
         ``best_snippet``, ``matched_session_id``); without a query, every session."""
-        from .search import search_sessions
+        from .search import search_sessions  # loaded on first use: the package imports faster
 
         return search_sessions(
             query, limit, rank_mode, source=source, offset=offset, time_budget=time_budget
@@ -1193,7 +1193,7 @@ class SessionDB:
         of one source; ancestors come along. An existing file is replaced only
         with ``overwrite=True``. Returns the session and message counts.
         """
-        from .bundle import export_bundle
+        from .bundle import export_bundle  # loaded on first use: the package imports faster
 
         return export_bundle(
             target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
@@ -1211,7 +1211,7 @@ class SessionDB:
     ) -> int:
         """Write the sessions as readable Markdown; returns how many sessions (an
         existing file is replaced only with ``overwrite=True``)."""
-        from .markdown import export_markdown
+        from .markdown import export_markdown  # loaded on first use: the package imports faster
 
         return export_markdown(
             target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
@@ -1228,7 +1228,7 @@ class SessionDB:
             BundleError: the bundle is malformed, truncated or newer than this package.
             ImportConflictError: another import into this file is running.
         """
-        from .importer import import_bundle
+        from .importer import import_bundle  # loaded on first use: the package imports faster
 
         return import_bundle(source, progress=progress)
 
@@ -1245,6 +1245,14 @@ class SessionDB:
         Raises:
             BundleError: ``path`` is one file that cannot be read as a transcript.
         """
+        # loaded on first use: the package imports faster
         from .transcript_files import import_transcripts
 
         return import_transcripts(path, source=source, progress=progress)
+
+
+__all__ = [
+    "AUTO_PRUNE_KEY",
+    "META_FIELDS",
+    "SessionDB",
+]

@@ -294,3 +294,20 @@ def unlinked_sessions(chat_id: Any, user_id: Any, limit: int = 10) -> list[dict[
         if not _missing_table(exc):
             raise
     return enriched_sessions(lambda s: terms(s, False), order=order, limit=limit)
+
+
+__all__ = [
+    "ALREADY_LINKED",
+    "TelegramTopicBinding",
+    "TelegramTopicMode",
+    "apply",
+    "bind",
+    "binding",
+    "binding_of_session",
+    "bindings_for_chat",
+    "disable",
+    "enable",
+    "is_enabled",
+    "is_linked",
+    "unlinked_sessions",
+]

@@ -109,3 +109,12 @@ def resolve_by_title(title: str) -> str | None:
         return None
     newest = max(candidates, key=lambda row: (row[1], row[3], row[2]))
     return str(newest[2])
+
+
+__all__ = [
+    "MAX_TITLE_LENGTH",
+    "next_title_in_lineage",
+    "resolve_by_title",
+    "sanitize_title",
+    "split_title",
+]

@@ -39,7 +39,6 @@ MESSAGE_FIELDS = tuple(
 )
 _ROLE_SET = frozenset(ROLES)
 _JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
-_TEXT_FIELDS = ("tool_call_id", "tool_name", "finish_reason", "reasoning", "reasoning_content")
 
 #: Rows per multi-row INSERT on bulk paths.
 CHUNK_ROWS = 200
@@ -457,3 +456,24 @@ def clear_messages(session_id: str) -> int:
         return int(count)
 
     return write(run)
+
+
+__all__ = [
+    "ASSISTANT_ONLY",
+    "CHUNK_ROWS",
+    "MESSAGE_FIELDS",
+    "append_message",
+    "check_session_id",
+    "clear_messages",
+    "copy_messages",
+    "counter_totals",
+    "insert_messages",
+    "message_row",
+    "normalise_messages",
+    "recount",
+    "replace_messages",
+    "restore_rewound",
+    "rewind",
+    "rewind_to_message",
+    "tool_call_total",
+]

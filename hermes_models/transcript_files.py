@@ -301,3 +301,12 @@ def import_transcripts(
         if progress is not None:
             progress(done, len(files))
     return report
+
+
+__all__ = [
+    "import_transcript",
+    "import_transcripts",
+    "parse_iso",
+    "read_transcript",
+    "transcript_paths",
+]

@@ -21,7 +21,7 @@ from console_script import SCRIPT, environment, run
 from rich.cells import cell_len
 
 from hermes_models import SessionDB
-from hermes_models.lineage import branch, compress
+from hermes_models.children import branch, compress
 from hermes_models.models import Session
 
 pytestmark = pytest.mark.slow

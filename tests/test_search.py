@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_models import Message, SessionDB
-from hermes_models.fts import matching
+from hermes_models.search import matching
 
 T0 = 1_700_000_000.0
 

@@ -1,0 +1,327 @@
+"""Child sessions: creating them (a /branch fork, a compression continuation, a
+subagent run), following them to the session a /resume opens, and closing
+continuations nobody picked up.
+
+The kinds of child and the walks over parent links are the rules of
+:mod:`hermes_models.lineage`; here they are applied to rows. Each action runs
+in one write. The tip and resume lookups are rendered once
+(:class:`hermes_models.db.Prepared`): they run on every /resume and listing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, cast
+
+from peewee import SQL, fn
+
+from .checks import check_epoch, check_flag, check_text
+from .db import Prepared, current, write
+from .errors import CompressionInProgressError
+from .holders import local_holder
+from .lineage import RESUME_MAX_DEPTH, TIP_MAX_HOPS, descend
+from .models import CompressionLock, Message, Session, encode_json
+from .titles import next_title_in_lineage, sanitize_title
+from .transcript import copy_messages as copy_transcript
+from .transcript import insert_messages, normalise_messages, recount
+
+# -- following children: the compression tip and the resume target ----------------------
+
+
+def _tip_query(start: str) -> Any:
+    cte = descend(Session, start, compression_only=True, hops=TIP_MAX_HOPS)
+    return cte.select_from(cte.c.id).order_by(cte.c.depth.desc()).limit(1)
+
+
+def _resume_query(tip: str) -> Any:
+    cte = descend(Session, tip, compression_only=False, hops=RESUME_MAX_DEPTH)
+    has_message = fn.EXISTS(
+        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
+    )
+    return cte.select_from(cte.c.id).where(has_message).order_by(cte.c.depth).limit(1)
+
+
+def _session_where_id_is(subquery: Any) -> Any:
+    return Session.select().where(Session.id == subquery)
+
+
+_TIP = Prepared(_tip_query, "start")
+_RESUME = Prepared(_resume_query, "tip")
+_TIP_ROW = Prepared(lambda start: _session_where_id_is(_tip_query(start)), "start")
+_BY_ID = Prepared(_session_where_id_is, "subquery")
+
+
+def _load(model: type[Session], cursor: Any) -> Session | None:
+    """The model instance of the first row of ``cursor`` (a ``SELECT *`` of sessions)."""
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    names = {field.column_name: field.name for field in model._meta.sorted_fields}
+    columns = [names.get(column[0]) for column in cursor.description]
+    values = {name: value for name, value in zip(columns, row) if name is not None}
+    instance = model(__no_default__=1, **values)
+    cast(Any, instance)._dirty.clear()  # loaded, not changed
+    return instance
+
+
+def compression_tip_id(model: type[Session], session_id: str) -> str | None:
+    """Id of the latest continuation of ``session_id``'s compression chain.
+
+    While the current session ended with ``'compression'``, step to its most
+    recently started child that started at or after that end and is not a
+    branch or subagent; at most :data:`TIP_MAX_HOPS` steps. None for an
+    unknown id.
+    """
+    row = _TIP.execute(current(), start=session_id).fetchone()
+    return None if row is None else str(row[0])
+
+
+def compression_tip(session: Session) -> Session:
+    """The latest continuation of ``session``'s compression chain."""
+    tip = _load(type(session), _TIP_ROW.execute(current(), start=session.id))
+    return session if tip is None or tip.id == session.id else tip
+
+
+def resume_target_id(model: type[Session], session_id: str) -> str | None:
+    """Id of the session a /resume of ``session_id`` opens; None when unknown.
+
+    The compression tip when it has an active message; else, walking down
+    at most :data:`RESUME_MAX_DEPTH` levels through the most recently
+    started child that is not a branch or subagent, the first session with
+    an active message; else the tip.
+    """
+    tip_id = compression_tip_id(model, session_id)
+    if tip_id is None:
+        return None
+    row = _RESUME.execute(current(), tip=tip_id).fetchone()
+    return tip_id if row is None else str(row[0])
+
+
+def resume_target(session: Session) -> Session:
+    """The session a /resume of ``session`` should open."""
+    target = resume_target_id(type(session), session.id)
+    if target is None or target == session.id:
+        return session
+    found = _load(type(session), _BY_ID.execute(current(), subquery=target))
+    return found or session
+
+
+# -- creating children ---------------------------------------------------------------
+
+
+def new_session_id() -> str:
+    """A fresh session id in the Hermes style: ``YYYYmmdd_HHMMSS_<8 hex>``."""
+    return f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:8]}"
+
+
+def _child_fields(parent: Session, config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "source": parent.source,
+        "user_id": parent.user_id,
+        "model_name": parent.model_name,
+        "model_config": encode_json(config, "model_config"),
+        "system_prompt": parent.system_prompt,
+        "parent": parent.id,
+        "cwd": parent.cwd,
+        "git_branch": parent.git_branch,
+    }
+
+
+def _child_id(session_id: Any) -> str:
+    """The id a new child gets: ``session_id`` checked, or a fresh one when None."""
+    if session_id is None:
+        return new_session_id()
+    return str(check_text(session_id, "session_id", empty=False))
+
+
+def _moment(at: Any) -> float | None:
+    return None if at is None else check_epoch(at, "at")
+
+
+def _plain_config(parent: Session) -> dict[str, Any]:
+    config = dict(parent.config)
+    config.pop("_branched_from", None)
+    config.pop("_delegate_from", None)
+    return config
+
+
+def branch(
+    session: Session,
+    *,
+    session_id: str | None = None,
+    title: str | None = None,
+    copy_messages: bool = True,
+    at: float | None = None,
+) -> Session:
+    """Fork ``session``: a child marked ``_branched_from``, the active
+    transcript copied, and the parent ended with ``'branched'`` (unless it
+    had already ended)."""
+    model = type(session)
+    child_id = _child_id(session_id)
+    clean_title = sanitize_title(title)
+    copy = check_flag(copy_messages, "copy_messages")
+    moment = _moment(at)
+
+    def run() -> None:
+        now = time.time() if moment is None else moment
+        model.update(ended_at=now, end_reason="branched").where(
+            model.id == session.id, model.ended_at.is_null()
+        ).execute()
+        parent = model.get_by_id(session.id)
+        config = {**_plain_config(parent), "_branched_from": parent.id}
+        started = max(now, parent.ended_at or now)
+        model.insert(
+            id=child_id, started_at=started, title=clean_title, **_child_fields(parent, config)
+        ).execute()
+        if copy:
+            copy_transcript(session.id, child_id)
+            recount(child_id)
+
+    write(run)
+    return model.get_by_id(child_id)
+
+
+def compress(
+    session: Session,
+    summary_messages: Sequence[dict[str, Any]],
+    *,
+    holder: str | None = None,
+    session_id: str | None = None,
+    title: str | None = None,
+    ttl: float = 300.0,
+    at: float | None = None,
+) -> Session:
+    """Continue ``session`` in a new session that starts with ``summary_messages``.
+
+    Takes the compression lock, ends ``session`` with ``'compression'``,
+    creates the continuation (started no earlier than that end, titled with
+    the next lineage title), writes the summary and releases the lock.
+
+    Raises:
+        CompressionInProgressError: another holder has the lock; nothing changes.
+        ValueError: ``session`` has already ended (compressed, branched, closed):
+            moving its end would re-classify its existing children, so it
+            must be reopened first.
+    """
+    rows = normalise_messages(summary_messages, "summary_messages")
+    model = type(session)
+    if holder is not None:
+        check_text(holder, "holder", empty=False)
+    me = holder or local_holder()
+    child_id = _child_id(session_id)
+    new_title = sanitize_title(title)
+    moment = _moment(at)
+    if not CompressionLock.acquire(session.id, me, ttl=ttl):
+        other = CompressionLock.holder(session.id)
+        raise CompressionInProgressError(
+            f"session {session.id} is being compressed by {other or 'another holder'}"
+        )
+    try:
+
+        def run() -> None:
+            parent = model.get_by_id(session.id)
+            if parent.end_reason == "compression":
+                raise ValueError(f"session {parent.id} was already compressed")
+            if parent.ended_at is not None:
+                raise ValueError(
+                    f"session {parent.id} already ended ({parent.end_reason or 'no reason'});"
+                    " reopen it before compressing"
+                )
+            now = time.time() if moment is None else moment
+            model.update(ended_at=now, end_reason="compression").where(
+                model.id == parent.id
+            ).execute()
+            child_title = new_title
+            if child_title is None and parent.title:
+                child_title = next_title_in_lineage(parent.title)
+            model.insert(
+                id=child_id,
+                started_at=now,
+                title=child_title,
+                **_child_fields(parent, _plain_config(parent)),
+            ).execute()
+            insert_messages(child_id, rows, start=now, argument="summary_messages")
+            recount(child_id)
+
+        write(run)
+    finally:
+        CompressionLock.release(session.id, me)
+    return model.get_by_id(child_id)
+
+
+def delegate(
+    session: Session,
+    *,
+    session_id: str | None = None,
+    source: str | None = None,
+    model_name: str | None = None,
+    system_prompt: str | None = None,
+    at: float | None = None,
+) -> Session:
+    """Start a subagent run under ``session``: a child marked ``_delegate_from``."""
+    model = type(session)
+    child_id = _child_id(session_id)
+    given = {
+        "source": check_text(source, "source", optional=True, empty=False),
+        "model_name": check_text(model_name, "model_name", optional=True),
+        "system_prompt": check_text(system_prompt, "system_prompt", optional=True),
+    }
+    moment = _moment(at)
+
+    def run() -> None:
+        parent = model.get_by_id(session.id)
+        fields = _child_fields(parent, {**_plain_config(parent), "_delegate_from": parent.id})
+        fields.update({name: value for name, value in given.items() if value is not None})
+        started = time.time() if moment is None else moment
+        model.insert(id=child_id, started_at=started, **fields).execute()
+
+    write(run)
+    return model.get_by_id(child_id)
+
+
+#: Age after which an unfinished continuation nobody used is closed.
+ORPHANED_CONTINUATION_AGE_S = 7 * 86400.0
+
+
+def finalize_orphaned_compression_sessions() -> int:
+    """End, with ``'orphaned_compression'``, the continuations no agent ever picked up.
+
+    A continuation qualifies when its parent ended with ``'compression'``,
+    it holds messages (the summary) but never made an API call, it is still
+    open, and it started more than a week ago. Nothing is deleted. Returns
+    how many were ended.
+    """
+    now = time.time()
+    parent = Session.alias("compressed")
+    compressed = parent.select(SQL("1")).where(
+        parent.id == Session.parent,
+        parent.end_reason == "compression",
+        parent.ended_at.is_null(False),
+    )
+    has_messages = Message.select(SQL("1")).where(Message.session == Session.id)
+    query = Session.update(ended_at=now, end_reason="orphaned_compression").where(
+        Session.api_call_count == 0,
+        Session.end_reason.is_null(),
+        Session.ended_at.is_null(),
+        Session.started_at < now - ORPHANED_CONTINUATION_AGE_S,
+        Session.parent.is_null(False),
+        fn.EXISTS(compressed),
+        fn.EXISTS(has_messages),
+    )
+    return int(write(query.execute))
+
+
+__all__ = [
+    "ORPHANED_CONTINUATION_AGE_S",
+    "branch",
+    "compress",
+    "compression_tip",
+    "compression_tip_id",
+    "delegate",
+    "finalize_orphaned_compression_sessions",
+    "new_session_id",
+    "resume_target",
+    "resume_target_id",
+]

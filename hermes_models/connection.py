@@ -1,0 +1,199 @@
+"""Opening a store: :func:`connect` finds the file, probes its structure, applies
+pending migrations and binds every model to the handle.
+
+One handle per file and mode is kept while something holds it (a
+``SessionDB``, the models' binding), so a second ``connect()`` of the same
+file returns the same handle. A file newer than the v16 schema this package
+writes is opened read-only and said so once. This module sits above both
+:mod:`hermes_models.db` (the handle) and :mod:`hermes_models.schema` (the
+migrations), which know nothing of each other's callers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import weakref
+from pathlib import Path
+
+import peewee
+
+from . import schema
+from .caches import BoundedSet
+from .db import (
+    SCHEMA_VERSION,
+    HermesDatabase,
+    check_header,
+    check_ownership,
+    check_writable,
+    database,
+    probe_file,
+    read_only_params,
+    record_init_error,
+    resolve_path,
+    retry_locked,
+    secure_files,
+)
+from .errors import NotADatabaseError
+from .shape import probe
+
+logger = logging.getLogger("hermes_models")
+
+#: Open handles by file, while something holds them (a SessionDB, the models' binding).
+_databases: weakref.WeakValueDictionary[tuple[Path, bool], HermesDatabase] = (
+    weakref.WeakValueDictionary()
+)
+#: Files this process migrated (forgetting one only costs a check that nothing is pending).
+_migrated: BoundedSet[Path] = BoundedSet("migrated files", 1024)
+_open_lock = threading.RLock()
+
+
+def _open_connection(db: HermesDatabase) -> None:
+    """Open this thread's connection, raising sqlite3's own error as sqlite3 would."""
+    try:
+        db.connect()
+    except peewee.DatabaseError as exc:
+        cause = getattr(exc, "orig", None)
+        if isinstance(cause, sqlite3.Error):
+            raise cause from None
+        raise
+
+
+def connect(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    migrate: bool = True,
+    read_only: bool = False,
+) -> HermesDatabase:
+    """Open the Hermes database ``target`` and bind every model to it.
+
+    ``target`` is a path or ``sqlite:///`` URL; ``None`` means
+    ``$HERMES_HOME/state.db``. With ``migrate=True`` pending migrations are
+    applied first. A second call for the same file returns the same handle.
+    ``read_only=True`` opens the file with ``mode=ro``: it must exist.
+
+    A file newer than the v16 schema this package writes (a later Hermes, or
+    a fork: see :mod:`hermes_models.shape`) is always opened read-only, with
+    one warning in the log; nothing in it is changed, and every write raises
+    :class:`SchemaTooNewError`.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        FileNotFoundError: ``read_only=True`` and the file does not exist.
+    """
+    try:
+        path = resolve_path(target)
+        with _open_lock:
+            db = _databases.get((path, read_only))
+            if db is not None and not path.exists():
+                _databases.pop((path, read_only), None)
+                _migrated.discard(path)
+                db = None
+            if db is not None and not db.read_only:
+                # Another process may have upgraded the file since we opened it.
+                cached = db
+                shape = retry_locked(lambda: probe(cached.connection()))
+                if shape.newer:
+                    db.shape = shape
+                    _databases.pop((path, read_only), None)
+                    db.close()
+                    db = None
+            if db is None:
+                db = _open(path, read_only=read_only, migrate=migrate)
+                _databases[(path, read_only)] = db
+            elif migrate and not db.read_only and path not in _migrated:
+                _apply_migrations(path)
+            if migrate and not db.read_only:
+                # Every open: an index a build without FTS5 left out is built now.
+                schema.keep_search_indexes(db)
+    except Exception as exc:
+        record_init_error(exc)
+        raise
+    database.initialize(db)
+    return db
+
+
+def _apply_migrations(path: Path) -> None:
+    schema.migrate(path)
+    _migrated.add(path)
+
+
+#: Newer files this process has said it opens read-only (said once per file).
+_told_newer: BoundedSet[Path] = BoundedSet("newer files announced", 1024)
+
+
+def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
+    """A new handle on ``path`` (see :func:`connect`)."""
+    check_header(path)
+    params = None
+    if read_only:
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist (opened read-only)")
+        check_ownership(path, read_only=True)
+        params = read_only_params(path)
+    # Before any connection of ours can switch the file to WAL. Another
+    # process creating the file holds it locked for the whole migration.
+    shape = retry_locked(lambda: probe_file(path, params))
+    if shape is not None and shape.newer and not read_only:
+        check_ownership(path, read_only=True)
+        params = read_only_params(path)
+        read_only = True
+    if not read_only:
+        check_writable(path)
+        secure_files(path, create=True)
+        if migrate and path not in _migrated:
+            _apply_migrations(path)
+    db = HermesDatabase(path, read_only=read_only, params=params)
+
+    def open_checked() -> None:
+        try:
+            _open_connection(db)
+            db.shape = probe(db.connection())
+            if read_only:
+                _require_store(db)
+        except Exception:
+            db.close()
+            raise
+
+    try:
+        retry_locked(open_checked)
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        raise
+    if not read_only:
+        secure_files(path, create=False)
+    if db.shape is not None and db.shape.newer and _told_newer.add(path):
+        logger.warning(
+            "%s has Hermes schema version %s, newer than %d, the highest hermes_models "
+            "writes: opened read-only, nothing in it will be changed",
+            path,
+            db.shape.describe_version(),
+            SCHEMA_VERSION,
+        )
+    return db
+
+
+def _require_store(db: HermesDatabase) -> None:
+    """Refuse a read-only handle on a file without the session tables."""
+    conn = db.connection()
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "sessions" not in names or "messages" not in names:
+        raise NotADatabaseError(
+            f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "
+            "open it once without read_only=True to create the schema"
+        )
+
+
+def _after_fork_in_child() -> None:
+    for db in list(_databases.values()):
+        db.forget_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+__all__ = ["connect"]
