@@ -33,7 +33,7 @@ import peewee
 from peewee import SQL, fn
 
 from .checks import check_finite, check_text
-from .db import current, fetch_dicts, write
+from .db import current, fetch_dicts, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
 from .lineage import marker
 from .models import CompressionLock, Message, Session
@@ -388,9 +388,11 @@ def vacuum() -> int:
     and checkpoint again; returns how many indexes were optimized.
 
     Raises:
+        SchemaTooNewError: the file is newer than the v16 schema this package writes.
         ReadOnlyDatabaseError: the handle is read-only.
     """
     db = current()
+    refuse_newer_schema(db.path, db.shape, "VACUUM")
     if db.read_only:
         raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; VACUUM is refused")
     try:

@@ -21,7 +21,7 @@ import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
 from .checks import check_flag, check_int64
-from .db import current, fetch_dicts, write
+from .db import current, fetch_dicts, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
 from .listing import enriched_sessions
 from .models import BaseModel, Session
@@ -90,9 +90,11 @@ def apply() -> list[str]:
     """Create the topic-mode tables (idempotent); returns the migration ids applied.
 
     Raises:
+        SchemaTooNewError: the file is newer than the v16 schema this package writes.
         ReadOnlyDatabaseError: the store was opened read-only.
     """
     db = current()
+    refuse_newer_schema(db.path, db.shape, "setting up topic mode")
     if db.read_only:
         raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; topic mode cannot be set up")
     return migrate_optional(db.path, TELEGRAM_TOPICS)
