@@ -595,20 +595,26 @@ def test_list_sessions_rich_projects_chains_to_their_tips(
     assert cont_a["last_active"] == newer.T0 + (190.0 if heartbeat else 115.0)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+WITH_DISPLAY_KIND = [s for s in SHAPES if newer.has(s.values[0], "messages", "display_kind")]
+
+
+@pytest.mark.parametrize("shape", WITH_DISPLAY_KIND)
 def test_preview_skips_hidden_rows_and_compaction_carriers(
     copy_of: Callable[[str], Path], shape: str
 ) -> None:
-    """A hidden row and a carrier placed before every other user row are no preview."""
+    """The hidden row (and, where the column exists, the summary carrier) moved before
+    every other user row of ``cont-a``: neither becomes the preview."""
     path = copy_of(shape)
-    statements = []
-    if newer.has(shape, "messages", "display_kind"):
-        statements.append("UPDATE messages SET timestamp = 1760000101.0 WHERE id = 17")
+    statements = ["UPDATE messages SET timestamp = 1760000101.0 WHERE id = 17"]
     if newer.has(shape, "messages", "_compressed_summary"):
         statements.append("UPDATE messages SET timestamp = 1760000101.5 WHERE id = 11")
-    if not statements:
-        return  # the shape has neither column: nothing is hidden from previews there
     change(path, *statements)
+    first_users = [
+        r["id"]
+        for r in sorted(file_rows(path, "messages"), key=lambda r: (r["timestamp"], r["id"]))
+        if r["session_id"] == "cont-a" and r["role"] == "user"
+    ]
+    assert first_users[0] == 17
     with SessionDB(path) as store:
         rows = {r["id"]: r for r in store.list_sessions_rich()}
     assert rows["cont-a"]["preview"] == "Continue with the selector internals"
