@@ -577,9 +577,7 @@ class HermesDatabase(peewee.SqliteDatabase):
                 write the file or its folder.
             WriteConflictError: still locked out after the last attempt.
         """
-        refuse_newer_schema(self.path, self.shape)
-        if self.read_only:
-            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+        self.refuse_writes()
         if self.in_transaction():
             with self.atomic():
                 return fn()
@@ -603,6 +601,17 @@ class HermesDatabase(peewee.SqliteDatabase):
             self._count_write()
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def refuse_writes(self) -> None:
+        """Raise what :meth:`write` raises before it starts when this handle cannot write.
+
+        Raises:
+            SchemaTooNewError: the file is newer than the schema this package writes.
+            ReadOnlyDatabaseError: the handle was opened read-only.
+        """
+        refuse_newer_schema(self.path, self.shape)
+        if self.read_only:
+            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
 
     def _count_write(self) -> None:
         if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:
@@ -820,6 +829,17 @@ class Prepared:
         for index, name in positions:
             params[index] = values[name]
         return db.execute_sql(sql, params)
+
+    def scalar(self, db: HermesDatabase, **values: Any) -> Any:
+        """The first column of the first row (None when there is no row)."""
+        row = self.execute(db, **values).fetchone()
+        return None if row is None else row[0]
+
+    def dicts(self, db: HermesDatabase, **values: Any) -> list[dict[str, Any]]:
+        """Every row as a dict keyed by column name."""
+        cursor = self.execute(db, **values)
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def fetch_dicts(query: Any) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextFi
 from . import lineage
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import current, database, write
+from .db import Prepared, current, database, write
 from .holders import holder_is_gone
 
 logger = logging.getLogger("hermes_models")
@@ -730,7 +730,7 @@ class StateMeta(BaseModel):
     def get_value(cls, key: str, default: str | None = None) -> str | None:
         """The value stored under ``key``, or ``default``."""
         check_text(key, "key")
-        row = cls.select(cls.value).where(cls.key == key).tuples().first()
+        row = _META_VALUE.execute(current(), key=key).fetchone()
         return default if row is None else row[0]
 
     @classmethod
@@ -738,13 +738,21 @@ class StateMeta(BaseModel):
         """Store ``value`` under ``key``, replacing what was there."""
         check_text(key, "key")
         check_text(value, "value", optional=True)
-        write(
-            lambda: (
-                cls.insert(key=key, value=value)
-                .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
-                .execute()
-            )
-        )
+        db = current()
+        write(lambda: _META_UPSERT.execute(db, key=key, value=value), db=db)
+
+
+# Meta reads and writes run on every agent turn: rendered once (see Prepared).
+_META_VALUE = Prepared(
+    lambda key: StateMeta.select(StateMeta.value).where(StateMeta.key == key), "key"
+)
+_META_UPSERT = Prepared(
+    lambda key, value: StateMeta.insert(key=key, value=value).on_conflict(
+        conflict_target=[StateMeta.key], preserve=[StateMeta.value]
+    ),
+    "key",
+    "value",
+)
 
 
 class CompressionLock(BaseModel):
