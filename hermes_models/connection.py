@@ -144,7 +144,9 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         check_writable(path)
         secure_files(path, create=True)
         if migrate and path not in _migrated:
-            _apply_migrations(path)
+            # Checked above as migrate() checks a file: only the pending work is left.
+            schema.apply_pending(path)
+            _migrated.add(path)
     db = HermesDatabase(path, read_only=read_only, params=params)
 
     def open_checked() -> None:

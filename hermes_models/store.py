@@ -90,7 +90,6 @@ def _named_arguments(
 
 def _api(method: F) -> F:
     """Run a SessionDB method on its own database, with sqlite3's exception types."""
-    signature = inspect.signature(method)
 
     @functools.wraps(method)
     def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
@@ -109,7 +108,8 @@ def _api(method: F) -> F:
             raise kind(str(exc)) from exc
         except UnicodeEncodeError:
             # Text with a lone surrogate reached SQLite; the write was rolled back.
-            named = _named_arguments(signature, (self, *args), kwargs)
+            # The signature is read here, not at import: only this error needs it.
+            named = _named_arguments(inspect.signature(method), (self, *args), kwargs)
             raise unencodable_error(named) from None
         finally:
             unbind_current(token)
