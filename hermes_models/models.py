@@ -62,6 +62,24 @@ def decode_content(stored: str | None) -> Any:
         return stored
 
 
+def readable(stored: str | None) -> str:
+    """Message content as text: JSON parts joined, ``[image]`` for pictures."""
+    value = decode_content(stored)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    for part in value if isinstance(value, list) else [value]:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif isinstance(part, dict) and "image" in str(part.get("type", "")):
+            parts.append("[image]")
+    return " ".join(parts) if parts else json.dumps(value, ensure_ascii=False)
+
+
 def encode_json(value: Any, argument: str) -> str | None:
     """A JSON column value: None stays NULL, text is kept, anything else is dumped.
 
@@ -920,6 +938,7 @@ __all__ = [
     "encode_json",
     "extra_columns",
     "present_fields",
+    "readable",
     "resolve_prompts",
     "stored_fields",
     "unencodable_error",
