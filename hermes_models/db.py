@@ -799,10 +799,17 @@ class Prepared:
         self._build = build
         self._names = names
         self._rendered: dict[Any, tuple[str, list[Any], list[tuple[int, str]]]] = {}
+        # The shape rendered for last and its SQL: an identity check is cheaper than
+        # hashing the key (every column name of two tables) on each call.
+        self._last: tuple[Any, tuple[str, list[Any], list[tuple[int, str]]]] | None = None
 
     def render(self, db: HermesDatabase) -> tuple[str, list[Any], list[tuple[int, str]]]:
         """The SQL, its parameter list, and where each named value goes in it."""
-        key = None if db.shape is None else db.shape.key
+        shape = db.shape
+        last = self._last
+        if last is not None and last[0] is shape and shape is not None:
+            return last[1]
+        key = None if shape is None else shape.key
         rendered = self._rendered.get(key)
         if rendered is None:
             marks = {name: f"\x00hermes_models:{name}\x00" for name in self._names}
@@ -820,6 +827,7 @@ class Prepared:
             if len(self._rendered) >= 8:  # a few file structures per process at most
                 self._rendered.clear()
             rendered = self._rendered[key] = (sql, list(params), positions)
+        self._last = (shape, rendered)
         return rendered
 
     def execute(self, db: HermesDatabase, **values: Any) -> Any:

@@ -355,9 +355,9 @@ def empty_sessions() -> Any:
     """
     return Session.select(Session.id).where(
         Session.message_count == 0,
-        _no_message(),
         Session.ended_at.is_null(False),
         Session.archived == 0,
+        _no_message(),  # last: the row's own columns rule most sessions out first
     )
 
 
