@@ -141,19 +141,22 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         check_ownership(path, read_only=True)
         params = read_only_params(path)
         read_only = True
+    applied: list[str] = []
     if not read_only:
         check_writable(path)
         secure_files(path, create=True)
         if migrate and path not in _migrated:
             # Checked above as migrate() checks a file: only the pending work is left.
-            schema.apply_pending(path)
+            applied = schema.apply_pending(path)
             _migrated.add(path)
     db = HermesDatabase(path, read_only=read_only, params=params)
+    # The probe above still describes the file unless a migration just changed it.
+    probed = shape if shape is not None and not applied else None
 
     def open_checked() -> None:
         try:
             _open_connection(db)
-            db.shape = probe(db.connection())
+            db.shape = probed or probe(db.connection())
             if read_only:
                 _require_store(db)
         except Exception:
