@@ -139,6 +139,66 @@ def plain_resume(conn: sqlite3.Connection, session_id: str) -> str:
     return tip
 
 
+#: Hermes' listing statement: the listable rows with preview and last activity,
+#: newest first, one page (its tip projection runs afterwards, in Python).
+HERMES_LISTING = (
+    "SELECT s.*, COALESCE((SELECT SUBSTR(REPLACE(REPLACE(m.content, X'0A', ' '), X'0D', ' '),"
+    " 1, 63) FROM messages m WHERE m.session_id = s.id AND m.role = 'user'"
+    " AND m.content IS NOT NULL ORDER BY m.timestamp, m.id LIMIT 1), '') AS _preview_raw,"
+    " COALESCE((SELECT MAX(m2.timestamp) FROM messages m2 WHERE m2.session_id = s.id),"
+    " s.started_at) AS last_active FROM sessions s"
+    " WHERE (s.parent_session_id IS NULL"
+    " OR json_extract(CASE WHEN json_valid(s.model_config) THEN s.model_config END,"
+    " '$._branched_from') IS NOT NULL"
+    " OR EXISTS (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id"
+    " AND p.end_reason = 'branched'))"
+    " AND json_extract(CASE WHEN json_valid(s.model_config) THEN s.model_config END,"
+    " '$._delegate_from') IS NULL AND s.archived = 0"
+    " ORDER BY s.started_at DESC LIMIT ? OFFSET ?"
+)
+
+
+def hermes_listing(conn: sqlite3.Connection, limit: int, offset: int) -> list[dict[str, Any]]:
+    """One listing page the way Hermes makes it: its SQL, then each compressed root
+    replaced by its tip (one walk and one row read per such root)."""
+    cursor = conn.execute(HERMES_LISTING, (limit, offset))
+    names = [column[0] for column in cursor.description]
+    rows = []
+    for values in cursor.fetchall():
+        row = dict(zip(names, values))
+        raw = row.pop("_preview_raw").strip()
+        row["preview"] = raw if len(raw) <= 60 else raw[:60] + "..."
+        if row["end_reason"] == "compression":
+            tip = plain_tip(conn, row["id"])
+            if tip != row["id"]:
+                found = conn.execute(
+                    HERMES_LISTING.replace("WHERE (", "WHERE s.id = ? AND ("), (tip, 1, 0)
+                ).fetchone()
+                if found is not None:
+                    projected = dict(zip(names, found))
+                    root = row["id"]
+                    row.update(
+                        {
+                            k: projected[k]
+                            for k in (
+                                "id",
+                                "ended_at",
+                                "end_reason",
+                                "message_count",
+                                "tool_call_count",
+                                "title",
+                                "last_active",
+                                "model",
+                                "system_prompt",
+                                "cwd",
+                            )
+                        }
+                    )
+                    row["_lineage_root_id"] = root
+        rows.append(row)
+    return rows
+
+
 def report(name: str, ours: float, plain: float, target: str) -> None:
     print(
         f"{name:<44} ours {ours * 1e3:9.3f} ms   plain {plain * 1e3:9.3f} ms   "
@@ -201,6 +261,15 @@ def main() -> None:
     assert store.list_sessions_rich() == plain_listing()
     ours, theirs = median_pair(args.rounds, lambda: store.list_sessions_rich(), plain_listing)
     report("list_sessions_rich first page (10k sessions)", ours, theirs, "<= 1.10")
+
+    # Page 50 (offset 980): both sides must skip the same 980 listable rows.
+    def ids(rows: list[dict[str, Any]]) -> list[str]:
+        return [row["id"] for row in rows]
+
+    deep = lambda: store.list_sessions_rich(limit=20, offset=980)  # noqa: E731
+    assert ids(deep()) == ids(hermes_listing(plain, 20, 980))
+    ours, theirs = median_pair(args.rounds, deep, lambda: hermes_listing(plain, 20, 980))
+    report("list_sessions_rich page 50 vs Hermes' SQL", ours, theirs, "<= 1.00")
     store.close()
     plain.close()
 

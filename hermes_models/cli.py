@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -375,6 +374,8 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
             raise click.ClickException(
                 f"{target} already exists; the demo writes a new database (pick a new path)"
             )
+    import tempfile  # only the demo makes a scratch folder: other commands start faster
+
     out = terminal.console()
     clock = _clock(ctx)
     with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:

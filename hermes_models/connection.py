@@ -25,7 +25,7 @@ from .caches import BoundedSet
 from .db import (
     SCHEMA_VERSION,
     HermesDatabase,
-    check_header,
+    check_file_kind,
     check_ownership,
     check_writable,
     database,
@@ -126,7 +126,7 @@ _told_newer: BoundedSet[Path] = BoundedSet("newer files announced", 1024)
 
 def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
     """A new handle on ``path`` (see :func:`connect`)."""
-    check_header(path)
+    check_file_kind(path)
     params = None
     if read_only:
         if not path.exists():
@@ -135,22 +135,28 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         params = read_only_params(path)
     # Before any connection of ours can switch the file to WAL. Another
     # process creating the file holds it locked for the whole migration.
-    shape = retry_locked(lambda: probe_file(path, params))
+    # The probe's connection also does the SQLite half of check_header().
+    shape = retry_locked(lambda: probe_file(path, params, pages=True))
     if shape is not None and shape.newer and not read_only:
         check_ownership(path, read_only=True)
         params = read_only_params(path)
         read_only = True
+    applied: list[str] = []
     if not read_only:
         check_writable(path)
         secure_files(path, create=True)
         if migrate and path not in _migrated:
-            _apply_migrations(path)
+            # Checked above as migrate() checks a file: only the pending work is left.
+            applied = schema.apply_pending(path)
+            _migrated.add(path)
     db = HermesDatabase(path, read_only=read_only, params=params)
+    # The probe above still describes the file unless a migration just changed it.
+    probed = shape if shape is not None and not applied else None
 
     def open_checked() -> None:
         try:
             _open_connection(db)
-            db.shape = probe(db.connection())
+            db.shape = probed or probe(db.connection())
             if read_only:
                 _require_store(db)
         except Exception:

@@ -156,26 +156,47 @@ def check_header(path: Path) -> None:
     this process's SQLite connections hold on the file, and another process
     could then take the file for unused and delete the WAL they are writing to.
     """
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(info.st_mode):
-        raise NotADatabaseError(f"{path} is {_file_kind(info.st_mode)}, not an SQLite database")
-    if info.st_size == 0:
+    if not check_file_kind(path):
         return
     try:
         conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=0)
     except sqlite3.Error:
         return  # unreadable here: the caller's own open reports why
     try:
+        check_pages(path, conn)
+    finally:
+        conn.close()
+
+
+def check_file_kind(path: Path) -> bool:
+    """The part of :func:`check_header` that needs no SQLite: True when ``path`` is a
+    regular file with content (False: missing or empty).
+
+    Raises:
+        NotADatabaseError: ``path`` is not a regular file.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        raise NotADatabaseError(f"{path} is {_file_kind(info.st_mode)}, not an SQLite database")
+    return info.st_size > 0
+
+
+def check_pages(path: Path, conn: sqlite3.Connection) -> None:
+    """The part of :func:`check_header` read through ``conn``, a connection to the
+    non-empty regular file ``path``: refuse it unless SQLite sees pages in it.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+    """
+    try:
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
         return  # locked, or a read-only folder: not a question of what the file is
-    finally:
-        conn.close()
     if not pages:
         # SQLite reads a few stray bytes as an empty database, and would overwrite them.
         raise NotADatabaseError(f"{path} is not an SQLite database")
@@ -297,12 +318,16 @@ def refuse_newer_schema(path: Path, shape: FileShape | None, doing: str = "writi
         raise newer_schema_error(path, shape, doing)
 
 
-def probe_file(path: Path, params: dict[str, str] | None = None) -> FileShape | None:
+def probe_file(
+    path: Path, params: dict[str, str] | None = None, *, pages: bool = False
+) -> FileShape | None:
     """The structure of ``path`` (:func:`hermes_models.shape.probe`), read without any write.
 
     ``params`` are the URI parameters of the read (default ``mode=ro``). None
     for a missing or empty file, and for one SQLite cannot open here (the
-    caller's own open then reports why).
+    caller's own open then reports why). With ``pages`` the same connection
+    first runs :func:`check_pages` (with :func:`check_file_kind` before the
+    call, what :func:`check_header` does, on one connection fewer).
 
     Raises:
         NotADatabaseError: the file is not an SQLite database.
@@ -316,6 +341,8 @@ def probe_file(path: Path, params: dict[str, str] | None = None) -> FileShape | 
     except sqlite3.OperationalError:
         return None
     try:
+        if pages:
+            check_pages(path, conn)
         return probe(conn)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
@@ -577,9 +604,7 @@ class HermesDatabase(peewee.SqliteDatabase):
                 write the file or its folder.
             WriteConflictError: still locked out after the last attempt.
         """
-        refuse_newer_schema(self.path, self.shape)
-        if self.read_only:
-            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+        self.refuse_writes()
         if self.in_transaction():
             with self.atomic():
                 return fn()
@@ -603,6 +628,17 @@ class HermesDatabase(peewee.SqliteDatabase):
             self._count_write()
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def refuse_writes(self) -> None:
+        """Raise what :meth:`write` raises before it starts when this handle cannot write.
+
+        Raises:
+            SchemaTooNewError: the file is newer than the schema this package writes.
+            ReadOnlyDatabaseError: the handle was opened read-only.
+        """
+        refuse_newer_schema(self.path, self.shape)
+        if self.read_only:
+            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
 
     def _count_write(self) -> None:
         if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:
@@ -790,10 +826,17 @@ class Prepared:
         self._build = build
         self._names = names
         self._rendered: dict[Any, tuple[str, list[Any], list[tuple[int, str]]]] = {}
+        # The shape rendered for last and its SQL: an identity check is cheaper than
+        # hashing the key (every column name of two tables) on each call.
+        self._last: tuple[Any, tuple[str, list[Any], list[tuple[int, str]]]] | None = None
 
     def render(self, db: HermesDatabase) -> tuple[str, list[Any], list[tuple[int, str]]]:
         """The SQL, its parameter list, and where each named value goes in it."""
-        key = None if db.shape is None else db.shape.key
+        shape = db.shape
+        last = self._last
+        if last is not None and last[0] is shape and shape is not None:
+            return last[1]
+        key = None if shape is None else shape.key
         rendered = self._rendered.get(key)
         if rendered is None:
             marks = {name: f"\x00hermes_models:{name}\x00" for name in self._names}
@@ -811,6 +854,7 @@ class Prepared:
             if len(self._rendered) >= 8:  # a few file structures per process at most
                 self._rendered.clear()
             rendered = self._rendered[key] = (sql, list(params), positions)
+        self._last = (shape, rendered)
         return rendered
 
     def execute(self, db: HermesDatabase, **values: Any) -> Any:
@@ -820,6 +864,17 @@ class Prepared:
         for index, name in positions:
             params[index] = values[name]
         return db.execute_sql(sql, params)
+
+    def scalar(self, db: HermesDatabase, **values: Any) -> Any:
+        """The first column of the first row (None when there is no row)."""
+        row = self.execute(db, **values).fetchone()
+        return None if row is None else row[0]
+
+    def dicts(self, db: HermesDatabase, **values: Any) -> list[dict[str, Any]]:
+        """Every row as a dict keyed by column name."""
+        cursor = self.execute(db, **values)
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def fetch_dicts(query: Any) -> list[dict[str, Any]]:
@@ -877,8 +932,10 @@ __all__ = [
     "Prepared",
     "apply_wal_with_fallback",
     "bind_current",
+    "check_file_kind",
     "check_header",
     "check_ownership",
+    "check_pages",
     "check_schema_version",
     "check_writable",
     "current",

@@ -18,6 +18,7 @@ On files newer than v16 the replay follows Hermes' later rules too:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from peewee import fn
 
 from .checks import check_flag, check_int64
-from .db import fetch_dicts, file_has, newer_file
+from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import walk_sessions
 from .models import Message, Session, decode_content, decode_json, with_extra
 
@@ -80,33 +81,68 @@ def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[st
     return [_hydrate(row) for row in fetch_dicts(query)]
 
 
-def _replay_entry(row: dict[str, Any]) -> dict[str, Any]:
-    role = row.get("role")
-    sent = row.get("api_content")
-    content = decode_content(row.get("content") if sent is None else sent)
+#: What a replay reads of each message, in the order :func:`_replay_entry` unpacks it.
+_REPLAY_FIELDS = (
+    Message.role,
+    Message.content,
+    Message.api_content,
+    Message.timestamp,
+    Message.tool_call_id,
+    Message.tool_name,
+    Message.tool_calls,
+    Message.platform_message_id,
+    Message.observed,
+    Message.finish_reason,
+    Message.reasoning,
+    Message.reasoning_content,
+    Message.reasoning_details,
+    Message.codex_reasoning_items,
+    Message.codex_message_items,
+)
+
+
+def _replay_entry(row: tuple[Any, ...]) -> dict[str, Any]:
+    (
+        role,
+        stored,
+        sent,
+        timestamp,
+        tool_call_id,
+        tool_name,
+        tool_calls,
+        message_id,
+        observed,
+        finish_reason,
+        reasoning,
+        reasoning_content,
+        *decoded_later,
+    ) = row
+    content = decode_content(stored if sent is None else sent)
     if role in ("user", "assistant") and isinstance(content, str):
         content = sanitize_context(content).strip()
     entry: dict[str, Any] = {"role": role, "content": content}
-    if row.get("timestamp"):
-        entry["timestamp"] = row.get("timestamp")
-    for name in ("tool_call_id", "tool_name"):
-        if row.get(name):
-            entry[name] = row.get(name)
-    if row.get("tool_calls"):
-        entry["tool_calls"] = _tool_calls(row.get("tool_calls"))
-    if row.get("platform_message_id"):
-        entry["message_id"] = row.get("platform_message_id")
-    if row.get("observed"):
+    if timestamp:
+        entry["timestamp"] = timestamp
+    if tool_call_id:
+        entry["tool_call_id"] = tool_call_id
+    if tool_name:
+        entry["tool_name"] = tool_name
+    if tool_calls:
+        entry["tool_calls"] = _tool_calls(tool_calls)
+    if message_id:
+        entry["message_id"] = message_id
+    if observed:
         entry["observed"] = True
     if role == "assistant":
-        for name in ("finish_reason", "reasoning"):
-            if row.get(name):
-                entry[name] = row.get(name)
-        if row.get("reasoning_content") is not None:
-            entry["reasoning_content"] = row.get("reasoning_content")
-        for name in _REPLAY_JSON:
-            if row.get(name):
-                entry[name] = _load(row.get(name), None)
+        if finish_reason:
+            entry["finish_reason"] = finish_reason
+        if reasoning:
+            entry["reasoning"] = reasoning
+        if reasoning_content is not None:
+            entry["reasoning_content"] = reasoning_content
+        for name, value in zip(_REPLAY_JSON, decoded_later):
+            if value:
+                entry[name] = _load(value, None)
     return entry
 
 
@@ -135,28 +171,44 @@ def conversation(
     """
     include_ancestors = check_flag(include_ancestors, "include_ancestors")
     include_inactive = check_flag(include_inactive, "include_inactive")
-    if include_ancestors:
-        chain = walk_sessions(Session, session_id, upward=True)
-        query = (
-            Message.select()
-            .join(chain, on=(Message.session == chain.c.id))
-            .where(chain.c.depth < ANCESTOR_STEPS)
-            .with_cte(chain)
-        )
-    else:
-        query = Message.select().where(Message.session == session_id)
-    if not include_inactive:
-        query = query.where(Message.active == 1)
-    if newer_file():
-        query = query.where(Message.role != "session_meta")
-    query = query.order_by(Message.timestamp, Message.id)
+    cursor = _REPLAYS[include_ancestors, include_inactive].execute(current(), session_id=session_id)
     kept: list[dict[str, Any]] = []
-    for row in fetch_dicts(query):
+    for row in cursor.fetchall():
         entry = _replay_entry(row)
         if include_ancestors and _resent(kept, entry):
             continue
         kept.append(entry)
     return kept
+
+
+def _replay_query(session_id: Any, *, include_ancestors: bool, include_inactive: bool) -> Any:
+    if include_ancestors:
+        chain = walk_sessions(Session, session_id, upward=True)
+        query = (
+            Message.select(*_REPLAY_FIELDS)
+            .join(chain, on=(Message.session == chain.c.id))
+            .where(chain.c.depth < ANCESTOR_STEPS)
+            .with_cte(chain)
+        )
+    else:
+        query = Message.select(*_REPLAY_FIELDS).where(Message.session == session_id)
+    if not include_inactive:
+        query = query.where(Message.active == 1)
+    if newer_file():
+        query = query.where(Message.role != "session_meta")
+    return query.order_by(Message.timestamp, Message.id)
+
+
+#: The replay statements by (with ancestors?, with rewound rows?): a session is
+#: replayed on every resume, so each is rendered once per file structure.
+_REPLAYS = {
+    (ancestors, inactive): Prepared(
+        functools.partial(_replay_query, include_ancestors=ancestors, include_inactive=inactive),
+        "session_id",
+    )
+    for ancestors in (False, True)
+    for inactive in (False, True)
+}
 
 
 def messages_around(session_id: str, message_id: int, window: int = 5) -> dict[str, Any]:

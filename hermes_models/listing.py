@@ -400,9 +400,51 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def count_sessions(**filters: Any) -> int:
+_COUNTS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("session counts", 64)
+
+
+def count_sessions(
+    *,
+    source: Any = None,
+    exclude_sources: Any = None,
+    include_children: bool = True,
+    include_archived: bool = True,
+    archived_only: bool = False,
+    min_message_count: Any = 0,
+) -> int:
     """How many sessions match :func:`session_filters` terms."""
-    return int(where_all(Session.select(), session_filters(Session, **filters)).count())
+    sources = _sources(source, "source") or []
+    excluded = _sources(exclude_sources, "exclude_sources") or []
+    flags = (
+        check_flag(include_children, "include_children"),
+        check_flag(include_archived, "include_archived"),
+        check_flag(archived_only, "archived_only"),
+        bool(min_message_count),
+    )
+    shape = (len(sources), len(excluded), *flags)
+
+    def prepare() -> Prepared:
+        names = [f"source{i}" for i in range(len(sources))]
+        names += [f"exclude{i}" for i in range(len(excluded))]
+
+        def build(**marks: Any) -> Any:
+            terms = session_filters(
+                Session,
+                source=[marks[name] for name in names[: len(sources)]] or None,
+                exclude_sources=[marks[name] for name in names[len(sources) :]] or None,
+                include_children=flags[0],
+                include_archived=flags[1],
+                archived_only=flags[2],
+                min_message_count=marks["min_count"] if flags[3] else 0,
+            )
+            return where_all(Session.select(fn.COUNT(SQL("*"))), terms)
+
+        return Prepared(build, *names, *(["min_count"] if flags[3] else []))
+
+    values: dict[str, Any] = {"min_count": min_message_count}
+    values.update({f"source{i}": value for i, value in enumerate(sources)})
+    values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
+    return int(_COUNTS.get(shape, prepare).scalar(current(), **values))
 
 
 def plain_listing(

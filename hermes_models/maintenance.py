@@ -33,7 +33,7 @@ import peewee
 from peewee import SQL, fn
 
 from .checks import check_finite, check_text
-from .db import current, fetch_dicts, refuse_newer_schema, write
+from .db import Prepared, current, fetch_dicts, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
 from .lineage import marker
 from .models import CompressionLock, Message, Session
@@ -242,17 +242,37 @@ def _delete_matching(query: Any, sessions_dir: Any) -> int:
     return int(write(run))
 
 
-def old_sessions(older_than_days: float = 90, source: str | None = None) -> Any:
-    """Ended sessions that started more than ``older_than_days`` ago (of ``source``)."""
+def _old_sessions_args(older_than_days: float, source: str | None) -> tuple[float, bool]:
+    """The start cutoff of :func:`old_sessions`, and whether one source is asked for."""
     days = check_finite(older_than_days, "older_than_days")
     if days < 0:
         raise ValueError(f"older_than_days must not be negative, got {older_than_days}")
     check_text(source, "source", optional=True)
-    cutoff = time.time() - days * 86400.0
+    return time.time() - days * 86400.0, source is not None
+
+
+def _old_sessions_query(cutoff: Any, source: Any = None) -> Any:
     query = Session.select(Session.id).where(
         Session.ended_at.is_null(False), Session.started_at < cutoff
     )
     return query if source is None else query.where(Session.source == source)
+
+
+def old_sessions(older_than_days: float = 90, source: str | None = None) -> Any:
+    """Ended sessions that started more than ``older_than_days`` ago (of ``source``)."""
+    cutoff, _ = _old_sessions_args(older_than_days, source)
+    return _old_sessions_query(cutoff, source)
+
+
+# Prunes run on every start of an agent and mostly find nothing; these statements
+# answer that in one read, rendered once per file structure (see Prepared).
+#: One old session (by whether a source is given), if any.
+_OLD_SESSION = {
+    False: Prepared(lambda cutoff: _old_sessions_query(cutoff).limit(1), "cutoff"),
+    True: Prepared(
+        lambda cutoff, source: _old_sessions_query(cutoff, source).limit(1), "cutoff", "source"
+    ),
+}
 
 
 def prune(
@@ -264,7 +284,14 @@ def prune(
     Only the matching sessions go: their children, whatever they are, are
     orphaned and keep their messages.
     """
-    return _delete_matching(old_sessions(older_than_days, source), sessions_dir)
+    cutoff, one_source = _old_sessions_args(older_than_days, source)
+    sessions_folder(sessions_dir)  # a bad folder is refused whatever matches
+    db = current()
+    db.refuse_writes()
+    if _OLD_SESSION[one_source].execute(db, cutoff=cutoff, source=source).fetchone() is None:
+        # Nothing matched in a read: no write transaction to take (the common case).
+        return 0
+    return _delete_matching(_old_sessions_query(cutoff, source), sessions_dir)
 
 
 # -- plans: what a deletion would do -------------------------------------------------------
@@ -328,10 +355,20 @@ def empty_sessions() -> Any:
     """
     return Session.select(Session.id).where(
         Session.message_count == 0,
-        _no_message(),
         Session.ended_at.is_null(False),
         Session.archived == 0,
+        _no_message(),  # last: the row's own columns rule most sessions out first
     )
+
+
+_EMPTY_COUNT = Prepared(
+    lambda: empty_sessions().select(fn.COUNT(SQL("*")))  # same rows as empty_sessions()
+)
+
+
+def count_empty_sessions() -> int:
+    """How many sessions :func:`empty_sessions` selects."""
+    return int(_EMPTY_COUNT.scalar(current()))
 
 
 def delete_empty_sessions(*, sessions_dir: Any = None) -> int:
@@ -410,6 +447,7 @@ __all__ = [
     "GHOST_AGE_S",
     "ORPHANED",
     "DeletionPlan",
+    "count_empty_sessions",
     "delegate_descendants",
     "delete_empty_sessions",
     "delete_session",

@@ -22,7 +22,7 @@ from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextFi
 from . import lineage
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import current, database, write
+from .db import Prepared, current, database, write
 from .holders import holder_is_gone
 
 logger = logging.getLogger("hermes_models")
@@ -60,6 +60,24 @@ def decode_content(stored: str | None) -> Any:
         return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
     except (ValueError, RecursionError):
         return stored
+
+
+def readable(stored: str | None) -> str:
+    """Message content as text: JSON parts joined, ``[image]`` for pictures."""
+    value = decode_content(stored)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    parts: list[str] = []
+    for part in value if isinstance(value, list) else [value]:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif isinstance(part, dict) and "image" in str(part.get("type", "")):
+            parts.append("[image]")
+    return " ".join(parts) if parts else json.dumps(value, ensure_ascii=False)
 
 
 def encode_json(value: Any, argument: str) -> str | None:
@@ -730,7 +748,7 @@ class StateMeta(BaseModel):
     def get_value(cls, key: str, default: str | None = None) -> str | None:
         """The value stored under ``key``, or ``default``."""
         check_text(key, "key")
-        row = cls.select(cls.value).where(cls.key == key).tuples().first()
+        row = _META_VALUE.execute(current(), key=key).fetchone()
         return default if row is None else row[0]
 
     @classmethod
@@ -738,13 +756,21 @@ class StateMeta(BaseModel):
         """Store ``value`` under ``key``, replacing what was there."""
         check_text(key, "key")
         check_text(value, "value", optional=True)
-        write(
-            lambda: (
-                cls.insert(key=key, value=value)
-                .on_conflict(conflict_target=[cls.key], preserve=[cls.value])
-                .execute()
-            )
-        )
+        db = current()
+        write(lambda: _META_UPSERT.execute(db, key=key, value=value), db=db)
+
+
+# Meta reads and writes run on every agent turn: rendered once (see Prepared).
+_META_VALUE = Prepared(
+    lambda key: StateMeta.select(StateMeta.value).where(StateMeta.key == key), "key"
+)
+_META_UPSERT = Prepared(
+    lambda key, value: StateMeta.insert(key=key, value=value).on_conflict(
+        conflict_target=[StateMeta.key], preserve=[StateMeta.value]
+    ),
+    "key",
+    "value",
+)
 
 
 class CompressionLock(BaseModel):
@@ -912,6 +938,7 @@ __all__ = [
     "encode_json",
     "extra_columns",
     "present_fields",
+    "readable",
     "resolve_prompts",
     "stored_fields",
     "unencodable_error",

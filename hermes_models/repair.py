@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -64,6 +63,8 @@ def _backup(path: Path) -> Path:
     while target.exists():  # never overwrite an earlier backup taken in the same second
         serial += 1
         target = path.with_name(f"{path.name}.malformed-backup-{stamp}-{serial}")
+    import shutil  # only a repair copies files; most processes never need it
+
     shutil.copy2(path, target)
     for suffix in ("-wal", "-shm"):
         sidecar = path.with_name(path.name + suffix)

@@ -24,7 +24,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +78,19 @@ def migrations_dir() -> Path:
     Raises:
         MigrationError: neither the installed package nor a checkout has one.
     """
+    here = Path(__file__).resolve().parent
+    if (here / "migrations").is_dir():  # an installed package: what resources.files() names
+        return here / "migrations"
+    checkout = here.parent / "migrations"
+    if checkout.is_dir():
+        return checkout
+    # Only a package imported from a zip file gets here: importlib.resources (slow
+    # to import) is loaded for it alone.
+    from importlib import resources
+
     shipped = resources.files("hermes_models").joinpath("migrations")
     if shipped.is_dir():
         return Path(str(shipped))
-    checkout = Path(__file__).resolve().parent.parent / "migrations"
-    if checkout.is_dir():
-        return checkout
     raise MigrationError("the migrations folder is missing from this installation")
 
 
@@ -110,6 +116,16 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     check_schema_version(path)
     check_writable(path)
     secure_files(path, create=True)
+    return apply_pending(path)
+
+
+def apply_pending(path: Path) -> list[str]:
+    """The work of :func:`migrate` on a file already checked as it checks it (an SQLite
+    file or none, not newer than v16, writable, private); returns the ids applied.
+
+    An up-to-date file costs one read of the applied migrations: yoyo is neither
+    imported nor run.
+    """
     if _up_to_date(path, migrations_dir()):
         return []
     migrations = _migrations()
@@ -363,11 +379,25 @@ def search_support(db: HermesDatabase) -> dict[str, bool]:
     if known is not None:
         return known
     conn = db.connection()
+    present = {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", tuple(_PROBES)
+        )
+    }
     support = {}
     for table, options in _PROBES.items():
         try:
-            conn.execute(f"CREATE VIRTUAL TABLE temp.hermes_models_probe USING fts5(x{options})")
-            conn.execute("DROP TABLE temp.hermes_models_probe")
+            if table in present:
+                # Preparing a read connects the file's own table: it runs here exactly
+                # when this build has its module and tokenizer (and costs far less
+                # than creating a scratch table).
+                conn.execute(f'SELECT 1 FROM "{table}" WHERE 0').fetchall()
+            else:
+                conn.execute(
+                    f"CREATE VIRTUAL TABLE temp.hermes_models_probe USING fts5(x{options})"
+                )
+                conn.execute("DROP TABLE temp.hermes_models_probe")
             support[table] = True
         except sqlite3.Error:
             support[table] = False
@@ -456,6 +486,7 @@ __all__ = [
     "SEARCH_OBJECTS",
     "SEARCH_UPKEEP",
     "TELEGRAM_TOPICS",
+    "apply_pending",
     "keep_search_indexes",
     "migrate",
     "migrate_optional",

@@ -30,7 +30,7 @@ from .db import current, fetch_dicts, file_key
 from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of
 from .listing import check_page
-from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
+from .models import CONTENT_JSON_PREFIX, Message, Session, readable
 from .query import LIKE, WORDS, Matcher, SearchQuery, highlight, parse, term_regex
 from .statements import (
     HIT_COLUMNS,
@@ -266,24 +266,6 @@ def _strings(value: Any, argument: str) -> tuple[str, ...] | None:
     if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
         return tuple(sorted(value)) if isinstance(value, (set, frozenset)) else tuple(value)
     raise TypeError(f"{argument} must be a string or a list of strings")
-
-
-def readable(stored: str | None) -> str:
-    """Message content as text: JSON parts joined, ``[image]`` for pictures."""
-    value = decode_content(stored)
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    parts: list[str] = []
-    for part in value if isinstance(value, list) else [value]:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif isinstance(part, dict) and "image" in str(part.get("type", "")):
-            parts.append("[image]")
-    return " ".join(parts) if parts else json.dumps(value, ensure_ascii=False)
 
 
 def _snippet(content: str | None, tool_name: str | None, tool_calls: str | None, regex: Any) -> str:

@@ -20,6 +20,7 @@ Nothing here writes; the probe runs on any connection, read-only ones included.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -135,7 +136,8 @@ class FileShape:
     #: Hermes' ``state_meta`` flags about the indexes (``fts_*`` keys).
     fts_meta: Mapping[str, str] = field(default_factory=dict)
 
-    @property
+    # Both are asked on every statement: worked out once per shape (it never changes).
+    @functools.cached_property
     def newer(self) -> bool:
         """True when the file has structure beyond the v16 schema this package writes."""
         if self.version is not None and self.version > WRITES_VERSION:
@@ -149,7 +151,7 @@ class FileShape:
         """True when ``table`` has ``column``."""
         return column in self.columns.get(table, ())
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[Any, ...]:
         """What SQL built for this file depends on (a cache key)."""
         return (tuple(self.columns.get(t, ()) for t in PROBED), self.newer, self.trigram_gaps)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import peewee
-from peewee import fn
+from peewee import SQL, fn
 
 from . import handoff, history, listing, maintenance, telegram, titles, transcript
 from .checks import check_finite, check_flag, check_int64
@@ -36,8 +36,9 @@ from .children import (
 from .connection import connect
 from .db import (
     HermesDatabase,
+    Prepared,
     bind_current,
-    fetch_dicts,
+    current,
     resolve_path,
     unbind_current,
 )
@@ -89,7 +90,6 @@ def _named_arguments(
 
 def _api(method: F) -> F:
     """Run a SessionDB method on its own database, with sqlite3's exception types."""
-    signature = inspect.signature(method)
 
     @functools.wraps(method)
     def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
@@ -108,7 +108,8 @@ def _api(method: F) -> F:
             raise kind(str(exc)) from exc
         except UnicodeEncodeError:
             # Text with a lone surrogate reached SQLite; the write was rolled back.
-            named = _named_arguments(signature, (self, *args), kwargs)
+            # The signature is read here, not at import: only this error needs it.
+            named = _named_arguments(inspect.signature(method), (self, *args), kwargs)
             raise unencodable_error(named) from None
         finally:
             unbind_current(token)
@@ -161,6 +162,34 @@ def _money(value: Any, argument: str) -> float | None:
     if amount < 0:
         raise ValueError(f"{argument} must not be negative, got {value!r}")
     return amount
+
+
+# Lookups an agent makes on every turn: rendered once per file structure (see Prepared).
+_SESSION_BY_ID = Prepared(
+    lambda session_id: with_extra(Session.select(), Session).where(Session.id == session_id),
+    "session_id",
+)
+_SESSION_BY_TITLE = Prepared(lambda title: Session.select().where(Session.title == title), "title")
+_TITLE_BY_ID = Prepared(
+    lambda session_id: Session.select(Session.title).where(Session.id == session_id).limit(1),
+    "session_id",
+)
+
+
+def _message_count(one_session: bool, active_only: bool) -> Prepared:
+    def build(session_id: Any = None) -> Any:
+        query = Message.select(fn.COUNT(SQL("*")))
+        if one_session:
+            query = query.where(Message.session == session_id)
+        return query.where(Message.active == 1) if active_only else query
+
+    return Prepared(build, *(["session_id"] if one_session else []))
+
+
+#: ``message_count`` by (one session?, active rows only?).
+_MESSAGE_COUNTS = {
+    (one, active): _message_count(one, active) for one in (False, True) for active in (False, True)
+}
 
 
 def _lookup_key(value: Any, argument: str) -> str | None:
@@ -339,7 +368,7 @@ class SessionDB:
         """Every column of one session, or None."""
         if _lookup_key(session_id, "session_id") is None:
             return None
-        rows = fetch_dicts(with_extra(Session.select(), Session).where(Session.id == session_id))
+        rows = _SESSION_BY_ID.dicts(current(), session_id=session_id)
         return resolve_prompts(rows[0]) if rows else None
 
     @_api
@@ -604,12 +633,11 @@ class SessionDB:
     def message_count(self, session_id: str | None = None, include_inactive: bool = True) -> int:
         """How many message rows one session (or the whole store) holds, rewound ones
         included as Hermes counts them; ``include_inactive=False`` counts active ones."""
-        query = Message.select()
         if session_id is not None:
-            query = query.where(Message.session == transcript.check_session_id(session_id))
-        if not check_flag(include_inactive, "include_inactive"):
-            query = query.where(Message.active == 1)
-        return int(query.count())
+            transcript.check_session_id(session_id)
+        active_only = not check_flag(include_inactive, "include_inactive")
+        count = _MESSAGE_COUNTS[session_id is not None, active_only]
+        return int(count.scalar(current(), session_id=session_id))
 
     @_api
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
@@ -662,15 +690,14 @@ class SessionDB:
         """A session's title, or None."""
         if _lookup_key(session_id, "session_id") is None:
             return None
-        row = Session.select(Session.title).where(Session.id == session_id).tuples().first()
-        return None if row is None else row[0]
+        return cast("str | None", _TITLE_BY_ID.scalar(current(), session_id=session_id))
 
     @_api
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         """The session with exactly this title, or None."""
         if _lookup_key(title, "title") is None:
             return None
-        rows = fetch_dicts(Session.select().where(Session.title == title))
+        rows = _SESSION_BY_TITLE.dicts(current(), title=title)
         return rows[0] if rows else None
 
     @_api
@@ -1062,7 +1089,7 @@ class SessionDB:
     @_api
     def count_empty_sessions(self) -> int:
         """Sessions without any message that ended and are not archived."""
-        return int(maintenance.empty_sessions().count())
+        return maintenance.count_empty_sessions()
 
     @_api
     def delete_empty_sessions(self, sessions_dir: Any = None) -> int:

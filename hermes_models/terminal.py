@@ -13,7 +13,6 @@ quietly with exit status 0.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -137,6 +136,8 @@ def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
                 names = _columns(table)
                 if not names:
                     return
+                import csv  # only CSV/TSV output needs it: other commands start faster
+
                 writer = csv.writer(stream, dialect="excel-tab" if fmt == "tsv" else "excel")
                 writer.writerow(names)
                 for row in table:

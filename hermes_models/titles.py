@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
+from .db import Prepared, current
 from .models import Session
 
 #: Longest title accepted, in characters, after cleaning.
@@ -58,12 +59,21 @@ def split_title(title: str) -> tuple[str, int]:
     return match.group("base"), int(match.group("number"))
 
 
+def _variants_query(low: str, high: str) -> Any:
+    return Session.select(Session.title, Session.started_at, Session.id).where(
+        Session.title >= low, Session.title < high
+    )
+
+
+#: Titles from a base up to (not including) ``"<base> $"``: the base and every
+#: ``"<base> #..."``, read as a range of the unique title index. Rendered once.
+_VARIANTS = Prepared(_variants_query, "low", "high")
+
+
 def _variants(base: str) -> list[tuple[str, float, str, int]]:
     rows = cast(
         "Iterable[tuple[str, float, str]]",
-        Session.select(Session.title, Session.started_at, Session.id)
-        .where((Session.title == base) | Session.title.startswith(base + " #"))
-        .tuples(),
+        _VARIANTS.execute(current(), low=base, high=f"{base} $").fetchall(),
     )
     found = []
     for title, started_at, session_id in rows:

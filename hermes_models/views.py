@@ -22,8 +22,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from .models import encode_content
-from .search import readable
+from .models import encode_content, readable
 from .terminal import Clock
 
 #: Session ids longer than this are shortened to a unique prefix on a narrow terminal...

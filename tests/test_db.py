@@ -33,7 +33,7 @@ from hermes_models import (
     get_last_init_error,
 )
 from hermes_models import db as db_module
-from hermes_models.db import record_init_error, resolve_path
+from hermes_models.db import Prepared, record_init_error, resolve_path
 
 MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
@@ -855,3 +855,25 @@ def test_a_threads_connection_is_closed_when_the_thread_ends(database: HermesDat
     gc.collect()
     # This thread's own connection is untouched.
     assert database.execute_sql("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
+
+
+def test_a_prepared_statement_gives_a_scalar_and_dicts(store: SessionDB) -> None:
+    store.set_meta("k", "v")
+    store.set_meta("empty", None)
+    value = Prepared(
+        lambda key: StateMeta.select(StateMeta.value).where(StateMeta.key == key), "key"
+    )
+    rows = Prepared(
+        lambda first: (
+            StateMeta.select().where(StateMeta.key.in_([first, "k"])).order_by(StateMeta.key)
+        ),
+        "first",
+    )
+    db = store.database
+    assert value.scalar(db, key="k") == "v"
+    assert value.scalar(db, key="empty") is None
+    assert value.scalar(db, key="missing") is None
+    assert rows.dicts(db, first="empty") == [
+        {"key": "empty", "value": None},
+        {"key": "k", "value": "v"},
+    ]

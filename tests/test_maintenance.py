@@ -242,6 +242,24 @@ def test_delete_session_if_empty(store: SessionDB) -> None:
     assert sorted(s.id for s in Session.select()) == ["child", "parent", "talked", "titled"]
 
 
+def test_prune_with_nothing_to_prune_takes_no_write_lock(store: SessionDB, db_path: Path) -> None:
+    now = time.time()
+    store.create_session("recent", "cli", started_at=now - 5 * 86400)
+    store.end_session("recent", "done")
+    store.create_session("old-open", "cli", started_at=now - 100 * 86400)
+    other = sqlite3.connect(db_path, isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock throughout
+    try:
+        assert store.prune_sessions(older_than_days=90) == 0
+        assert store.prune_sessions(older_than_days=90, source="cli") == 0
+        with pytest.raises(TypeError, match="sessions_dir"):
+            store.prune_sessions(older_than_days=90, sessions_dir=3)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert sorted(s.id for s in Session.select()) == ["old-open", "recent"]
+
+
 def test_prune_empty_ghost_sessions(store: SessionDB) -> None:
     old = time.time() - 2 * 86400
     for sid, source in (("ghost", "tui"), ("cli-empty", "cli"), ("ghost-kid", "tui")):
