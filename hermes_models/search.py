@@ -26,7 +26,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag
-from .db import current, fetch_dicts, file_key
+from .db import current, fetch_dicts, file_key, newer_file
 from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
 from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of
 from .listing import check_page
@@ -273,8 +273,9 @@ def _snippet(content: str | None, tool_name: str | None, tool_calls: str | None,
     return highlight(haystack, regex)
 
 
-def routed(query: SearchQuery, run: Callable[[Shape], T]) -> T:
-    """``run`` with the query's shape on this file; with LIKE when an index fails."""
+def routed(query: SearchQuery, run: Callable[[Shape], T], *, like: bool = False) -> T:
+    """``run`` with the query's shape on this file; with LIKE when an index fails, or
+    for every term with ``like``."""
     available = available_routes()
     for route in sorted({t.route for t in query.terms()} - available):
         warn_once(
@@ -285,6 +286,8 @@ def routed(query: SearchQuery, run: Callable[[Shape], T]) -> T:
             INDEXES[route]._meta.table_name,
         )
     shape = Shape.of(query, available)
+    if like:
+        shape = shape.degraded()
     if set(shape.routes) == {LIKE}:
         return run(shape)
     try:
@@ -363,7 +366,10 @@ def search_messages(
             snippets = dict(execute(statement.sql, statement.bind(values)).fetchall())
         return rows, snippets
 
-    rows, snippets = routed(parsed, run)
+    # A newer Hermes indexes only the first 8,192 characters of a tool row; as Hermes
+    # does, a search that asks for tool rows reads their whole text with LIKE.
+    tools = newer_file() and "tool" in filters.roles
+    rows, snippets = routed(parsed, run, like=tools)
     return _hits(rows, snippets, parsed, filters.include_inactive)
 
 
