@@ -1174,6 +1174,42 @@ def vacuum(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 
 
 @cli.command(
+    short_help="Index messages for one- and two-character CJK search.",
+    epilog=examples(
+        "hermes-models optimize",
+        "hermes-models optimize --rebuild",
+        "hermes-models optimize --json",
+    ),
+)
+@db_option
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Empty the index and build it again from every message.",
+)
+@format_options
+@click.pass_context
+def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | None) -> None:
+    """Bring the index that finds one- and two-character Chinese, Japanese and Korean
+    terms up to date: index the messages other processes (Hermes) wrote, a chunk per
+    short transaction, so writers never wait long. Rebuilds first when another
+    process deleted or changed indexed messages. Searches are exact before, during
+    and after; only their speed changes.
+    """
+    with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
+        result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
+    if fmt:
+        terminal.write_records([{"path": str(resolve_path(db_path)), **result}], fmt)
+        return
+    if not result["present"]:
+        terminal.say("this file has no gram index (SQLite without FTS5): nothing to do")
+        return
+    done = views.plural(result["indexed"], "message", "messages")
+    how = "rebuilt the index: indexed" if result["rebuilt"] else "indexed"
+    terminal.say(f"{how} {done}; every message up to id {result['high_water']} is indexed")
+
+
+@cli.command(
     short_help="Copy the database while it is in use (checked, 0600).",
     epilog=examples(
         "hermes-models backup ~/backups/",

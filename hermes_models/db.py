@@ -39,6 +39,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import peewee
 
+from . import grams
 from .caches import BoundedSet
 from .errors import (
     NotADatabaseError,
@@ -534,6 +535,12 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: Which full-text tables this SQLite build runs (set on first use).
         self.search_support: dict[str, bool] | None = None
         self._writes = itertools.count(1)  # next() is atomic under the GIL
+        #: True when this handle's connections keep the gram index in step
+        #: (:mod:`hermes_models.grams`; set when a writable connection opens).
+        self.grams = False
+        #: Set by the gram index's TEMP trigger: a message we inserted could not be
+        #: indexed (others' rows lie below it), so the write catches up before it commits.
+        self.grams_behind = False
         self._thread_tokens = threading.local()
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
@@ -567,6 +574,8 @@ class HermesDatabase(peewee.SqliteDatabase):
             self.journal = _journal_mode(conn)
         else:
             self.journal = _set_journal_mode(conn, str(self.path))
+            if self.shape is None or not self.shape.newer:
+                self.grams = grams.install(conn, self._note_grams_behind)
 
     def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
         """Run ``sql``; on a file newer than v16 a write raises :class:`SchemaTooNewError`
@@ -612,6 +621,8 @@ class HermesDatabase(peewee.SqliteDatabase):
             try:
                 with _Immediate(self):
                     result = fn()
+                    if self.grams_behind:
+                        self._catch_up_grams()
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 if is_read_only_error(exc):
                     raise _refuse_read_only(self.path) from exc
@@ -639,6 +650,23 @@ class HermesDatabase(peewee.SqliteDatabase):
         refuse_newer_schema(self.path, self.shape)
         if self.read_only:
             raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+
+    def _note_grams_behind(self) -> None:
+        self.grams_behind = True
+
+    def _catch_up_grams(self) -> None:
+        """Index a few messages others wrote above the gram index's mark, in this
+        write's transaction; a failure there never fails the write."""
+        self.grams_behind = False
+        conn = self.connection()
+        conn.execute("SAVEPOINT hermes_models_grams")
+        try:
+            grams.index_rows_above(conn, grams.CATCH_UP_ROWS)
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK TO hermes_models_grams")
+            logger.debug("gram index catch-up failed: %s", exc)
+        finally:
+            conn.execute("RELEASE hermes_models_grams")
 
     def _count_write(self) -> None:
         if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:

@@ -32,14 +32,18 @@ query; :mod:`hermes_models.search` runs it and shapes the results.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import peewee
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
 from .caches import BoundedSet
 from .db import current, database
+from .grams import TABLE as GRAM_TABLE
+from .grams import present
 from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower
 
 logger = logging.getLogger("hermes_models")
@@ -81,6 +85,7 @@ INDEXES: dict[str, type[FTS5Model]] = {WORDS: MessageIndex, TRIGRAM: MessageTrig
 _schema_cache: weakref.WeakKeyDictionary[Any, tuple[int, frozenset[str]]] = (
     weakref.WeakKeyDictionary()
 )
+_gram_cache: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
 _warned: BoundedSet[tuple[str, str]] = BoundedSet("search warnings", 256)
 
 
@@ -112,6 +117,26 @@ def available_routes() -> frozenset[str]:
     return routes
 
 
+def gram_index_ready() -> bool:
+    """True when the open file has the gram index (:mod:`hermes_models.grams`) and this
+    SQLite build can read it."""
+    db = current()
+    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]
+    cached = _gram_cache.get(db)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    ready = False
+    shape = db.shape
+    if (shape is None or shape.fts_servable) and present(db.connection()):
+        try:
+            db.execute_sql(f"SELECT 1 FROM {GRAM_TABLE} LIMIT 0")
+            ready = True
+        except (sqlite3.Error, peewee.DatabaseError):  # no FTS5 in this build
+            ready = False
+    _gram_cache[db] = (version, ready)
+    return ready
+
+
 def present_indexes() -> list[type[FTS5Model]]:
     """The index models whose tables the open file has."""
     routes = available_routes()
@@ -137,6 +162,9 @@ class Shape:
     words: bool
     #: The structure of the file the SQL is for (:attr:`hermes_models.shape.FileShape.key`).
     file: tuple[Any, ...] = ()
+    #: True when the file's gram index (:mod:`hermes_models.grams`) narrows the
+    #: LIKE-routed terms down to candidate rows.
+    grams: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -146,10 +174,17 @@ class Shape:
             return tuple(t.route if t.route in available else LIKE for t in terms)
 
         shape = current().shape
+        groups = tuple((routes(g.include), routes(g.exclude)) for g in query.groups)
+        # The gram index holds CJK characters only: it narrows the scan when every
+        # LIKE-routed term has one (a word is LIKE-routed when its index is missing).
+        like = [
+            t for t, r in zip(query.terms(), (r for i, e in groups for r in (*i, *e))) if r == LIKE
+        ]
         return cls(
-            tuple((routes(g.include), routes(g.exclude)) for g in query.groups),
+            groups,
             WORDS in available,
             () if shape is None else shape.key,
+            bool(like) and all(t.cjk for t in like) and gram_index_ready(),
         )
 
     @property
@@ -182,7 +217,9 @@ class Shape:
         Fewer are each a ``LIKE`` in the statement: SQLite's own pattern match
         beats a scan through a Python function for one or two terms.
         """
-        return sum(route == LIKE for route in self.routes) >= SCAN_FROM
+        like = sum(route == LIKE for route in self.routes)
+        # With the gram index the scan reads only the candidate rows: always cheaper.
+        return like >= SCAN_FROM or (self.grams and like > 0)
 
     @property
     def behind_scanned(self) -> bool:
@@ -211,7 +248,7 @@ class Shape:
         return all(LIKE in include or rank in include for include, _ in self.groups)
 
     def degraded(self) -> Shape:
-        """Every term through LIKE."""
+        """Every term through LIKE, over every row (no index of any kind)."""
         return Shape(
             tuple((tuple(LIKE for _ in i), tuple(LIKE for _ in e)) for i, e in self.groups),
             self.words,
@@ -253,6 +290,7 @@ __all__ = [
     "Routes",
     "Shape",
     "available_routes",
+    "gram_index_ready",
     "present_indexes",
     "term_values",
     "warn_once",

@@ -24,7 +24,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +32,7 @@ from typing import Any, cast
 import peewee
 from peewee import SQL, fn
 
+from . import grams
 from .checks import check_finite, check_text
 from .db import Prepared, current, fetch_dicts, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
@@ -420,6 +421,42 @@ def optimize_fts() -> int:
     return len(models)
 
 
+def update_gram_index(
+    *, rebuild: bool | None = None, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Bring the gram index (:mod:`hermes_models.grams`) up to date: index every message
+    above its mark, a chunk per short write transaction; first rebuild it when another
+    process deleted or changed indexed messages (``rebuild=None``), or when asked.
+
+    Returns ``present`` (False on a file or build without the index; nothing is
+    done), ``rebuilt``, ``indexed`` (messages indexed now), ``high_water`` and
+    ``behind`` (messages still above the mark: 0 unless others write meanwhile).
+
+    Raises:
+        SchemaTooNewError: the file is newer than the v16 schema this package writes.
+        ReadOnlyDatabaseError: the handle is read-only.
+    """
+    db = current()
+    db.refuse_writes()
+    state = grams.status(db)
+    if not state["present"] or not db.grams:
+        nothing = {"present": False, "rebuilt": False, "indexed": 0}
+        return {**nothing, "high_water": None, "behind": None}
+    again = bool(state["gone"]) if rebuild is None else bool(rebuild)
+    if again:
+        indexed = grams.rebuild(db, progress=progress)
+    else:
+        indexed = grams.catch_up(db, progress=progress)
+    state = grams.status(db)
+    return {
+        "present": True,
+        "rebuilt": again,
+        "indexed": indexed,
+        "high_water": state["high_water"],
+        "behind": state["behind"],
+    }
+
+
 def vacuum() -> int:
     """Optimize the full-text indexes, checkpoint the WAL, rebuild the file compactly
     and checkpoint again; returns how many indexes were optimized.
@@ -464,5 +501,6 @@ __all__ = [
     "prune_empty_ghost_sessions",
     "remove_transcript_files",
     "sessions_folder",
+    "update_gram_index",
     "vacuum",
 ]

@@ -54,6 +54,10 @@ BASELINE = (
     "0006_search_index_upkeep",
 )
 
+#: Every migration in order: the baseline, then what this package adds beyond the
+#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`).
+MIGRATIONS = (*BASELINE, "0007_cjk_gram_index")
+
 #: The migration applied again whenever the full-text indexes are out of step
 #: with the SQLite build that opens the file.
 SEARCH_UPKEEP = "0006_search_index_upkeep"
@@ -483,6 +487,7 @@ __all__ = [
     "BASELINE",
     "LOCK_POLL_S",
     "LOCK_WAIT_S",
+    "MIGRATIONS",
     "SEARCH_OBJECTS",
     "SEARCH_UPKEEP",
     "TELEGRAM_TOPICS",

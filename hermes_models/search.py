@@ -28,6 +28,7 @@ from .caches import BoundedCache
 from .checks import check_flag
 from .db import current, fetch_dicts, file_key, newer_file
 from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
+from .grams import GRAM_IDS_SQL, exact, match_any, term_match
 from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of
 from .listing import check_page
 from .models import CONTENT_JSON_PREFIX, Message, Session, readable
@@ -113,6 +114,8 @@ def fetch_within(
     if deadline is None:
         cursor = execute(sql, params)
         return [c[0] for c in cursor.description], list(cursor.fetchall())
+    if time.monotonic() > deadline:  # spent by an earlier statement of the same search
+        raise _OutOfTime([])
     conn = cast(sqlite3.Connection, current().connection())
     out_of_time = False
 
@@ -166,12 +169,26 @@ def scan_values(
         if route == LIKE
     ]
     matcher = Matcher(tuple(term for _, term in like))
+    values = term_values(query, shape)
+    indexed: dict[int, set[int]] = {}
+    if shape.grams:
+        # A term of one or two CJK characters only is answered by the gram index
+        # exactly; the scan reads the candidates of the other terms, and the rows
+        # the index does not cover (above its mark, or changed by others).
+        indexed = _indexed_holders([(k, t) for k, t in like if exact(t)], deadline)
+        rest = [t for k, t in like if k not in indexed]
+        values["cjk"] = match_any(rest) if rest else None
     statement = scan_statement(
-        include_inactive, all(not t.text.isascii() for _, t in like), _prefilter(shape)
+        include_inactive,
+        all(not t.text.isascii() for _, t in like),
+        () if shape.grams else _prefilter(shape),
+        grams=shape.grams,
     )
-    _scan(statement, matcher, term_values(query, shape), deadline)
+    _scan(statement, matcher, values, deadline)
     by_needle = matcher.holders
     holding = {k: set(by_needle[needle]) for (k, _), needle in zip(like, matcher.needles)}
+    for k, ids in indexed.items():
+        holding[k] |= ids
     slots = _numbered(shape)
     if decide and shape.all_like:
         return {"cand": json.dumps(sorted(_decided(shape, holding)))}
@@ -191,6 +208,19 @@ def _scan(
         fetch_within(statement.sql, statement.bind(values), deadline)
     finally:
         conn.create_function(SCAN_FUNCTION, 4, None)
+
+
+def _indexed_holders(terms: list[tuple[int, Any]], deadline: float | None) -> dict[int, set[int]]:
+    """For each ``(k, term)``, the ids the gram index lists for it (rows up to its mark)."""
+    out: dict[int, set[int]] = {}
+    by_match: dict[str, set[int]] = {}
+    for k, term in terms:
+        match = term_match(term)
+        if match not in by_match:
+            rows = fetch_within(GRAM_IDS_SQL, [match], deadline)[1]
+            by_match[match] = {row[0] for row in rows}
+        out[k] = by_match[match]
+    return out
 
 
 def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:

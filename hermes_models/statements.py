@@ -26,6 +26,7 @@ from playhouse.sqlite_ext import FTS5Model
 from .caches import BoundedCache
 from .db import current, file_key
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, Shape
+from .grams import candidates_sql
 from .lineage import delegate_marked
 from .models import Message, Session
 from .query import LIKE, TRIGRAM, WORDS
@@ -187,6 +188,7 @@ def scan_statement(
     non_ascii: bool,
     prefilter: tuple[int, ...] = (),
     behind: Shape | None = None,
+    grams: bool = False,
 ) -> Statement:
     """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
 
@@ -196,26 +198,35 @@ def scan_statement(
     slot number) of which every hit holds one; a row holding none is passed
     over by SQLite's own ``LIKE`` (cheaper than the function for a few terms).
     ``behind``: only the rows behind a NUL, which a trigram query of that shape
-    cannot find through its index.
+    cannot find through its index. ``grams``: only the candidate rows of the gram
+    index (slot ``cjk``: the expression of :func:`hermes_models.grams.match_any`).
     """
     key = (
         include_inactive,
         non_ascii,
         prefilter,
+        grams,
         behind is not None and behind.words,
         behind.gaps if behind is not None else None,
         file_key(),
     )
     return _SCAN_STATEMENTS.get(
-        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind)
+        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams)
     )
 
 
 def _render_scan(
-    include_inactive: bool, non_ascii: bool, prefilter: tuple[int, ...], behind: Shape | None
+    include_inactive: bool,
+    non_ascii: bool,
+    prefilter: tuple[int, ...],
+    behind: Shape | None,
+    grams: bool,
 ) -> Statement:
     m = Message
     where = [] if include_inactive else [visible(m, file_rules())]
+    if grams:
+        cjk = slot("cjk").value
+        where.append(m.id.in_(SQL(f"({candidates_sql()})", [cjk, cjk])))
     if behind is not None:
         where.append(_behind_nul(m, behind, slot))
     if non_ascii:

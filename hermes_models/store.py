@@ -1116,6 +1116,18 @@ class SessionDB:
         return maintenance.optimize_fts()
 
     @_api
+    def update_search_index(
+        self,
+        *,
+        rebuild: bool | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Bring the index of one- and two-character CJK terms up to date (messages other
+        processes wrote, a chunk per short transaction): see
+        :func:`hermes_models.maintenance.update_gram_index`. Not in Hermes' store."""
+        return maintenance.update_gram_index(rebuild=rebuild, progress=progress)
+
+    @_api
     def vacuum(self) -> int:
         """Optimize the search indexes and compact the file (checkpointing the WAL before
         and after); returns how many indexes were optimized."""

@@ -473,8 +473,9 @@ def build_v16(path: Path) -> Path:
 
 
 def is_bookkeeping(name: str) -> bool:
-    """True for yoyo's own tables and indexes."""
-    return name.startswith(("_yoyo", "yoyo")) or name == "sqlite_sequence"
+    """True for yoyo's own tables and indexes, and hermes_models' gram index (its
+    tables, their shadow tables and the triggers that list deleted messages)."""
+    return name.startswith(("_yoyo", "yoyo", "messages_cjk")) or name == "sqlite_sequence"
 
 
 def rows(conn: sqlite3.Connection, table: str) -> list[dict[str, Any]]:
@@ -491,7 +492,9 @@ def dump(path: Path) -> dict[str, Any]:
         objects = conn.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
         ).fetchall()
-        out: dict[str, Any] = {"schema": [o for o in objects if not is_bookkeeping(o[2])]}
+        out: dict[str, Any] = {
+            "schema": [o for o in objects if not (is_bookkeeping(o[1]) or is_bookkeeping(o[2]))]
+        }
         for kind, name, _, sql in out["schema"]:
             if kind == "table" and not (sql or "").upper().startswith("CREATE VIRTUAL"):
                 cursor = conn.execute(f'SELECT * FROM "{name}"')

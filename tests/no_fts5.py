@@ -14,11 +14,22 @@ _connect = sqlite3.connect
 _TOUCH = (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
 
 
+def _full_text(table: str) -> bool:
+    """True for the FTS5 tables and their shadow tables (the gram index's mark and
+    list of changed rows are plain tables, which any build reads)."""
+    if table.startswith("messages_fts") or table == "messages_cjk":
+        return True
+    return table.startswith("messages_cjk_") and table not in (
+        "messages_cjk_mark",
+        "messages_cjk_gone",
+    )
+
+
 def _authorize(action: int, arg1: Any, arg2: Any, dbname: Any, source: Any) -> int:
     if action in (sqlite3.SQLITE_CREATE_VTABLE, sqlite3.SQLITE_DROP_VTABLE):
         if str(arg2).lower() == "fts5":
             return sqlite3.SQLITE_DENY
-    if action in _TOUCH and str(arg1).startswith("messages_fts"):
+    if action in _TOUCH and _full_text(str(arg1)):
         return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK
 

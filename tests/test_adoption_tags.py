@@ -188,7 +188,11 @@ def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> N
     assert wrong["sub-1"] == {"_delegate_from": "root-en"}
     assert wrong["lost-run"] is None
     applied = hermes_models.migrate(path)
-    assert applied == ["0005_delegate_tags_by_end_reason", "0006_search_index_upkeep"]
+    assert applied == [
+        "0005_delegate_tags_by_end_reason",
+        "0006_search_index_upkeep",
+        "0007_cjk_gram_index",
+    ]
     assert configs(path) == expected_tags()
     with SessionDB(path) as store:
         assert store.delete_session("skew-parent") is True
@@ -222,6 +226,7 @@ def test_a_file_created_fresh_keeps_every_tag_it_holds(tmp_path: Path) -> None:
     assert hermes_models.migrate(path) == [
         "0005_delegate_tags_by_end_reason",
         "0006_search_index_upkeep",
+        "0007_cjk_gram_index",
     ]
     assert configs(path) == before
 
@@ -247,5 +252,5 @@ def test_a_hermes_v16_file_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         messages=(("run", "tool"),),
     )
     before = configs(path)
-    assert hermes_models.migrate(path) == []
+    assert hermes_models.migrate(path) == ["0007_cjk_gram_index"]
     assert configs(path) == before

@@ -29,6 +29,7 @@ MIGRATIONS = [
     "0004_tag_delegate_children",
     "0005_delegate_tags_by_end_reason",
     "0006_search_index_upkeep",
+    "0007_cjk_gram_index",
 ]
 
 

@@ -22,8 +22,8 @@ import hermes_models
 import hermes_models.schema as schema_module
 from hermes_models import MigrationError, SchemaTooNewError
 from hermes_models.schema import (
-    BASELINE,
     LOCK_POLL_S,
+    MIGRATIONS,
     TELEGRAM_TOPICS,
     migration_hash,
     migration_ids,
@@ -127,6 +127,8 @@ INDEXES = {
 }
 
 TRIGGERS = [
+    "messages_cjk_gone_delete",
+    "messages_cjk_gone_update",
     "messages_fts_delete",
     "messages_fts_insert",
     "messages_fts_trigram_delete",
@@ -200,7 +202,7 @@ def test_yoyo_cli_and_migrate_build_the_identical_schema(tmp_path: Path) -> None
     assert schema == _schema(by_api)
     assert {row[0] for row in schema} == {"table", "index", "trigger"}
     assert _query(by_cli, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
-        (name,) for name in BASELINE
+        (name,) for name in MIGRATIONS
     ]
 
 
@@ -210,7 +212,7 @@ def test_yoyo_cli_with_only_the_checkout_yoyo_ini(tmp_path: Path) -> None:
     hermes_models.migrate(by_api)
     assert _schema(by_ini) == _schema(by_api)
     assert _query(by_ini, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
-        (name,) for name in BASELINE
+        (name,) for name in MIGRATIONS
     ]
 
 
@@ -375,10 +377,10 @@ def test_schema_version_row_is_16(migrated: Path) -> None:
 
 
 def test_migrate_returns_the_applied_ids_then_nothing(db_path: Path) -> None:
-    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
     assert hermes_models.migrate(db_path) == []
     assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
-        (name,) for name in BASELINE
+        (name,) for name in MIGRATIONS
     ]
 
 
@@ -466,7 +468,7 @@ def test_path_with_uri_characters_is_migrated_in_place(tmp_path: Path) -> None:
     folder = tmp_path / "odd dir #1?x%41"
     folder.mkdir()
     path = folder / "state #2?y=1&z%20w.db"
-    assert hermes_models.migrate(path) == list(BASELINE)
+    assert hermes_models.migrate(path) == list(MIGRATIONS)
     assert os.listdir(folder) == [path.name]
     assert os.listdir(tmp_path) == [folder.name]
     conn = sqlite3.connect(str(path))
@@ -512,13 +514,13 @@ def test_eight_processes_migrating_one_fresh_file_apply_each_migration_once(db_p
     assert [proc.exitcode for proc in procs] == [0] * workers
     assert [kind for kind, _ in outcomes] == ["ok"] * workers, outcomes
     applied = sorted(name for _, ids in outcomes for name in ids)
-    assert applied == list(BASELINE)
+    assert applied == list(MIGRATIONS)
     assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
-        (name,) for name in BASELINE
+        (name,) for name in MIGRATIONS
     ]
     assert _query(
         db_path, "SELECT migration_id, operation FROM _yoyo_log ORDER BY migration_id"
-    ) == [(name, "apply") for name in BASELINE]
+    ) == [(name, "apply") for name in MIGRATIONS]
     assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
     assert _query(db_path, "SELECT version FROM schema_version") == [(16,)]
 
@@ -538,7 +540,7 @@ def test_stale_lock_of_a_dead_process_is_reclaimed(db_path: Path) -> None:
     assert _query(db_path, "SELECT pid FROM yoyo_lock") == [(dead.pid,)]
 
     started = time.monotonic()
-    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
     assert time.monotonic() - started < LOCK_POLL_S
     assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
 
@@ -566,7 +568,7 @@ def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
         release.set()
         worker.join(timeout=30)
         assert not worker.is_alive()
-        assert outcome == [list(BASELINE)]
+        assert outcome == [list(MIGRATIONS)]
     finally:
         release.set()
         holder.join(timeout=30)
@@ -594,7 +596,7 @@ def test_a_lock_held_too_long_gives_up_with_migration_error(
     finally:
         release.set()
         holder.join(timeout=30)
-    assert hermes_models.migrate(db_path) == list(BASELINE)
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
 
 
 def test_migrations_are_applied_while_holding_the_yoyo_lock(
@@ -608,8 +610,8 @@ def test_migrations_are_applied_while_holding_the_yoyo_lock(
         return real(self, migrations, *args, **kwargs)
 
     monkeypatch.setattr(DatabaseBackend, "apply_migrations", spy)
-    assert hermes_models.migrate(db_path) == list(BASELINE)
-    assert seen == [(list(BASELINE), [(os.getpid(),)])]
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
+    assert seen == [(list(MIGRATIONS), [(os.getpid(),)])]
     assert _query(db_path, "SELECT pid FROM yoyo_lock") == []
 
 

@@ -91,7 +91,8 @@ def test_schema_texts_build_the_layout_a_migrated_file_has(tmp_path: Path) -> No
     )
     SessionDB(tmp_path / "state.db").close()
     migrated = sqlite3.connect(tmp_path / "state.db")
-    ours = {item for item in objects(migrated) if not item[1].startswith("_yoyo")}
+    # Hermes' texts build Hermes' layout: the gram index is this package's addition.
+    ours = {item for item in objects(migrated) if not item[1].startswith(("_yoyo", "messages_cjk"))}
     ours.discard(("table", "yoyo_lock"))
     built = objects(scratch)
     # The FTS5 shadow tables follow from the virtual tables on both sides.

@@ -1,0 +1,382 @@
+"""The gram index: one- and two-character CJK terms found from an index, not a scan.
+
+Neither full-text index can find a Chinese, Japanese or Korean term of one
+or two characters: the word index keeps a run of CJK characters as one
+token, and the trigram index needs three characters. Such a term used to be
+a ``LIKE`` over every message. The gram index lists, for each message, the
+distinct CJK characters (unigrams) and pairs of adjacent CJK characters
+(bigrams) of its content, tool name and tool calls, as ASCII tokens
+(``u6570``, ``b6570g636e``) in a contentless FTS5 table without positions
+(``messages_cjk``, created by migration 0007). A search asks it for the
+messages that may hold a term and confirms each candidate with the same
+substring test as before, so results are exactly those of the scan.
+
+The index needs no tokenizer and no SQL function in the file: Hermes'
+own processes keep writing the same file untouched. Our connections keep it
+in step themselves, through TEMP triggers that exist only on our connection:
+
+* ``messages_cjk_mark.high_water``: every message with an id up to it is in
+  the index. A message we insert right above it is indexed in the same
+  transaction and raises it. Rows written by anyone else (Hermes) stay
+  above it until indexed: when we insert a message above such rows, the
+  write indexes up to :data:`CATCH_UP_ROWS` of them before it commits;
+  ``hermes-models optimize`` (:func:`catch_up`) indexes all of them, in
+  short transactions. Never on open, never on a read.
+* A search reads the rows above the mark, and the rows listed in
+  ``messages_cjk_gone``, the way it reads every row without the index.
+* ``messages_cjk_gone`` is filled by plain-SQL triggers in the file (so
+  Hermes' deletes and updates fire them too) with the ids of indexed
+  messages deleted or changed. Our own TEMP triggers remove the index
+  entries of a message we delete or change (computed from its old text) and
+  take its id off the list; an entry left by another process is cleared by
+  :func:`rebuild`, which ``optimize`` runs when the list is not empty.
+
+An FTS5 table is far smaller than a B-tree of the same pairs: a posting is
+a varint or two (sizes measured on a million messages are in
+``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from .query import CJK_RANGES, Term
+
+if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
+    from .db import HermesDatabase
+
+#: The FTS5 table of grams, the row holding the high-water mark, and the list of
+#: indexed messages deleted or changed by a connection that did not update it.
+TABLE = "messages_cjk"
+MARK_TABLE = "messages_cjk_mark"
+GONE_TABLE = "messages_cjk_gone"
+
+#: The SQL function our connections register to compute a message's grams.
+GRAMS_FUNCTION = "hermes_models_cjk_grams"
+#: The SQL function our TEMP trigger calls when it inserts a message it cannot index
+#: yet (rows from another process lie below it, above the mark).
+BEHIND_FUNCTION = "hermes_models_cjk_behind"
+
+#: Rows above the mark a write transaction of ours indexes before it commits.
+CATCH_UP_ROWS = 200
+
+#: Rows :func:`catch_up` indexes per transaction when asked for everything
+#: (each such transaction holds the write lock for well under a second).
+CHUNK_ROWS = 2_000
+
+
+def _is_cjk(code: int) -> bool:
+    return any(lo <= code <= hi for lo, hi in CJK_RANGES)
+
+
+def _cjk_table() -> frozenset[int]:
+    return frozenset(c for lo, hi in CJK_RANGES if hi < 0x10000 for c in range(lo, hi + 1))
+
+
+_BMP_CJK = _cjk_table()
+
+
+def _cjk(char: str) -> bool:
+    code = ord(char)
+    return code in _BMP_CJK or (code > 0xFFFF and _is_cjk(code))
+
+
+def unigram(char: str) -> str:
+    """The token of one CJK character."""
+    return f"u{ord(char):x}"
+
+
+def bigram(first: str, second: str) -> str:
+    """The token of two adjacent CJK characters."""
+    return f"b{ord(first):x}g{ord(second):x}"
+
+
+def grams(*columns: object) -> str:
+    """The tokens of every distinct CJK character and adjacent pair in ``columns``,
+    space-separated ('' when there is none). Pairs never span two columns.
+
+    Never raises (it runs as an SQL function): a value that is not text is read
+    as ``str(value)``, as the substring scan reads it.
+    """
+    out: set[str] = set()
+    for column in columns:
+        if column is None:
+            continue
+        text = column if isinstance(column, str) else str(column)
+        previous = ""
+        for char in text:
+            if _cjk(char):
+                out.add(unigram(char))
+                if previous:
+                    out.add(bigram(previous, char))
+                previous = char
+            else:
+                previous = ""
+    return " ".join(sorted(out))
+
+
+def _safe_grams(*columns: object) -> str:
+    try:
+        return grams(*columns)
+    except Exception:  # an SQL function must not raise into a write
+        return ""
+
+
+def term_match(term: Term) -> str:
+    """The gram-index expression that finds every message holding ``term``: the bigram
+    of a term of two CJK characters, else all of the term's CJK characters."""
+    text = term.text
+    if len(text) == 2 and _cjk(text[0]) and _cjk(text[1]):
+        return bigram(text[0], text[1])
+    chars = sorted({char for char in text if _cjk(char)})
+    return "(" + " AND ".join(unigram(char) for char in chars) + ")"
+
+
+def exact(term: Term) -> bool:
+    """True when the gram index answers ``term`` exactly: one or two CJK characters."""
+    text = term.text
+    return 0 < len(text) <= 2 and all(_cjk(char) for char in text)
+
+
+#: The ids the gram index lists for one expression of :func:`term_match`, but those of
+#: rows others changed or deleted since (their entries may be stale: a scan decides them).
+GRAM_IDS_SQL = (
+    f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? EXCEPT SELECT id FROM {GONE_TABLE}"
+)
+
+
+def match_any(terms: Iterable[Term]) -> str:
+    """One expression finding every message that holds any of ``terms``."""
+    parts = sorted({term_match(term) for term in terms})
+    return " OR ".join(parts)
+
+
+def candidates_sql(match: str = "?") -> str:
+    """A subquery of the ids of the messages that may hold what ``match`` asks for (NULL:
+    nothing): the index's answer, the rows above the mark, and the rows deleted or
+    changed by others since they were indexed."""
+    return (
+        f"SELECT rowid FROM {TABLE} WHERE {match} IS NOT NULL AND {TABLE} MATCH {match}"
+        f" UNION SELECT id FROM messages WHERE id > (SELECT high_water FROM {MARK_TABLE})"
+        f" UNION SELECT id FROM {GONE_TABLE}"
+    )
+
+
+# -- our connections keep the index in step ------------------------------------------------
+
+_MARK = f"(SELECT high_water FROM main.{MARK_TABLE})"
+
+
+def _add(row: str) -> str:
+    """Trigger SQL adding the grams of ``row`` (``new``) to the index."""
+    grams_of = f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
+    return (
+        f"INSERT INTO {TABLE}(rowid, grams)\n"
+        f"    SELECT {row}.id, g FROM (SELECT {grams_of} AS g) WHERE g <> '';"
+    )
+
+
+def _remove(row: str) -> str:
+    """Trigger SQL removing the grams of ``row`` (``old``) from the index."""
+    grams_of = f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
+    return (
+        f"INSERT INTO {TABLE}({TABLE}, rowid, grams)\n"
+        f"    SELECT 'delete', {row}.id, g FROM (SELECT {grams_of} AS g) WHERE g <> '';"
+    )
+
+
+_TEMP_TRIGGERS = (
+    # A message inserted right above the mark (no unindexed row below it) is indexed
+    # and raises the mark; any other waits for catch_up().
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert
+AFTER INSERT ON main.messages
+WHEN new.id > {_MARK}
+ AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
+BEGIN
+    {_add("new")}
+    UPDATE {MARK_TABLE} SET high_water = new.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_behind
+AFTER INSERT ON main.messages
+WHEN new.id > {_MARK}
+ AND EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
+BEGIN
+    SELECT {BEHIND_FUNCTION}();
+END""",
+    # The file's own trigger (BEFORE) listed the id as gone; we remove exactly what the
+    # index holds for the row, so it is not gone after all.
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete
+AFTER DELETE ON main.messages
+WHEN old.id <= {_MARK}
+BEGIN
+    {_remove("old")}
+    DELETE FROM {GONE_TABLE} WHERE id = old.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_update
+AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages
+WHEN old.id <= {_MARK} AND new.id = old.id
+BEGIN
+    {_remove("old")}
+    {_add("new")}
+    DELETE FROM {GONE_TABLE} WHERE id = old.id;
+END""",
+)
+
+
+def present(conn: sqlite3.Connection) -> bool:
+    """True when the file has the gram index (migration 0007 on a build with FTS5)."""
+    row = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+        (TABLE, MARK_TABLE, GONE_TABLE),
+    ).fetchone()
+    return bool(row[0] == 3)
+
+
+def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
+    """Register the SQL functions and the TEMP triggers on one writable connection of
+    ours; ``behind()`` is called when a message we insert cannot be indexed yet.
+
+    False (and nothing installed) when the file has no gram index or this
+    SQLite build cannot run FTS5.
+    """
+    conn.create_function(GRAMS_FUNCTION, 3, _safe_grams, deterministic=True)
+
+    def note_behind() -> None:
+        behind()
+
+    conn.create_function(BEHIND_FUNCTION, 0, note_behind)
+    if not present(conn):
+        return False
+    try:
+        conn.execute(f"SELECT 1 FROM {TABLE} LIMIT 0")
+    except sqlite3.Error:  # no FTS5 in this build: the table is inert
+        return False
+    for sql in _TEMP_TRIGGERS:
+        conn.execute(sql)
+    return True
+
+
+def _rows_above(conn: Any, limit: int) -> list[tuple[Any, ...]]:
+    return cast(
+        list[tuple[Any, ...]],
+        conn.execute(
+            f"SELECT id, content, tool_name, tool_calls FROM messages"
+            f" WHERE id > (SELECT high_water FROM {MARK_TABLE}) ORDER BY id LIMIT ?",
+            (limit,),
+        ).fetchall(),
+    )
+
+
+def index_rows_above(conn: Any, limit: int) -> int:
+    """Index up to ``limit`` messages above the mark and raise it, in the caller's
+    transaction; the number indexed."""
+    rows = _rows_above(conn, limit)
+    if not rows:
+        return 0
+    conn.executemany(
+        f"INSERT INTO {TABLE}(rowid, grams) VALUES (?, ?)",
+        [(row[0], g) for row in rows if (g := grams(row[1], row[2], row[3]))],
+    )
+    conn.execute(f"UPDATE {MARK_TABLE} SET high_water = ?", (rows[-1][0],))
+    return len(rows)
+
+
+def status(db: HermesDatabase) -> dict[str, Any]:
+    """Where the gram index stands: ``present``, ``high_water``, ``behind`` (messages
+    above the mark), ``gone`` (ids listed as deleted or changed by others)."""
+    conn = db.connection()
+    if not present(conn):
+        return {"present": False, "high_water": None, "behind": None, "gone": None}
+    high_water = conn.execute(f"SELECT high_water FROM {MARK_TABLE}").fetchone()[0]
+    behind = conn.execute("SELECT count(*) FROM messages WHERE id > ?", (high_water,)).fetchone()[0]
+    gone = conn.execute(f"SELECT count(*) FROM {GONE_TABLE}").fetchone()[0]
+    return {"present": True, "high_water": high_water, "behind": behind, "gone": gone}
+
+
+def catch_up(
+    db: HermesDatabase,
+    *,
+    chunk: int = CHUNK_ROWS,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Index every message above the mark, ``chunk`` rows per write transaction; the
+    number indexed. ``progress(done, total)`` is called after each transaction.
+
+    Raises:
+        ReadOnlyDatabaseError: the handle cannot write.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}")
+    db.refuse_writes()
+    state = status(db)
+    if not state["present"]:
+        return 0
+    total = int(state["behind"])
+    done = 0
+    mark = int(state["high_water"])
+    while True:
+        if db.write(lambda: index_rows_above(db.connection(), chunk)) == 0:
+            return done
+        # Counted by the mark: the write itself may index a few more rows as it commits.
+        conn = db.connection()
+        new_mark = conn.execute(f"SELECT high_water FROM {MARK_TABLE}").fetchone()[0]
+        done += conn.execute(
+            "SELECT count(*) FROM messages WHERE id > ? AND id <= ?", (mark, new_mark)
+        ).fetchone()[0]
+        mark = new_mark
+        if progress is not None:
+            progress(done, max(total, done))
+
+
+def rebuild(
+    db: HermesDatabase,
+    *,
+    chunk: int = CHUNK_ROWS,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Empty the gram index and fill it again from every message (clearing what the
+    index still held of messages others deleted or changed); the number indexed.
+
+    Emptying it lowers the mark to 0 in the same transaction, so a search
+    during the rebuild reads the rows not yet indexed the slow way and
+    finds exactly what it found before.
+    """
+    db.refuse_writes()
+    if not status(db)["present"]:
+        return 0
+
+    def empty() -> None:
+        conn = db.connection()
+        conn.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
+        conn.execute(f"UPDATE {MARK_TABLE} SET high_water = 0")
+        conn.execute(f"DELETE FROM {GONE_TABLE}")
+
+    db.write(empty)
+    return catch_up(db, chunk=chunk, progress=progress)
+
+
+__all__ = [
+    "BEHIND_FUNCTION",
+    "CATCH_UP_ROWS",
+    "CHUNK_ROWS",
+    "GONE_TABLE",
+    "GRAMS_FUNCTION",
+    "GRAM_IDS_SQL",
+    "MARK_TABLE",
+    "TABLE",
+    "bigram",
+    "candidates_sql",
+    "catch_up",
+    "exact",
+    "grams",
+    "index_rows_above",
+    "install",
+    "match_any",
+    "present",
+    "rebuild",
+    "status",
+    "term_match",
+    "unigram",
+]

@@ -1,0 +1,358 @@
+"""The gram index: one- and two-character CJK terms answered from an index.
+
+Searches must find exactly what a substring scan finds, whoever wrote,
+changed or deleted the messages: our connections (which keep the index in
+step through TEMP triggers), a plain-sqlite3 writer doing what a Hermes v16
+process does (which knows nothing of the index), and both interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+from console_script import run
+from test_search_upkeep import without_fts5
+
+import hermes_models
+from hermes_models import SessionDB, grams
+from hermes_models.errors import ReadOnlyDatabaseError
+from hermes_models.query import parse
+
+from legacy import hermes_append
+
+T0 = 1_700_000_000.0
+HAN = "数据库事件循环的是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对"
+KANA = "データベースセッションあいうえおかきくけこ"
+HANGUL = "한국어세션메시지검색가나다라마바사"
+
+
+def _text(rng: random.Random) -> str:
+    pick = rng.random()
+    if pick < 0.3:
+        return "".join(rng.choice(HAN) for _ in range(rng.randint(1, 12)))
+    if pick < 0.5:
+        return "".join(rng.choice(KANA) for _ in range(rng.randint(1, 10)))
+    if pick < 0.6:
+        return " ".join("".join(rng.choice(HANGUL) for _ in range(2)) for _ in range(3))
+    if pick < 0.8:
+        # Mixed: words, CJK, punctuation of the CJK block, a NUL-prefixed JSON body.
+        return f"sqlite {rng.choice(HAN)}{rng.choice(HAN)}。 data {rng.choice(KANA)}"
+    body = json.dumps([{"type": "text", "text": rng.choice(HAN) * 2}], ensure_ascii=False)
+    return "\x00json:" + body
+
+
+def _terms(rng: random.Random, n: int) -> list[str]:
+    alphabet = HAN + KANA + HANGUL
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 2))) for _ in range(n)]
+
+
+def _live(conn: sqlite3.Connection) -> list[tuple[int, str, str | None, str | None]]:
+    return conn.execute(
+        "SELECT id, content, tool_name, tool_calls FROM messages WHERE active = 1"
+    ).fetchall()
+
+
+def _scan(conn: sqlite3.Connection, term: str) -> set[int]:
+    """The messages holding ``term``, by a Python substring scan of every live row."""
+    return {row[0] for row in _live(conn) if any(term in (col or "") for col in row[1:])}
+
+
+def _found(store: SessionDB, query: str) -> set[int]:
+    return {hit["id"] for hit in store.search_messages(query, limit=None, time_budget=None)}
+
+
+def _state(path: Path) -> tuple[int, list[int]]:
+    conn = sqlite3.connect(path)
+    try:
+        mark = conn.execute("SELECT high_water FROM messages_cjk_mark").fetchone()[0]
+        gone = [r[0] for r in conn.execute("SELECT id FROM messages_cjk_gone ORDER BY id")]
+        return mark, gone
+    finally:
+        conn.close()
+
+
+def _postings(path: Path, token: str) -> list[int]:
+    conn = sqlite3.connect(path)
+    try:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT rowid FROM messages_cjk WHERE messages_cjk MATCH ? ORDER BY rowid", (token,)
+            )
+        ]
+    finally:
+        conn.close()
+
+
+# -- tokens ---------------------------------------------------------------------------------
+
+
+def test_grams_are_the_distinct_cjk_characters_and_adjacent_pairs_of_each_column() -> None:
+    assert grams.grams("数据a数据", None, "库") == " ".join(
+        sorted(["u6570", "u636e", "b6570g636e", "u5e93"])
+    )
+    # Pairs never span a non-CJK character or two columns; nothing for plain ASCII.
+    assert "b636eg5e93" not in grams.grams("数据", "库").split()
+    assert "b6570g5e93" not in grams.grams("数 库").split()
+    assert grams.grams("plain ascii", None, None) == ""
+    # The CJK punctuation block counts, as the search routes it.
+    assert grams.grams("。") == "u3002"
+    # Characters beyond the BMP (Han extension B).
+    assert grams.grams("\U00020000") == "u20000"
+
+
+@pytest.mark.parametrize(
+    ("text", "exact", "match"),
+    [
+        ("数据", True, "b6570g636e"),
+        ("数", True, "(u6570)"),
+        ("a数", False, "(u6570)"),
+        ("数a", False, "(u6570)"),
+    ],
+)
+def test_a_term_is_looked_up_by_its_bigram_or_its_characters(
+    text: str, exact: bool, match: str
+) -> None:
+    (term,) = parse(text).terms()
+    assert grams.exact(term) is exact
+    assert grams.term_match(term) == match
+
+
+# -- what a store written by us holds -------------------------------------------------------
+
+
+def test_a_new_store_indexes_every_message_as_it_is_written(store: SessionDB) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    first = store.append_message("s", "user", "我们的数据库", timestamp=T0 + 1)
+    second = store.append_message("s", "tool", "ok", tool_name="数据", timestamp=T0 + 2)
+    third = store.append_message("s", "assistant", "plain english", timestamp=T0 + 3)
+    assert _state(store.db_path) == (third, [])
+    assert _postings(store.db_path, "b6570g636e") == [first, second]
+    assert _found(store, "数据") == {first, second}
+    assert _found(store, "库") == {first}
+    assert store.update_search_index() == {
+        "present": True,
+        "rebuilt": False,
+        "indexed": 0,
+        "high_water": third,
+        "behind": 0,
+    }
+
+
+def test_our_deletes_and_rewrites_take_their_grams_out_of_the_index(store: SessionDB) -> None:
+    store.create_session("a", "cli", started_at=T0)
+    store.create_session("b", "cli", started_at=T0 + 1)
+    kept = store.append_message("b", "user", "数据库", timestamp=T0 + 2)
+    store.append_message("a", "user", "数据", timestamp=T0 + 3)
+    store.append_message("a", "user", "事件", timestamp=T0 + 4)
+    assert store.delete_session("a") is True
+    # The deleted messages' grams are gone from the index, not only hidden.
+    assert _postings(store.db_path, "b6570g636e") == [kept]
+    assert _postings(store.db_path, "b4e8bg4ef6") == []
+    assert _state(store.db_path)[1] == []
+    store.replace_messages("b", [{"role": "user", "content": "事件循环"}])
+    assert _postings(store.db_path, "b6570g636e") == []
+    assert _found(store, "数据") == set()
+    assert len(_found(store, "事件")) == 1
+
+
+# -- a Hermes process writing the same file -------------------------------------------------
+
+
+def test_rows_written_deleted_and_changed_by_plain_sqlite3_are_found_exactly(
+    store: SessionDB,
+) -> None:
+    rng = random.Random(5)
+    path = store.db_path
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for s in range(4):
+            store.create_session(f"s{s}", "cli", started_at=T0 + s)
+        at = T0 + 10.0
+        # Interleaved: our appends and Hermes-style plain-SQL appends.
+        for n in range(400):
+            at += 1
+            session = f"s{n % 4}"
+            if n % 3:
+                hermes_append(hermes, session, "user", _text(rng), at)
+            else:
+                store.append_message(session, "assistant", _text(rng), timestamp=at)
+        # Hermes deletes some indexed messages and rewrites others.
+        ids = [r[0] for r in hermes.execute("SELECT id FROM messages ORDER BY id")]
+        mark, _ = _state(path)
+        for message_id in ids[:mark:7]:
+            hermes.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        for message_id in ids[3:mark:11]:
+            hermes.execute("UPDATE messages SET content = ? WHERE id = ?", (_text(rng), message_id))
+        gone = _state(path)[1]
+        assert gone and all(i <= mark for i in gone)
+        # And Hermes writes on while we do not: those rows stay above the mark.
+        for n in range(40):
+            hermes_append(hermes, f"s{n % 4}", "user", _text(rng), at + 1 + n)
+        assert _state(path)[0] == mark
+        terms = sorted(set(_terms(rng, 60)))
+        for term in terms:
+            assert _found(store, term) == _scan(hermes, term), term
+        # OR, AND and NOT across terms, as one query each.
+        for a, b in zip(terms[::2], terms[1::2]):
+            assert _found(store, f"{a} OR {b}") == _scan(hermes, a) | _scan(hermes, b)
+            assert _found(store, f"{a} NOT {b}") == _scan(hermes, a) - _scan(hermes, b)
+        # optimize rebuilds (others deleted and changed indexed rows), and nothing changes.
+        result = store.update_search_index()
+        assert result["rebuilt"] is True and result["behind"] == 0
+        assert _state(path) == (max(r[0] for r in hermes.execute("SELECT id FROM messages")), [])
+        for term in terms:
+            assert _found(store, term) == _scan(hermes, term), term
+    finally:
+        hermes.close()
+
+
+def test_a_write_of_ours_catches_up_a_bounded_number_of_rows_others_wrote(
+    store: SessionDB,
+) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    first = store.append_message("s", "user", "起点", timestamp=T0)
+    hermes = sqlite3.connect(store.db_path, isolation_level=None)
+    try:
+        for n in range(grams.CATCH_UP_ROWS * 2 + 50):
+            hermes_append(hermes, "s", "user", f"外部数据 {n}", T0 + 1 + n)
+    finally:
+        hermes.close()
+    assert _state(store.db_path) == (first, [])
+    # A search is exact before anything is indexed: rows above the mark are scanned.
+    assert len(_found(store, "数据")) == grams.CATCH_UP_ROWS * 2 + 50
+    store.set_meta("k", "v")  # a write inserting no message leaves the mark alone
+    assert _state(store.db_path)[0] == first
+    store.append_message("s", "user", "我们的数据", timestamp=T0 + 10_000)
+    assert _state(store.db_path)[0] == first + grams.CATCH_UP_ROWS
+    store.append_message("s", "user", "又一个", timestamp=T0 + 10_001)
+    assert _state(store.db_path)[0] == first + 2 * grams.CATCH_UP_ROWS
+    assert len(_found(store, "数据")) == grams.CATCH_UP_ROWS * 2 + 51
+    result = store.update_search_index()
+    assert result["indexed"] == 52 and result["behind"] == 0 and result["rebuilt"] is False
+
+
+def test_catch_up_indexes_in_chunks_and_reports_progress(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', ?)", (T0,))
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('s', 'user', ?, ?)",
+            [(f"第{n}条数据", T0 + n) for n in range(2_500)],
+        )
+    finally:
+        conn.close()
+    db = hermes_models.connect(path)
+    seen: list[tuple[int, int]] = []
+    assert grams.catch_up(db, chunk=1_000, progress=lambda d, t: seen.append((d, t))) == 2_500
+    assert seen == [(1_000, 2_500), (2_000, 2_500), (2_500, 2_500)]
+    assert _state(path) == (2_500, [])
+    assert len(_postings(path, "b6570g636e")) == 2_500
+    with pytest.raises(ValueError, match="chunk must be a positive number of rows, got 0"):
+        grams.catch_up(db, chunk=0)
+    db.close()
+
+
+def test_a_read_only_handle_searches_with_the_index_and_refuses_to_update_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+        message_id = store.append_message("s", "user", "数据", timestamp=T0)
+    with SessionDB(path, read_only=True) as reader:
+        assert _found(reader, "数据") == {message_id}
+        with pytest.raises(ReadOnlyDatabaseError, match="opened read-only"):
+            reader.update_search_index()
+
+
+def test_the_scan_reads_only_the_candidates_of_the_index(store: SessionDB) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "数据", timestamp=T0)
+    conn = hermes_models.connect(store.db_path).connection()
+    sql = (
+        "SELECT id FROM messages WHERE id IN ("
+        + grams.candidates_sql()
+        + ") AND content LIKE '%a数%'"
+    )
+    plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, ("u6570",) * 2))
+    assert "VIRTUAL TABLE INDEX" in plan and "messages_cjk" in plan
+    assert "SCAN messages" not in plan.replace("SCAN messages_cjk", "")
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_optimize_indexes_what_others_wrote_from_the_command_line(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n in range(30):
+            hermes_append(hermes, "s", "user", f"数据{n}", T0 + n)
+        hermes.execute("DELETE FROM messages WHERE id = 1")
+    finally:
+        hermes.close()
+    done = run("optimize", "--db", str(path), cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "indexed 29 messages; every message up to id 30 is indexed\n"
+    again = run("optimize", "--db", str(path), "--rebuild", "--json", cwd=tmp_path)
+    assert again.returncode == 0
+    assert json.loads(again.stdout) == [
+        {
+            "path": str(path),
+            "present": True,
+            "rebuilt": True,
+            "indexed": 29,
+            "high_water": 30,
+            "behind": 0,
+        }
+    ]
+    assert _state(path) == (30, [])
+
+
+def test_optimize_on_a_missing_file_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    done = run("optimize", "--db", str(tmp_path / "none.db"), cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "none.db does not exist" in done.stderr
+
+
+# -- an SQLite build without FTS5 -------------------------------------------------------------
+
+
+def test_a_build_without_fts5_writes_and_deletes_and_the_next_open_stays_exact(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+        kept = store.append_message("s", "user", "数据一", timestamp=T0 + 1)
+        doomed = store.append_message("s", "user", "数据二", timestamp=T0 + 2)
+    # A child process whose SQLite has no FTS5 appends and deletes: the plain-SQL
+    # triggers still list the deleted row; no TEMP trigger is installed there.
+    out = without_fts5(
+        path,
+        f"""
+        with SessionDB(path) as store:
+            added = store.append_message("s", "user", "数据三", timestamp=1_700_000_003.0)
+            store.database.execute_sql("DELETE FROM messages WHERE id = ?", ({doomed},))
+            print(sorted(h["id"] for h in store.search_messages("数据", limit=None)))
+            print(added)
+        """,
+    )
+    found, added = out.splitlines()
+    assert found == f"[{kept}, {int(added)}]"
+    assert _state(path) == (doomed, [doomed])
+    with SessionDB(path) as store:
+        assert _found(store, "数据") == {kept, int(added)}
+        assert store.update_search_index()["rebuilt"] is True
+        assert _state(path) == (int(added), [])
+        assert _found(store, "数据") == {kept, int(added)}
