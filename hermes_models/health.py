@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from peewee import JOIN, fn
 
+from . import grams
 from .checks import INT64_MAX
 from .db import (
     SCHEMA_VERSION,
@@ -86,6 +87,18 @@ def _size(path: Path) -> int:
         return 0
 
 
+def gram_state(db: HermesDatabase) -> dict[str, Any]:
+    """The gram index's state (:func:`hermes_models.grams.status`); ``present`` False
+    when the file lacks it or this build cannot read it."""
+    try:
+        state = grams.status(db)
+        if state["present"]:
+            db.connection().execute(f"SELECT 1 FROM {grams.TABLE} LIMIT 0")
+    except sqlite3.Error:  # a build without FTS5 cannot read the table
+        return {"present": False, "high_water": None, "behind": None, "gone": None}
+    return state
+
+
 def search_indexes(db: HermesDatabase) -> dict[str, str]:
     """Each full-text table of the file, and whether (and how) this process uses it."""
     shape = db.shape
@@ -102,6 +115,15 @@ def search_indexes(db: HermesDatabase) -> dict[str, str]:
             out[table] = f"used (lacks {shape.trigram_gaps}: LIKE finds those)"
         else:
             out[table] = "used"
+    gram = gram_state(db)
+    if gram["present"]:
+        if gram["behind"] or gram["gone"]:
+            out[grams.TABLE] = (
+                f"used ({gram['behind']} newer messages not indexed yet, {gram['gone']} "
+                "changed by other processes: read the slow way until hermes-models optimize)"
+            )
+        else:
+            out[grams.TABLE] = "used"
     if shape.cjk:
         state = "its triggers dropped, stale" if shape.cjk == "stale" else "with its triggers"
         out["messages_fts_cjk"] = (
@@ -418,6 +440,7 @@ __all__ = [
     "SEQUENCE_HEADROOM",
     "counter_mismatches",
     "doctor",
+    "gram_state",
     "message_sequence",
     "present_fts_tables",
     "repair",

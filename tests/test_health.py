@@ -91,7 +91,13 @@ def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -
         "fts_in_step": True,
         "fts_layout": 0,
         "newer_than_writes": False,
-        "search_indexes": {"messages_fts": "used", "messages_fts_trigram": "used"},
+        "search_indexes": {
+            "messages_fts": "used",
+            "messages_fts_trigram": "used",
+            # An adopted Hermes file: its messages wait for hermes-models optimize.
+            "messages_cjk": "used (18 newer messages not indexed yet, 0 changed by other "
+            "processes: read the slow way until hermes-models optimize)",
+        },
     }
 
 
