@@ -536,11 +536,12 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.search_support: dict[str, bool] | None = None
         self._writes = itertools.count(1)  # next() is atomic under the GIL
         #: True when this handle's connections keep the gram index in step
-        #: (:mod:`hermes_models.grams`; set when a writable connection opens).
+        #: (:mod:`hermes_models.grams`; known once a connection has written).
         self.grams = False
         #: Set by the gram index's TEMP trigger: a message we inserted could not be
         #: indexed (others' rows lie below it), so the write catches up before it commits.
         self.grams_behind = False
+        self._behind_writes = itertools.count()
         self._thread_tokens = threading.local()
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
@@ -574,8 +575,6 @@ class HermesDatabase(peewee.SqliteDatabase):
             self.journal = _journal_mode(conn)
         else:
             self.journal = _set_journal_mode(conn, str(self.path))
-            if self.shape is None or not self.shape.newer:
-                self.grams = grams.install(conn, self._note_grams_behind)
 
     def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
         """Run ``sql``; on a file newer than v16 a write raises :class:`SchemaTooNewError`
@@ -614,6 +613,7 @@ class HermesDatabase(peewee.SqliteDatabase):
             WriteConflictError: still locked out after the last attempt.
         """
         self.refuse_writes()
+        self.ensure_grams()
         if self.in_transaction():
             with self.atomic():
                 return fn()
@@ -622,7 +622,9 @@ class HermesDatabase(peewee.SqliteDatabase):
                 with _Immediate(self):
                     result = fn()
                     if self.grams_behind:
-                        self._catch_up_grams()
+                        self.grams_behind = False
+                        if next(self._behind_writes) % grams.CATCH_UP_EVERY == 0:
+                            self._catch_up_grams()
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 if is_read_only_error(exc):
                     raise _refuse_read_only(self.path) from exc
@@ -651,13 +653,23 @@ class HermesDatabase(peewee.SqliteDatabase):
         if self.read_only:
             raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
 
+    def ensure_grams(self) -> bool:
+        """Install the gram index's TEMP triggers on this thread's connection unless it
+        has them; True when the file has the index and this build can keep it."""
+        # Installed at a connection's first write, not when it opens: opening stays
+        # short, and rows written without the triggers are caught up later, never missed.
+        conn = cast(sqlite3.Connection, self.connection())
+        token: _ThreadToken = self._thread_tokens.token
+        if token.grams is None:
+            token.grams = self.grams = grams.install(conn, self._note_grams_behind)
+        return bool(token.grams)
+
     def _note_grams_behind(self) -> None:
         self.grams_behind = True
 
     def _catch_up_grams(self) -> None:
         """Index a few messages others wrote above the gram index's mark, in this
         write's transaction; a failure there never fails the write."""
-        self.grams_behind = False
         conn = self.connection()
         conn.execute("SAVEPOINT hermes_models_grams")
         try:
@@ -703,7 +715,12 @@ class HermesDatabase(peewee.SqliteDatabase):
 class _ThreadToken:
     """Lives as long as one thread's connection may: see HermesDatabase._connect."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "grams")
+
+    def __init__(self) -> None:
+        #: Whether the gram index's TEMP triggers are on this connection (None: not
+        #: looked at yet).
+        self.grams: bool | None = None
 
 
 def _close_owned(conn: sqlite3.Connection, pid: int) -> None:

@@ -19,7 +19,8 @@ in step themselves, through TEMP triggers that exist only on our connection:
   the index. A message we insert right above it is indexed in the same
   transaction and raises it. Rows written by anyone else (Hermes) stay
   above it until indexed: when we insert a message above such rows, the
-  write indexes up to :data:`CATCH_UP_ROWS` of them before it commits;
+  write indexes up to :data:`CATCH_UP_ROWS` of them before it commits (one
+  such write in :data:`CATCH_UP_EVERY`);
   ``hermes-models optimize`` (:func:`catch_up`) indexes all of them, in
   short transactions. Never on open, never on a read.
 * A search reads the rows above the mark, and the rows listed in
@@ -38,14 +39,36 @@ a varint or two (sizes measured on a million messages are in
 
 from __future__ import annotations
 
+import functools
+import itertools
+import re
 import sqlite3
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from .query import CJK_RANGES, Term
-
 if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
     from .db import HermesDatabase
+    from .query import Term
+
+#: Code point ranges that make a term CJK: Han (unified, extension A and B),
+#: CJK symbols and punctuation, Hiragana, Katakana and Hangul syllables. (The
+#: search language, :mod:`hermes_models.query`, routes terms by the same ranges.)
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x3000, 0x303F),
+    (0x3040, 0x309F),
+    (0x30A0, 0x30FF),
+    (0xAC00, 0xD7AF),
+)
+
+
+@functools.cache
+def _runs() -> re.Pattern[str]:
+    """Runs of CJK characters (compiled on first use: it takes milliseconds, and
+    ``import hermes_models`` stays short)."""
+    return re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]+")
 
 #: The FTS5 table of grams, the row holding the high-water mark, and the list of
 #: indexed messages deleted or changed by a connection that did not update it.
@@ -59,28 +82,20 @@ GRAMS_FUNCTION = "hermes_models_cjk_grams"
 #: yet (rows from another process lie below it, above the mark).
 BEHIND_FUNCTION = "hermes_models_cjk_behind"
 
-#: Rows above the mark a write transaction of ours indexes before it commits.
+#: Rows above the mark a write transaction of ours indexes before it commits, and how
+#: often: the first of every ``CATCH_UP_EVERY`` writes that insert a message above
+#: rows another process wrote (catching up on each would make every append pay for
+#: it; the rows left above the mark meanwhile are few, and a search reads them).
 CATCH_UP_ROWS = 200
+CATCH_UP_EVERY = 16
 
 #: Rows :func:`catch_up` indexes per transaction when asked for everything
 #: (each such transaction holds the write lock for well under a second).
 CHUNK_ROWS = 2_000
 
 
-def _is_cjk(code: int) -> bool:
-    return any(lo <= code <= hi for lo, hi in CJK_RANGES)
-
-
-def _cjk_table() -> frozenset[int]:
-    return frozenset(c for lo, hi in CJK_RANGES if hi < 0x10000 for c in range(lo, hi + 1))
-
-
-_BMP_CJK = _cjk_table()
-
-
 def _cjk(char: str) -> bool:
-    code = ord(char)
-    return code in _BMP_CJK or (code > 0xFFFF and _is_cjk(code))
+    return _runs().fullmatch(char) is not None
 
 
 def unigram(char: str) -> str:
@@ -97,23 +112,17 @@ def grams(*columns: object) -> str:
     """The tokens of every distinct CJK character and adjacent pair in ``columns``,
     space-separated ('' when there is none). Pairs never span two columns.
 
-    Never raises (it runs as an SQL function): a value that is not text is read
-    as ``str(value)``, as the substring scan reads it.
+    A value that is not text is read as ``str(value)``, as the substring scan
+    reads it.
     """
     out: set[str] = set()
+    find = _runs().findall
     for column in columns:
         if column is None:
             continue
-        text = column if isinstance(column, str) else str(column)
-        previous = ""
-        for char in text:
-            if _cjk(char):
-                out.add(unigram(char))
-                if previous:
-                    out.add(bigram(previous, char))
-                previous = char
-            else:
-                previous = ""
+        for run in find(column if isinstance(column, str) else str(column)):
+            out.update(unigram(char) for char in run)
+            out.update(bigram(first, second) for first, second in itertools.pairwise(run))
     return " ".join(sorted(out))
 
 
@@ -142,9 +151,7 @@ def exact(term: Term) -> bool:
 
 #: The ids the gram index lists for one expression of :func:`term_match`, but those of
 #: rows others changed or deleted since (their entries may be stale: a scan decides them).
-GRAM_IDS_SQL = (
-    f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? EXCEPT SELECT id FROM {GONE_TABLE}"
-)
+GRAM_IDS_SQL = f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? EXCEPT SELECT id FROM {GONE_TABLE}"
 
 
 def match_any(terms: Iterable[Term]) -> str:
@@ -187,15 +194,31 @@ def _remove(row: str) -> str:
     )
 
 
+def _grams_of(row: str) -> str:
+    return f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
+
+
+#: A message inserted right above the mark (no unindexed row below it) is indexed;
+#: any other waits for catch_up().
+_NEXT = (
+    f"new.id > {_MARK}"
+    f" AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)"
+)
+
 _TEMP_TRIGGERS = (
-    # A message inserted right above the mark (no unindexed row below it) is indexed
-    # and raises the mark; any other waits for catch_up().
+    # Two triggers, so that a message without CJK never opens the FTS5 table: an FTS5
+    # table written in a transaction rewrites its statistics when it commits.
     f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert
 AFTER INSERT ON main.messages
-WHEN new.id > {_MARK}
- AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
+WHEN {_NEXT} AND {_grams_of("new")} <> ''
 BEGIN
     {_add("new")}
+    UPDATE {MARK_TABLE} SET high_water = new.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert_plain
+AFTER INSERT ON main.messages
+WHEN {_NEXT} AND {_grams_of("new")} = ''
+BEGIN
     UPDATE {MARK_TABLE} SET high_water = new.id;
 END""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_behind
@@ -209,9 +232,15 @@ END""",
     # index holds for the row, so it is not gone after all.
     f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete
 AFTER DELETE ON main.messages
-WHEN old.id <= {_MARK}
+WHEN old.id <= {_MARK} AND {_grams_of("old")} <> ''
 BEGIN
     {_remove("old")}
+    DELETE FROM {GONE_TABLE} WHERE id = old.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete_plain
+AFTER DELETE ON main.messages
+WHEN old.id <= {_MARK} AND {_grams_of("old")} = ''
+BEGIN
     DELETE FROM {GONE_TABLE} WHERE id = old.id;
 END""",
     f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_update
@@ -359,8 +388,10 @@ def rebuild(
 
 __all__ = [
     "BEHIND_FUNCTION",
+    "CATCH_UP_EVERY",
     "CATCH_UP_ROWS",
     "CHUNK_ROWS",
+    "CJK_RANGES",
     "GONE_TABLE",
     "GRAMS_FUNCTION",
     "GRAM_IDS_SQL",

@@ -439,7 +439,7 @@ def update_gram_index(
     db = current()
     db.refuse_writes()
     state = grams.status(db)
-    if not state["present"] or not db.grams:
+    if not state["present"] or not db.ensure_grams():
         nothing = {"present": False, "rebuilt": False, "indexed": 0}
         return {**nothing, "high_water": None, "behind": None}
     again = bool(state["gone"]) if rebuild is None else bool(rebuild)

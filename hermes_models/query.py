@@ -25,17 +25,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-#: Code point ranges that make a term CJK: Han (unified, extension A and B),
-#: CJK symbols and punctuation, Hiragana, Katakana and Hangul syllables.
-CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x3000, 0x303F),
-    (0x3040, 0x309F),
-    (0x30A0, 0x30FF),
-    (0xAC00, 0xD7AF),
-)
+from .grams import CJK_RANGES
 
 OPERATORS = frozenset({"AND", "OR", "NOT"})
 

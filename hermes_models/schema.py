@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from . import grams
 from .db import (
     SCHEMA_VERSION,
     HermesDatabase,
@@ -61,6 +62,10 @@ MIGRATIONS = (*BASELINE, "0007_cjk_gram_index")
 #: The migration applied again whenever the full-text indexes are out of step
 #: with the SQLite build that opens the file.
 SEARCH_UPKEEP = "0006_search_index_upkeep"
+
+#: The migration that creates the gram index (:mod:`hermes_models.grams`), applied
+#: again (it creates only what is missing) when a build without FTS5 left it out.
+GRAM_UPKEEP = "0007_cjk_gram_index"
 
 #: Full-text tables and the triggers that keep each in step with messages.
 SEARCH_OBJECTS = {
@@ -420,13 +425,15 @@ def search_out_of_step(db: HermesDatabase) -> bool:
             " AND name LIKE 'messages_fts%'"
         )
     }
-    for table, supported in search_support(db).items():
+    support = search_support(db)
+    for table, supported in support.items():
         objects = set(SEARCH_OBJECTS[table])
         if supported and not objects <= names:
             return True
         if not supported and (objects - {table}) & names:
             return True
-    return False
+    # The gram index, which a build without FTS5 leaves out of migration 0007.
+    return bool(support.get("messages_fts")) and not grams.present(conn)
 
 
 def keep_search_indexes(db: HermesDatabase) -> bool:
@@ -434,14 +441,17 @@ def keep_search_indexes(db: HermesDatabase) -> bool:
 
     A missing index this build supports is created and filled from every
     message, and the schema version is raised to 16 once both exist; an
-    index it cannot run loses its triggers. The work is the migration
-    :data:`SEARCH_UPKEEP`, applied again under the migration lock.
+    index it cannot run loses its triggers; a missing gram index is created
+    (empty: searches read its rows the slow way until they are indexed). The
+    work is the migrations :data:`SEARCH_UPKEEP` and :data:`GRAM_UPKEEP`, applied
+    again under the migration lock.
     """
     if db.read_only or not search_out_of_step(db):
         return False
-    upkeep = [m for m in _migrations() if m.id == SEARCH_UPKEEP]
+    upkeep = [m for m in _migrations() if m.id in (SEARCH_UPKEEP, GRAM_UPKEEP)]
     with _process_lock, _backend(db.path) as backend, _locked(backend):
-        backend.apply_one(upkeep[0], mark=False)
+        for migration in upkeep:
+            backend.apply_one(migration, mark=False)
     # A statement that runs makes this connection load the changed schema; until
     # then it would compile writes with the triggers it read before.
     db.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
@@ -485,6 +495,7 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
 
 __all__ = [
     "BASELINE",
+    "GRAM_UPKEEP",
     "LOCK_POLL_S",
     "LOCK_WAIT_S",
     "MIGRATIONS",

@@ -139,6 +139,9 @@ def traced(database: HermesDatabase) -> Iterator[list[str]]:
     """Every statement the main thread's connection runs while the test runs."""
     statements: list[str] = []
     conn = database.connection()
+    # A connection's first write installs the gram index's TEMP triggers (tested in
+    # test_grams); done here first, so that a trace shows the write path alone.
+    database.ensure_grams()
     conn.set_trace_callback(statements.append)
     yield statements
     conn.set_trace_callback(None)

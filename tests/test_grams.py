@@ -160,6 +160,37 @@ def test_our_deletes_and_rewrites_take_their_grams_out_of_the_index(store: Sessi
     assert len(_found(store, "事件")) == 1
 
 
+def test_a_connection_gets_the_triggers_at_its_first_write_only(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    SessionDB(path).close()
+    db = hermes_models.connect(path)
+    conn = db.connection()
+
+    def temp_triggers() -> list[str]:
+        rows = conn.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'")
+        return sorted(row[0] for row in rows)
+
+    db.execute_sql("SELECT count(*) FROM messages")
+    assert temp_triggers() == []  # opening and reading install nothing
+    traced: list[str] = []
+    conn.set_trace_callback(traced.append)
+    db.write(lambda: db.execute_sql("INSERT INTO state_meta VALUES ('a', '1')"))
+    db.write(lambda: db.execute_sql("INSERT INTO state_meta VALUES ('b', '2')"))
+    conn.set_trace_callback(None)
+    assert temp_triggers() == [
+        "hermes_models_cjk_behind",
+        "hermes_models_cjk_delete",
+        "hermes_models_cjk_delete_plain",
+        "hermes_models_cjk_insert",
+        "hermes_models_cjk_insert_plain",
+        "hermes_models_cjk_update",
+    ]
+    creates = [sql for sql in traced if sql.startswith("CREATE TEMP TRIGGER")]
+    assert len(creates) == 6 and traced.index(creates[-1]) < traced.index("BEGIN IMMEDIATE")
+    assert traced[-3:] == ["BEGIN IMMEDIATE", "INSERT INTO state_meta VALUES ('b', '2')", "COMMIT"]
+    db.close()
+
+
 # -- a Hermes process writing the same file -------------------------------------------------
 
 
@@ -231,13 +262,24 @@ def test_a_write_of_ours_catches_up_a_bounded_number_of_rows_others_wrote(
     assert len(_found(store, "数据")) == grams.CATCH_UP_ROWS * 2 + 50
     store.set_meta("k", "v")  # a write inserting no message leaves the mark alone
     assert _state(store.db_path)[0] == first
-    store.append_message("s", "user", "我们的数据", timestamp=T0 + 10_000)
-    assert _state(store.db_path)[0] == first + grams.CATCH_UP_ROWS
-    store.append_message("s", "user", "又一个", timestamp=T0 + 10_001)
-    assert _state(store.db_path)[0] == first + 2 * grams.CATCH_UP_ROWS
-    assert len(_found(store, "数据")) == grams.CATCH_UP_ROWS * 2 + 51
+    # The first write that inserts a message above others' rows catches up on
+    # CATCH_UP_ROWS of them; the next CATCH_UP_EVERY - 1 such writes do not.
+    marks = []
+    for n in range(grams.CATCH_UP_EVERY + 1):
+        store.append_message("s", "user", f"我们的数据 {n}", timestamp=T0 + 10_000 + n)
+        marks.append(_state(store.db_path)[0])
+    assert marks == [first + grams.CATCH_UP_ROWS] * grams.CATCH_UP_EVERY + [
+        first + 2 * grams.CATCH_UP_ROWS
+    ]
+    assert len(_found(store, "数据")) == grams.CATCH_UP_ROWS * 2 + 50 + grams.CATCH_UP_EVERY + 1
     result = store.update_search_index()
-    assert result["indexed"] == 52 and result["behind"] == 0 and result["rebuilt"] is False
+    assert result == {
+        "present": True,
+        "rebuilt": False,
+        "indexed": 50 + grams.CATCH_UP_EVERY + 1,
+        "high_water": first + grams.CATCH_UP_ROWS * 2 + 50 + grams.CATCH_UP_EVERY + 1,
+        "behind": 0,
+    }
 
 
 def test_catch_up_indexes_in_chunks_and_reports_progress(tmp_path: Path) -> None:
@@ -360,3 +402,26 @@ def test_a_build_without_fts5_writes_and_deletes_and_the_next_open_stays_exact(
         assert store.update_search_index()["rebuilt"] is True
         assert _state(path) == (int(added), [])
         assert _found(store, "数据") == {kept, int(added)}
+
+
+def test_a_store_created_without_fts5_gets_the_index_at_the_next_open_with_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    without_fts5(
+        path,
+        """
+        with SessionDB(path) as store:
+            store.create_session("s", "cli", started_at=1_700_000_000.0)
+            store.append_message("s", "user", "数据", timestamp=1_700_000_001.0)
+        """,
+    )
+    conn = sqlite3.connect(path)
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not names & {"messages_cjk", "messages_cjk_mark", "messages_cjk_gone"}
+    with SessionDB(path) as store:
+        assert _state(path) == (0, [])
+        assert _found(store, "数据") == {1}
+        assert store.update_search_index()["indexed"] == 1
+        assert _postings(path, "b6570g636e") == [1]
