@@ -126,9 +126,16 @@ def grams(*columns: object) -> str:
     return " ".join(sorted(out))
 
 
+@functools.lru_cache(maxsize=8)
+def _cached_grams(*columns: object) -> str:
+    return grams(*columns)
+
+
 def _safe_grams(*columns: object) -> str:
+    # The TEMP triggers ask for one row's grams up to three times (two conditions and
+    # the insert): a few recent answers are kept.
     try:
-        return grams(*columns)
+        return _cached_grams(*columns)
     except Exception:  # an SQL function must not raise into a write
         return ""
 
