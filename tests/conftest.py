@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,24 @@ import hermes_models
 from hermes_models import HermesDatabase, SessionDB
 
 from factories import ALL_FACTORIES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _subprocess_bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Python processes the tests start keep their compiled bytecode in one folder.
+
+    Many tests run the console script or ``python -c`` in a new process. With
+    ``PYTHONDONTWRITEBYTECODE`` set (tox sets it) and the package installed
+    editable, each of them compiled ``hermes_models`` from source again (0.2 s
+    a process). Here they write and reuse ``.pyc`` files under pytest's
+    temporary folder instead: never next to the sources, and the code they run
+    is the same. This process itself is not affected (it read both variables
+    when it started).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
 
 
 @pytest.fixture(autouse=True)
