@@ -1,8 +1,7 @@
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -65,6 +64,16 @@ def fresh_store_file(template: Path, db_path: Path) -> Path:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(template, db_path)
     return db_path
+
+
+@pytest.fixture
+def migrated_copy(migrated_template: Path) -> Callable[[Path], Path]:
+    """``migrated_copy(path)``: a copy of the migrated template at ``path``, returned.
+
+    For fixtures and tests that want an empty store file of their own, at a
+    name or place they choose, and do not test creating or migrating one.
+    """
+    return lambda path: fresh_store_file(migrated_template, path)
 
 
 @pytest.fixture
