@@ -558,6 +558,7 @@ def _hold_lock(url: str, held: Any, release: Any) -> None:
         release.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
     held, release = SPAWN.Event(), SPAWN.Event()
     holder = SPAWN.Process(target=_hold_lock, args=(yoyo_url(db_path), held, release))

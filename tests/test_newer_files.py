@@ -94,9 +94,9 @@ CLI_SHAPES = [
     for shape in newer.SHAPES
 ]
 
-#: The seventeen read commands, the longest of these tests: every shape in the full
-#: run, v30 (the shape with a CJK index) in the fast one.
-READ_CLI_SHAPES = [
+#: The longest of these tests, the seventeen read commands and the six write commands:
+#: every shape in the full run, v30 (the shape with a CJK index) in the fast one.
+LONG_CLI_SHAPES = [
     shape if shape == "v30" else pytest.param(shape, marks=pytest.mark.slow)
     for shape in newer.SHAPES
 ]
@@ -122,7 +122,7 @@ READ_COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("shape", READ_CLI_SHAPES)
+@pytest.mark.parametrize("shape", LONG_CLI_SHAPES)
 def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shape: str) -> None:
     before = files(store_file)
     env = environment(store_file.parent.parent)
@@ -154,7 +154,7 @@ WRITE_COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("shape", CLI_SHAPES)
+@pytest.mark.parametrize("shape", LONG_CLI_SHAPES)
 def test_the_cli_write_commands_refuse_in_one_line_naming_the_version(
     store_file: Path, shape: str
 ) -> None:
