@@ -293,7 +293,7 @@ for i in range(count):
 """
 
 
-@pytest.mark.parametrize("shape", ["v30", pytest.param("v31", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("shape", ["v30", "v31"])
 def test_reading_while_a_hermes_process_keeps_appending(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:
