@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,24 @@ import hermes_models
 from hermes_models import HermesDatabase, SessionDB
 
 from factories import ALL_FACTORIES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _subprocess_bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Python processes the tests start keep their compiled bytecode in one folder.
+
+    Many tests run the console script or ``python -c`` in a new process. With
+    ``PYTHONDONTWRITEBYTECODE`` set (tox sets it) and the package installed
+    editable, each of them compiled ``hermes_models`` from source again (0.2 s
+    a process). Here they write and reuse ``.pyc`` files under pytest's
+    temporary folder instead: never next to the sources, and the code they run
+    is the same. This process itself is not affected (it read both variables
+    when it started).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +64,16 @@ def fresh_store_file(template: Path, db_path: Path) -> Path:
     db_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(template, db_path)
     return db_path
+
+
+@pytest.fixture
+def migrated_copy(migrated_template: Path) -> Callable[[Path], Path]:
+    """``migrated_copy(path)``: a copy of the migrated template at ``path``, returned.
+
+    For fixtures and tests that want an empty store file of their own, at a
+    name or place they choose, and do not test creating or migrating one.
+    """
+    return lambda path: fresh_store_file(migrated_template, path)
 
 
 @pytest.fixture

@@ -120,12 +120,18 @@ def test_added_columns_hold_their_defaults(old_file: tuple[int, Path]) -> None:
     assert "git_branch" in added_somewhere, f"v{version} files lack git_branch"
 
 
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new file migrate() built, the upgraded files' reference (only read)."""
+    path = tmp_path_factory.mktemp("fresh") / "fresh.db"
+    hermes_models.migrate(path)
+    return path
+
+
 @pytest.mark.parametrize("old_file", OLD, indirect=True)
-def test_upgraded_file_has_the_v16_schema(old_file: tuple[int, Path], tmp_path: Path) -> None:
+def test_upgraded_file_has_the_v16_schema(old_file: tuple[int, Path], fresh: Path) -> None:
     _, path = old_file
     _adopt(path)
-    fresh = tmp_path / "fresh.db"
-    hermes_models.migrate(fresh)
 
     def shape(p: Path) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import shutil
 import sqlite3
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,10 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.fixture
-def source_db(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def source_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An adopted Hermes file with lineage, Chinese text, rewinds, and some odd values."""
-    path = legacy.build(tmp_path / "source.db", 15)
+    path = legacy.build(tmp_path_factory.mktemp("bundle-source") / "source.db", 15)
     SessionDB(path).close()
     conn = sqlite3.connect(path)
     conn.execute("UPDATE sessions SET started_at = 1700000000.123456789 WHERE id = 'root-en'")
@@ -50,6 +52,15 @@ def source_db(tmp_path: Path) -> Path:
     )
     conn.commit()
     conn.close()
+    assert not Path(f"{path}-wal").exists()
+    return path
+
+
+@pytest.fixture
+def source_db(source_template: Path, tmp_path: Path) -> Path:
+    """A copy of the source template, for one test."""
+    path = tmp_path / "source.db"
+    shutil.copy2(source_template, path)
     return path
 
 
@@ -94,10 +105,12 @@ def test_bundle_holds_every_column_of_every_row_in_order(source_db: Path, tmp_pa
     assert [m["active"] for m in messages].count(0) == 1
 
 
-def test_export_import_export_is_byte_identical(source_db: Path, tmp_path: Path) -> None:
+def test_export_import_export_is_byte_identical(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     _export(source_db, first)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     assert _import(target, first) == {
         "sessions_added": 8,
         "sessions_skipped": 0,
@@ -113,11 +126,11 @@ def test_export_import_export_is_byte_identical(source_db: Path, tmp_path: Path)
 
 
 def test_imported_messages_are_searchable_and_the_file_is_sound(
-    source_db: Path, tmp_path: Path
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
     conn = sqlite3.connect(target)
     try:
@@ -129,10 +142,12 @@ def test_imported_messages_are_searchable_and_the_file_is_sound(
         conn.close()
 
 
-def test_importing_twice_is_the_same_as_once(source_db: Path, tmp_path: Path) -> None:
+def test_importing_twice_is_the_same_as_once(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
     before = legacy.dump(target)
     assert _import(target, out) == {
@@ -147,21 +162,23 @@ def test_importing_twice_is_the_same_as_once(source_db: Path, tmp_path: Path) ->
 
 
 def test_one_session_travels_with_its_ancestors_and_descendants(
-    source_db: Path, tmp_path: Path
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
 ) -> None:
     out = tmp_path / "one.jsonl"
     assert _export(source_db, out, session_id="cont-1") == {"sessions": 4, "messages": 11}
     sessions = [line["id"] for line in _lines(out) if line.get("type") == "session"]
     assert sessions == ["root-en", "cont-1", "cont-2", "sub-2"]
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
     with SessionDB(target) as store:
         assert store.get_compression_tip("root-en") == "cont-2"
         assert store.resolve_resume_session_id("root-en") == "cont-2"
 
 
-def test_source_export_keeps_parents_of_another_source(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
+def test_source_export_keeps_parents_of_another_source(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    path = migrated_copy(tmp_path / "state.db")
     with SessionDB(path) as store:
         store.create_session("parent", "cli", started_at=1.0)
         store.create_session("child", "telegram", parent_session_id="parent", started_at=2.0)
@@ -175,11 +192,11 @@ def test_source_export_keeps_parents_of_another_source(tmp_path: Path) -> None:
 
 
 def test_clashing_message_ids_are_renumbered_per_session_in_order(
-    source_db: Path, tmp_path: Path
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("mine", "cli", started_at=1.0)
         store.append_message("mine", "user", "first", timestamp=2.0)
@@ -202,10 +219,12 @@ def test_clashing_message_ids_are_renumbered_per_session_in_order(
         conn.close()
 
 
-def test_a_session_already_present_is_left_as_it_is(source_db: Path, tmp_path: Path) -> None:
+def test_a_session_already_present_is_left_as_it_is(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("root-zh", "discord", started_at=5.0)
         store.append_message("root-zh", "user", "mine, not theirs", timestamp=6.0)
@@ -217,10 +236,12 @@ def test_a_session_already_present_is_left_as_it_is(source_db: Path, tmp_path: P
     assert (report["messages_added"], report["messages_skipped"]) == (16, 2)
 
 
-def test_a_title_already_taken_gets_the_next_number(source_db: Path, tmp_path: Path) -> None:
+def test_a_title_already_taken_gets_the_next_number(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("mine", "cli", started_at=1.0)
         store.set_session_title("mine", "Asyncio notes")
@@ -237,11 +258,14 @@ def test_a_title_already_taken_gets_the_next_number(source_db: Path, tmp_path: P
 
 
 def test_a_failed_import_writes_nothing(
-    source_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    source_db: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    migrated_copy: Callable[[Path], Path],
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
     before = legacy.dump(target)
     real = staging.insert_rows
@@ -257,26 +281,30 @@ def test_a_failed_import_writes_nothing(
     assert legacy.dump(target) == before
 
 
-def test_progress_is_reported_up_to_the_total(source_db: Path, tmp_path: Path) -> None:
+def test_progress_is_reported_up_to_the_total(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     out = tmp_path / "all.jsonl"
     seen: list[tuple[int, int]] = []
     with SessionDB(source_db) as store:
         store.export_bundle(out, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(18, 18)]
     seen.clear()
-    with SessionDB(tmp_path / "target.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
         store.import_bundle(out, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(26, 26)]  # a small import is one write
 
 
-def test_export_to_a_stream_and_import_from_one(source_db: Path, tmp_path: Path) -> None:
+def test_export_to_a_stream_and_import_from_one(
+    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     stream = io.StringIO()
     with SessionDB(source_db) as store:
         store.export_bundle(stream)
     file = tmp_path / "all.jsonl"
     _export(source_db, file)
     assert stream.getvalue() == file.read_text(encoding="utf-8")
-    with SessionDB(tmp_path / "target.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
         assert store.import_bundle(io.StringIO(stream.getvalue()))["messages_added"] == 18
 
 
@@ -356,10 +384,12 @@ BAD = [
 
 
 @pytest.mark.parametrize(("text", "error"), BAD)
-def test_bad_bundles_are_refused_before_any_write(tmp_path: Path, text: str, error: str) -> None:
+def test_bad_bundles_are_refused_before_any_write(
+    tmp_path: Path, text: str, error: str, migrated_copy: Callable[[Path], Path]
+) -> None:
     bundle = tmp_path / "bad.jsonl"
     bundle.write_text(text, encoding="utf-8")
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
     before = legacy.dump(target)
     with pytest.raises(BundleError, match=error):
@@ -367,10 +397,12 @@ def test_bad_bundles_are_refused_before_any_write(tmp_path: Path, text: str, err
     assert legacy.dump(target) == before
 
 
-def test_a_child_whose_parent_is_nowhere_is_refused(tmp_path: Path) -> None:
+def test_a_child_whose_parent_is_nowhere_is_refused(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     bundle = tmp_path / "orphan.jsonl"
     bundle.write_text(_bundle({**SESSION, "parent_session_id": "ghost"}, MESSAGE), encoding="utf-8")
-    target = tmp_path / "target.db"
+    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
     before = legacy.dump(target)
     with pytest.raises(
@@ -381,10 +413,12 @@ def test_a_child_whose_parent_is_nowhere_is_refused(tmp_path: Path) -> None:
     assert legacy.dump(target) == before
 
 
-def test_hand_written_lines_take_the_schema_defaults(tmp_path: Path) -> None:
+def test_hand_written_lines_take_the_schema_defaults(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     bundle = tmp_path / "small.jsonl"
     bundle.write_text(_bundle(SESSION, MESSAGE), encoding="utf-8")
-    with SessionDB(tmp_path / "target.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
         store.import_bundle(bundle)
         session = store.get_session("s1")
         message = store.get_messages("s1")[0]
@@ -424,8 +458,10 @@ def test_export_session_and_export_all_return_hermes_shapes(source_db: Path) -> 
         ]
 
 
-def test_markdown_shows_a_lineage_for_reading(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
+def test_markdown_shows_a_lineage_for_reading(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    path = migrated_copy(tmp_path / "state.db")
     with SessionDB(path) as store:
         store.create_session("s", "cli", model="gpt-x", started_at=0.0)
         store.set_session_title("s", "Loops")
@@ -544,10 +580,12 @@ TRANSCRIPT = [
 ]
 
 
-def test_a_legacy_transcript_becomes_a_session(tmp_path: Path) -> None:
+def test_a_legacy_transcript_becomes_a_session(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     file = _write_transcript(tmp_path / "20240301_100000_ab12cd.jsonl", TRANSCRIPT)
     local = datetime.fromisoformat("2024-03-01T10:00:00").timestamp()
-    with SessionDB(tmp_path / "state.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
         report = store.import_transcripts(file)
         session = store.get_session("20240301_100000_ab12cd")
         messages = store.get_messages("20240301_100000_ab12cd")
@@ -595,7 +633,9 @@ def test_a_legacy_transcript_becomes_a_session(tmp_path: Path) -> None:
     )
 
 
-def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(tmp_path: Path) -> None:
+def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     folder = tmp_path / "sessions"
     folder.mkdir()
     _write_transcript(folder / "a.jsonl", [{"role": "user", "content": "hello", "timestamp": 10}])
@@ -604,7 +644,7 @@ def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(tmp_pat
     )
     _write_transcript(folder / "c.jsonl", [{"role": "user", "content": "world", "timestamp": 20}])
     (folder / "notes.txt").write_text("not a transcript")
-    with SessionDB(tmp_path / "state.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
         first = store.import_transcripts(folder, source="discord")
         second = store.import_transcripts(folder)
         sessions = {s["id"]: s["source"] for s in store.list_sessions(limit=None)}
@@ -626,9 +666,11 @@ def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(tmp_pat
     assert sessions == {"a": "discord", "c": "discord"}
 
 
-def test_a_single_bad_transcript_raises_and_writes_nothing(tmp_path: Path) -> None:
+def test_a_single_bad_transcript_raises_and_writes_nothing(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     file = _write_transcript(tmp_path / "s.jsonl", [{"role": "user", "content": "ok"}, "[1, 2]"])
-    with SessionDB(tmp_path / "state.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
         with pytest.raises(BundleError, match=r"s.jsonl:2: a line must be a JSON object"):
             store.import_transcripts(file)
         with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -708,14 +750,17 @@ def test_export_and_import_arguments_of_the_wrong_kind_are_named(
 
 
 def test_export_and_import_paths_expand_the_home_folder(
-    store: SessionDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: SessionDB,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    migrated_copy: Callable[[Path], Path],
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     store.create_session("s", "cli", started_at=1_700_000_000.0)
     store.append_message("s", "user", "hello", timestamp=1_700_000_001.0)
     assert store.export_bundle("~/backup.jsonl") == {"sessions": 1, "messages": 1}
     assert (tmp_path / "backup.jsonl").exists()
-    other = SessionDB(tmp_path / "other.db")
+    other = SessionDB(migrated_copy(tmp_path / "other.db"))
     try:
         result = other.import_bundle("~/backup.jsonl")
         assert other.get_messages("s")[0]["content"] == "hello"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import tracemalloc
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,8 @@ def _write(path: Path, *records: Any) -> Path:
 
 
 @pytest.fixture
-def target(tmp_path: Path) -> Path:
-    path = tmp_path / "target.db"
+def target(tmp_path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
+    path = migrated_copy(tmp_path / "target.db")
     with SessionDB(path) as store:
         store.create_session("here", "cli")
         store.append_message("here", "user", "already here")
@@ -348,7 +349,7 @@ def test_a_cap_sized_line_is_accepted(target: Path, tmp_path: Path, monkeypatch:
 
 
 def test_a_folder_import_records_every_bad_file_and_imports_the_rest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_copy: Callable[[Path], Path]
 ) -> None:
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 1024 * 1024)
     folder = tmp_path / "sessions"
@@ -369,7 +370,7 @@ def test_a_folder_import_records_every_bad_file_and_imports_the_rest(
             (folder / f"{name}.jsonl").write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
         else:
             (folder / f"{name}.jsonl").write_text(text, encoding="utf-8")
-    with SessionDB(tmp_path / "state.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
         report = store.import_transcripts(folder)
         ids = sorted(s["id"] for s in store.list_sessions(limit=None))
     errors = {Path(f["file"]).stem: f["error"] for f in report["failed"]}
@@ -423,14 +424,16 @@ def test_text_that_is_not_an_iso_date_is_refused(text: str) -> None:
         parse_iso(text)
 
 
-def test_a_transcript_with_five_fractional_digits_imports(tmp_path: Path) -> None:
+def test_a_transcript_with_five_fractional_digits_imports(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     file = tmp_path / "s5.jsonl"
     file.write_text(
         json.dumps({"role": "user", "content": "hi", "timestamp": "2024-03-01T10:00:00.12345Z"})
         + "\n",
         encoding="utf-8",
     )
-    with SessionDB(tmp_path / "state.db") as store:
+    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
         assert store.import_transcripts(file)["sessions_added"] == 1
         stamp = store.get_messages("s5")[0]["timestamp"]
     assert stamp == datetime(2024, 3, 1, 10, 0, 0, 123450, tzinfo=timezone.utc).timestamp()

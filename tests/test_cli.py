@@ -10,7 +10,7 @@ import re
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,9 @@ def words(output: str) -> list[list[str]]:
 
 
 @pytest.fixture
-def filled(db_path: Path) -> Path:
+def filled(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
     """A file with a titled session (3 messages, one rewound), an untitled one and a child."""
-    with SessionDB(db_path) as store:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("20260105_090000_aaaa1111", "cli", model="model-a", started_at=T0)
         store.append_message("20260105_090000_aaaa1111", "user", "Hello there", timestamp=T0 + 1)
         store.append_message(
@@ -210,8 +210,8 @@ def test_sessions_options(filled: Path) -> None:
     assert ids("--archived") == []
 
 
-def test_limit_0_means_no_limit(tmp_path: Path) -> None:
-    path = tmp_path / "many.db"
+def test_limit_0_means_no_limit(tmp_path: Path, migrated_copy: Callable[[Path], Path]) -> None:
+    path = migrated_copy(tmp_path / "many.db")
     with SessionDB(path) as store:
         for index in range(30):
             store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
@@ -250,8 +250,10 @@ def test_times_are_local_with_their_zone_or_utc(
     assert hit[0] == "20260105_090000_aaaa1111 user #1 2026-01-05 09:00 UTC cli"
 
 
-def test_a_time_python_cannot_show_is_printed_as_stored(db_path: Path) -> None:
-    with SessionDB(db_path) as store:
+def test_a_time_python_cannot_show_is_printed_as_stored(
+    db_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("far", "cli", started_at=T0)
         store.append_message("far", "user", "hello", timestamp=T0)
     conn = sqlite3.connect(db_path)
@@ -314,9 +316,11 @@ def test_show_limit_and_tail(filled: Path) -> None:
     assert roles("--limit", "3", "--tail", "1") == ["tool"]
 
 
-def test_show_summarises_list_content_as_search_does(db_path: Path) -> None:
+def test_show_summarises_list_content_as_search_does(
+    db_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
     picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5000}}
-    with SessionDB(db_path) as store:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("pic", "cli", started_at=T0)
         store.append_message(
             "pic", "user", [{"type": "text", "text": "what is this?"}, picture], timestamp=T0
@@ -356,8 +360,10 @@ def test_show_prefers_the_exact_title_over_a_continuation(filled: Path) -> None:
     assert invoke("show", "--db", str(filled), "greetings #2").output.startswith("later  ")
 
 
-def test_show_prints_markup_and_cjk_literally(db_path: Path) -> None:
-    with SessionDB(db_path) as store:
+def test_show_prints_markup_and_cjk_literally(
+    db_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("s[bold]1", "cli", started_at=T0)
         store.append_message("s[bold]1", "user", "[red]not red[/red] 事件循环 🦄", timestamp=T0)
     result = invoke("show", "--db", str(db_path), "s[bold]1")

@@ -393,8 +393,8 @@ def test_a_read_only_folder_with_unmerged_wal_is_refused_clearly(
 
 
 @pytest.fixture
-def filled(db_path: Path) -> Iterator[SessionDB]:
-    build(db_path)
+def filled(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Iterator[SessionDB]:
+    build(migrated_copy(db_path))
     store = SessionDB(db_path)
     yield store
     store.close()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,20 @@ CHECKS = [
 ]
 
 
-@pytest.fixture
-def store_file(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A v16 file (an adopted Hermes v15 file) with 18 messages, one of them rewound."""
-    path = legacy.build(tmp_path / "state.db", 15)
+    path = legacy.build(tmp_path_factory.mktemp("health") / "state.db", 15)
     SessionDB(path).close()
+    assert not Path(f"{path}-wal").exists()
+    return path
+
+
+@pytest.fixture
+def store_file(store_template: Path, tmp_path: Path) -> Path:
+    """A copy of the store template, for one test."""
+    path = tmp_path / "state.db"
+    shutil.copy2(store_template, path)
     return path
 
 
@@ -225,8 +235,8 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator[SessionDB]:
-    with SessionDB(db_path) as session_db:
+def store(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Iterator[SessionDB]:
+    with SessionDB(migrated_copy(db_path)) as session_db:
         session_db.create_session("kept", "cli", started_at=1_767_603_600.0)
         session_db.append_message("kept", "user", "hello")
         session_db.append_message("kept", "assistant", None, tool_calls=[{"id": "a"}, {"id": "b"}])

@@ -191,6 +191,15 @@ def migrated(db_path: Path) -> Path:
     return db_path
 
 
+@pytest.fixture(scope="module")
+def v16_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One file migrated by ``migrate()``, shared by the tests that only read its
+    schema, through read-only connections (:func:`_query`)."""
+    path = tmp_path_factory.mktemp("migrated") / "state.db"
+    hermes_models.migrate(path)
+    return path
+
+
 # -- the schema ----------------------------------------------------------------
 
 
@@ -244,15 +253,15 @@ def test_yoyo_cli_after_migrate_applies_nothing(migrated: Path) -> None:
     ],
 )
 def test_tables_have_exactly_the_v16_columns(
-    migrated: Path, table: str, columns: list[tuple[Any, ...]]
+    v16_file: Path, table: str, columns: list[tuple[Any, ...]]
 ) -> None:
-    assert _query(migrated, f"PRAGMA table_info({table})") == columns
+    assert _query(v16_file, f"PRAGMA table_info({table})") == columns
 
 
-def test_foreign_keys_point_at_sessions(migrated: Path) -> None:
+def test_foreign_keys_point_at_sessions(v16_file: Path) -> None:
     def keys(table: str) -> list[tuple[str, str, str]]:
         rows = _query(
-            migrated, f'SELECT "from", "table", "to" FROM pragma_foreign_key_list(\'{table}\')'
+            v16_file, f'SELECT "from", "table", "to" FROM pragma_foreign_key_list(\'{table}\')'
         )
         return sorted(rows)
 
@@ -262,14 +271,14 @@ def test_foreign_keys_point_at_sessions(migrated: Path) -> None:
     assert keys("compression_locks") == []
 
 
-def test_messages_id_is_autoincrement(migrated: Path) -> None:
-    (sql,) = _query(migrated, "SELECT sql FROM sqlite_master WHERE name = 'messages'")[0]
+def test_messages_id_is_autoincrement(v16_file: Path) -> None:
+    (sql,) = _query(v16_file, "SELECT sql FROM sqlite_master WHERE name = 'messages'")[0]
     assert "id INTEGER PRIMARY KEY AUTOINCREMENT" in sql
 
 
-def test_indexes_are_exactly_the_v16_indexes(migrated: Path) -> None:
+def test_indexes_are_exactly_the_v16_indexes(v16_file: Path) -> None:
     rows = _query(
-        migrated,
+        v16_file,
         "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
         " AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name",
     )
@@ -279,20 +288,20 @@ def test_indexes_are_exactly_the_v16_indexes(migrated: Path) -> None:
         flags = {
             row[0]: (row[1], row[2])
             for row in _query(
-                migrated, f"SELECT name, \"unique\", partial FROM pragma_index_list('{table}')"
+                v16_file, f"SELECT name, \"unique\", partial FROM pragma_index_list('{table}')"
             )
         }
         columns = [
-            row[0] for row in _query(migrated, f"SELECT name FROM pragma_index_info('{name}')")
+            row[0] for row in _query(v16_file, f"SELECT name FROM pragma_index_info('{name}')")
         ]
         found[name] = (table, *flags[name], columns)
     assert found == INDEXES
 
 
-def test_partial_indexes_have_their_where_clauses(migrated: Path) -> None:
+def test_partial_indexes_have_their_where_clauses(v16_file: Path) -> None:
     rows = dict(
         _query(
-            migrated,
+            v16_file,
             "SELECT name, sql FROM sqlite_master WHERE name IN"
             " ('idx_sessions_title_unique', 'idx_messages_platform_msg_id',"
             "  'idx_sessions_started')",
@@ -303,16 +312,16 @@ def test_partial_indexes_have_their_where_clauses(migrated: Path) -> None:
     assert rows["idx_sessions_started"].endswith("(started_at DESC)")
 
 
-def test_six_search_triggers_exist(migrated: Path) -> None:
+def test_six_search_triggers_exist(v16_file: Path) -> None:
     rows = _query(
-        migrated, "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+        v16_file, "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
     )
     assert rows == [(name, "messages") for name in TRIGGERS]
 
 
-def test_both_fts_tables_use_the_v16_layout(migrated: Path) -> None:
+def test_both_fts_tables_use_the_v16_layout(v16_file: Path) -> None:
     rows = _query(
-        migrated,
+        v16_file,
         "SELECT name, sql FROM sqlite_master WHERE type = 'table'"
         " AND name IN ('messages_fts', 'messages_fts_trigram') ORDER BY name",
     )
@@ -323,7 +332,7 @@ def test_both_fts_tables_use_the_v16_layout(migrated: Path) -> None:
             "CREATE VIRTUAL TABLE messages_fts_trigram USING fts5(content, tokenize='trigram')",
         ),
     ]
-    triggers = dict(_query(migrated, "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+    triggers = dict(_query(v16_file, "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
     for table in ("messages_fts", "messages_fts_trigram"):
         insert = (
             f"INSERT INTO {table}(rowid, content) VALUES (new.id, {INDEXED_TEXT.format('new')});"
@@ -372,8 +381,8 @@ def test_triggers_keep_both_indexes_in_step(migrated: Path) -> None:
         conn.close()
 
 
-def test_schema_version_row_is_16(migrated: Path) -> None:
-    assert _query(migrated, "SELECT version FROM schema_version") == [(16,)]
+def test_schema_version_row_is_16(v16_file: Path) -> None:
+    assert _query(v16_file, "SELECT version FROM schema_version") == [(16,)]
 
 
 def test_migrate_returns_the_applied_ids_then_nothing(db_path: Path) -> None:
@@ -551,6 +560,7 @@ def _hold_lock(url: str, held: Any, release: Any) -> None:
         release.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
     held, release = SPAWN.Event(), SPAWN.Event()
     holder = SPAWN.Process(target=_hold_lock, args=(yoyo_url(db_path), held, release))

@@ -94,6 +94,13 @@ CLI_SHAPES = [
     for shape in newer.SHAPES
 ]
 
+#: The longest of these tests, the seventeen read commands and the six write commands:
+#: every shape in the full run, v30 (the shape with a CJK index) in the fast one.
+LONG_CLI_SHAPES = [
+    shape if shape == "v30" else pytest.param(shape, marks=pytest.mark.slow)
+    for shape in newer.SHAPES
+]
+
 READ_COMMANDS = (
     ("sessions",),
     ("sessions", "--limit", "0", "--recent", "--json"),
@@ -115,7 +122,7 @@ READ_COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("shape", CLI_SHAPES)
+@pytest.mark.parametrize("shape", LONG_CLI_SHAPES)
 def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shape: str) -> None:
     before = files(store_file)
     env = environment(store_file.parent.parent)
@@ -147,7 +154,7 @@ WRITE_COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("shape", CLI_SHAPES)
+@pytest.mark.parametrize("shape", LONG_CLI_SHAPES)
 def test_the_cli_write_commands_refuse_in_one_line_naming_the_version(
     store_file: Path, shape: str
 ) -> None:
@@ -329,7 +336,7 @@ def test_reading_while_a_hermes_process_keeps_appending(
         assert found == {row["id"] for row in rows if str(row["content"]).startswith("appended")}
 
 
-@pytest.mark.parametrize("shape", ["v30", "v31", "fork33"])
+@pytest.mark.parametrize("shape", ["v30", pytest.param("v31", marks=pytest.mark.slow), "fork33"])
 def test_reads_beside_an_open_hermes_connection_change_no_byte_of_wal_or_shm(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:

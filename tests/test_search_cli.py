@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,8 @@ def invoke(*args: str) -> Result:
 
 
 @pytest.fixture
-def filled(db_path: Path) -> Path:
-    with SessionDB(db_path) as store:
+def filled(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("en", "cli", started_at=T0)
         store.create_session("zh", "telegram", started_at=T0 + 60)
         store.append_message("en", "user", "How do I use the asyncio event loop?", timestamp=T0 + 1)

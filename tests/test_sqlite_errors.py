@@ -68,17 +68,21 @@ def check(exc: BaseException, name: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_constraint_failures_are_sqlite3_errors_themselves(db_path: Path, case: str) -> None:
+def test_constraint_failures_are_sqlite3_errors_themselves(
+    db_path: Path, case: str, migrated_copy: Callable[[Path], Path]
+) -> None:
     call, name = CASES[case]
-    with SessionDB(db_path) as store:
+    with SessionDB(migrated_copy(db_path)) as store:
         prepare(store)
         with pytest.raises(sqlite3.IntegrityError) as caught:
             call(store)
         check(caught.value, name)
 
 
-def test_the_same_holds_on_a_second_open_of_the_file(db_path: Path) -> None:
-    first = SessionDB(db_path)
+def test_the_same_holds_on_a_second_open_of_the_file(
+    db_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    first = SessionDB(migrated_copy(db_path))
     second = SessionDB(db_path)
     try:
         prepare(first)
@@ -94,7 +98,7 @@ def test_the_same_holds_on_a_second_open_of_the_file(db_path: Path) -> None:
 
 
 def test_the_error_object_is_the_one_sqlite3_raised(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_copy: Callable[[Path], Path]
 ) -> None:
     raised: list[BaseException] = []
     real = peewee.SqliteDatabase.execute_sql
@@ -107,7 +111,7 @@ def test_the_error_object_is_the_one_sqlite3_raised(
             raise
 
     monkeypatch.setattr(peewee.SqliteDatabase, "execute_sql", spy)
-    with SessionDB(db_path) as store:
+    with SessionDB(migrated_copy(db_path)) as store:
         with pytest.raises(sqlite3.IntegrityError) as caught:
             store.create_session("orphan", "cli", parent_session_id="missing")
     assert len(raised) == 1

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -577,9 +578,9 @@ WRITES = {
 
 
 @pytest.fixture
-def read_only(db_path: Path) -> Any:
+def read_only(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Any:
     """A read-only SessionDB on a file holding one session with two messages."""
-    with SessionDB(db_path) as writer:
+    with SessionDB(migrated_copy(db_path)) as writer:
         writer.create_session("s1", "cli", started_at=T0)
         writer.append_message("s1", "user", "hello", timestamp=T0 + 1)
         writer.append_message("s1", "assistant", "hi", timestamp=T0 + 2)
@@ -634,8 +635,11 @@ def test_read_only_needs_an_existing_file(tmp_path: Path) -> None:
 # -- two files, threads ------------------------------------------------------------------
 
 
-def test_two_stores_in_one_process_keep_apart(tmp_path: Path) -> None:
-    with SessionDB(tmp_path / "one.db") as one, SessionDB(tmp_path / "two.db") as two:
+def test_two_stores_in_one_process_keep_apart(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    one_path, two_path = migrated_copy(tmp_path / "one.db"), migrated_copy(tmp_path / "two.db")
+    with SessionDB(one_path) as one, SessionDB(two_path) as two:
         one.create_session("a", "cli", started_at=T0)
         two.create_session("b", "cli", started_at=T0)
         one.append_message("a", "user", "only in one")
@@ -652,8 +656,12 @@ def test_two_stores_in_one_process_keep_apart(tmp_path: Path) -> None:
         assert (one.message_count(), two.message_count()) == (1, 1)
 
 
-def test_two_stores_written_from_two_threads_at_once(tmp_path: Path) -> None:
-    stores = {name: SessionDB(tmp_path / f"{name}.db") for name in ("left", "right")}
+def test_two_stores_written_from_two_threads_at_once(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    stores = {
+        name: SessionDB(migrated_copy(tmp_path / f"{name}.db")) for name in ("left", "right")
+    }
     for name, store in stores.items():
         store.create_session(name, "cli", started_at=T0)
     barrier = threading.Barrier(2)
@@ -692,8 +700,10 @@ def test_two_stores_written_from_two_threads_at_once(tmp_path: Path) -> None:
 # -- closing -------------------------------------------------------------------------------
 
 
-def test_close_is_idempotent_and_closed_use_raises(db_path: Path) -> None:
-    store = SessionDB(db_path)
+def test_close_is_idempotent_and_closed_use_raises(
+    db_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    store = SessionDB(migrated_copy(db_path))
     store.create_session("s1", "cli", started_at=T0)
     store.close()
     store.close()
@@ -714,8 +724,8 @@ def test_close_is_idempotent_and_closed_use_raises(db_path: Path) -> None:
         assert again.session_count() == 1
 
 
-def test_context_manager_closes(db_path: Path) -> None:
-    with SessionDB(db_path) as store:
+def test_context_manager_closes(db_path: Path, migrated_copy: Callable[[Path], Path]) -> None:
+    with SessionDB(migrated_copy(db_path)) as store:
         store.create_session("s1", "cli", started_at=T0)
         assert "open" in repr(store)
     with pytest.raises(sqlite3.ProgrammingError):
