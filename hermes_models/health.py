@@ -376,10 +376,26 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
         if version == SCHEMA_VERSION:
             checks.append(_fts_triggers(db, table))
             checks.append(_fts_in_step(db, table))
+    gram = gram_state(db)
+    if gram["present"]:
+        checks.append(_gram_check(gram))
     if version == SCHEMA_VERSION:
         checks.append(_counters(db))
     checks.append(_sequence(db))
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _gram_check(state: dict[str, Any]) -> dict[str, Any]:
+    """Where the gram index stands. Rows it does not cover yet are no fault (searches
+    read them the slow way and stay exact); the detail says how to catch up."""
+    if not state["behind"] and not state["gone"]:
+        detail = f"every message indexed (up to id {state['high_water']})"
+    else:
+        detail = (
+            f"{state['behind']} messages not indexed yet, {state['gone']} changed by other "
+            "processes (searches stay exact; `hermes-models optimize` indexes them)"
+        )
+    return _check("gram index", True, detail)
 
 
 def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
