@@ -872,6 +872,30 @@ def test_a_wal_under_the_threshold_costs_no_statement(
     assert os.stat(f"{database.path}-wal").st_size == 0
 
 
+def test_no_truncation_holds_writers_up_for_a_reader_below_the_forcing_size(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    database.write(_insert(database, "first"))
+    reader = sqlite3.connect(database.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM state_meta").fetchone()
+        traced.clear()
+        database.write(_insert(database, "second"))  # the reader keeps the older snapshot
+    finally:
+        reader.close()
+    assert traced == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO state_meta VALUES ('second', 'v')",
+        "COMMIT",
+        "PRAGMA wal_checkpoint(PASSIVE)",
+    ]
+    assert os.stat(f"{database.path}-wal").st_size > 0
+
+
 def test_truncations_of_one_handle_are_spaced_out(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
