@@ -75,7 +75,8 @@ CHECKPOINT_EVERY_N_WRITES = 50
 #: when no reader keeps it; PASSIVE checkpoints alone never shrink the file.
 WAL_TRUNCATE_ABOVE_BYTES = 4 * 1024 * 1024
 #: Larger than this, the TRUNCATE is tried even while readers keep old frames: it then
-#: waits for them (up to :data:`WAL_TRUNCATE_WAIT_S`), holding the other writers up.
+#: waits for them, holding the other writers up: :data:`WAL_TRUNCATE_WAIT_S` times the
+#: file's size over this one, at most the 1 s busy timeout (at 4x this size).
 WAL_FORCE_TRUNCATE_ABOVE_BYTES = 16 * 1024 * 1024
 #: How long that TRUNCATE may wait for readers to leave the WAL. It holds the write lock
 #: meanwhile, so this is also how long it can hold other writers up.
@@ -726,9 +727,10 @@ class HermesDatabase(peewee.SqliteDatabase):
         PASSIVE checkpoint first copies what it can without the write lock. When it
         copied every frame (no reader needs an older snapshot), or the file is over
         :data:`WAL_FORCE_TRUNCATE_ABOVE_BYTES`, ``wal_checkpoint(TRUNCATE)`` runs
-        with a busy timeout of :data:`WAL_TRUNCATE_WAIT_S`: it holds the other
-        writers up for at most about that long, and gives up while a reader keeps
-        the WAL longer. One handle tries at most once per
+        with a busy timeout of :data:`WAL_TRUNCATE_WAIT_S` (past the forcing size,
+        that times the size over it, at most :data:`BUSY_TIMEOUT_S`): it holds the
+        other writers up for at most about that long, and gives up while a reader
+        keeps the WAL longer. One handle tries at most once per
         :data:`WAL_TRUNCATE_EVERY_S` (a random 0.5-1.5x of it). Errors are logged
         at DEBUG and never raised: the write has committed.
         """
@@ -762,8 +764,13 @@ class HermesDatabase(peewee.SqliteDatabase):
                     frames,
                 )
                 return False
+            # Past the forcing size the wait grows with the file, up to the busy
+            # timeout of a write (what Hermes' own TRUNCATE waits): a bigger WAL is
+            # worth holding the writers up a little longer.
+            wait = WAL_TRUNCATE_WAIT_S * max(1.0, size / max(1, WAL_FORCE_TRUNCATE_ABOVE_BYTES))
+            wait = min(wait, max(BUSY_TIMEOUT_S, WAL_TRUNCATE_WAIT_S))
             previous = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-            conn.execute(f"PRAGMA busy_timeout = {int(WAL_TRUNCATE_WAIT_S * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
             try:
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             finally:
