@@ -872,6 +872,24 @@ def test_a_wal_under_the_threshold_costs_no_statement(
     assert os.stat(f"{database.path}-wal").st_size == 0
 
 
+def test_past_the_forcing_size_the_wait_grows_with_the_wal_up_to_the_busy_timeout(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.25)
+    database.write(_insert(database, "first"))  # the WAL starts empty
+    waits = []
+    for n, force in enumerate((1 << 40, 1)):
+        monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", force)
+        traced.clear()
+        database.write(_insert(database, f"k{n}"))
+        at = traced.index("PRAGMA wal_checkpoint(TRUNCATE)")
+        waits.append(traced[at - 1])
+    # Under the forcing size: 0.25 s; far past it: the 1 s busy timeout, never more.
+    assert waits == ["PRAGMA busy_timeout = 250", "PRAGMA busy_timeout = 1000"]
+
+
 def test_no_truncation_holds_writers_up_for_a_reader_below_the_forcing_size(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
