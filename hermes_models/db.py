@@ -9,9 +9,12 @@ file falls back to DELETE mode with one warning.
 
 Writes run in ``BEGIN IMMEDIATE`` transactions through :func:`write`. When
 another writer holds the lock, the transaction is rolled back and the whole
-callback runs again after a random 20-150 ms pause; random pauses spread
-competing writers out instead of waking them in step. Every 50 successful
-writes a PASSIVE checkpoint keeps the WAL file short.
+callback runs again after a random 20-150 ms pause (random pauses spread
+competing writers out instead of waking them in step), until the write's
+patience (:data:`WRITE_PATIENCE_S`) has run out. Every 50 successful writes a
+PASSIVE checkpoint copies the WAL into the database; when the ``-wal`` file
+has grown past :data:`WAL_TRUNCATE_ABOVE_BYTES` a write also tries a short
+TRUNCATE checkpoint, which empties it unless a reader still needs it.
 
 Models are bound to :data:`database`, a proxy that points at the database
 most recently opened by :func:`hermes_models.connect`, or, inside :func:`using`, at the
@@ -58,10 +61,28 @@ T = TypeVar("T")
 SCHEMA_VERSION = WRITES_VERSION
 
 BUSY_TIMEOUT_S = 1.0
-WRITE_MAX_ATTEMPTS = 15
+#: How long :meth:`HermesDatabase.write` (and :func:`retry_locked`) keeps retrying a
+#: locked-out write before raising :class:`WriteConflictError`: a time, not a count of
+#: attempts, so the patience does not shrink or grow with how long each attempt waited.
+#: Hermes' later releases give ordinary writes 20 s and transcript writes 60 s; nearly
+#: every write here is a transcript write (a message), and with 16 writers beside 4
+#: searching processes on a 2-core machine single writes waited up to 24 s.
+WRITE_PATIENCE_S = 60.0
 WRITE_RETRY_MIN_S = 0.020
 WRITE_RETRY_MAX_S = 0.150
 CHECKPOINT_EVERY_N_WRITES = 50
+#: After a write, a ``-wal`` file larger than this is emptied (``wal_checkpoint(TRUNCATE)``)
+#: when no reader keeps it; PASSIVE checkpoints alone never shrink the file.
+WAL_TRUNCATE_ABOVE_BYTES = 4 * 1024 * 1024
+#: Larger than this, the TRUNCATE is tried even while readers keep old frames: it then
+#: waits for them, holding the other writers up: :data:`WAL_TRUNCATE_WAIT_S` times the
+#: file's size over this one, at most the 1 s busy timeout (at 4x this size).
+WAL_FORCE_TRUNCATE_ABOVE_BYTES = 16 * 1024 * 1024
+#: How long that TRUNCATE may wait for readers to leave the WAL. It holds the write lock
+#: meanwhile, so this is also how long it can hold other writers up.
+WAL_TRUNCATE_WAIT_S = 0.25
+#: The least time between two such TRUNCATE attempts of one handle (a random 0.5-1.5x of it).
+WAL_TRUNCATE_EVERY_S = 1.0
 
 #: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
 WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
@@ -501,16 +522,20 @@ def _jitter() -> None:
     time.sleep(random.uniform(WRITE_RETRY_MIN_S, WRITE_RETRY_MAX_S))
 
 
-def retry_locked(fn: Callable[[], T], attempts: int = WRITE_MAX_ATTEMPTS) -> T:
-    """Run ``fn``, sleeping a random 20-150 ms and retrying while it is locked out."""
-    for attempt in range(1, attempts + 1):
+def retry_locked(fn: Callable[[], T], patience: float | None = None) -> T:
+    """Run ``fn``, sleeping a random 20-150 ms and retrying while it is locked out.
+
+    Retries until ``patience`` seconds (default :data:`WRITE_PATIENCE_S`) have
+    passed since the first try; the lock error of the last try is then raised.
+    """
+    give_up_at = time.monotonic() + (WRITE_PATIENCE_S if patience is None else patience)
+    while True:
         try:
             return fn()
         except (sqlite3.OperationalError, peewee.OperationalError) as exc:
-            if not is_lock_error(exc) or attempt == attempts:
+            if not is_lock_error(exc) or time.monotonic() >= give_up_at:
                 raise
         _jitter()
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 #: First words of the statements that write.
@@ -542,6 +567,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: indexed (others' rows lie below it), so the write catches up before it commits.
         self.grams_behind = False
         self._behind_writes = itertools.count()
+        self._wal_path = f"{path}-wal"
+        self._next_truncate = 0.0
         self._thread_tokens = threading.local()
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
@@ -601,23 +628,28 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retrying while locked.
 
         On a locked/busy error the transaction is rolled back, the thread
-        sleeps 20-150 ms and ``fn`` runs again, up to 15 times; ``fn`` must be
-        safe to re-run. Inside an open transaction ``fn`` runs in a savepoint
-        and the outermost write does the retrying.
+        sleeps 20-150 ms and ``fn`` runs again, until :data:`WRITE_PATIENCE_S`
+        (60 s) have passed since the first try; ``fn`` must be safe to re-run.
+        Inside an open transaction ``fn`` runs in a savepoint and the outermost
+        write does the retrying. After the commit, :meth:`bound_wal` keeps the
+        ``-wal`` file short.
 
         Raises:
             SchemaTooNewError: the file is newer than the v16 schema this package
                 writes (a :class:`ReadOnlyDatabaseError` too).
             ReadOnlyDatabaseError: the handle was opened read-only, or SQLite cannot
                 write the file or its folder.
-            WriteConflictError: still locked out after the last attempt.
+            WriteConflictError: still locked out when the patience ran out (the
+                message says how long it waited and how many attempts it made).
         """
         self.refuse_writes()
         self.ensure_grams()
         if self.in_transaction():
             with self.atomic():
                 return fn()
-        for attempt in range(1, WRITE_MAX_ATTEMPTS + 1):
+        started = time.monotonic()
+        give_up_at = started + WRITE_PATIENCE_S
+        for attempt in itertools.count(1):
             try:
                 with _Immediate(self):
                     result = fn()
@@ -630,10 +662,12 @@ class HermesDatabase(peewee.SqliteDatabase):
                     raise _refuse_read_only(self.path) from exc
                 if not is_lock_error(exc):
                     raise
-                if attempt == WRITE_MAX_ATTEMPTS:
+                now = time.monotonic()
+                if now >= give_up_at:
                     raise WriteConflictError(
                         f"database is locked: {self.path} stayed locked by other writers "
-                        f"through {WRITE_MAX_ATTEMPTS} attempts"
+                        f"for {now - started:.1f} s ({attempt} attempts; patience "
+                        f"{WRITE_PATIENCE_S:g} s)"
                     ) from exc
                 logger.debug("write locked out (attempt %d): %s", attempt, exc)
                 _jitter()
@@ -683,6 +717,77 @@ class HermesDatabase(peewee.SqliteDatabase):
     def _count_write(self) -> None:
         if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:
             self.checkpoint("PASSIVE")
+        self.bound_wal()
+
+    def bound_wal(self) -> bool:
+        """Empty the ``-wal`` file when it is larger than :data:`WAL_TRUNCATE_ABOVE_BYTES`;
+        True when it was emptied.
+
+        Called after every write; costs one ``stat`` while the file is small. A
+        PASSIVE checkpoint first copies what it can without the write lock. When it
+        copied every frame (no reader needs an older snapshot), or the file is over
+        :data:`WAL_FORCE_TRUNCATE_ABOVE_BYTES`, ``wal_checkpoint(TRUNCATE)`` runs
+        with a busy timeout of :data:`WAL_TRUNCATE_WAIT_S` (past the forcing size,
+        that times the size over it, at most :data:`BUSY_TIMEOUT_S`): it holds the
+        other writers up for at most about that long, and gives up while a reader
+        keeps the WAL longer. One handle tries at most once per
+        :data:`WAL_TRUNCATE_EVERY_S` (a random 0.5-1.5x of it). Errors are logged
+        at DEBUG and never raised: the write has committed.
+        """
+        if self.read_only or self.journal != "wal" or (self.shape and self.shape.newer):
+            return False
+        if self.in_transaction():
+            return False
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            return False
+        if size <= WAL_TRUNCATE_ABOVE_BYTES:
+            return False
+        now = time.monotonic()
+        if now < self._next_truncate:
+            return False
+        self._next_truncate = now + WAL_TRUNCATE_EVERY_S * random.uniform(0.5, 1.5)
+        return self._truncate_wal(size)
+
+    def _truncate_wal(self, size: int) -> bool:
+        conn = self.connection()
+        try:
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if (busy or copied < frames) and size <= WAL_FORCE_TRUNCATE_ABOVE_BYTES:
+                # A reader still needs frames from before the last commits: TRUNCATE
+                # would hold the writers up waiting for it. Try again later.
+                logger.debug(
+                    "WAL of %d bytes left: readers keep %d of %d frames",
+                    size,
+                    frames - copied,
+                    frames,
+                )
+                return False
+            # Past the forcing size the wait grows with the file, up to the busy
+            # timeout of a write (what Hermes' own TRUNCATE waits): a bigger WAL is
+            # worth holding the writers up a little longer.
+            wait = WAL_TRUNCATE_WAIT_S * max(1.0, size / max(1, WAL_FORCE_TRUNCATE_ABOVE_BYTES))
+            wait = min(wait, max(BUSY_TIMEOUT_S, WAL_TRUNCATE_WAIT_S))
+            previous = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+            try:
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {previous}")
+        except sqlite3.Error as exc:
+            logger.debug("wal_checkpoint(TRUNCATE) of a %d-byte WAL failed: %s", size, exc)
+            return False
+        if busy:
+            logger.debug(
+                "WAL of %d bytes not truncated: readers kept it (%d of %d frames copied)",
+                size,
+                copied,
+                frames,
+            )
+            return False
+        logger.debug("WAL of %d bytes truncated", size)
+        return True
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         """Run ``PRAGMA wal_checkpoint(mode)``, ignoring any error."""
@@ -969,8 +1074,12 @@ __all__ = [
     "BUSY_TIMEOUT_S",
     "CHECKPOINT_EVERY_N_WRITES",
     "SCHEMA_VERSION",
+    "WAL_FORCE_TRUNCATE_ABOVE_BYTES",
     "WAL_INCOMPAT_MARKERS",
-    "WRITE_MAX_ATTEMPTS",
+    "WAL_TRUNCATE_ABOVE_BYTES",
+    "WAL_TRUNCATE_EVERY_S",
+    "WAL_TRUNCATE_WAIT_S",
+    "WRITE_PATIENCE_S",
     "WRITE_RETRY_MAX_S",
     "WRITE_RETRY_MIN_S",
     "HermesDatabase",

@@ -584,10 +584,10 @@ def test_a_lock_error_inside_the_callback_reruns_it_from_scratch(
     assert _meta(database.path) == [("try-3", "v")]
 
 
-def test_write_gives_up_with_write_conflict_error(
+def test_write_gives_up_with_write_conflict_error_once_its_patience_ran_out(
     database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_MAX_ATTEMPTS", 3)
+    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.3)
     database.execute_sql("PRAGMA busy_timeout = 50")
     runs: list[int] = []
 
@@ -595,18 +595,30 @@ def test_write_gives_up_with_write_conflict_error(
         runs.append(1)
 
     with _write_lock_held(database.path):
+        started = time.monotonic()
         with pytest.raises(WriteConflictError) as caught:
             database.write(run)
+        waited = time.monotonic() - started
     assert isinstance(caught.value, sqlite3.OperationalError)
-    assert "locked" in str(caught.value)
-    assert (runs, len(pauses)) == ([], 2)
+    message = str(caught.value)
+    found = re.fullmatch(
+        rf"database is locked: {re.escape(str(database.path))} stayed locked by other "
+        r"writers for (\d+\.\d) s \((\d+) attempts; patience 0\.3 s\)",
+        message,
+    )
+    assert found, message
+    # It gave up only after its patience, and says how long it waited and how often it tried.
+    assert waited >= 0.3
+    assert abs(float(found[1]) - waited) <= 0.1  # the time it waited, to a tenth of a second
+    assert int(found[2]) == len(pauses) + 1 >= 2
+    assert runs == []  # BEGIN IMMEDIATE was refused every time
     assert database.write(_insert(database, "after")) == 1
 
 
 def test_write_conflict_after_the_callback_kept_failing(
     database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_MAX_ATTEMPTS", 4)
+    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.2)
     runs: list[int] = []
 
     def run() -> None:
@@ -614,10 +626,69 @@ def test_write_conflict_after_the_callback_kept_failing(
         database.execute_sql("INSERT INTO state_meta VALUES ('k', 'v')")
         raise sqlite3.OperationalError("database is busy")
 
-    with pytest.raises(WriteConflictError, match="locked"):
+    with pytest.raises(WriteConflictError, match="locked") as caught:
         database.write(run)
-    assert (len(runs), len(pauses)) == (4, 3)
+    assert len(runs) == len(pauses) + 1 >= 2
+    assert f"({len(runs)} attempts; patience 0.2 s)" in str(caught.value)
     assert _meta(database.path) == []
+
+
+def test_the_patience_is_a_time_not_a_count_of_attempts(
+    database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pauses that take no time leave the patience untouched: the write keeps trying
+    (here 200 times, far past the 15 attempts of Hermes v16) until it gets through."""
+    monkeypatch.setattr(db_module, "_jitter", lambda: None)
+    runs: list[int] = []
+
+    def run() -> int:
+        runs.append(1)
+        if len(runs) < 200:
+            raise sqlite3.OperationalError("database is locked")
+        return _insert(database, "k")()
+
+    assert database.write(run) == 1
+    assert len(runs) == 200
+    assert _meta(database.path) == [("k", "v")]
+
+
+def test_retry_locked_retries_until_its_patience_ran_out(
+    database: HermesDatabase, pauses: list[float]
+) -> None:
+    calls: list[int] = []
+
+    def locked() -> None:
+        calls.append(1)
+        raise sqlite3.OperationalError("database is locked")
+
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        db_module.retry_locked(locked, patience=0.2)
+    assert time.monotonic() - started >= 0.2
+    assert len(calls) == len(pauses) + 1 >= 2
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 5:
+            raise peewee.OperationalError("database is busy")
+        return "done"
+
+    calls.clear()
+    with pytest.raises(peewee.OperationalError, match="busy"):
+        db_module.retry_locked(flaky, patience=0)  # no patience: the first lock error is raised
+    assert len(calls) == 1
+    calls.clear()
+    assert db_module.retry_locked(flaky) == "done"
+    assert len(calls) == 5
+    calls.clear()
+
+    def missing() -> None:
+        calls.append(1)
+        database.execute_sql("SELECT * FROM nowhere")
+
+    with pytest.raises(peewee.OperationalError, match="no such table"):
+        db_module.retry_locked(missing)
+    assert len(calls) == 1  # not a lock error: never retried
 
 
 @pytest.mark.parametrize(
@@ -740,6 +811,117 @@ def test_close_truncates_the_wal(database: HermesDatabase) -> None:
         assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (20,)
     finally:
         reader.close()
+
+
+def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
+    database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threshold = 64 * 1024
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", threshold)
+    monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 2 * threshold)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)  # try after every write
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.001)
+    database.execute_sql("PRAGMA busy_timeout = 1234")
+    wal = Path(f"{database.path}-wal")
+    value = "x" * 3000  # about a page a row
+    reader = sqlite3.connect(database.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (0,)
+        # The reader's snapshot keeps every frame: the WAL grows past both thresholds,
+        # every truncation gives up (past the second after waiting for the reader),
+        # and no write fails because of it.
+        for n in range(100):
+            assert database.write(_insert(database, f"k{n:03d}", value)) == 1
+        held = wal.stat().st_size
+        assert held > 4 * threshold
+        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (0,)
+        reader.execute("COMMIT")  # the snapshot is released
+        assert database.write(_insert(database, "after", value)) == 1
+        assert wal.stat().st_size <= threshold
+        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (101,)
+    finally:
+        reader.close()
+    # The short wait of the truncation was this connection's for that call only.
+    assert database.execute_sql("PRAGMA busy_timeout").fetchone() == (1234,)
+    assert _meta(database.path)[-1] == ("k099", value)
+
+
+def test_a_wal_under_the_threshold_costs_no_statement(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    database.write(_insert(database, "small"))
+    assert traced == ["BEGIN IMMEDIATE", "INSERT INTO state_meta VALUES ('small', 'v')", "COMMIT"]
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.25)
+    traced.clear()
+    database.write(_insert(database, "big"))
+    assert traced == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO state_meta VALUES ('big', 'v')",
+        "COMMIT",
+        # What it can copy without the write lock first, then the truncation with a
+        # short busy timeout, and the connection's own timeout back.
+        "PRAGMA wal_checkpoint(PASSIVE)",
+        "PRAGMA busy_timeout",
+        "PRAGMA busy_timeout = 250",
+        "PRAGMA wal_checkpoint(TRUNCATE)",
+        "PRAGMA busy_timeout = 1000",
+    ]
+    assert os.stat(f"{database.path}-wal").st_size == 0
+
+
+def test_past_the_forcing_size_the_wait_grows_with_the_wal_up_to_the_busy_timeout(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.25)
+    database.write(_insert(database, "first"))  # the WAL starts empty
+    waits = []
+    for n, force in enumerate((1 << 40, 1)):
+        monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", force)
+        traced.clear()
+        database.write(_insert(database, f"k{n}"))
+        at = traced.index("PRAGMA wal_checkpoint(TRUNCATE)")
+        waits.append(traced[at - 1])
+    # Under the forcing size: 0.25 s; far past it: the 1 s busy timeout, never more.
+    assert waits == ["PRAGMA busy_timeout = 250", "PRAGMA busy_timeout = 1000"]
+
+
+def test_no_truncation_holds_writers_up_for_a_reader_below_the_forcing_size(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    database.write(_insert(database, "first"))
+    reader = sqlite3.connect(database.path, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM state_meta").fetchone()
+        traced.clear()
+        database.write(_insert(database, "second"))  # the reader keeps the older snapshot
+    finally:
+        reader.close()
+    assert traced == [
+        "BEGIN IMMEDIATE",
+        "INSERT INTO state_meta VALUES ('second', 'v')",
+        "COMMIT",
+        "PRAGMA wal_checkpoint(PASSIVE)",
+    ]
+    assert os.stat(f"{database.path}-wal").st_size > 0
+
+
+def test_truncations_of_one_handle_are_spaced_out(
+    database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 3600.0)
+    for n in range(5):
+        database.write(_insert(database, f"k{n}"))
+    assert [s for s in traced if "TRUNCATE" in s] == ["PRAGMA wal_checkpoint(TRUNCATE)"]
 
 
 def test_read_only_handle_reads_and_refuses_writes(db_path: Path) -> None:

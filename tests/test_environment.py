@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pwd
 import random
+import re
 import resource
 import shutil
 import signal
@@ -544,7 +545,7 @@ def locked_by_another_process(path: Path) -> Iterator[None]:
 def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
     filled: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_MAX_ATTEMPTS", 3)
+    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.2)
     monkeypatch.setattr(db_module, "WRITE_RETRY_MIN_S", 0.001)
     monkeypatch.setattr(db_module, "WRITE_RETRY_MAX_S", 0.005)
     filled._conn.execute("PRAGMA busy_timeout = 50")
@@ -554,11 +555,14 @@ def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
         with pytest.raises(WriteConflictError) as caught:
             filled.append_message("s1", "user", "blocked")
         elapsed = time.monotonic() - started
-        assert str(caught.value) == (
-            f"database is locked: {filled.db_path} stayed locked by other writers "
-            "through 3 attempts"
+        found = re.fullmatch(
+            f"database is locked: {re.escape(str(filled.db_path))} stayed locked by other "
+            r"writers for (\d+\.\d) s \(\d+ attempts; patience 0\.2 s\)",
+            str(caught.value),
         )
-        assert 0.1 <= elapsed < 2
+        assert found, str(caught.value)
+        assert float(found[1]) >= 0.2
+        assert 0.2 <= elapsed < 2
         assert filled.get_session("s1")["message_count"] == 2  # type: ignore[index]
         with SessionDB(filled.db_path, read_only=True) as reader:
             assert reader.get_meta("holder") is None
@@ -590,15 +594,21 @@ def test_a_second_handle_opened_in_this_process_keeps_its_sqlite_locks(
 
 
 @pytest.mark.slow
-def test_the_default_retry_budget_ends_in_a_clear_error_not_a_hang(filled: SessionDB) -> None:
-    """15 attempts, each waiting out the 1 s busy timeout, with 20-150 ms pauses between."""
+def test_the_default_write_patience_ends_in_a_clear_error_not_a_hang(filled: SessionDB) -> None:
+    """Attempts, each waiting out the 1 s busy timeout, with 20-150 ms pauses between,
+    until the 60 s patience has passed: the last attempt may start just before."""
+    assert db_module.WRITE_PATIENCE_S == 60.0
     with locked_by_another_process(filled.db_path):
         started = time.monotonic()
-        with pytest.raises(WriteConflictError, match="through 15 attempts"):
+        with pytest.raises(WriteConflictError) as caught:
             filled.set_meta("k", "blocked")
         elapsed = time.monotonic() - started
-    low = 15 * db_module.BUSY_TIMEOUT_S + 14 * db_module.WRITE_RETRY_MIN_S
-    assert low <= elapsed < low + 14 * db_module.WRITE_RETRY_MAX_S + 5
+    found = re.search(r"for (\d+\.\d) s \((\d+) attempts; patience 60 s\)", str(caught.value))
+    assert found, str(caught.value)
+    low = db_module.WRITE_PATIENCE_S
+    assert low <= elapsed < low + db_module.BUSY_TIMEOUT_S + db_module.WRITE_RETRY_MAX_S + 5
+    attempt = db_module.BUSY_TIMEOUT_S + db_module.WRITE_RETRY_MAX_S
+    assert int(found[2]) >= low // attempt
     assert filled.get_meta("k") == "v"
 
 

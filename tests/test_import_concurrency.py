@@ -65,7 +65,7 @@ def _appender(path: str, stop: str, conn: Connection) -> None:
     """Append to the live session until ``stop`` exists; one lock wait of ~1 s is a failure."""
     import hermes_models.db as db
 
-    db.WRITE_MAX_ATTEMPTS = 1  # the busy timeout (1 s) is all the patience this writer has
+    db.WRITE_PATIENCE_S = 0.0  # the busy timeout (1 s) is all the patience this writer has
     failures: list[str] = []
     waits: list[float] = []
     with SessionDB(path) as store:
