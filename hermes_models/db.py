@@ -695,7 +695,16 @@ class HermesDatabase(peewee.SqliteDatabase):
         conn = cast(sqlite3.Connection, self.connection())
         token: _ThreadToken = self._thread_tokens.token
         if token.grams is None:
-            token.grams = self.grams = grams.install(conn, self._note_grams_behind)
+            try:
+                token.grams = self.grams = grams.install(conn, self._note_grams_behind)
+            except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+                if not is_lock_error(exc):
+                    raise
+                # Another process holds the file (creating it, say): this write goes
+                # on without the triggers (its rows are caught up later); the next
+                # write tries again.
+                logger.debug("gram index triggers not installed yet: %s", exc)
+                return False
         return bool(token.grams)
 
     def _note_grams_behind(self) -> None:
