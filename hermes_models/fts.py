@@ -32,18 +32,15 @@ query; :mod:`hermes_models.search` runs it and shapes the results.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-import peewee
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
 from .caches import BoundedSet
 from .db import current, database
-from .grams import TABLE as GRAM_TABLE
-from .grams import present
+from .grams import usable
 from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower
 
 logger = logging.getLogger("hermes_models")
@@ -125,14 +122,8 @@ def gram_index_ready() -> bool:
     cached = _gram_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]
-    ready = False
     shape = db.shape
-    if (shape is None or shape.fts_servable) and present(db.connection()):
-        try:
-            db.execute_sql(f"SELECT 1 FROM {GRAM_TABLE} LIMIT 0")
-            ready = True
-        except (sqlite3.Error, peewee.DatabaseError):  # no FTS5 in this build
-            ready = False
+    ready = (shape is None or shape.fts_servable) and usable(db.connection())
     _gram_cache[db] = (version, ready)
     return ready
 

@@ -270,6 +270,17 @@ def present(conn: sqlite3.Connection) -> bool:
     return bool(row[0] == 3)
 
 
+def usable(conn: sqlite3.Connection) -> bool:
+    """True when the file has the gram index and this SQLite build can read it."""
+    if not present(conn):
+        return False
+    try:
+        conn.execute(f"SELECT 1 FROM {TABLE} LIMIT 0")
+    except sqlite3.Error:  # no FTS5 in this build: the table is inert
+        return False
+    return True
+
+
 def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
     """Register the SQL functions and the TEMP triggers on one writable connection of
     ours; ``behind()`` is called when a message we insert cannot be indexed yet.
@@ -283,11 +294,7 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
         behind()
 
     conn.create_function(BEHIND_FUNCTION, 0, note_behind)
-    if not present(conn):
-        return False
-    try:
-        conn.execute(f"SELECT 1 FROM {TABLE} LIMIT 0")
-    except sqlite3.Error:  # no FTS5 in this build: the table is inert
+    if not usable(conn):
         return False
     for sql in _TEMP_TRIGGERS:
         conn.execute(sql)
@@ -417,4 +424,5 @@ __all__ = [
     "status",
     "term_match",
     "unigram",
+    "usable",
 ]

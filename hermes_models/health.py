@@ -90,13 +90,11 @@ def _size(path: Path) -> int:
 def gram_state(db: HermesDatabase) -> dict[str, Any]:
     """The gram index's state (:func:`hermes_models.grams.status`); ``present`` False
     when the file lacks it or this build cannot read it."""
+    absent = {"present": False, "high_water": None, "behind": None, "gone": None}
     try:
-        state = grams.status(db)
-        if state["present"]:
-            db.connection().execute(f"SELECT 1 FROM {grams.TABLE} LIMIT 0")
-    except sqlite3.Error:  # a build without FTS5 cannot read the table
-        return {"present": False, "high_water": None, "behind": None, "gone": None}
-    return state
+        return grams.status(db) if grams.usable(db.connection()) else absent
+    except sqlite3.Error:
+        return absent
 
 
 def search_indexes(db: HermesDatabase) -> dict[str, str]:
