@@ -257,6 +257,18 @@ def small_calls(store: SessionDB, plain: sqlite3.Connection, rounds: int) -> Non
             ),
         ),
         (
+            # Ours is stricter than Hermes on purpose (a counter that disagrees with
+            # the rows keeps the session): the simplest SQL for that same rule.
+            "count_empty_sessions() / same rule",
+            store.count_empty_sessions,
+            lambda: _one(
+                plain,
+                "SELECT COUNT(*) FROM sessions WHERE message_count = 0"
+                " AND ended_at IS NOT NULL AND archived = 0"
+                " AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id)",
+            ),
+        ),
+        (
             "prune_sessions() (nothing to prune)",
             store.prune_sessions,
             lambda: plain_prune(plain, 90),

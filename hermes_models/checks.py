@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
 INT64_MAX = 2**63 - 1
@@ -27,6 +27,9 @@ EPOCH_MAX = 253_402_300_799.0 - 86_400.0
 #: SQLite's JSON functions both recurse; well below either one's limit, every
 #: reader can decode what was stored.
 MAX_JSON_DEPTH = 500
+
+# Integers below this in size turn into floats exactly.
+_EXACT = 2**53
 
 
 def check_flag(value: Any, argument: str, *, none_is_false: bool = False) -> bool:
@@ -59,6 +62,11 @@ def check_int64(value: Any, argument: str, *, minimum: int | None = None) -> int
 
 def check_finite(value: Any, argument: str) -> float:
     """``value`` as a float: a finite int or float (not a bool)."""
+    kind = value.__class__  # the common cases first, without the calls below
+    if kind is float and value - value == 0.0:  # not inf, not nan
+        return cast(float, value)
+    if kind is int and -_EXACT < value < _EXACT:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{argument} must be a number, not {type(value).__name__}")
     try:
@@ -108,6 +116,8 @@ def check_text(
     value: Any, argument: str, *, optional: bool = False, empty: bool = True
 ) -> str | None:
     """``value`` if it is storable text (None allowed when ``optional``, ``""`` when ``empty``)."""
+    if value.__class__ is str and value.isascii() and (empty or value):
+        return value  # the common case, checked first: keys and ids on every call
     if value is None and optional:
         return None
     if not isinstance(value, str):

@@ -248,7 +248,8 @@ def _old_sessions_args(older_than_days: float, source: str | None) -> tuple[floa
     days = check_finite(older_than_days, "older_than_days")
     if days < 0:
         raise ValueError(f"older_than_days must not be negative, got {older_than_days}")
-    check_text(source, "source", optional=True)
+    if source is not None:
+        check_text(source, "source")
     return time.time() - days * 86400.0, source is not None
 
 
@@ -286,10 +287,11 @@ def prune(
     orphaned and keep their messages.
     """
     cutoff, one_source = _old_sessions_args(older_than_days, source)
-    sessions_folder(sessions_dir)  # a bad folder is refused whatever matches
+    if sessions_dir is not None:
+        sessions_folder(sessions_dir)  # a bad folder is refused whatever matches
     db = current()
     db.refuse_writes()
-    if _OLD_SESSION[one_source].execute(db, cutoff=cutoff, source=source).fetchone() is None:
+    if _OLD_SESSION[one_source].first(db, cutoff=cutoff, source=source) is None:
         # Nothing matched in a read: no write transaction to take (the common case).
         return 0
     return _delete_matching(_old_sessions_query(cutoff, source), sessions_dir)

@@ -748,7 +748,7 @@ class StateMeta(BaseModel):
     def get_value(cls, key: str, default: str | None = None) -> str | None:
         """The value stored under ``key``, or ``default``."""
         check_text(key, "key")
-        row = _META_VALUE.execute(current(), key=key).fetchone()
+        row = _META_VALUE.first(current(), key=key)
         return default if row is None else row[0]
 
     @classmethod

@@ -93,9 +93,10 @@ def _api(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: SessionDB, *args: Any, **kwargs: Any) -> Any:
-        if self._db is None:
+        db = self._db
+        if db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        token = bind_current(self._db)  # what using() does, without a generator
+        token = bind(db)  # what using() does, without a generator
         try:
             return method(self, *args, **kwargs)
         except peewee.PeeweeException as exc:
@@ -112,8 +113,9 @@ def _api(method: F) -> F:
             named = _named_arguments(inspect.signature(method), (self, *args), kwargs)
             raise unencodable_error(named) from None
         finally:
-            unbind_current(token)
+            unbind(token)
 
+    bind, unbind = bind_current, unbind_current  # looked up once, not per call
     return cast(F, wrapper)
 
 

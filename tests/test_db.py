@@ -1062,3 +1062,65 @@ def test_a_prepared_statement_gives_a_scalar_and_dicts(store: SessionDB) -> None
         {"key": "empty", "value": None},
         {"key": "k", "value": "v"},
     ]
+
+
+def test_a_prepared_statement_names_its_values_and_keeps_quoted_question_marks(
+    store: SessionDB,
+) -> None:
+    store.set_meta("a?b", "quoted")
+    store.set_meta("k", "v")
+    # A '?' inside a string literal is not a placeholder; LIMIT 1 is a fixed integer.
+    both = Prepared(
+        lambda key: (
+            StateMeta.select(StateMeta.key, StateMeta.value)
+            .where((StateMeta.key == key) | (StateMeta.key == peewee.SQL("'a?b'")))
+            .order_by(StateMeta.key)
+            .limit(1)
+        ),
+        "key",
+    )
+    db = store.database
+    sql, fixed, positions = both.render(db)
+    assert (fixed, positions) == ([], [])
+    assert sql.count(":key") == 1 and "'a?b'" in sql and sql.endswith("LIMIT 1")
+    assert both.first(db, key="k") == ("a?b", "quoted")
+    assert both.dicts(db, key="zzz") == [{"key": "a?b", "value": "quoted"}]
+    # A fixed text value stays a bound parameter (never spliced into the SQL).
+    fixed_text = Prepared(
+        lambda key: StateMeta.select(StateMeta.value).where(StateMeta.key.in_([key, "k"])), "key"
+    )
+    sql, fixed, positions = fixed_text.render(db)
+    assert "'k'" not in sql and "k" in fixed and positions == [(0, "key")]
+    assert sorted(row[0] for row in fixed_text.execute(db, key="a?b")) == ["quoted", "v"]
+
+
+def test_a_prepared_statement_raises_what_execute_sql_raises_and_reports_to_query_hooks(
+    store: SessionDB,
+) -> None:
+    insert = Prepared(lambda key: StateMeta.insert(key=key, value="x"), "key")
+    db = store.database
+    store.set_meta("taken", "v")
+    with pytest.raises(peewee.IntegrityError, match="UNIQUE constraint failed: state_meta.key"):
+        with db.atomic():
+            insert.execute(db, key="taken")
+    seen: list[str] = []
+    db.query_hooks.append(lambda event: seen.append(event.sql))
+    try:
+        value = Prepared(
+            lambda key: StateMeta.select(StateMeta.value).where(StateMeta.key == key), "key"
+        )
+        assert value.scalar(db, key="taken") == "v"
+    finally:
+        db.query_hooks.clear()
+    assert len(seen) == 1 and '"state_meta"' in seen[0]
+    assert store.get_meta("taken") == "v"
+
+
+def test_a_prepared_statement_is_in_peewees_query_log_when_it_is_on(
+    store: SessionDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.set_meta("k", "v")
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        assert store.get_meta("k") == "v"
+    logged = [record.msg for record in caplog.records if record.name == "peewee"]
+    assert len(logged) == 1 and '"state_meta"' in logged[0][0] and logged[0][1] == {"key": "k"}
