@@ -1100,7 +1100,7 @@ def test_a_prepared_statement_raises_what_execute_sql_raises_and_reports_to_quer
     insert = Prepared(lambda key: StateMeta.insert(key=key, value="x"), "key")
     db = store.database
     store.set_meta("taken", "v")
-    with pytest.raises(peewee.IntegrityError, match="UNIQUE constraint failed: state_meta.key"):
+    with pytest.raises(peewee.IntegrityError, match=r"UNIQUE constraint failed: state_meta\.key"):
         with db.atomic():
             insert.execute(db, key="taken")
     seen: list[str] = []
