@@ -56,8 +56,8 @@ BASELINE = (
 )
 
 #: Every migration in order: the baseline, then what this package adds beyond the
-#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`).
-MIGRATIONS = (*BASELINE, "0007_cjk_gram_index")
+#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time).
+MIGRATIONS = (*BASELINE, "0007_cjk_gram_index", "0008_message_time_index")
 
 #: The migration applied again whenever the full-text indexes are out of step
 #: with the SQLite build that opens the file.

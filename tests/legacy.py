@@ -473,9 +473,13 @@ def build_v16(path: Path) -> Path:
 
 
 def is_bookkeeping(name: str) -> bool:
-    """True for yoyo's own tables and indexes, and hermes_models' gram index (its
-    tables, their shadow tables and the triggers that list deleted messages)."""
-    return name.startswith(("_yoyo", "yoyo", "messages_cjk")) or name == "sqlite_sequence"
+    """True for yoyo's own tables and indexes, and hermes_models' additions: the gram
+    index (its tables, their shadow tables and the triggers that list deleted
+    messages) and the index of messages by time."""
+    return (
+        name.startswith(("_yoyo", "yoyo", "messages_cjk"))
+        or name in ("sqlite_sequence", "idx_messages_time")
+    )
 
 
 def rows(conn: sqlite3.Connection, table: str) -> list[dict[str, Any]]:

@@ -467,8 +467,8 @@ def test_upgrade_waits_for_a_hermes_writer_holding_the_lock(tmp_path: Path) -> N
 def test_v16_file_is_adopted_without_any_change(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 16)
     before = legacy.dump(path)
-    # Only this package's own addition is applied; every Hermes object and row is as it was.
-    assert _adopt(path) == ["0007_cjk_gram_index"]
+    # Only this package's own additions are applied; every Hermes object and row is as it was.
+    assert _adopt(path) == ["0007_cjk_gram_index", "0008_message_time_index"]
     assert legacy.dump(path) == before
     assert sorted(r[0] for r in _query(path, "SELECT migration_id FROM _yoyo_migration")) == sorted(
         MIGRATIONS

@@ -126,6 +126,9 @@ INDEXES = {
     "idx_compression_locks_expires": ("compression_locks", 0, 0, ["expires_at"]),
 }
 
+#: Indexes this package adds to the v16 layout (migration 0008: messages by time).
+OUR_INDEXES = {"idx_messages_time": ("messages", 0, 0, ["timestamp"])}
+
 TRIGGERS = [
     "messages_cjk_gone_delete",
     "messages_cjk_gone_update",
@@ -276,15 +279,16 @@ def test_messages_id_is_autoincrement(v16_file: Path) -> None:
     assert "id INTEGER PRIMARY KEY AUTOINCREMENT" in sql
 
 
-def test_indexes_are_exactly_the_v16_indexes(v16_file: Path) -> None:
+def test_indexes_are_exactly_the_v16_indexes_and_ours(v16_file: Path) -> None:
+    expected = {**INDEXES, **OUR_INDEXES}
     rows = _query(
         v16_file,
         "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'"
         " AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name",
     )
-    assert rows == sorted((name, spec[0]) for name, spec in INDEXES.items())
+    assert rows == sorted((name, spec[0]) for name, spec in expected.items())
     found = {}
-    for name, (table, _, _, _) in INDEXES.items():
+    for name, (table, _, _, _) in expected.items():
         flags = {
             row[0]: (row[1], row[2])
             for row in _query(
@@ -295,7 +299,7 @@ def test_indexes_are_exactly_the_v16_indexes(v16_file: Path) -> None:
             row[0] for row in _query(v16_file, f"SELECT name FROM pragma_index_info('{name}')")
         ]
         found[name] = (table, *flags[name], columns)
-    assert found == INDEXES
+    assert found == expected
 
 
 def test_partial_indexes_have_their_where_clauses(v16_file: Path) -> None:
