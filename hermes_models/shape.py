@@ -135,6 +135,9 @@ class FileShape:
     cjk: str = ""
     #: Hermes' ``state_meta`` flags about the indexes (``fts_*`` keys).
     fts_meta: Mapping[str, str] = field(default_factory=dict)
+    #: True when the file has :data:`TIME_INDEX` (files of this package's migration
+    #: 0008; never Hermes' own).
+    time_index: bool = False
 
     # Both are asked on every statement: worked out once per shape (it never changes).
     @functools.cached_property
@@ -154,7 +157,12 @@ class FileShape:
     @functools.cached_property
     def key(self) -> tuple[Any, ...]:
         """What SQL built for this file depends on (a cache key)."""
-        return (tuple(self.columns.get(t, ()) for t in PROBED), self.newer, self.trigram_gaps)
+        return (
+            tuple(self.columns.get(t, ()) for t in PROBED),
+            self.newer,
+            self.trigram_gaps,
+            self.time_index,
+        )
 
     def evidence(self) -> str | None:
         """The first sign of a newer file: a table or ``table.column`` only later Hermes
@@ -178,9 +186,16 @@ class FileShape:
         return number if sign is None else f"{number} (with {sign} of a later Hermes)"
 
 
+#: The index of messages by time (migration 0008): pages of hits newest first use it.
+TIME_INDEX = "idx_messages_time"
+
+
 def _table_sql(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
+    """Tables and views by name (type, CREATE text), and the time index when it exists."""
     rows = conn.execute(
-        "SELECT name, type, COALESCE(sql, '') FROM sqlite_master WHERE type IN ('table', 'view')"
+        "SELECT name, type, COALESCE(sql, '') FROM sqlite_master"
+        " WHERE type IN ('table', 'view') OR (type = 'index' AND name = ?)",
+        (TIME_INDEX,),
     ).fetchall()
     return {str(row[0]): (str(row[1]), str(row[2])) for row in rows}
 
@@ -272,6 +287,7 @@ def probe(conn: sqlite3.Connection) -> FileShape:
         fts_servable=not (meta.get("fts_stale") == "1" or rebuilding),
         cjk=_cjk(conn, sql),
         fts_meta=meta,
+        time_index=sql.get(TIME_INDEX, ("", ""))[0] == "index",
     )
 
 
@@ -280,6 +296,7 @@ __all__ = [
     "NEWER_SESSION_COLUMNS",
     "NEWER_TABLES",
     "PROBED",
+    "TIME_INDEX",
     "TRIGRAM_COMPLETE",
     "TRIGRAM_NO_TOOLS",
     "TRIGRAM_NO_TOOLS_OR_RUNS",
