@@ -475,10 +475,10 @@ def build_v16(path: Path) -> Path:
 def is_bookkeeping(name: str) -> bool:
     """True for yoyo's own tables and indexes, and hermes_models' additions: the gram
     index (its tables, their shadow tables and the triggers that list deleted
-    messages) and the index of messages by time."""
+    messages) and the two time-order indexes of migration 0008."""
     return (
         name.startswith(("_yoyo", "yoyo", "messages_cjk"))
-        or name in ("sqlite_sequence", "idx_messages_time")
+        or name in ("sqlite_sequence", "idx_messages_time", "idx_sessions_started_id")
     )
 
 

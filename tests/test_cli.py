@@ -30,7 +30,7 @@ MIGRATIONS = [
     "0005_delegate_tags_by_end_reason",
     "0006_search_index_upkeep",
     "0007_cjk_gram_index",
-    "0008_message_time_index",
+    "0008_time_order_indexes",
 ]
 
 

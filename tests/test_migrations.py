@@ -126,8 +126,11 @@ INDEXES = {
     "idx_compression_locks_expires": ("compression_locks", 0, 0, ["expires_at"]),
 }
 
-#: Indexes this package adds to the v16 layout (migration 0008: messages by time).
-OUR_INDEXES = {"idx_messages_time": ("messages", 0, 0, ["timestamp"])}
+#: Indexes this package adds to the v16 layout (migration 0008: time order).
+OUR_INDEXES = {
+    "idx_messages_time": ("messages", 0, 0, ["timestamp"]),
+    "idx_sessions_started_id": ("sessions", 0, 0, ["started_at", "id"]),
+}
 
 TRIGGERS = [
     "messages_cjk_gone_delete",
