@@ -15,7 +15,6 @@ from typing import Any
 from . import hermes_state
 from .connection import connect
 from .db import (
-    SCHEMA_VERSION,
     HermesDatabase,
     apply_wal_with_fallback,
     format_db_unavailable,
@@ -37,6 +36,7 @@ from .errors import (
     UnsafeFileError,
     WriteConflictError,
 )
+from .files import SCHEMA_VERSION
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate

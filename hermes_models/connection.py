@@ -22,21 +22,18 @@ import peewee
 
 from . import schema
 from .caches import BoundedSet
-from .db import (
+from .db import HermesDatabase, database, record_init_error, retry_locked
+from .errors import NotADatabaseError
+from .files import (
     SCHEMA_VERSION,
-    HermesDatabase,
     check_file_kind,
     check_ownership,
     check_writable,
-    database,
     probe_file,
     read_only_params,
-    record_init_error,
     resolve_path,
-    retry_locked,
     secure_files,
 )
-from .errors import NotADatabaseError
 from .shape import probe
 
 logger = logging.getLogger("hermes_models")

@@ -34,14 +34,8 @@ from .children import (
     resume_target_id,
 )
 from .connection import connect
-from .db import (
-    HermesDatabase,
-    Prepared,
-    bind_current,
-    current,
-    resolve_path,
-    unbind_current,
-)
+from .db import HermesDatabase, Prepared, bind_current, current, unbind_current
+from .files import resolve_path
 from .lineage import compression_chain_ids
 from .models import (
     CompressionLock,

@@ -18,7 +18,7 @@ import pytest
 
 from hermes_models import ImportConflictError, SessionDB, staging
 from hermes_models.bundle import FORMAT
-from hermes_models.db import sqlite_uri
+from hermes_models.files import sqlite_uri
 from hermes_models.holders import local_holder
 
 import legacy
