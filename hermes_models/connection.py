@@ -22,7 +22,7 @@ import peewee
 
 from . import schema
 from .caches import BoundedSet
-from .db import HermesDatabase, database, record_init_error, retry_locked
+from .db import HermesDatabase, database, record_init_error
 from .errors import NotADatabaseError
 from .files import (
     SCHEMA_VERSION,
@@ -35,6 +35,7 @@ from .files import (
     secure_files,
 )
 from .shape import probe
+from .writes import retry_locked
 
 logger = logging.getLogger("hermes_models")
 

@@ -1,6 +1,5 @@
-"""The database handle: how connections are set up, and the one path every write
-takes (what is checked about the file before it is opened lives in
-:mod:`hermes_models.files`).
+"""The database handle: one SQLite file shared by several processes, and how each of
+its connections is set up.
 
 Several processes (a gateway, CLIs, worker agents) share one SQLite file.
 Each connection turns foreign keys on, waits at most one second on a busy
@@ -8,14 +7,10 @@ lock, and keeps the file in WAL mode so readers never wait for a writer. On
 file systems where WAL cannot work (NFS, SMB, some FUSE mounts, WSL1) the
 file falls back to DELETE mode with one warning.
 
-Writes run in ``BEGIN IMMEDIATE`` transactions through :func:`write`. When
-another writer holds the lock, the transaction is rolled back and the whole
-callback runs again after a random 20-150 ms pause (random pauses spread
-competing writers out instead of waking them in step), until the write's
-patience (:data:`WRITE_PATIENCE_S`) has run out. Every 50 successful writes a
-PASSIVE checkpoint copies the WAL into the database; when the ``-wal`` file
-has grown past :data:`WAL_TRUNCATE_ABOVE_BYTES` a write also tries a short
-TRUNCATE checkpoint, which empties it unless a reader still needs it.
+What is checked about the file before it is opened lives in
+:mod:`hermes_models.files`; how a write waits for the lock and when the WAL
+is checkpointed, in :mod:`hermes_models.writes` (:meth:`HermesDatabase.write`
+runs it).
 
 Models are bound to :data:`database`, a proxy that points at the database
 most recently opened by :func:`hermes_models.connect`, or, inside :func:`using`, at the
@@ -30,10 +25,8 @@ import contextvars
 import itertools
 import logging
 import os
-import random
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,17 +34,12 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import grams
+from . import grams, writes
 from .caches import BoundedSet
-from .errors import ReadOnlyDatabaseError, WriteConflictError, is_lock_error, is_read_only_error
-from .files import (
-    check_ownership,
-    newer_schema_error,
-    read_only_file_error,
-    refuse_newer_schema,
-    sqlite_uri,
-)
+from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
+from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
 from .shape import FileShape
+from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
 
 logger = logging.getLogger("hermes_models")
 # peewee logs every statement it runs at DEBUG here; :meth:`HermesDatabase.run` keeps that.
@@ -59,30 +47,6 @@ _PEEWEE_LOG = logging.getLogger("peewee")
 _DEBUG = logging.DEBUG
 
 T = TypeVar("T")
-
-BUSY_TIMEOUT_S = 1.0
-#: How long :meth:`HermesDatabase.write` (and :func:`retry_locked`) keeps retrying a
-#: locked-out write before raising :class:`WriteConflictError`: a time, not a count of
-#: attempts, so the patience does not shrink or grow with how long each attempt waited.
-#: Hermes' later releases give ordinary writes 20 s and transcript writes 60 s; nearly
-#: every write here is a transcript write (a message), and with 16 writers beside 4
-#: searching processes on a 2-core machine single writes waited up to 24 s.
-WRITE_PATIENCE_S = 60.0
-WRITE_RETRY_MIN_S = 0.020
-WRITE_RETRY_MAX_S = 0.150
-CHECKPOINT_EVERY_N_WRITES = 50
-#: After a write, a ``-wal`` file larger than this is emptied (``wal_checkpoint(TRUNCATE)``)
-#: when no reader keeps it; PASSIVE checkpoints alone never shrink the file.
-WAL_TRUNCATE_ABOVE_BYTES = 4 * 1024 * 1024
-#: Larger than this, the TRUNCATE is tried even while readers keep old frames: it then
-#: waits for them, holding the other writers up: :data:`WAL_TRUNCATE_WAIT_S` times the
-#: file's size over this one, at most the 1 s busy timeout (at 4x this size).
-WAL_FORCE_TRUNCATE_ABOVE_BYTES = 16 * 1024 * 1024
-#: How long that TRUNCATE may wait for readers to leave the WAL. It holds the write lock
-#: meanwhile, so this is also how long it can hold other writers up.
-WAL_TRUNCATE_WAIT_S = 0.25
-#: The least time between two such TRUNCATE attempts of one handle (a random 0.5-1.5x of it).
-WAL_TRUNCATE_EVERY_S = 1.0
 
 #: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
 WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
@@ -116,7 +80,7 @@ def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
     if _journal_mode(conn) == "wal":
         return "wal"
     try:
-        return retry_locked(lambda: _request_wal(conn))
+        return writes.retry_locked(lambda: _request_wal(conn))
     except sqlite3.OperationalError as exc:
         text = str(exc).lower()
         if not any(marker in text for marker in WAL_INCOMPAT_MARKERS):
@@ -148,26 +112,6 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
     return "delete" if _set_journal_mode(conn, db_label) == "delete" else "wal"
 
 
-def _jitter() -> None:
-    time.sleep(random.uniform(WRITE_RETRY_MIN_S, WRITE_RETRY_MAX_S))
-
-
-def retry_locked(fn: Callable[[], T], patience: float | None = None) -> T:
-    """Run ``fn``, sleeping a random 20-150 ms and retrying while it is locked out.
-
-    Retries until ``patience`` seconds (default :data:`WRITE_PATIENCE_S`) have
-    passed since the first try; the lock error of the last try is then raised.
-    """
-    give_up_at = time.monotonic() + (WRITE_PATIENCE_S if patience is None else patience)
-    while True:
-        try:
-            return fn()
-        except (sqlite3.OperationalError, peewee.OperationalError) as exc:
-            if not is_lock_error(exc) or time.monotonic() >= give_up_at:
-                raise
-        _jitter()
-
-
 #: First words of the statements that write.
 _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "VACUUM", "REINDEX")
 
@@ -189,7 +133,6 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.shape: FileShape | None = None
         #: Which full-text tables this SQLite build runs (set on first use).
         self.search_support: dict[str, bool] | None = None
-        self._writes = itertools.count(1)  # next() is atomic under the GIL
         #: True when this handle's connections keep the gram index in step
         #: (:mod:`hermes_models.grams`; known once a connection has written).
         self.grams = False
@@ -197,14 +140,14 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: indexed (others' rows lie below it), so the write catches up before it commits.
         self.grams_behind = False
         self._behind_writes = itertools.count()
-        self._wal_path = f"{path}-wal"
-        self._next_truncate = 0.0
+        #: When this handle checkpoints after a write (:class:`hermes_models.writes.Checkpoints`).
+        self.checkpoints = writes.Checkpoints(path)
         self._thread_tokens = threading.local()
         if read_only:
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
-            super().__init__(uri, timeout=BUSY_TIMEOUT_S, uri=True)
+            super().__init__(uri, timeout=writes.BUSY_TIMEOUT_S, uri=True)
         else:
-            super().__init__(str(path), timeout=BUSY_TIMEOUT_S)
+            super().__init__(str(path), timeout=writes.BUSY_TIMEOUT_S)
 
     def _connect(self) -> sqlite3.Connection:
         conn = cast(sqlite3.Connection, super()._connect())  # type: ignore[misc]
@@ -227,7 +170,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         # cursors (see cursor()) keep returning plain tuples.
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(writes.BUSY_TIMEOUT_S * 1000)}")
         if self.read_only:
             self.journal = _journal_mode(conn)
         else:
@@ -287,8 +230,9 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction, retrying while locked.
 
         On a locked/busy error the transaction is rolled back, the thread
-        sleeps 20-150 ms and ``fn`` runs again, until :data:`WRITE_PATIENCE_S`
-        (60 s) have passed since the first try; ``fn`` must be safe to re-run.
+        sleeps 20-150 ms and ``fn`` runs again, until
+        :data:`~hermes_models.writes.WRITE_PATIENCE_S` (60 s) have passed since the
+        first try; ``fn`` must be safe to re-run.
         Inside an open transaction ``fn`` runs in a savepoint and the outermost
         write does the retrying. After the commit, :meth:`bound_wal` keeps the
         ``-wal`` file short.
@@ -306,34 +250,9 @@ class HermesDatabase(peewee.SqliteDatabase):
         if self.in_transaction():
             with self.atomic():
                 return fn()
-        started = time.monotonic()
-        give_up_at = started + WRITE_PATIENCE_S
-        for attempt in itertools.count(1):
-            try:
-                with _Immediate(self):
-                    result = fn()
-                    if self.grams_behind:
-                        self.grams_behind = False
-                        if next(self._behind_writes) % grams.CATCH_UP_EVERY == 0:
-                            self._catch_up_grams()
-            except (sqlite3.OperationalError, peewee.OperationalError) as exc:
-                if is_read_only_error(exc):
-                    raise read_only_file_error(self.path) from exc
-                if not is_lock_error(exc):
-                    raise
-                now = time.monotonic()
-                if now >= give_up_at:
-                    raise WriteConflictError(
-                        f"database is locked: {self.path} stayed locked by other writers "
-                        f"for {now - started:.1f} s ({attempt} attempts; patience "
-                        f"{WRITE_PATIENCE_S:g} s)"
-                    ) from exc
-                logger.debug("write locked out (attempt %d): %s", attempt, exc)
-                _jitter()
-                continue
-            self._count_write()
-            return result
-        raise AssertionError("unreachable")  # pragma: no cover
+        result = writes.run_immediate(self, fn, self._before_commit)
+        self.checkpoints.after_write(self)
+        return result
 
     def refuse_writes(self) -> None:
         """Raise what :meth:`write` raises before it starts when this handle cannot write.
@@ -369,6 +288,14 @@ class HermesDatabase(peewee.SqliteDatabase):
     def _note_grams_behind(self) -> None:
         self.grams_behind = True
 
+    def _before_commit(self) -> None:
+        """What a write does last in its transaction: catch the gram index up now and
+        then when a message of ours could not be indexed."""
+        if self.grams_behind:
+            self.grams_behind = False
+            if next(self._behind_writes) % grams.CATCH_UP_EVERY == 0:
+                self._catch_up_grams()
+
     def _catch_up_grams(self) -> None:
         """Index a few messages others wrote above the gram index's mark, in this
         write's transaction; a failure there never fails the write."""
@@ -382,91 +309,14 @@ class HermesDatabase(peewee.SqliteDatabase):
         finally:
             conn.execute("RELEASE hermes_models_grams")
 
-    def _count_write(self) -> None:
-        if next(self._writes) % CHECKPOINT_EVERY_N_WRITES == 0:
-            self.checkpoint("PASSIVE")
-        self.bound_wal()
-
     def bound_wal(self) -> bool:
-        """Empty the ``-wal`` file when it is larger than :data:`WAL_TRUNCATE_ABOVE_BYTES`;
-        True when it was emptied.
-
-        Called after every write; costs one ``stat`` while the file is small. A
-        PASSIVE checkpoint first copies what it can without the write lock. When it
-        copied every frame (no reader needs an older snapshot), or the file is over
-        :data:`WAL_FORCE_TRUNCATE_ABOVE_BYTES`, ``wal_checkpoint(TRUNCATE)`` runs
-        with a busy timeout of :data:`WAL_TRUNCATE_WAIT_S` (past the forcing size,
-        that times the size over it, at most :data:`BUSY_TIMEOUT_S`): it holds the
-        other writers up for at most about that long, and gives up while a reader
-        keeps the WAL longer. One handle tries at most once per
-        :data:`WAL_TRUNCATE_EVERY_S` (a random 0.5-1.5x of it). Errors are logged
-        at DEBUG and never raised: the write has committed.
-        """
-        if self.read_only or self.journal != "wal" or (self.shape and self.shape.newer):
-            return False
-        if self.in_transaction():
-            return False
-        try:
-            size = os.stat(self._wal_path).st_size
-        except OSError:
-            return False
-        if size <= WAL_TRUNCATE_ABOVE_BYTES:
-            return False
-        now = time.monotonic()
-        if now < self._next_truncate:
-            return False
-        self._next_truncate = now + WAL_TRUNCATE_EVERY_S * random.uniform(0.5, 1.5)
-        return self._truncate_wal(size)
-
-    def _truncate_wal(self, size: int) -> bool:
-        conn = self.connection()
-        try:
-            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if (busy or copied < frames) and size <= WAL_FORCE_TRUNCATE_ABOVE_BYTES:
-                # A reader still needs frames from before the last commits: TRUNCATE
-                # would hold the writers up waiting for it. Try again later.
-                logger.debug(
-                    "WAL of %d bytes left: readers keep %d of %d frames",
-                    size,
-                    frames - copied,
-                    frames,
-                )
-                return False
-            # Past the forcing size the wait grows with the file, up to the busy
-            # timeout of a write (what Hermes' own TRUNCATE waits): a bigger WAL is
-            # worth holding the writers up a little longer.
-            wait = WAL_TRUNCATE_WAIT_S * max(1.0, size / max(1, WAL_FORCE_TRUNCATE_ABOVE_BYTES))
-            wait = min(wait, max(BUSY_TIMEOUT_S, WAL_TRUNCATE_WAIT_S))
-            previous = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
-            try:
-                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {previous}")
-        except sqlite3.Error as exc:
-            logger.debug("wal_checkpoint(TRUNCATE) of a %d-byte WAL failed: %s", size, exc)
-            return False
-        if busy:
-            logger.debug(
-                "WAL of %d bytes not truncated: readers kept it (%d of %d frames copied)",
-                size,
-                copied,
-                frames,
-            )
-            return False
-        logger.debug("WAL of %d bytes truncated", size)
-        return True
+        """Empty the ``-wal`` file when it has grown too large; True when it was emptied
+        (see :meth:`hermes_models.writes.Checkpoints.bound_wal`). Never raises."""
+        return self.checkpoints.bound_wal(self)
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         """Run ``PRAGMA wal_checkpoint(mode)``, ignoring any error."""
-        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
-            raise ValueError(f"mode: unknown checkpoint mode {mode!r}")
-        if self.read_only or self.journal != "wal" or (self.shape and self.shape.newer):
-            return
-        try:
-            self.execute_sql(f"PRAGMA wal_checkpoint({mode})")
-        except (sqlite3.Error, peewee.PeeweeException) as exc:
-            logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
+        writes.checkpoint(self, mode)
 
     def close(self) -> bool:
         """Checkpoint (TRUNCATE) and close this thread's connection."""
@@ -504,41 +354,6 @@ def _close_owned(conn: sqlite3.Connection, pid: int) -> None:
         conn.close()
     except sqlite3.Error:
         pass
-
-
-class _Immediate:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's connection.
-
-    A lean stand-in for ``atomic('IMMEDIATE')`` on the write path: it sits on
-    peewee's transaction stack, so ``atomic()`` blocks inside it become
-    savepoints as usual.
-    """
-
-    __slots__ = ("conn", "db")
-
-    def __init__(self, db: HermesDatabase) -> None:
-        self.db = db
-        self.conn: sqlite3.Connection = db.connection()
-
-    def __enter__(self) -> _Immediate:
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.db.push_transaction(self)
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        db: Any = self.db  # peewee's commit-callback hooks are not in its stubs
-        db.pop_transaction()
-        if exc_type is not None:
-            self.conn.rollback()
-            db._clear_commit_callbacks()
-            return
-        try:
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.rollback()
-            db._clear_commit_callbacks()
-            raise
-        db._run_commit_callbacks()
 
 
 _abandoned: list[Any] = []
@@ -801,16 +616,8 @@ format_session_db_unavailable = format_db_unavailable
 
 
 __all__ = [
-    "BUSY_TIMEOUT_S",
-    "CHECKPOINT_EVERY_N_WRITES",
-    "WAL_FORCE_TRUNCATE_ABOVE_BYTES",
     "WAL_INCOMPAT_MARKERS",
-    "WAL_TRUNCATE_ABOVE_BYTES",
-    "WAL_TRUNCATE_EVERY_S",
-    "WAL_TRUNCATE_WAIT_S",
     "WRITE_PATIENCE_S",
-    "WRITE_RETRY_MAX_S",
-    "WRITE_RETRY_MIN_S",
     "HermesDatabase",
     "Prepared",
     "apply_wal_with_fallback",
@@ -819,12 +626,12 @@ __all__ = [
     "database",
     "fetch_dicts",
     "file_has",
+    "file_key",
     "format_db_unavailable",
     "format_session_db_unavailable",
     "get_last_init_error",
     "newer_file",
     "record_init_error",
-    "retry_locked",
     "unbind_current",
     "using",
     "write",

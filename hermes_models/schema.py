@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import grams
-from .db import HermesDatabase, retry_locked
+from .db import HermesDatabase
 from .errors import MigrationError, is_lock_error
 from .files import (
     SCHEMA_VERSION,
@@ -40,6 +40,7 @@ from .files import (
     sqlite_uri,
     stored_schema_version,
 )
+from .writes import retry_locked
 
 logger = logging.getLogger("hermes_models")
 

@@ -63,9 +63,9 @@ def write_bundle(path: Path, sessions: int, per_session: int, *, size: int = 40)
 
 def _appender(path: str, stop: str, conn: Connection) -> None:
     """Append to the live session until ``stop`` exists; one lock wait of ~1 s is a failure."""
-    import hermes_models.db as db
+    import hermes_models.writes as writes
 
-    db.WRITE_PATIENCE_S = 0.0  # the busy timeout (1 s) is all the patience this writer has
+    writes.WRITE_PATIENCE_S = 0.0  # the busy timeout (1 s) is all the patience this writer has
     failures: list[str] = []
     waits: list[float] = []
     with SessionDB(path) as store:
