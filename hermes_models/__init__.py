@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import hermes_state
+from .binding import using, write
 from .connection import connect
 from .db import (
     HermesDatabase,
@@ -20,8 +21,6 @@ from .db import (
     format_db_unavailable,
     format_session_db_unavailable,
     get_last_init_error,
-    using,
-    write,
 )
 from .errors import (
     BackupError,

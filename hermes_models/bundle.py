@@ -37,7 +37,7 @@ import peewee
 from peewee import fn
 
 from . import jsonl
-from .db import current
+from .binding import current
 from .errors import BundleError
 from .files import SCHEMA_VERSION
 from .models import Message, Session, stored_fields

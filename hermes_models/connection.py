@@ -21,8 +21,9 @@ from pathlib import Path
 import peewee
 
 from . import schema
+from .binding import database
 from .caches import BoundedSet
-from .db import HermesDatabase, database, record_init_error
+from .db import HermesDatabase, record_init_error
 from .errors import NotADatabaseError
 from .files import (
     SCHEMA_VERSION,

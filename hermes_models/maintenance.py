@@ -33,8 +33,9 @@ import peewee
 from peewee import SQL, fn
 
 from . import grams
+from .binding import current, write
 from .checks import check_finite, check_text
-from .db import Prepared, current, fetch_dicts, write
+from .db import Prepared, fetch_dicts
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .lineage import marker

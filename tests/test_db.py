@@ -32,6 +32,7 @@ from hermes_models import (
     format_db_unavailable,
     get_last_init_error,
 )
+from hermes_models import binding as binding_module
 from hermes_models import db as db_module
 from hermes_models import writes as writes_module
 from hermes_models.db import Prepared, record_init_error
@@ -233,10 +234,10 @@ def test_models_are_bound_to_the_last_connected_database(tmp_path: Path) -> None
     a = hermes_models.connect(tmp_path / "a.db")
     b = hermes_models.connect(tmp_path / "b.db")
     try:
-        assert db_module.current() is b
+        assert binding_module.current() is b
         StateMeta.set_value("where", "b")
         assert hermes_models.connect(tmp_path / "a.db") is a
-        assert db_module.current() is a
+        assert binding_module.current() is a
         StateMeta.set_value("where", "a")
         assert StateMeta.get_value("where") == "a"
         assert _meta(tmp_path / "a.db") == [("where", "a")]
