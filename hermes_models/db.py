@@ -5,7 +5,8 @@ Several processes (a gateway, CLIs, worker agents) share one SQLite file.
 Each connection turns foreign keys on, waits at most one second on a busy
 lock, and keeps the file in WAL mode so readers never wait for a writer. On
 file systems where WAL cannot work (NFS, SMB, some FUSE mounts, WSL1) the
-file falls back to DELETE mode with one warning.
+file falls back to DELETE mode with one warning. Why the last open failed
+is kept for Hermes' module helpers (:func:`format_db_unavailable`).
 
 What is checked about the file before it is opened lives in
 :mod:`hermes_models.files`; how a write waits for the lock and when the WAL
