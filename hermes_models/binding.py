@@ -4,8 +4,8 @@ handle it points at here.
 Models are bound to :data:`database`, a proxy that points at the database
 most recently opened by :func:`hermes_models.connect`, or, inside
 :func:`using`, at the database a piece of code asked for (``SessionDB`` uses
-that to keep two open files apart). What :func:`using` chooses is held in a
-context variable: it holds in the thread (or asyncio task) that chose it.
+that to keep two open files apart). What :func:`using` chooses lives in a
+context variable, so it applies only in the thread (or asyncio task) that chose it.
 """
 
 from __future__ import annotations

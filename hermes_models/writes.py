@@ -162,16 +162,11 @@ def run_immediate(db: HermesDatabase, fn: Callable[[], T], before_commit: Callab
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _keeps_wal(db: HermesDatabase) -> bool:
-    """True when ``db`` may checkpoint its file: writable, in WAL mode, not newer than v16."""
-    return not (db.read_only or db.journal != "wal" or (db.shape and db.shape.newer))
-
-
 def checkpoint(db: HermesDatabase, mode: str = "PASSIVE") -> None:
     """Run ``PRAGMA wal_checkpoint(mode)`` on ``db``, ignoring any error."""
     if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
         raise ValueError(f"mode: unknown checkpoint mode {mode!r}")
-    if not _keeps_wal(db):
+    if db.read_only or db.journal != "wal" or (db.shape and db.shape.newer):
         return
     try:
         db.execute_sql(f"PRAGMA wal_checkpoint({mode})")
@@ -212,7 +207,7 @@ class Checkpoints:
         :data:`WAL_TRUNCATE_EVERY_S` (a random 0.5-1.5x of it). Errors are logged
         at DEBUG and never raised: the write has committed.
         """
-        if not _keeps_wal(db):
+        if db.read_only or db.journal != "wal" or (db.shape and db.shape.newer):
             return False
         if db.in_transaction():
             return False
