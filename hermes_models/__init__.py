@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from . import hermes_state
+from .binding import using, write
 from .connection import connect
 from .db import (
-    SCHEMA_VERSION,
     HermesDatabase,
     apply_wal_with_fallback,
     format_db_unavailable,
     format_session_db_unavailable,
     get_last_init_error,
-    using,
-    write,
 )
 from .errors import (
     BackupError,
@@ -37,6 +35,7 @@ from .errors import (
     UnsafeFileError,
     WriteConflictError,
 )
+from .files import SCHEMA_VERSION
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .checks import check_int64
-from .db import read_only_params, resolve_path, sqlite_uri
 from .errors import BackupError
+from .files import read_only_params, resolve_path, sqlite_uri
 
 logger = logging.getLogger("hermes_models")
 

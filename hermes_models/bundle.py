@@ -37,8 +37,9 @@ import peewee
 from peewee import fn
 
 from . import jsonl
-from .db import SCHEMA_VERSION, current
+from .binding import current
 from .errors import BundleError
+from .files import SCHEMA_VERSION
 from .models import Message, Session, stored_fields
 from .output import open_output
 

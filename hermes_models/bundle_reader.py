@@ -34,8 +34,8 @@ from typing import IO, Any
 from . import jsonl
 from .bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS, VERSION
 from .checks import EPOCH_MAX, EPOCH_MIN, INT64_MAX, INT64_MIN
-from .db import SCHEMA_VERSION
 from .errors import BundleError
+from .files import SCHEMA_VERSION
 from .models import ROLES, Message, Session, stored_fields
 from .output import file_path
 

@@ -17,8 +17,9 @@ from typing import Any, cast
 
 from peewee import SQL, fn
 
+from .binding import current, write
 from .checks import check_epoch, check_flag, check_text
-from .db import Prepared, current, write
+from .db import Prepared
 from .errors import CompressionInProgressError
 from .holders import local_holder
 from .lineage import RESUME_MAX_DEPTH, TIP_MAX_HOPS, descend

@@ -25,10 +25,11 @@ from click.shell_completion import CompletionItem
 from rich.text import Text
 
 from . import __version__, history, terminal, views
+from .binding import using
 from .checks import INT64_MAX
 from .connection import connect
-from .db import newer_schema_error, resolve_path, using
 from .errors import HermesModelsError, ReadOnlyDatabaseError
+from .files import newer_schema_error, resolve_path
 from .lineage import kind_of
 from .listing import ids_starting_with
 from .maintenance import describe, plan_delete, plan_prune

@@ -21,23 +21,22 @@ from pathlib import Path
 import peewee
 
 from . import schema
+from .binding import database
 from .caches import BoundedSet
-from .db import (
+from .db import HermesDatabase, record_init_error
+from .errors import NotADatabaseError
+from .files import (
     SCHEMA_VERSION,
-    HermesDatabase,
     check_file_kind,
     check_ownership,
     check_writable,
-    database,
     probe_file,
     read_only_params,
-    record_init_error,
     resolve_path,
-    retry_locked,
     secure_files,
 )
-from .errors import NotADatabaseError
 from .shape import probe
+from .writes import retry_locked
 
 logger = logging.getLogger("hermes_models")
 

@@ -1,8 +1,10 @@
-"""The exceptions hermes_models raises on its own account."""
+"""The exceptions hermes_models raises on its own account, and what SQLite's say."""
 
 from __future__ import annotations
 
 import sqlite3
+
+import peewee
 
 
 class HermesModelsError(Exception):
@@ -51,6 +53,22 @@ class ImportConflictError(HermesModelsError):
     """Another import into the same file, or a session created meanwhile, stops an import."""
 
 
+def is_lock_error(exc: BaseException) -> bool:
+    """True when ``exc`` says another connection holds a lock."""
+    if not isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)):
+        return False
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def is_read_only_error(exc: BaseException) -> bool:
+    """True when ``exc`` says SQLite cannot write the file, or the folder it lives in."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    name = str(getattr(exc, "sqlite_errorname", ""))
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc).lower()
+
+
 __all__ = [
     "BackupError",
     "BundleError",
@@ -63,4 +81,6 @@ __all__ = [
     "SchemaTooNewError",
     "UnsafeFileError",
     "WriteConflictError",
+    "is_lock_error",
+    "is_read_only_error",
 ]

@@ -38,8 +38,8 @@ from typing import Any
 
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
+from .binding import current, database
 from .caches import BoundedSet
-from .db import current, database
 from .grams import usable
 from .query import LIKE, TRIGRAM, WORDS, SearchQuery, ascii_lower
 

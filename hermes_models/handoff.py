@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .binding import write
 from .checks import check_text
-from .db import fetch_dicts, write
+from .db import fetch_dicts
 from .models import Session
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"

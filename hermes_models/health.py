@@ -28,16 +28,10 @@ from typing import Any, cast
 from peewee import JOIN, fn
 
 from . import grams
+from .binding import current, using
 from .checks import INT64_MAX
-from .db import (
-    SCHEMA_VERSION,
-    HermesDatabase,
-    current,
-    read_only_params,
-    sqlite_uri,
-    stored_schema_version,
-    using,
-)
+from .db import HermesDatabase
+from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
 from .fts import present_indexes
 from .models import Message, Session
 from .shape import FileShape

@@ -18,13 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from . import ddl
-from .db import (
-    SCHEMA_VERSION,
-    apply_wal_with_fallback,
-    format_session_db_unavailable,
-    get_last_init_error,
-    resolve_path,
-)
+from .db import apply_wal_with_fallback, format_session_db_unavailable, get_last_init_error
+from .files import SCHEMA_VERSION, resolve_path
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .store import SessionDB
 

@@ -25,8 +25,9 @@ from typing import Any
 
 from peewee import fn
 
+from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64
-from .db import Prepared, current, fetch_dicts, file_has, newer_file
+from .db import Prepared, fetch_dicts
 from .lineage import walk_sessions
 from .models import Message, Session, decode_content, decode_json, with_extra
 

@@ -22,9 +22,9 @@ import os
 from collections.abc import Iterator
 from typing import IO, Any
 
+from .binding import current
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
 from .bundle_reader import Scan, Source, message_rows, open_source, scan
-from .db import current
 from .errors import BundleError
 from .staging import SMALL_IMPORT, Staging, write_at_once
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from .db import current
+from .binding import current
 
 if TYPE_CHECKING:
     from .models import Session

@@ -19,9 +19,10 @@ from typing import Any
 import peewee
 from peewee import JOIN, SQL, Value, fn
 
+from .binding import current, file_has, newer_file
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_text
-from .db import Prepared, current, fetch_dicts, file_has, newer_file
+from .db import Prepared, fetch_dicts
 from .lineage import (
     MAX_DEPTH,
     TIP_MAX_HOPS,

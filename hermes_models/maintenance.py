@@ -33,9 +33,11 @@ import peewee
 from peewee import SQL, fn
 
 from . import grams
+from .binding import current, write
 from .checks import check_finite, check_text
-from .db import Prepared, current, fetch_dicts, refuse_newer_schema, write
+from .db import Prepared, fetch_dicts
 from .errors import ReadOnlyDatabaseError
+from .files import refuse_newer_schema
 from .lineage import marker
 from .models import CompressionLock, Message, Session
 

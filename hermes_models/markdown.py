@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from . import clock
+from .binding import current
 from .bundle import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -23,7 +24,6 @@ from .bundle import (
     selection,
     session_rows,
 )
-from .db import current
 from .lineage import kind_of
 from .models import Session, decode_content, decode_json
 from .output import open_output

@@ -3,7 +3,7 @@
 The fields mirror the schema the migrations create, column for column (a
 test compares them). Epoch times are ``DoubleField``; JSON columns are text
 with helpers that decode them. Methods here return queries or single rows;
-anything that writes goes through :func:`hermes_models.db.write`.
+anything that writes goes through :func:`hermes_models.binding.write`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import peewee
 from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField
 
 from . import lineage
+from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import Prepared, current, database, write
+from .db import Prepared
 from .holders import holder_is_gone
 
 logger = logging.getLogger("hermes_models")

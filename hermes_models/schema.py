@@ -28,20 +28,19 @@ from pathlib import Path
 from typing import Any
 
 from . import grams
-from .db import (
+from .db import HermesDatabase
+from .errors import MigrationError, is_lock_error
+from .files import (
     SCHEMA_VERSION,
-    HermesDatabase,
     check_header,
     check_schema_version,
     check_writable,
-    is_lock_error,
     resolve_path,
-    retry_locked,
     secure_files,
     sqlite_uri,
     stored_schema_version,
 )
-from .errors import MigrationError
+from .writes import retry_locked
 
 logger = logging.getLogger("hermes_models")
 

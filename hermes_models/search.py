@@ -24,9 +24,10 @@ from typing import Any, TypeVar, cast
 import peewee
 from peewee import JOIN, SQL, Value, fn
 
+from .binding import current, file_key, newer_file
 from .caches import BoundedCache
 from .checks import check_flag
-from .db import current, fetch_dicts, file_key, newer_file
+from .db import fetch_dicts
 from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
 from .grams import GRAM_IDS_SQL, exact, match_any, term_match
 from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of

@@ -23,8 +23,8 @@ import peewee
 from peewee import SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
+from .binding import current, file_key
 from .caches import BoundedCache
-from .db import current, file_key
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, Shape
 from .grams import candidates_sql
 from .lineage import delegate_marked

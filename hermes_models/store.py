@@ -26,6 +26,7 @@ import peewee
 from peewee import SQL, fn
 
 from . import handoff, history, listing, maintenance, telegram, titles, transcript
+from .binding import bind_current, current, unbind_current
 from .checks import check_finite, check_flag, check_int64
 from .children import (
     compression_tip_id,
@@ -34,14 +35,8 @@ from .children import (
     resume_target_id,
 )
 from .connection import connect
-from .db import (
-    HermesDatabase,
-    Prepared,
-    bind_current,
-    current,
-    resolve_path,
-    unbind_current,
-)
+from .db import HermesDatabase, Prepared
+from .files import resolve_path
 from .lineage import compression_chain_ids
 from .models import (
     CompressionLock,

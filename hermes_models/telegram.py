@@ -20,9 +20,11 @@ from typing import Any
 import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
+from .binding import current, write
 from .checks import check_flag, check_int64
-from .db import current, fetch_dicts, refuse_newer_schema, write
+from .db import fetch_dicts
 from .errors import ReadOnlyDatabaseError
+from .files import refuse_newer_schema
 from .listing import enriched_sessions
 from .models import BaseModel, Session
 from .schema import TELEGRAM_TOPICS, migrate_optional

@@ -12,7 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .db import Prepared, current
+from .binding import current
+from .db import Prepared
 from .models import Session
 
 #: Longest title accepted, in characters, after cleaning.

@@ -18,8 +18,9 @@ from typing import Any, cast
 import peewee
 from peewee import SQL, Case, fn
 
+from .binding import current, write
 from .checks import check_flag, check_int64, check_text
-from .db import HermesDatabase, current, fetch_dicts, write
+from .db import HermesDatabase, fetch_dicts
 from .models import (
     ROLES,
     Message,

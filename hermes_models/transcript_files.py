@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from . import jsonl, titles, transcript
+from .binding import current
 from .bundle import Progress
 from .checks import EPOCH_MAX, EPOCH_MIN
-from .db import current
 from .errors import BundleError
 from .models import ROLES, Message, Session
 from .output import file_path

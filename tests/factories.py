@@ -6,7 +6,7 @@ from typing import Any
 
 import factory
 
-from hermes_models import db
+from hermes_models import binding
 from hermes_models.models import Message, Session
 from hermes_models.transcript import append_message
 
@@ -22,7 +22,7 @@ class PeeweeFactory(factory.Factory):
 
     @classmethod
     def _create(cls, model_class: Any, *args: Any, **kwargs: Any) -> Any:
-        return db.write(lambda: model_class.create(**kwargs))
+        return binding.write(lambda: model_class.create(**kwargs))
 
 
 class SessionFactory(PeeweeFactory):

@@ -32,8 +32,11 @@ from hermes_models import (
     format_db_unavailable,
     get_last_init_error,
 )
+from hermes_models import binding as binding_module
 from hermes_models import db as db_module
-from hermes_models.db import Prepared, record_init_error, resolve_path
+from hermes_models import writes as writes_module
+from hermes_models.db import Prepared, record_init_error
+from hermes_models.files import resolve_path
 
 MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
@@ -124,13 +127,13 @@ def fresh_last_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Records every retry pause of the write helper (the pause itself still happens)."""
     taken: list[float] = []
-    real = db_module._jitter
+    real = writes_module._jitter
 
     def jitter() -> None:
         taken.append(time.monotonic())
         real()
 
-    monkeypatch.setattr(db_module, "_jitter", jitter)
+    monkeypatch.setattr(writes_module, "_jitter", jitter)
     return taken
 
 
@@ -231,10 +234,10 @@ def test_models_are_bound_to_the_last_connected_database(tmp_path: Path) -> None
     a = hermes_models.connect(tmp_path / "a.db")
     b = hermes_models.connect(tmp_path / "b.db")
     try:
-        assert db_module.current() is b
+        assert binding_module.current() is b
         StateMeta.set_value("where", "b")
         assert hermes_models.connect(tmp_path / "a.db") is a
-        assert db_module.current() is a
+        assert binding_module.current() is a
         StateMeta.set_value("where", "a")
         assert StateMeta.get_value("where") == "a"
         assert _meta(tmp_path / "a.db") == [("where", "a")]
@@ -552,7 +555,7 @@ def test_pauses_are_random_between_20_and_150_ms(
     database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(db_module.time, "sleep", slept.append)
+    monkeypatch.setattr(writes_module.time, "sleep", slept.append)
     attempts: list[int] = []
 
     def run() -> int:
@@ -587,7 +590,7 @@ def test_a_lock_error_inside_the_callback_reruns_it_from_scratch(
 def test_write_gives_up_with_write_conflict_error_once_its_patience_ran_out(
     database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.3)
+    monkeypatch.setattr(writes_module, "WRITE_PATIENCE_S", 0.3)
     database.execute_sql("PRAGMA busy_timeout = 50")
     runs: list[int] = []
 
@@ -618,7 +621,7 @@ def test_write_gives_up_with_write_conflict_error_once_its_patience_ran_out(
 def test_write_conflict_after_the_callback_kept_failing(
     database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.2)
+    monkeypatch.setattr(writes_module, "WRITE_PATIENCE_S", 0.2)
     runs: list[int] = []
 
     def run() -> None:
@@ -638,7 +641,7 @@ def test_the_patience_is_a_time_not_a_count_of_attempts(
 ) -> None:
     """Pauses that take no time leave the patience untouched: the write keeps trying
     (here 200 times, far past the 15 attempts of Hermes v16) until it gets through."""
-    monkeypatch.setattr(db_module, "_jitter", lambda: None)
+    monkeypatch.setattr(writes_module, "_jitter", lambda: None)
     runs: list[int] = []
 
     def run() -> int:
@@ -663,7 +666,7 @@ def test_retry_locked_retries_until_its_patience_ran_out(
 
     started = time.monotonic()
     with pytest.raises(sqlite3.OperationalError, match="locked"):
-        db_module.retry_locked(locked, patience=0.2)
+        writes_module.retry_locked(locked, patience=0.2)
     assert time.monotonic() - started >= 0.2
     assert len(calls) == len(pauses) + 1 >= 2
 
@@ -675,10 +678,10 @@ def test_retry_locked_retries_until_its_patience_ran_out(
 
     calls.clear()
     with pytest.raises(peewee.OperationalError, match="busy"):
-        db_module.retry_locked(flaky, patience=0)  # no patience: the first lock error is raised
+        writes_module.retry_locked(flaky, patience=0)  # no patience: the first lock error is raised
     assert len(calls) == 1
     calls.clear()
-    assert db_module.retry_locked(flaky) == "done"
+    assert writes_module.retry_locked(flaky) == "done"
     assert len(calls) == 5
     calls.clear()
 
@@ -687,7 +690,7 @@ def test_retry_locked_retries_until_its_patience_ran_out(
         database.execute_sql("SELECT * FROM nowhere")
 
     with pytest.raises(peewee.OperationalError, match="no such table"):
-        db_module.retry_locked(missing)
+        writes_module.retry_locked(missing)
     assert len(calls) == 1  # not a lock error: never retried
 
 
@@ -817,10 +820,10 @@ def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
     database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threshold = 64 * 1024
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", threshold)
-    monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 2 * threshold)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)  # try after every write
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.001)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", threshold)
+    monkeypatch.setattr(writes_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 2 * threshold)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 0.0)  # try after every write
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_WAIT_S", 0.001)
     database.execute_sql("PRAGMA busy_timeout = 1234")
     wal = Path(f"{database.path}-wal")
     value = "x" * 3000  # about a page a row
@@ -850,11 +853,11 @@ def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
 def test_a_wal_under_the_threshold_costs_no_statement(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 0.0)
     database.write(_insert(database, "small"))
     assert traced == ["BEGIN IMMEDIATE", "INSERT INTO state_meta VALUES ('small', 'v')", "COMMIT"]
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.25)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_WAIT_S", 0.25)
     traced.clear()
     database.write(_insert(database, "big"))
     assert traced == [
@@ -875,13 +878,13 @@ def test_a_wal_under_the_threshold_costs_no_statement(
 def test_past_the_forcing_size_the_wait_grows_with_the_wal_up_to_the_busy_timeout(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_WAIT_S", 0.25)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_WAIT_S", 0.25)
     database.write(_insert(database, "first"))  # the WAL starts empty
     waits = []
     for n, force in enumerate((1 << 40, 1)):
-        monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", force)
+        monkeypatch.setattr(writes_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", force)
         traced.clear()
         database.write(_insert(database, f"k{n}"))
         at = traced.index("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -893,9 +896,9 @@ def test_past_the_forcing_size_the_wait_grows_with_the_wal_up_to_the_busy_timeou
 def test_no_truncation_holds_writers_up_for_a_reader_below_the_forcing_size(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
-    monkeypatch.setattr(db_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 1 << 40)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 0.0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(writes_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 0.0)
     database.write(_insert(database, "first"))
     reader = sqlite3.connect(database.path, isolation_level=None)
     try:
@@ -917,8 +920,8 @@ def test_no_truncation_holds_writers_up_for_a_reader_below_the_forcing_size(
 def test_truncations_of_one_handle_are_spaced_out(
     database: HermesDatabase, traced: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
-    monkeypatch.setattr(db_module, "WAL_TRUNCATE_EVERY_S", 3600.0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", 0)
+    monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 3600.0)
     for n in range(5):
         database.write(_insert(database, f"k{n}"))
     assert [s for s in traced if "TRUNCATE" in s] == ["PRAGMA wal_checkpoint(TRUNCATE)"]

@@ -39,7 +39,7 @@ from hermes_models import (
     SessionDB,
     WriteConflictError,
 )
-from hermes_models import db as db_module
+from hermes_models import writes as writes_module
 from hermes_models.cli import main
 
 from snapshots import snapshot
@@ -545,9 +545,9 @@ def locked_by_another_process(path: Path) -> Iterator[None]:
 def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
     filled: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db_module, "WRITE_PATIENCE_S", 0.2)
-    monkeypatch.setattr(db_module, "WRITE_RETRY_MIN_S", 0.001)
-    monkeypatch.setattr(db_module, "WRITE_RETRY_MAX_S", 0.005)
+    monkeypatch.setattr(writes_module, "WRITE_PATIENCE_S", 0.2)
+    monkeypatch.setattr(writes_module, "WRITE_RETRY_MIN_S", 0.001)
+    monkeypatch.setattr(writes_module, "WRITE_RETRY_MAX_S", 0.005)
     filled._conn.execute("PRAGMA busy_timeout = 50")
     before = snapshot(filled.db_path, read_only=False)
     with locked_by_another_process(filled.db_path):
@@ -597,7 +597,7 @@ def test_a_second_handle_opened_in_this_process_keeps_its_sqlite_locks(
 def test_the_default_write_patience_ends_in_a_clear_error_not_a_hang(filled: SessionDB) -> None:
     """Attempts, each waiting out the 1 s busy timeout, with 20-150 ms pauses between,
     until the 60 s patience has passed: the last attempt may start just before."""
-    assert db_module.WRITE_PATIENCE_S == 60.0
+    assert writes_module.WRITE_PATIENCE_S == 60.0
     with locked_by_another_process(filled.db_path):
         started = time.monotonic()
         with pytest.raises(WriteConflictError) as caught:
@@ -605,9 +605,9 @@ def test_the_default_write_patience_ends_in_a_clear_error_not_a_hang(filled: Ses
         elapsed = time.monotonic() - started
     found = re.search(r"for (\d+\.\d) s \((\d+) attempts; patience 60 s\)", str(caught.value))
     assert found, str(caught.value)
-    low = db_module.WRITE_PATIENCE_S
-    assert low <= elapsed < low + db_module.BUSY_TIMEOUT_S + db_module.WRITE_RETRY_MAX_S + 5
-    attempt = db_module.BUSY_TIMEOUT_S + db_module.WRITE_RETRY_MAX_S
+    low = writes_module.WRITE_PATIENCE_S
+    assert low <= elapsed < low + writes_module.BUSY_TIMEOUT_S + writes_module.WRITE_RETRY_MAX_S + 5
+    attempt = writes_module.BUSY_TIMEOUT_S + writes_module.WRITE_RETRY_MAX_S
     assert int(found[2]) >= low // attempt
     assert filled.get_meta("k") == "v"
 

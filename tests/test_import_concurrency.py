@@ -18,7 +18,7 @@ import pytest
 
 from hermes_models import ImportConflictError, SessionDB, staging
 from hermes_models.bundle import FORMAT
-from hermes_models.db import sqlite_uri
+from hermes_models.files import sqlite_uri
 from hermes_models.holders import local_holder
 
 import legacy
@@ -63,9 +63,9 @@ def write_bundle(path: Path, sessions: int, per_session: int, *, size: int = 40)
 
 def _appender(path: str, stop: str, conn: Connection) -> None:
     """Append to the live session until ``stop`` exists; one lock wait of ~1 s is a failure."""
-    import hermes_models.db as db
+    import hermes_models.writes as writes
 
-    db.WRITE_PATIENCE_S = 0.0  # the busy timeout (1 s) is all the patience this writer has
+    writes.WRITE_PATIENCE_S = 0.0  # the busy timeout (1 s) is all the patience this writer has
     failures: list[str] = []
     waits: list[float] = []
     with SessionDB(path) as store:

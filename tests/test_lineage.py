@@ -268,7 +268,7 @@ def test_a_cycle_in_parent_links_hangs_nothing(cycle: SessionDB) -> None:
 
     def run() -> None:
         with cycle.database.connection_context():
-            from hermes_models.db import using
+            from hermes_models.binding import using
 
             with using(cycle.database):
                 x = Session.get_by_id("x")

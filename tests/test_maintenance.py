@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hermes_models import Session, SessionDB, maintenance
-from hermes_models.db import using
+from hermes_models.binding import using
 
 T0 = 1_700_000_000.0
 

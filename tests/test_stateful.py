@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 from hermes_models import CompressionInProgressError, Session, SessionDB
-from hermes_models.db import using
+from hermes_models.binding import using
 from hermes_models.lineage import kind_expr
 
 from model_of_store import (

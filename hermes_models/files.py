@@ -1,0 +1,414 @@
+"""The store's file: where it is, what it is, who may touch it, and which schema it holds.
+
+A ``connect()`` target becomes a path (:func:`resolve_path`), a path a
+``file:`` URI (:func:`sqlite_uri`). Before SQLite writes anything to a file,
+the checks here refuse what would be unsafe to open: anything but a regular
+file or an SQLite database (:func:`check_header`), a file or ``-wal``/``-shm``
+sidecar owned by another user or that cannot be made private (:func:`check_ownership`),
+a file SQLite could only open read-only (:func:`check_writable`), and a file
+of a newer Hermes schema than this package writes (:func:`probe_file`,
+:func:`check_schema_version`). An existing file is only read through SQLite,
+and changed only with ``chmod`` on its path, never opened directly: closing a
+descriptor of our own would drop the POSIX locks this process's SQLite
+connections hold on the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from .caches import BoundedSet
+from .errors import (
+    NotADatabaseError,
+    ReadOnlyDatabaseError,
+    SchemaTooNewError,
+    UnsafeFileError,
+    is_read_only_error,
+)
+from .shape import WRITES_VERSION, FileShape, probe
+
+logger = logging.getLogger("hermes_models")
+
+#: The Hermes schema version this package writes (files of later versions are read only).
+SCHEMA_VERSION = WRITES_VERSION
+
+
+def read_only_file_error(path: Path) -> ReadOnlyDatabaseError:
+    """The error that refuses to write ``path``: SQLite cannot write it or its folder."""
+    return ReadOnlyDatabaseError(
+        f"{path} cannot be written here (the file or its folder is read-only); "
+        "open it with read_only=True to read it"
+    )
+
+
+def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str = "target") -> Path:
+    """The database file a ``connect()`` target names.
+
+    ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
+    ``~/.hermes``), read at call time. A ``sqlite:///`` URL names a path
+    (``sqlite:////abs/path.db`` for absolute paths).
+
+    Raises:
+        TypeError: ``target`` is not a string or path.
+        ValueError: ``target`` is empty, in-memory, or a URL of another scheme.
+    """
+    if target is None:
+        home = os.environ.get("HERMES_HOME") or "~/.hermes"
+        return Path(os.path.abspath(Path(home).expanduser() / "state.db"))
+    if not isinstance(target, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}")
+    text = os.fspath(target)
+    if not isinstance(text, str):
+        raise TypeError(f"{argument} must be a text path, not bytes")
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme.lower() != "sqlite":
+            raise ValueError(
+                f"{argument}: unsupported URL scheme {parts.scheme!r}; only sqlite:/// is supported"
+            )
+        text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    if not text.strip():
+        raise ValueError(f"{argument}: empty database path")
+    if text == ":memory:" or text.startswith("file::memory:"):
+        raise ValueError(f"{argument}: in-memory databases are not supported (WAL needs a file)")
+    if "\x00" in text:
+        raise ValueError(f"{argument}: path contains a NUL character")
+    return Path(os.path.abspath(Path(text).expanduser()))
+
+
+def sqlite_uri(path: Path, **params: str) -> str:
+    """A ``file:`` URI for ``path`` with ``#``, ``?``, ``%`` and spaces escaped."""
+    uri = "file:" + quote(str(path), safe="/")
+    if params:
+        uri += "?" + "&".join(f"{key}={value}" for key, value in params.items())
+    return uri
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_header(path: Path) -> None:
+    """Refuse anything but a missing path or a regular file that is empty or an SQLite database.
+
+    A symbolic link is followed: a link to a database is fine, a link to
+    ``/dev/null`` is not. The file is read through SQLite, never opened
+    directly: closing a descriptor of our own would drop every POSIX lock
+    this process's SQLite connections hold on the file, and another process
+    could then take the file for unused and delete the WAL they are writing to.
+    """
+    if not check_file_kind(path):
+        return
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=0)
+    except sqlite3.Error:
+        return  # unreadable here: the caller's own open reports why
+    try:
+        check_pages(path, conn)
+    finally:
+        conn.close()
+
+
+def check_file_kind(path: Path) -> bool:
+    """The part of :func:`check_header` that needs no SQLite: True when ``path`` is a
+    regular file with content (False: missing or empty).
+
+    Raises:
+        NotADatabaseError: ``path`` is not a regular file.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode):
+        raise NotADatabaseError(f"{path} is {_file_kind(info.st_mode)}, not an SQLite database")
+    return info.st_size > 0
+
+
+def check_pages(path: Path, conn: sqlite3.Connection) -> None:
+    """The part of :func:`check_header` read through ``conn``, a connection to the
+    non-empty regular file ``path``: refuse it unless SQLite sees pages in it.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+    """
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        return  # locked, or a read-only folder: not a question of what the file is
+    if not pages:
+        # SQLite reads a few stray bytes as an empty database, and would overwrite them.
+        raise NotADatabaseError(f"{path} is not an SQLite database")
+
+
+def make_private_folder(folder: Path) -> None:
+    """Create ``folder`` and any missing parents with mode 0700 (whatever the umask)."""
+    missing = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    for candidate in reversed(missing):
+        try:
+            os.mkdir(candidate, 0o700)
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to change
+        os.chmod(candidate, 0o700)
+
+
+_owner_warned: BoundedSet[str] = BoundedSet("file ownership warnings", 256)
+
+
+def check_ownership(path: Path, *, read_only: bool) -> None:
+    """Refuse a database, ``-wal`` or ``-shm`` another user owns, or that is not private.
+
+    Sidecars must be regular files (not links); files with group or other
+    permission bits are tightened to 0600 with ``chmod`` on the path (only
+    taking bits away). With ``read_only`` nothing is changed or refused: a
+    warning is logged once per file instead.
+
+    Raises:
+        UnsafeFileError: a file is owned by another user, is not a regular
+            file, or keeps group/other permissions after ``chmod``.
+    """
+    if os.name == "nt":
+        return
+    me = os.geteuid()
+    for candidate, follow in (
+        (path, True),
+        (Path(f"{path}-wal"), False),
+        (Path(f"{path}-shm"), False),
+    ):
+        try:
+            info = os.stat(candidate) if follow else os.lstat(candidate)
+        except FileNotFoundError:
+            continue
+        problem = None
+        if not stat.S_ISREG(info.st_mode):
+            problem = f"is {_file_kind(info.st_mode)}, not a file SQLite made"
+        elif info.st_uid != me:
+            problem = (
+                f"is owned by another user (uid {info.st_uid}), not by this process (uid {me})"
+            )
+        elif stat.S_IMODE(info.st_mode) & 0o077 and not read_only:
+            mode = stat.S_IMODE(info.st_mode)
+            try:
+                os.chmod(candidate, mode & 0o600)
+                mode = stat.S_IMODE(os.stat(candidate).st_mode)
+            except OSError as exc:
+                problem = f"cannot be made private ({exc.strerror})"
+            else:
+                if mode & 0o077:
+                    problem = f"cannot be made private (its mode stays {mode:04o})"
+        if problem is None:
+            continue
+        if read_only:
+            if _owner_warned.add(str(candidate)):
+                logger.warning("%s %s; reading it anyway (opened read-only)", candidate, problem)
+            continue
+        raise UnsafeFileError(
+            f"{candidate} {problem}; refusing to use it (anyone who can change it could "
+            "read or alter the store). Open the store with read_only=True to read it"
+        )
+
+
+def secure_files(path: Path, *, create: bool) -> None:
+    """Create ``path`` with mode 0600 (its folders 0700) if asked, and check it and its sidecars.
+
+    See :func:`check_ownership`. Existing files are changed with ``chmod`` on
+    the path: opening and closing a descriptor would drop the POSIX locks
+    SQLite holds on the file.
+    """
+    if os.name == "nt":
+        return
+    if create:
+        make_private_folder(path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            os.close(os.open(path, flags, 0o600))
+        except FileExistsError:
+            pass
+    check_ownership(path, read_only=False)
+
+
+def stored_schema_version(conn: sqlite3.Connection) -> int | None:
+    """The version row of ``schema_version``, or None when there is none."""
+    try:
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def newer_schema_error(path: Path, shape: FileShape, doing: str) -> SchemaTooNewError:
+    """The error that refuses ``doing`` on a file newer than the schema this package writes."""
+    return SchemaTooNewError(
+        f"{path} has Hermes schema version {shape.describe_version()}, newer than "
+        f"{SCHEMA_VERSION}, the highest hermes_models writes: {doing} refused "
+        "(the file is read, never changed)"
+    )
+
+
+def refuse_newer_schema(path: Path, shape: FileShape | None, doing: str = "writing") -> None:
+    """Raise when ``shape`` is newer than the schema this package writes."""
+    if shape is not None and shape.newer:
+        raise newer_schema_error(path, shape, doing)
+
+
+def probe_file(
+    path: Path, params: dict[str, str] | None = None, *, pages: bool = False
+) -> FileShape | None:
+    """The structure of ``path`` (:func:`hermes_models.shape.probe`), read without any write.
+
+    ``params`` are the URI parameters of the read (default ``mode=ro``). None
+    for a missing or empty file, and for one SQLite cannot open here (the
+    caller's own open then reports why). With ``pages`` the same connection
+    first runs :func:`check_pages` (with :func:`check_file_kind` before the
+    call, what :func:`check_header` does, on one connection fewer).
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        ReadOnlyDatabaseError: the folder is read-only, so SQLite cannot read
+            the file in WAL mode without ``params`` from :func:`read_only_params`.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
+    except sqlite3.OperationalError:
+        return None
+    try:
+        if pages:
+            check_pages(path, conn)
+        return probe(conn)
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+        if is_read_only_error(exc):
+            raise read_only_file_error(path) from exc
+        raise
+    finally:
+        conn.close()
+
+
+def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
+    """Refuse to migrate ``path`` when it is newer than v16, reading it without any write.
+
+    Raises:
+        NotADatabaseError: the file is not an SQLite database.
+        SchemaTooNewError: the file has structure beyond the v16 schema.
+        ReadOnlyDatabaseError: see :func:`probe_file`.
+    """
+    refuse_newer_schema(path, probe_file(path, params), "migrating")
+
+
+def check_writable(path: Path) -> None:
+    """Refuse at once a file SQLite could only open read-only (file mode, folder, mount).
+
+    Without this check the first write would wait out every lock retry
+    before failing with a misleading "locked" error.
+
+    Raises:
+        ReadOnlyDatabaseError: the file or its folder cannot be written.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
+    try:
+        # Changing a page is what SQLite refuses on a read-only file; rolled back,
+        # the change never reaches the file.
+        conn.execute("BEGIN IMMEDIATE")
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        if is_read_only_error(exc):
+            raise read_only_file_error(path) from exc
+        # Busy (another process is writing, so the file can be written), or a
+        # failure the open that follows reports in its own words.
+    finally:
+        conn.close()
+
+
+def read_only_params(path: Path) -> dict[str, str]:
+    """URI parameters that read the existing file ``path`` without writing anything.
+
+    Reading a WAL file needs its ``-shm`` index, which SQLite creates next to
+    the file. In a read-only folder without that index the file is read as
+    an immutable snapshot (``immutable=1``): changes made later by processes
+    that can write the folder are not seen by this handle.
+
+    Raises:
+        sqlite3.OperationalError: the folder is read-only and the ``-wal`` file
+            holds changes not yet in the database file (a snapshot would miss them).
+    """
+    params = {"mode": "ro"}
+    error: sqlite3.Error
+    try:
+        conn = sqlite3.connect(sqlite_uri(path, **params), uri=True)
+    except sqlite3.Error as exc:
+        error = exc
+    else:
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return params
+        except sqlite3.Error as exc:
+            error = exc
+        finally:
+            conn.close()
+    wal = Path(f"{path}-wal")
+    unmerged = wal.exists() and wal.stat().st_size > 0
+    if not is_read_only_error(error) and not (unmerged and "unable to open" in str(error)):
+        return params
+    if unmerged:
+        raise sqlite3.OperationalError(
+            f"{path} cannot be read here: its folder is read-only and {wal.name} holds "
+            "changes not yet merged into the file (open it once where the folder is writable)"
+        )
+    logger.warning(
+        "%s: the folder is read-only and the file has no -shm index; reading it as an "
+        "immutable snapshot (later changes by other processes are not seen)",
+        path,
+    )
+    return {**params, "immutable": "1"}
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "check_file_kind",
+    "check_header",
+    "check_ownership",
+    "check_pages",
+    "check_schema_version",
+    "check_writable",
+    "make_private_folder",
+    "newer_schema_error",
+    "probe_file",
+    "read_only_file_error",
+    "read_only_params",
+    "refuse_newer_schema",
+    "resolve_path",
+    "secure_files",
+    "sqlite_uri",
+    "stored_schema_version",
+]
