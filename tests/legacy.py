@@ -476,9 +476,10 @@ def is_bookkeeping(name: str) -> bool:
     """True for yoyo's own tables and indexes, and hermes_models' additions: the gram
     index (its tables, their shadow tables and the triggers that list deleted
     messages) and the two time-order indexes of migration 0008."""
-    return (
-        name.startswith(("_yoyo", "yoyo", "messages_cjk"))
-        or name in ("sqlite_sequence", "idx_messages_time", "idx_sessions_started_id")
+    return name.startswith(("_yoyo", "yoyo", "messages_cjk")) or name in (
+        "sqlite_sequence",
+        "idx_messages_time",
+        "idx_sessions_started_id",
     )
 
 

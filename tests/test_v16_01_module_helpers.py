@@ -96,7 +96,8 @@ def test_schema_texts_build_the_layout_a_migrated_file_has(tmp_path: Path) -> No
     ours = {
         item
         for item in objects(migrated)
-        if not item[1].startswith(("_yoyo", "messages_cjk")) and item[1] not in ("idx_messages_time", "idx_sessions_started_id")
+        if not item[1].startswith(("_yoyo", "messages_cjk"))
+        and item[1] not in ("idx_messages_time", "idx_sessions_started_id")
     }
     ours.discard(("table", "yoyo_lock"))
     built = objects(scratch)
