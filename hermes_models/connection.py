@@ -146,7 +146,7 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         secure_files(path, create=True)
         if migrate and path not in _migrated:
             # Checked above as migrate() checks a file: only the pending work is left.
-            applied = schema.apply_pending(path)
+            applied = schema.apply_pending(path, None if shape is None else shape.migrations)
             _migrated.add(path)
     db = HermesDatabase(path, read_only=read_only, params=params)
     # The probe above still describes the file unless a migration just changed it.

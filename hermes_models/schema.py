@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +127,21 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     return apply_pending(path)
 
 
-def apply_pending(path: Path) -> list[str]:
+def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[str]:
     """The work of :func:`migrate` on a file already checked as it checks it (an SQLite
     file or none, not newer than v16, writable, private); returns the ids applied.
 
-    An up-to-date file costs one read of the applied migrations: yoyo is neither
-    imported nor run.
+    An up-to-date file costs one read of the applied migrations (none when the
+    caller passes the keys it read, ``applied``: see
+    :attr:`~hermes_models.shape.FileShape.migrations`): yoyo is neither imported
+    nor run. Whatever ``applied`` says, pending work is decided again under
+    yoyo's lock.
     """
-    if _up_to_date(path, migrations_dir()):
+    folder = migrations_dir()
+    if applied is not None:
+        if all(migration_hash(i) in applied for i in migration_ids(folder)):
+            return []
+    elif _up_to_date(path, folder):
         return []
     migrations = _migrations()
     with _process_lock, _backend(path) as backend, _locked(backend):

@@ -138,6 +138,9 @@ class FileShape:
     #: True when the file has :data:`TIME_INDEX` (files of this package's migration
     #: 0008; never Hermes' own).
     time_index: bool = False
+    #: The keys of the migrations yoyo recorded as applied (None: no yoyo table).
+    #: Read with the rest, so that opening an up-to-date file needs no other read.
+    migrations: frozenset[str] | None = field(default=None, compare=False)
 
     # Both are asked on every statement: worked out once per shape (it never changes).
     @functools.cached_property
@@ -229,6 +232,16 @@ def _fts_meta(conn: sqlite3.Connection, tables: Mapping[str, Any]) -> dict[str, 
     return {str(row[0]): "" if row[1] is None else str(row[1]) for row in rows}
 
 
+def _applied(conn: sqlite3.Connection, tables: Mapping[str, Any]) -> frozenset[str] | None:
+    if "_yoyo_migration" not in tables:
+        return None
+    try:
+        rows = conn.execute("SELECT migration_hash FROM _yoyo_migration").fetchall()
+    except sqlite3.OperationalError:
+        return None
+    return frozenset(str(row[0]) for row in rows)
+
+
 def fts_layout(sql: Mapping[str, tuple[str, str]]) -> int | None:
     """The layout of ``messages_fts`` by Hermes' own reading of its CREATE text.
 
@@ -288,6 +301,7 @@ def probe(conn: sqlite3.Connection) -> FileShape:
         cjk=_cjk(conn, sql),
         fts_meta=meta,
         time_index=sql.get(TIME_INDEX, ("", ""))[0] == "index",
+        migrations=_applied(conn, sql),
     )
 
 
