@@ -1,16 +1,18 @@
-"""Reading a bundle that may be hostile: every line checked, nothing held but sessions.
+"""Reading a bundle that may be hostile: every line checked, only a summary held.
 
 :func:`scan` reads a bundle once and checks every line — JSON, header,
 columns, each value's type and range — plus what only the whole file
 shows: counts against the header, session ids and titles that appear
-twice, parents that form a cycle. It keeps the session rows (a bundle's
-small part) and, of the messages, only how many each session has and
-the range of their ids. :func:`message_rows` reads the messages again, checked
-the same way, for the import to insert as it goes: a bundle of any size is
-imported in memory that does not grow with it.
+twice, parents that form a cycle. It keeps a summary of each session (id,
+line, title, parent, how many messages) and the range of the message ids,
+never a message or a whole session row. :func:`message_rows` reads the
+messages again and :func:`session_rows` the sessions again, checked the same
+way, for the import to insert as it goes: a bundle of any size is imported
+in memory that does not grow with its messages.
 
-A bundle read from a path is read twice from the same open file, and its
-bytes must be the same both times; one read from a stream that cannot be
+A bundle read from a path is read again from the same open file, and its
+bytes must be the same each time (a read of the sessions alone compares the
+lines up to the first message line); one read from a stream that cannot be
 read twice is copied to a private temporary file on the first read.
 
 Every refusal is a :class:`~hermes_models.errors.BundleError` whose message
@@ -269,6 +271,9 @@ class Source:
         self._spool = spool
         self._start = 0 if spool is not None else handle.tell()
         self._digest: bytes | None = None
+        self._running: Any = None
+        self._read = 0
+        self._head: tuple[int, bytes] | None = None
 
     def lines(self) -> Iterator[tuple[int, str, str]]:
         """``(line number, "origin:line", text)``, from the first line each time."""
@@ -281,9 +286,39 @@ class Source:
             yield from self._read_again()
 
     def _first_read(self) -> Iterator[tuple[int, str, str]]:
-        digest = hashlib.sha256()
-        yield from jsonl.lines(self._hashing(digest), self.origin)
+        digest = self._running = hashlib.sha256()
+        for item in jsonl.lines(self._hashing(digest), self.origin):
+            self._read = item[0]
+            yield item
         self._digest = digest.digest()
+
+    def mark(self) -> None:
+        """Remember the lines the first read has given so far: :meth:`head` gives them again."""
+        self._head = (self._read, self._running.copy().digest())
+
+    def head(self) -> Iterator[tuple[int, str, str]]:
+        """The lines up to the :meth:`mark` (all lines without one), read again.
+
+        Raises:
+            BundleError: those lines changed since the first read.
+        """
+        if self._head is None:
+            yield from self.lines()
+            return
+        count, expected = self._head
+        digest = hashlib.sha256()
+        if self._spool is not None:
+            self._spool.seek(0)
+            reader = self._spool
+        else:
+            self._handle.seek(self._start)
+            reader = self._hashing(digest)
+        for item in jsonl.lines(reader, self.origin):
+            yield item
+            if item[0] == count:
+                break
+        if self._spool is None and digest.digest() != expected:
+            raise BundleError(f"{self.origin}: the file changed while it was being imported")
 
     def _hashing(self, digest: Any) -> IO[Any]:
         source, spool = self._handle, self._spool
@@ -329,18 +364,26 @@ def open_source(source: str | os.PathLike[str] | IO[str]) -> Iterator[Source]:
 
 @dataclass
 class Scan:
-    """What the first read of a bundle keeps: sessions, and message counts per session."""
+    """What the first read of a bundle keeps: a summary of each session, no rows."""
 
     origin: str
     header: dict[str, Any]
-    sessions: list[tuple[Any, ...]] = field(default_factory=list)
-    #: The line of each session, by id.
+    #: The line of each session, by id, in file order.
     lines: dict[str, int] = field(default_factory=dict)
+    #: The title of each session that has one, by id.
+    titles: dict[str, str] = field(default_factory=dict)
+    #: The parent of each session that has one, by id.
+    parents: dict[str, str] = field(default_factory=dict)
     #: How many messages each session has, by id.
     messages: dict[str, int] = field(default_factory=dict)
     message_total: int = 0
     first_id: int = 0
     last_id: int = 0
+
+    @property
+    def session_total(self) -> int:
+        """How many sessions the bundle holds."""
+        return len(self.lines)
 
 
 def _header(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -396,8 +439,10 @@ def scan(source: Source) -> Scan:
         if kind == "session":
             _add_session(result, values, where, titles)
         else:
+            if not result.message_total:
+                source.mark()  # the sessions end here: session_rows reads up to this line
             _add_message(result, values, where)
-    for kind, found in (("sessions", len(result.sessions)), ("messages", result.message_total)):
+    for kind, found in (("sessions", result.session_total), ("messages", result.message_total)):
         expected = result.header.get(kind)
         if expected != found:
             raise BundleError(
@@ -431,11 +476,13 @@ def _add_session(result: Scan, values: tuple[Any, ...], where: str, titles: dict
                 f"(line {result.lines[other]}); titles are unique"
             )
         titles[title] = session_id
+        result.titles[session_id] = title
     if values[_PARENT] == session_id:
         raise BundleError(f"{where}: session {session_id!r} is its own parent")
+    if values[_PARENT] is not None:
+        result.parents[session_id] = values[_PARENT]
     result.lines[session_id] = line
     result.messages[session_id] = 0
-    result.sessions.append(values)
 
 
 def _add_message(result: Scan, values: tuple[Any, ...], where: str) -> None:
@@ -457,13 +504,13 @@ def _add_message(result: Scan, values: tuple[Any, ...], where: str) -> None:
 
 
 def _refuse_cycles(result: Scan) -> None:
-    parents = {values[0]: values[_PARENT] for values in result.sessions}
+    parents = result.parents
     done: set[str] = set()
     for start in parents:
         path: list[str] = []
         on_path: set[str] = set()
         node: str | None = start
-        while node is not None and node in parents and node not in done:
+        while node is not None and node in result.lines and node not in done:
             if node in on_path:
                 loop = [*path[path.index(node) :], node]
                 shown = " -> ".join(repr(n) for n in loop[:8]) + (
@@ -475,7 +522,7 @@ def _refuse_cycles(result: Scan) -> None:
                 )
             path.append(node)
             on_path.add(node)
-            node = parents[node]
+            node = parents.get(node)
         done.update(path)
 
 
@@ -496,6 +543,21 @@ def message_rows(source: Source) -> Iterator[tuple[str, tuple[Any, ...]]]:
             yield where, row(record, kind, where)
 
 
+def session_rows(source: Source) -> Iterator[tuple[Any, ...]]:
+    """The checked values of every session line, read again after :func:`scan` (up to the
+    first message line only).
+
+    Raises:
+        BundleError: those lines changed since :func:`scan` read them.
+    """
+    for _, where, text in source.head():
+        if not text.strip():
+            continue
+        record = jsonl.parse_object(text, where)
+        if record.pop("type", None) == "session":
+            yield row(record, "session", where)
+
+
 __all__ = [
     "MAX_MESSAGE_ID",
     "Scan",
@@ -505,4 +567,5 @@ __all__ = [
     "open_source",
     "row",
     "scan",
+    "session_rows",
 ]
