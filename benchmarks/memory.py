@@ -15,11 +15,11 @@ the time, and the rows involved:
 
 * ``import``: ``SessionDB.import_bundle`` into a fresh file, sizes
   interleaved (100k, 1M, 100k, 1M, ... for ``--rounds``);
-* with ``--search``, on the store the last import of the largest size
-  built: ``search_messages`` (first page of 20, no time budget) of
+* with ``--search``, on the store the last import of each size built:
+  ``search_messages`` (first page of 20, no time budget) of
   ``hermes`` (about half of the rows), of ``数据`` and of ``数据库``, and
   ``search_sessions("hermes")``;
-* with ``--export``, on that store: ``export_bundle`` and
+* with ``--export``, on those stores: ``export_bundle`` and
   ``export_markdown`` of everything to ``/dev/null``.
 
 Run: python benchmarks/memory.py [--sizes 100000,1000000] [--rounds N]
@@ -221,27 +221,24 @@ def main() -> None:
     bundles = {n: bundle_for(folder, n) for n in sizes}
     for n, path in bundles.items():
         print(f"{n:,} messages: {path} ({path.stat().st_size / 2**20:,.0f} MiB)")
-    kept = folder / f"store-{max(sizes)}.db"
     for _ in range(args.rounds):
         for n in sizes:
             db = folder / f"import-{n}.db"
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{db}{suffix}").unlink(missing_ok=True)
             show(f"import_bundle, {n:,} messages", measure("import", db, str(bundles[n])))
-            if n == max(sizes):
-                for suffix in ("", "-wal", "-shm"):
-                    if Path(f"{db}{suffix}").exists():
-                        os.replace(f"{db}{suffix}", f"{kept}{suffix}")
-            else:
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{db}{suffix}").unlink(missing_ok=True)
-    if args.search:
-        for term in ("hermes", "数据", "数据库"):
-            show(f"search_messages({term!r})", measure("search", kept, term))
-        show("search_sessions('hermes')", measure("search_sessions", kept, "hermes"))
-    if args.export:
-        show("export_bundle (everything)", measure("export_bundle", kept, "-"))
-        show("export_markdown (everything)", measure("export_markdown", kept, "-"))
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{db}{suffix}").exists():
+                    os.replace(f"{db}{suffix}", folder / f"store-{n}.db{suffix}")
+    for n in sizes:
+        kept = folder / f"store-{n}.db"
+        if args.search:
+            for term in ("hermes", "数据", "数据库"):
+                show(f"{n:,}: search_messages({term!r})", measure("search", kept, term))
+            show(f"{n:,}: search_sessions('hermes')", measure("search_sessions", kept, "hermes"))
+        if args.export:
+            show(f"{n:,}: export_bundle (everything)", measure("export_bundle", kept, "-"))
+            show(f"{n:,}: export_markdown (everything)", measure("export_markdown", kept, "-"))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ PAUSE_SECONDS = 0.12
 #: rows read ahead of a transaction. An import's memory does not grow past them.
 BATCH_ROWS = 20_000
 BATCH_BYTES = 8 * 1024 * 1024
+#: Session rows held at once while a :class:`SessionSource` is added.
+SESSION_ROWS = 16
 
 _MESSAGES = Message._meta.table_name
 _SESSIONS = Session._meta.table_name
@@ -317,7 +319,7 @@ class Staging:
         """Insert message rows (``session_id`` among ``columns``) in paced transactions."""
         at = list(columns).index("session_id")
         batch: list[Sequence[Any]] = []
-        size, limit, total = 0, 1000, 0
+        size, limit, total = 0, min(1000, BATCH_ROWS), 0
         self._foreign_keys_off()
 
         def flush() -> None:
@@ -328,7 +330,8 @@ class Staging:
                     functools.partial(self._insert_batch, batch, columns, at, started)
                 )
                 spent = max(time.monotonic() - started, 1e-3)
-                limit = max(CHUNK_ROWS, min(BATCH_ROWS, int(written * TRANSACTION_SECONDS / spent)))
+                fit = max(CHUNK_ROWS, int(written * TRANSACTION_SECONDS / spent))
+                limit = min(BATCH_ROWS, fit)
                 total += written
                 if done is not None:
                     done(written)
@@ -386,8 +389,8 @@ class Staging:
 
         A title another session holds becomes the next free ``"title #N"``
         (``rename_titles``) or is left out. A :class:`SessionSource` is read
-        inside the transaction, :data:`~hermes_models.bundle.CHUNK_ROWS` rows at
-        a time. Returns how many titles changed.
+        inside the transaction, :data:`SESSION_ROWS` rows at a time. Returns how
+        many titles changed.
         """
         source = sessions if isinstance(sessions, SessionSource) else SessionSource.of(sessions)
         counters = self._counters()
@@ -408,7 +411,7 @@ class Staging:
                 values["message_count"], values["tool_call_count"] = messages, calls
                 columns = columns or list(values)
                 batch.append([values[c] for c in columns])
-                if len(batch) >= CHUNK_ROWS:
+                if len(batch) >= SESSION_ROWS:
                     insert_rows(_SESSIONS, columns, batch)
                     batch = []
             if batch:
@@ -596,6 +599,7 @@ __all__ = [
     "BATCH_BYTES",
     "BATCH_ROWS",
     "LEASE_KEY",
+    "SESSION_ROWS",
     "SMALL_IMPORT",
     "TRANSACTION_SECONDS",
     "SessionSource",
