@@ -5,14 +5,14 @@ columns, each value's type and range — plus what only the whole file
 shows: counts against the header, session ids and titles that appear
 twice, parents that form a cycle. It keeps a summary of each session (id,
 line, title, parent, how many messages) and the range of the message ids,
-never a message or a whole session row. :func:`message_rows` reads the
-messages again and :func:`session_rows` the sessions again, checked the same
-way, for the import to insert as it goes: a bundle of any size is imported
-in memory that does not grow with its messages.
+never a message or a whole session row; the checked session rows go to a
+file the caller gives (:func:`kept_sessions` reads them back).
+:func:`message_rows` reads the messages again, checked the same way, for
+the import to insert as it goes: a bundle of any size is imported in memory
+that does not grow with it.
 
 A bundle read from a path is read again from the same open file, and its
-bytes must be the same each time (a read of the sessions alone compares the
-lines up to the first message line); one read from a stream that cannot be
+bytes must be the same each time; one read from a stream that cannot be
 read twice is copied to a private temporary file on the first read.
 
 Every refusal is a :class:`~hermes_models.errors.BundleError` whose message
@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import marshal
 import math
 import os
 import tempfile
@@ -271,9 +272,6 @@ class Source:
         self._spool = spool
         self._start = 0 if spool is not None else handle.tell()
         self._digest: bytes | None = None
-        self._running: Any = None
-        self._read = 0
-        self._head: tuple[int, bytes] | None = None
 
     def lines(self) -> Iterator[tuple[int, str, str]]:
         """``(line number, "origin:line", text)``, from the first line each time."""
@@ -286,39 +284,9 @@ class Source:
             yield from self._read_again()
 
     def _first_read(self) -> Iterator[tuple[int, str, str]]:
-        digest = self._running = hashlib.sha256()
-        for item in jsonl.lines(self._hashing(digest), self.origin):
-            self._read = item[0]
-            yield item
-        self._digest = digest.digest()
-
-    def mark(self) -> None:
-        """Remember the lines the first read has given so far: :meth:`head` gives them again."""
-        self._head = (self._read, self._running.copy().digest())
-
-    def head(self) -> Iterator[tuple[int, str, str]]:
-        """The lines up to the :meth:`mark` (all lines without one), read again.
-
-        Raises:
-            BundleError: those lines changed since the first read.
-        """
-        if self._head is None:
-            yield from self.lines()
-            return
-        count, expected = self._head
         digest = hashlib.sha256()
-        if self._spool is not None:
-            self._spool.seek(0)
-            reader = self._spool
-        else:
-            self._handle.seek(self._start)
-            reader = self._hashing(digest)
-        for item in jsonl.lines(reader, self.origin):
-            yield item
-            if item[0] == count:
-                break
-        if self._spool is None and digest.digest() != expected:
-            raise BundleError(f"{self.origin}: the file changed while it was being imported")
+        yield from jsonl.lines(self._hashing(digest), self.origin)
+        self._digest = digest.digest()
 
     def _hashing(self, digest: Any) -> IO[Any]:
         source, spool = self._handle, self._spool
@@ -423,8 +391,9 @@ def records(source: Source) -> Iterator[tuple[str, str, dict[str, Any]]]:
         raise BundleError(f"{source.origin}: empty file, not a {FORMAT}")
 
 
-def scan(source: Source) -> Scan:
-    """Read and check the whole bundle once (see the module text).
+def scan(source: Source, keep: IO[bytes] | None = None) -> Scan:
+    """Read and check the whole bundle once (see the module text); the checked session
+    rows are written to ``keep``, when given, for :func:`kept_sessions`.
 
     Raises:
         BundleError: the first problem found, naming its file and line.
@@ -438,9 +407,10 @@ def scan(source: Source) -> Scan:
         values = row(record, kind, where)
         if kind == "session":
             _add_session(result, values, where, titles)
+            if keep is not None:
+                data = marshal.dumps(values)
+                keep.write(len(data).to_bytes(8, "little") + data)
         else:
-            if not result.message_total:
-                source.mark()  # the sessions end here: session_rows reads up to this line
             _add_message(result, values, where)
     for kind, found in (("sessions", result.session_total), ("messages", result.message_total)):
         expected = result.header.get(kind)
@@ -536,6 +506,13 @@ def check_bundle(source: str | os.PathLike[str] | IO[str]) -> Scan:
         return scan(reader)
 
 
+def kept_sessions(keep: IO[bytes]) -> Iterator[tuple[Any, ...]]:
+    """The session rows :func:`scan` wrote to ``keep``, in bundle order, one at a time."""
+    keep.seek(0)
+    while size := keep.read(8):
+        yield marshal.loads(keep.read(int.from_bytes(size, "little")))
+
+
 def message_rows(source: Source) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """``(where, row)`` of every message line, read again and checked again."""
     for where, kind, record in records(source):
@@ -543,29 +520,14 @@ def message_rows(source: Source) -> Iterator[tuple[str, tuple[Any, ...]]]:
             yield where, row(record, kind, where)
 
 
-def session_rows(source: Source) -> Iterator[tuple[Any, ...]]:
-    """The checked values of every session line, read again after :func:`scan` (up to the
-    first message line only).
-
-    Raises:
-        BundleError: those lines changed since :func:`scan` read them.
-    """
-    for _, where, text in source.head():
-        if not text.strip():
-            continue
-        record = jsonl.parse_object(text, where)
-        if record.pop("type", None) == "session":
-            yield row(record, "session", where)
-
-
 __all__ = [
     "MAX_MESSAGE_ID",
     "Scan",
     "Source",
     "check_bundle",
+    "kept_sessions",
     "message_rows",
     "open_source",
     "row",
     "scan",
-    "session_rows",
 ]

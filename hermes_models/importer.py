@@ -10,9 +10,10 @@ gets the next free ``"title #N"``. ``message_count`` and ``tool_call_count``
 are computed from the imported messages, never taken from the bundle.
 
 The bundle is read and checked completely before anything is written
-(:mod:`hermes_models.bundle_reader`), keeping a summary of each session;
-then it is read again as the messages are written, and its session lines
-once more as the sessions are: memory does not grow with the messages.
+(:mod:`hermes_models.bundle_reader`), keeping a summary of each session
+and writing the checked session rows to a private temporary file; then it
+is read again as the messages are written, and the sessions are read back
+from that file as they are added: memory does not grow with the bundle.
 Writing happens in short transactions that let other writers in, and
 imported sessions appear only once complete (:mod:`hermes_models.staging`).
 """
@@ -20,11 +21,12 @@ imported sessions appear only once complete (:mod:`hermes_models.staging`).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
-from .bundle_reader import Scan, Source, message_rows, open_source, scan, session_rows
+from .bundle_reader import Scan, Source, kept_sessions, message_rows, open_source, scan
 from .db import current
 from .errors import BundleError
 from .staging import SMALL_IMPORT, SessionSource, Staging, write_at_once
@@ -41,12 +43,12 @@ def _refuse_missing_parents(plan: Scan, new: list[str]) -> None:
             )
 
 
-def _sessions(source: Source, plan: Scan, new: list[str]) -> SessionSource:
-    """The new sessions, their rows read again from the bundle whenever they are needed."""
+def _sessions(keep: IO[bytes], plan: Scan, new: list[str]) -> SessionSource:
+    """The new sessions, their rows read back from the file the check kept them in."""
     wanted = set(new)
 
     def rows() -> Iterator[dict[str, Any]]:
-        for values in session_rows(source):
+        for values in kept_sessions(keep):
             if values[0] in wanted:
                 yield dict(zip(SESSION_COLUMNS, values))
 
@@ -122,8 +124,8 @@ def import_bundle(
         ImportConflictError: another import into the file is running.
     """
     db = current()
-    with open_source(source) as reader:
-        plan = scan(reader)
+    with open_source(source) as reader, tempfile.TemporaryFile() as keep:
+        plan = scan(reader, keep)
         present = existing_ids("sessions", list(plan.lines))
         new = [session_id for session_id in plan.lines if session_id not in present]
         _refuse_missing_parents(plan, new)
@@ -147,7 +149,7 @@ def import_bundle(
             if progress is not None:
                 progress(done, total)
 
-        sessions = _sessions(reader, plan, new)
+        sessions = _sessions(keep, plan, new)
         if adding <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:
             rows = list(_rows(reader, new_ids, set(), 0))
             moved: set[str] = set()
