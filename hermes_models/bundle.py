@@ -160,30 +160,30 @@ def _selected(model: type[Session] | type[Message]) -> list[Any]:
     return [by_column.get(c) or peewee.Column(model, c) for c in file_columns(model)]
 
 
-def session_rows(ids: list[str] | None) -> list[tuple[Any, ...]]:
+def _among(ids: list[str]) -> peewee.SQL:
+    """``ids`` as one bound JSON list, for ``IN``: any number, one statement."""
+    return peewee.SQL("(SELECT value FROM json_each(?))", [json.dumps(ids)])
+
+
+def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Session rows (stored values, :func:`file_columns` order) by ``(started_at, id)``;
-    None: all."""
-    fields = _selected(Session)
-    if ids is None:
-        return raw(Session.select(*fields).order_by(Session.started_at, Session.id)).fetchall()
-    out: list[tuple[Any, ...]] = []
-    for chunk in chunks(ids):
-        out += raw(Session.select(*fields).where(Session.id.in_(list(chunk)))).fetchall()
-    started = file_columns(Session).index("started_at")
-    return sorted(out, key=lambda row: (row[started], row[0]))
+    None: all. Read from the cursor as they are used: memory does not grow with them."""
+    query = Session.select(*_selected(Session)).order_by(Session.started_at, Session.id)
+    yield from raw(query if ids is None else query.where(Session.id.in_(_among(ids))))
 
 
 def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Message rows (stored values, :func:`file_columns` order) of those sessions by id;
-    None: all."""
-    fields = _selected(Message)
-    if ids is None:
-        yield from raw(Message.select(*fields).order_by(Message.id))
-        return
-    rows: list[tuple[Any, ...]] = []
-    for chunk in chunks(ids):
-        rows += raw(Message.select(*fields).where(Message.session.in_(list(chunk)))).fetchall()
-    yield from sorted(rows, key=lambda row: row[0])
+    None: all. Read from the cursor as they are used (SQLite sorts a selection on disk)."""
+    query = Message.select(*_selected(Message)).order_by(Message.id)
+    yield from raw(query if ids is None else query.where(Message.session.in_(_among(ids))))
+
+
+def session_total(ids: list[str] | None) -> int:
+    """How many sessions :func:`session_rows` gives."""
+    if ids is not None:
+        return len(ids)
+    return int(raw(Session.select(fn.COUNT(Session.id))).fetchone()[0])
 
 
 def _message_total(ids: list[str] | None) -> int:
@@ -205,7 +205,6 @@ def _records(
     """``(kind, line)`` pairs of a bundle, read in one snapshot."""
     with current().atomic():
         ids = selection(session_id, source)
-        sessions = session_rows(ids)
         total = _message_total(ids)
         shape = current().shape
         newer = shape is not None and shape.newer
@@ -216,12 +215,12 @@ def _records(
             "schema_version": shape.version
             if newer and shape and shape.version
             else SCHEMA_VERSION,
-            "sessions": len(sessions),
+            "sessions": session_total(ids),
             "messages": total,
         }
         yield "header", dumps(header) + "\n"
         session_columns, message_columns = file_columns(Session), file_columns(Message)
-        for row in sessions:
+        for row in session_rows(ids):
             record = {"type": "session", **dict(zip(session_columns, map(_encode, row)))}
             yield "session", dumps(record) + "\n"
         done = 0

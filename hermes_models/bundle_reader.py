@@ -1,16 +1,18 @@
-"""Reading a bundle that may be hostile: every line checked, nothing held but sessions.
+"""Reading a bundle that may be hostile: every line checked, only a summary held.
 
 :func:`scan` reads a bundle once and checks every line — JSON, header,
 columns, each value's type and range — plus what only the whole file
 shows: counts against the header, session ids and titles that appear
-twice, parents that form a cycle. It keeps the session rows (a bundle's
-small part) and, of the messages, only how many each session has and
-the range of their ids. :func:`message_rows` reads the messages again, checked
-the same way, for the import to insert as it goes: a bundle of any size is
-imported in memory that does not grow with it.
+twice, parents that form a cycle. It keeps a summary of each session (id,
+line, title, parent, how many messages) and the range of the message ids,
+never a message or a whole session row; the checked session rows go to a
+file the caller gives (:func:`kept_sessions` reads them back).
+:func:`message_rows` reads the messages again, checked the same way, for
+the import to insert as it goes: a bundle of any size is imported in memory
+that does not grow with it.
 
-A bundle read from a path is read twice from the same open file, and its
-bytes must be the same both times; one read from a stream that cannot be
+A bundle read from a path is read again from the same open file, and its
+bytes must be the same each time; one read from a stream that cannot be
 read twice is copied to a private temporary file on the first read.
 
 Every refusal is a :class:`~hermes_models.errors.BundleError` whose message
@@ -23,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import marshal
 import math
 import os
 import tempfile
@@ -329,18 +332,26 @@ def open_source(source: str | os.PathLike[str] | IO[str]) -> Iterator[Source]:
 
 @dataclass
 class Scan:
-    """What the first read of a bundle keeps: sessions, and message counts per session."""
+    """What the first read of a bundle keeps: a summary of each session, no rows."""
 
     origin: str
     header: dict[str, Any]
-    sessions: list[tuple[Any, ...]] = field(default_factory=list)
-    #: The line of each session, by id.
+    #: The line of each session, by id, in file order.
     lines: dict[str, int] = field(default_factory=dict)
+    #: The title of each session that has one, by id.
+    titles: dict[str, str] = field(default_factory=dict)
+    #: The parent of each session that has one, by id.
+    parents: dict[str, str] = field(default_factory=dict)
     #: How many messages each session has, by id.
     messages: dict[str, int] = field(default_factory=dict)
     message_total: int = 0
     first_id: int = 0
     last_id: int = 0
+
+    @property
+    def session_total(self) -> int:
+        """How many sessions the bundle holds."""
+        return len(self.lines)
 
 
 def _header(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -380,8 +391,9 @@ def records(source: Source) -> Iterator[tuple[str, str, dict[str, Any]]]:
         raise BundleError(f"{source.origin}: empty file, not a {FORMAT}")
 
 
-def scan(source: Source) -> Scan:
-    """Read and check the whole bundle once (see the module text).
+def scan(source: Source, keep: IO[bytes] | None = None) -> Scan:
+    """Read and check the whole bundle once (see the module text); the checked session
+    rows are written to ``keep``, when given, for :func:`kept_sessions`.
 
     Raises:
         BundleError: the first problem found, naming its file and line.
@@ -395,9 +407,12 @@ def scan(source: Source) -> Scan:
         values = row(record, kind, where)
         if kind == "session":
             _add_session(result, values, where, titles)
+            if keep is not None:
+                data = marshal.dumps(values)
+                keep.write(len(data).to_bytes(8, "little") + data)
         else:
             _add_message(result, values, where)
-    for kind, found in (("sessions", len(result.sessions)), ("messages", result.message_total)):
+    for kind, found in (("sessions", result.session_total), ("messages", result.message_total)):
         expected = result.header.get(kind)
         if expected != found:
             raise BundleError(
@@ -431,11 +446,13 @@ def _add_session(result: Scan, values: tuple[Any, ...], where: str, titles: dict
                 f"(line {result.lines[other]}); titles are unique"
             )
         titles[title] = session_id
+        result.titles[session_id] = title
     if values[_PARENT] == session_id:
         raise BundleError(f"{where}: session {session_id!r} is its own parent")
+    if values[_PARENT] is not None:
+        result.parents[session_id] = values[_PARENT]
     result.lines[session_id] = line
     result.messages[session_id] = 0
-    result.sessions.append(values)
 
 
 def _add_message(result: Scan, values: tuple[Any, ...], where: str) -> None:
@@ -457,13 +474,13 @@ def _add_message(result: Scan, values: tuple[Any, ...], where: str) -> None:
 
 
 def _refuse_cycles(result: Scan) -> None:
-    parents = {values[0]: values[_PARENT] for values in result.sessions}
+    parents = result.parents
     done: set[str] = set()
     for start in parents:
         path: list[str] = []
         on_path: set[str] = set()
         node: str | None = start
-        while node is not None and node in parents and node not in done:
+        while node is not None and node in result.lines and node not in done:
             if node in on_path:
                 loop = [*path[path.index(node) :], node]
                 shown = " -> ".join(repr(n) for n in loop[:8]) + (
@@ -475,7 +492,7 @@ def _refuse_cycles(result: Scan) -> None:
                 )
             path.append(node)
             on_path.add(node)
-            node = parents[node]
+            node = parents.get(node)
         done.update(path)
 
 
@@ -487,6 +504,13 @@ def check_bundle(source: str | os.PathLike[str] | IO[str]) -> Scan:
     """
     with open_source(source) as reader:
         return scan(reader)
+
+
+def kept_sessions(keep: IO[bytes]) -> Iterator[tuple[Any, ...]]:
+    """The session rows :func:`scan` wrote to ``keep``, in bundle order, one at a time."""
+    keep.seek(0)
+    while size := keep.read(8):
+        yield marshal.loads(keep.read(int.from_bytes(size, "little")))
 
 
 def message_rows(source: Source) -> Iterator[tuple[str, tuple[Any, ...]]]:
@@ -501,6 +525,7 @@ __all__ = [
     "Scan",
     "Source",
     "check_bundle",
+    "kept_sessions",
     "message_rows",
     "open_source",
     "row",

@@ -10,37 +10,49 @@ gets the next free ``"title #N"``. ``message_count`` and ``tool_call_count``
 are computed from the imported messages, never taken from the bundle.
 
 The bundle is read and checked completely before anything is written
-(:mod:`hermes_models.bundle_reader`), then read again as the messages are
-written: memory does not grow with the bundle. Writing happens in short
-transactions that let other writers in, and imported sessions appear only
-once complete (:mod:`hermes_models.staging`).
+(:mod:`hermes_models.bundle_reader`), keeping a summary of each session
+and writing the checked session rows to a private temporary file; then it
+is read again as the messages are written, and the sessions are read back
+from that file as they are added: memory does not grow with the bundle.
+Writing happens in short transactions that let other writers in, and
+imported sessions appear only once complete (:mod:`hermes_models.staging`).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
 from .binding import current
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
-from .bundle_reader import Scan, Source, message_rows, open_source, scan
+from .bundle_reader import Scan, Source, kept_sessions, message_rows, open_source, scan
 from .errors import BundleError
-from .staging import SMALL_IMPORT, Staging, write_at_once
-
-_PARENT = SESSION_COLUMNS.index("parent_session_id")
+from .staging import SMALL_IMPORT, SessionSource, Staging, write_at_once
 
 
-def _refuse_missing_parents(plan: Scan, new: list[tuple[Any, ...]], present: set[str]) -> None:
-    known = set(plan.lines) | present
-    wanted = sorted({row[_PARENT] for row in new} - known - {None})
+def _refuse_missing_parents(plan: Scan, new: list[str]) -> None:
+    wanted = sorted({plan.parents[s] for s in new if s in plan.parents} - plan.lines.keys())
     missing = set(wanted) - existing_ids("sessions", wanted)
-    for row in new:
-        if row[_PARENT] in missing:
+    for session_id in new:
+        if plan.parents.get(session_id) in missing:
             raise BundleError(
-                f"{plan.origin}:{plan.lines[row[0]]}: session {row[0]!r} has parent "
-                f"{row[_PARENT]!r}, which neither the bundle nor the database holds"
+                f"{plan.origin}:{plan.lines[session_id]}: session {session_id!r} has parent "
+                f"{plan.parents[session_id]!r}, which neither the bundle nor the database holds"
             )
+
+
+def _sessions(keep: IO[bytes], plan: Scan, new: list[str]) -> SessionSource:
+    """The new sessions, their rows read back from the file the check kept them in."""
+    wanted = set(new)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for values in kept_sessions(keep):
+            if values[0] in wanted:
+                yield dict(zip(SESSION_COLUMNS, values))
+
+    return SessionSource([(s, plan.titles.get(s)) for s in new], rows)
 
 
 def _clashing(source: Source, plan: Scan, new_ids: set[str]) -> set[str]:
@@ -112,16 +124,16 @@ def import_bundle(
         ImportConflictError: another import into the file is running.
     """
     db = current()
-    with open_source(source) as reader:
-        plan = scan(reader)
+    with open_source(source) as reader, tempfile.TemporaryFile() as keep:
+        plan = scan(reader, keep)
         present = existing_ids("sessions", list(plan.lines))
-        new = [row for row in plan.sessions if row[0] not in present]
-        _refuse_missing_parents(plan, new, present)
-        new_ids = {row[0] for row in new}
+        new = [session_id for session_id in plan.lines if session_id not in present]
+        _refuse_missing_parents(plan, new)
+        new_ids = set(new)
         adding = sum(plan.messages[session_id] for session_id in new_ids)
         counts = {
             "sessions_added": len(new),
-            "sessions_skipped": len(plan.sessions) - len(new),
+            "sessions_skipped": plan.session_total - len(new),
             "messages_added": adding,
             "messages_skipped": plan.message_total - adding,
             "messages_renumbered": 0,
@@ -137,8 +149,8 @@ def import_bundle(
             if progress is not None:
                 progress(done, total)
 
-        sessions = [dict(zip(SESSION_COLUMNS, row)) for row in new]
-        if adding <= SMALL_IMPORT:
+        sessions = _sessions(keep, plan, new)
+        if adding <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:
             rows = list(_rows(reader, new_ids, set(), 0))
             moved: set[str] = set()
 
@@ -150,16 +162,14 @@ def import_bundle(
                 return _renumber(rows, moved)
 
             renamed = write_at_once(
-                db, sessions, MESSAGE_COLUMNS, renumbered_rows, rename_titles=True
+                db, list(sessions.rows()), MESSAGE_COLUMNS, renumbered_rows, rename_titles=True
             )
             if renamed is not None:
                 counts["titles_renamed"] = renamed
                 counts["messages_renumbered"] = sum(plan.messages[s] for s in moved)
                 step(total)
                 return counts
-        with Staging(
-            db, [row[0] for row in new], reserve_upto=plan.last_id if adding else 0
-        ) as staging:
+        with Staging(db, new, reserve_upto=plan.last_id if adding else 0) as staging:
             moved = _clashing(reader, plan, new_ids) if adding else set()
             renumbered = sum(plan.messages[session_id] for session_id in moved)
             base = staging.reserve(renumbered) if renumbered else 0

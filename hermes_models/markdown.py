@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import closing
 from typing import IO, Any
 
 from . import clock
@@ -23,6 +24,7 @@ from .bundle import (
     message_rows,
     selection,
     session_rows,
+    session_total,
 )
 from .lineage import kind_of
 from .models import Session, decode_content, decode_json
@@ -88,34 +90,26 @@ def _message_lines(row: dict[str, Any]) -> Iterator[str]:
     yield ""
 
 
-def _collect(
-    session_id: str | None, source: str | None
-) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def _render(
+    session_id: str | None, source: str | None, progress: Progress | None, shown: list[int]
+) -> Generator[str, None, None]:
+    """The document, read in one snapshot one session at a time (memory does not grow
+    with the store); ``shown`` gets how many sessions it shows."""
     with current().atomic():
         ids = selection(session_id, source)
-        sessions = [dict(zip(SESSION_COLUMNS, row)) for row in session_rows(ids)]
-        by_session: dict[str, list[dict[str, Any]]] = {}
-        for row in message_rows(ids):
-            message = dict(zip(MESSAGE_COLUMNS, row))
-            by_session.setdefault(message["session_id"], []).append(message)
-    return sessions, by_session
-
-
-def _render(
-    sessions: list[dict[str, Any]],
-    by_session: dict[str, list[dict[str, Any]]],
-    progress: Progress | None,
-) -> Iterator[str]:
-    yield "# Hermes sessions\n"
-    for done, session in enumerate(sessions, 1):
-        yield "\n"
-        for line in _session_lines(session):
-            yield line + "\n"
-        for message in by_session.get(session["id"], []):
-            for line in _message_lines(message):
+        total = session_total(ids)
+        shown.append(total)
+        yield "# Hermes sessions\n"
+        for done, row in enumerate(session_rows(ids), 1):
+            session = dict(zip(SESSION_COLUMNS, row))
+            yield "\n"
+            for line in _session_lines(session):
                 yield line + "\n"
-        if progress is not None:
-            progress(done, len(sessions))
+            for values in message_rows([session["id"]]):
+                for line in _message_lines(dict(zip(MESSAGE_COLUMNS, values))):
+                    yield line + "\n"
+            if progress is not None:
+                progress(done, total)
 
 
 def export_markdown(
@@ -131,11 +125,14 @@ def export_markdown(
     An existing file is replaced only with ``overwrite=True``
     (see :func:`hermes_models.output.open_output`).
     """
-    sessions, by_session = _collect(session_id, source)
-    with open_output(target, overwrite=overwrite) as out:
-        for line in _render(sessions, by_session, progress):
-            out.write(line)
-    return len(sessions)
+    shown: list[int] = []
+    with closing(_render(session_id, source, progress, shown)) as lines:
+        first = next(lines)  # the selection is checked before the output is opened
+        with open_output(target, overwrite=overwrite) as out:
+            out.write(first)
+            for line in lines:
+                out.write(line)
+    return shown[0]
 
 
 __all__ = [

@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from peewee import SQL
@@ -58,9 +59,12 @@ LEASE_SECONDS = 120.0
 TRANSACTION_SECONDS = 0.25
 #: The pause after the lock was held for :data:`TRANSACTION_SECONDS` in total.
 PAUSE_SECONDS = 0.12
-#: Most rows, and most bytes of text, held in memory for one transaction.
+#: Most message rows, and most bytes of their text, held in memory at once: the
+#: rows read ahead of a transaction. An import's memory does not grow past them.
 BATCH_ROWS = 20_000
 BATCH_BYTES = 8 * 1024 * 1024
+#: Session rows held at once while a :class:`SessionSource` is added.
+SESSION_ROWS = 16
 
 _MESSAGES = Message._meta.table_name
 _SESSIONS = Session._meta.table_name
@@ -77,12 +81,27 @@ def insert_sql(table: str, columns: Sequence[str], rows: int) -> str:
     return f"INSERT INTO {_quote(table)} ({names}) VALUES " + ", ".join([marks] * rows)
 
 
+def statement_sizes(count: int) -> list[int]:
+    """How many rows each INSERT of ``count`` rows takes: :data:`CHUNK_ROWS`, then powers of
+    two. A compiled multi-row INSERT is large (about 1 KB a row) and sqlite3 keeps up to 128
+    of them per connection, so an import uses a few sizes only (at most nine)."""
+    sizes = [CHUNK_ROWS] * (count // CHUNK_ROWS)
+    rest = count % CHUNK_ROWS
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes
+
+
 def insert_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> int:
-    """Insert ``rows`` with multi-row INSERTs of :data:`CHUNK_ROWS` (inside a write);
+    """Insert ``rows`` with multi-row INSERTs of :func:`statement_sizes` (inside a write);
     returns the rowid of the last row."""
-    last = 0
-    for chunk in chunks(rows, CHUNK_ROWS):
-        cursor = raw(insert_sql(table, columns, len(chunk)), [v for row in chunk for v in row])
+    last, start = 0, 0
+    for size in statement_sizes(len(rows)):
+        chunk = rows[start : start + size]
+        start += size
+        cursor = raw(insert_sql(table, columns, size), [v for row in chunk for v in row])
         last = int(cursor.lastrowid or 0)
     return last
 
@@ -128,6 +147,20 @@ _TITLES_SQL = f"""
 SELECT s.title FROM json_each(?) AS w JOIN {_SESSIONS} AS s
 ON s.title >= w.value AND s.title < w.value || ' $'
 """
+
+
+@dataclass(frozen=True)
+class SessionSource:
+    """Sessions to add without holding their rows: ``(id, title)`` of each, in order, and
+    ``rows()``, which gives their rows (column -> value) each time it is called."""
+
+    titles: Sequence[tuple[str, str | None]]
+    rows: Callable[[], Iterable[dict[str, Any]]]
+
+    @classmethod
+    def of(cls, sessions: Sequence[dict[str, Any]]) -> SessionSource:
+        """A source of rows already in memory."""
+        return cls([(s["id"], s.get("title")) for s in sessions], lambda: sessions)
 
 
 class Staging:
@@ -286,7 +319,7 @@ class Staging:
         """Insert message rows (``session_id`` among ``columns``) in paced transactions."""
         at = list(columns).index("session_id")
         batch: list[Sequence[Any]] = []
-        size, limit, total = 0, 1000, 0
+        size, limit, total = 0, min(1000, BATCH_ROWS), 0
         self._foreign_keys_off()
 
         def flush() -> None:
@@ -297,7 +330,8 @@ class Staging:
                     functools.partial(self._insert_batch, batch, columns, at, started)
                 )
                 spent = max(time.monotonic() - started, 1e-3)
-                limit = max(CHUNK_ROWS, min(BATCH_ROWS, int(written * TRANSACTION_SECONDS / spent)))
+                fit = max(CHUNK_ROWS, int(written * TRANSACTION_SECONDS / spent))
+                limit = min(BATCH_ROWS, fit)
                 total += written
                 if done is not None:
                     done(written)
@@ -348,12 +382,17 @@ class Staging:
                 out[session_id] = (int(messages), int(calls))
         return out
 
-    def finish(self, sessions: list[dict[str, Any]], *, rename_titles: bool = True) -> int:
+    def finish(
+        self, sessions: Sequence[dict[str, Any]] | SessionSource, *, rename_titles: bool = True
+    ) -> int:
         """Add the sessions (counters computed, titles settled) and end the lease.
 
         A title another session holds becomes the next free ``"title #N"``
-        (``rename_titles``) or is left out. Returns how many titles changed.
+        (``rename_titles``) or is left out. A :class:`SessionSource` is read
+        inside the transaction, :data:`SESSION_ROWS` rows at a time. Returns how
+        many titles changed.
         """
+        source = sessions if isinstance(sessions, SessionSource) else SessionSource.of(sessions)
         counters = self._counters()
         self._foreign_keys_back()
 
@@ -361,13 +400,22 @@ class Staging:
             raw("PRAGMA defer_foreign_keys = ON")
             self._renew()
             self._refuse_present(self.session_ids)
-            rows, changed = _settle_titles(sessions, rename_titles)
-            for values in rows:
+            titles, changed = _title_changes(source.titles, rename_titles)
+            batch: list[list[Any]] = []
+            columns: list[str] = []
+            for row in source.rows():
+                values = dict(row)
+                if values["id"] in titles:
+                    values["title"] = titles[values["id"]]
                 messages, calls = counters.get(values["id"], (0, 0))
                 values["message_count"], values["tool_call_count"] = messages, calls
-            if rows:
-                columns = list(rows[0])
-                insert_rows(_SESSIONS, columns, [[r[c] for c in columns] for r in rows])
+                columns = columns or list(values)
+                batch.append([values[c] for c in columns])
+                if len(batch) >= SESSION_ROWS:
+                    insert_rows(_SESSIONS, columns, batch)
+                    batch = []
+            if batch:
+                insert_rows(_SESSIONS, columns, batch)
             raw("DELETE FROM state_meta WHERE key = ?", [LEASE_KEY])
             return changed
 
@@ -508,40 +556,56 @@ def write_at_once(
     return changed
 
 
-def _settle_titles(
-    sessions: list[dict[str, Any]], rename: bool
-) -> tuple[list[dict[str, Any]], int]:
-    """The sessions with titles other sessions hold renamed (or dropped); how many changed."""
-    wanted = [s["title"] for s in sessions if s.get("title") is not None]
+def _title_changes(
+    titles: Sequence[tuple[str, str | None]], rename: bool
+) -> tuple[dict[str, str | None], int]:
+    """The new title (or None) of each session whose title another session holds, by id,
+    found with one query; and how many changed."""
+    wanted = [title for _, title in titles if title is not None]
     if not wanted:
-        return [dict(s) for s in sessions], 0
+        return {}, 0
     found = raw(_TITLES_SQL, [json.dumps(sorted(set(wanted)))]).fetchall()
     taken = {title for (title,) in found}
     used = set(wanted)
-    out, changed = [], 0
-    for session in sessions:
-        values = dict(session)
-        title = values.get("title")
+    out: dict[str, str | None] = {}
+    for session_id, title in titles:
         if title is not None and title in taken:
-            changed += 1
             if rename:
                 number = 2
                 while f"{title} #{number}" in taken or f"{title} #{number}" in used:
                     number += 1
-                values["title"] = f"{title} #{number}"
-                taken.add(values["title"])
+                out[session_id] = f"{title} #{number}"
+                taken.add(f"{title} #{number}")
             else:
-                values["title"] = None
+                out[session_id] = None
+    return out, len(out)
+
+
+def _settle_titles(
+    sessions: list[dict[str, Any]], rename: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """The sessions with titles other sessions hold renamed (or dropped); how many changed."""
+    changes, changed = _title_changes([(s["id"], s.get("title")) for s in sessions], rename)
+    out = []
+    for session in sessions:
+        values = dict(session)
+        if values["id"] in changes:
+            values["title"] = changes[values["id"]]
         out.append(values)
     return out, changed
 
 
 __all__ = [
+    "BATCH_BYTES",
+    "BATCH_ROWS",
     "LEASE_KEY",
+    "SESSION_ROWS",
     "SMALL_IMPORT",
     "TRANSACTION_SECONDS",
+    "SessionSource",
     "Staging",
     "insert_rows",
     "insert_sql",
+    "statement_sizes",
     "write_at_once",
 ]
