@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from .checks import check_text
-from .db import fetch_dicts, write
+from .db import write
 from .models import Session
+from .statements import fetch_dicts
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 #: Characters of a failure reason kept.

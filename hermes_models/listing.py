@@ -21,7 +21,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_text
-from .db import Prepared, current, fetch_dicts, file_has, newer_file
+from .db import current, file_has, newer_file
 from .lineage import (
     MAX_DEPTH,
     TIP_MAX_HOPS,
@@ -33,6 +33,7 @@ from .lineage import (
     path_of,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
+from .statements import Prepared, fetch_dicts
 
 #: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")

@@ -34,10 +34,11 @@ from peewee import SQL, fn
 
 from . import grams
 from .checks import check_finite, check_text
-from .db import Prepared, current, fetch_dicts, refuse_newer_schema, write
+from .db import current, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
 from .lineage import marker
 from .models import CompressionLock, Message, Session
+from .statements import Prepared, fetch_dicts
 
 logger = logging.getLogger("hermes_models")
 

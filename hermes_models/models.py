@@ -22,8 +22,9 @@ from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextFi
 from . import lineage
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import Prepared, current, database, write
+from .db import current, database, write
 from .holders import holder_is_gone
+from .statements import Prepared
 
 logger = logging.getLogger("hermes_models")
 

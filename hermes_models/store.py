@@ -36,7 +36,6 @@ from .children import (
 from .connection import connect
 from .db import (
     HermesDatabase,
-    Prepared,
     bind_current,
     current,
     resolve_path,
@@ -57,6 +56,7 @@ from .models import (
     with_extra,
 )
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
+from .statements import Prepared
 
 logger = logging.getLogger("hermes_models")
 

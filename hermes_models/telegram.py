@@ -21,11 +21,12 @@ import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
 from .checks import check_flag, check_int64
-from .db import current, fetch_dicts, refuse_newer_schema, write
+from .db import current, refuse_newer_schema, write
 from .errors import ReadOnlyDatabaseError
 from .listing import enriched_sessions
 from .models import BaseModel, Session
 from .schema import TELEGRAM_TOPICS, migrate_optional
+from .statements import fetch_dicts
 
 
 class TelegramTopicMode(BaseModel):

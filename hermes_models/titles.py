@@ -12,8 +12,9 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .db import Prepared, current
+from .db import current
 from .models import Session
+from .statements import Prepared
 
 #: Longest title accepted, in characters, after cleaning.
 MAX_TITLE_LENGTH = 100

@@ -19,7 +19,7 @@ import peewee
 from peewee import SQL, Case, fn
 
 from .checks import check_flag, check_int64, check_text
-from .db import HermesDatabase, current, fetch_dicts, write
+from .db import HermesDatabase, current, write
 from .models import (
     ROLES,
     Message,
@@ -32,6 +32,7 @@ from .models import (
     stored_fields,
     unencodable_error,
 )
+from .statements import fetch_dicts
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
 MESSAGE_FIELDS = tuple(

@@ -33,7 +33,8 @@ from hermes_models import (
     get_last_init_error,
 )
 from hermes_models import db as db_module
-from hermes_models.db import Prepared, record_init_error, resolve_path
+from hermes_models.db import record_init_error, resolve_path
+from hermes_models.statements import Prepared
 
 MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 
