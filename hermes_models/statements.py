@@ -142,12 +142,14 @@ class Prepared:
 
     ``build`` receives one placeholder per name (a plain value) and returns
     the query; every placeholder must reach the SQL as a bound parameter.
-    Each call to :meth:`execute` swaps the real values in.
+    Each call to :meth:`execute` swaps the real values in. ``named=False``
+    keeps ``?`` placeholders (for values bound as a list in the order of the SQL).
     """
 
-    def __init__(self, build: Callable[..., Any], *names: str) -> None:
+    def __init__(self, build: Callable[..., Any], *names: str, named: bool = True) -> None:
         self._build = build
         self._names = names
+        self._named = named
         # The shape rendered for last and its SQL: an identity check is cheaper than
         # hashing the key (every column name of two tables) on each call.
         self._last: tuple[Any, Statement] | None = None
@@ -166,7 +168,7 @@ class Prepared:
     def _render(self, db: HermesDatabase) -> Statement:
         with using(db):
             query = self._build(**{name: mark(name) for name in self._names})
-            return render(query, named=True, require=self._names)
+            return render(query, named=self._named, require=self._names)
 
     def execute(self, db: HermesDatabase, **values: Any) -> Any:
         """Run the query on ``db`` with ``values`` for the named placeholders."""
@@ -202,6 +204,12 @@ class Prepared:
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+def many_rows(statement: Statement, n: int) -> str:
+    """The SQL of a one-row ``INSERT ... VALUES (?, ...)`` for ``n`` rows at once."""
+    head, values = statement.sql.rsplit(" VALUES ", 1)
+    return f"{head} VALUES {', '.join([values] * n)}"
+
+
 def fetch_dicts(query: Any) -> list[dict[str, Any]]:
     """Rows of a peewee ``query`` as dicts keyed by column name."""
     cursor = current().execute(query)
@@ -216,6 +224,7 @@ __all__ = [
     "Statement",
     "cached",
     "fetch_dicts",
+    "many_rows",
     "mark",
     "render",
     "slot",
