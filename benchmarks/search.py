@@ -37,9 +37,9 @@ from typing import Any
 
 from hermes_models import SessionDB, search
 from hermes_models.grams import GRAM_IDS_SQL
+from hermes_models.plan import SCAN_FUNCTION
 from hermes_models.query import highlight, parse, term_regex
 from hermes_models.search import readable
-from hermes_models.statements import SCAN_FUNCTION
 
 WORDS = (
     "the of and to in is that for it with as was on be by this are or from at which but not "
