@@ -389,7 +389,7 @@ def _like(m: Any, k: int, v: Valuer) -> Any:
 
 
 def _found(m: Any, k: int, v: Valuer) -> Any:
-    """Term ``k`` among the ids :data:`SCAN` found (slot ``ids{k}``: a JSON array)."""
+    """Term ``k`` among the ids the scan found (slot ``ids{k}``: a JSON array)."""
     ids = v(f"ids{k}")
     return m.id.in_(SQL("(SELECT value FROM json_each(?))", [getattr(ids, "value", ids)]))
 
