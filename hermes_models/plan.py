@@ -531,15 +531,15 @@ class Scanned:
 def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanPlan | None:
     """The scan of ``query``'s LIKE-routed terms (or of the rows behind a NUL of a
     trigram-only query), or None when its SQL needs none."""
-    values = term_values(query, shape)
     if shape.behind_scanned:
         terms = query.terms()
         statement = scan_statement(
             include_inactive, all(not t.text.isascii() for t in terms), behind=shape
         )
-        return ScanPlan(statement, values, tuple(enumerate(terms)))
+        return ScanPlan(statement, term_values(query, shape), tuple(enumerate(terms)))
     if not shape.scanned:
         return None
+    values = term_values(query, shape)
     like = tuple(
         (k, term)
         for k, (term, route) in enumerate(zip(query.terms(), shape.routes))
