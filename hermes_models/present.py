@@ -47,12 +47,6 @@ def snippet_of(
     return highlight(haystack, regex)
 
 
-def _near(role: Any, content: Any) -> dict[str, Any] | None:
-    if role is None:
-        return None
-    return {"role": role, "content": text_of(content)[:CONTEXT_CHARS]}
-
-
 def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
     """The hit dicts of a page (see :func:`hermes_models.search.search_messages`)."""
     regex = None
@@ -65,15 +59,18 @@ def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
         if snippet is None or (content is not None and "\x00" in content):
             regex = regex or term_regex(query.positive_terms())
             snippet = snippet_of(content, tool_name, tool_calls, regex)
-        prev_role, prev_content, next_role, next_content = found.around.get(
-            message_id, (None, None, None, None)
-        )
-        before, after = _near(prev_role, prev_content), _near(next_role, next_content)
         context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
-        if before is not None:
-            context.insert(0, before)
-        if after is not None:
-            context.append(after)
+        around = found.around.get(message_id)
+        if around is not None:
+            prev_role, prev_content, next_role, next_content = around
+            if prev_role is not None:
+                context.insert(
+                    0, {"role": prev_role, "content": text_of(prev_content)[:CONTEXT_CHARS]}
+                )
+            if next_role is not None:
+                context.append(
+                    {"role": next_role, "content": text_of(next_content)[:CONTEXT_CHARS]}
+                )
         out.append(
             {
                 "id": message_id,
