@@ -241,9 +241,9 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
 # -- filters ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FileRules:
-    """How the open file is searched: a newer Hermes file's columns change the filters."""
+class FileRules(NamedTuple):
+    """How the open file is searched: a newer Hermes file's columns change the filters
+    (a named tuple: part of a statement's cache key, built on every search)."""
 
     newer: bool = False
     #: ``messages.compacted`` exists: messages archived by compaction are hits too.
@@ -262,9 +262,9 @@ def file_rules() -> FileRules:
     )
 
 
-@dataclass(frozen=True)
-class FilterShape:
-    """What the SQL of a search's filters depends on (not the values)."""
+class FilterShape(NamedTuple):
+    """What the SQL of a search's filters depends on, not the values (a named tuple:
+    part of a statement's cache key, built on every search)."""
 
     sources: int | None
     exclude: int
@@ -502,7 +502,7 @@ def _render_scan(
     return render(query)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ScanPlan:
     """The one pass over the messages that finds a query's LIKE-routed terms.
 
@@ -521,7 +521,7 @@ class ScanPlan:
     indexed: tuple[tuple[int, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Scanned:
     """What a scan found: for each term slot it looked for, the ids of the messages holding it."""
 
@@ -550,8 +550,9 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         # A term of one or two CJK characters only is answered by the gram index
         # exactly; the scan reads the candidates of the other terms, and the rows
         # the index does not cover (above its mark, or changed by others).
-        indexed = tuple((k, term_match(t)) for k, t in like if exact(t))
-        rest = [t for k, t in like if not exact(t)]
+        exacts = [exact(t) for _, t in like]
+        indexed = tuple((k, term_match(t)) for (k, t), e in zip(like, exacts) if e)
+        rest = [t for (_, t), e in zip(like, exacts) if not e]
         values["cjk"] = match_any(rest) if rest else None
     statement = scan_statement(
         include_inactive,
@@ -584,7 +585,7 @@ def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True
 # -- plans: what the execute stage runs -----------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class MessagePlan:
     """A search for messages: one page of hits of ``query`` in ``shape``, ``order``-ed."""
 
@@ -623,7 +624,7 @@ class MessagePlan:
         return snippet_statement(single), {"q": self.query.fts(), "ids": json.dumps(ids)}
 
 
-@dataclass(frozen=True)
+@dataclass
 class SessionPlan:
     """A search for sessions: one page of lineage roots whose messages match ``query``."""
 

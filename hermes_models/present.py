@@ -20,7 +20,7 @@ from .query import SearchQuery, highlight, term_regex
 CONTEXT_CHARS = 200
 
 
-@dataclass(frozen=True)
+@dataclass
 class Found:
     """What the execute stage hands over for one page of hits."""
 
@@ -28,8 +28,8 @@ class Found:
     rows: list[tuple[Any, ...]]
     #: FTS5 snippets by hit id (none for hits no index found).
     snippets: dict[int, str] = field(default_factory=dict)
-    #: ``(role before, content before, role after, content after)`` by hit id.
-    around: dict[int, tuple[Any, Any, Any, Any]] = field(default_factory=dict)
+    #: ``(id, role before, content before, role after, content after)`` by hit id.
+    around: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 def text_of(content: str | None) -> str:
@@ -62,7 +62,7 @@ def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
         context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
         around = found.around.get(message_id)
         if around is not None:
-            prev_role, prev_content, next_role, next_content = around
+            _, prev_role, prev_content, next_role, next_content = around
             if prev_role is not None:
                 context.insert(
                     0, {"role": prev_role, "content": text_of(prev_content)[:CONTEXT_CHARS]}

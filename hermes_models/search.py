@@ -343,8 +343,7 @@ def search_messages(
     if found.rows:
         ids = [row[0] for row in found.rows]
         statement = context_statement(filters.include_inactive)
-        around = {row[0]: row[1:] for row in _rows(statement, ids_values(ids))}
-        found = present.Found(found.rows, found.snippets, around)
+        found.around = {row[0]: row for row in _rows(statement, ids_values(ids))}
     return present.hits(found, parsed)
 
 
