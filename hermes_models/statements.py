@@ -154,9 +154,10 @@ class Prepared:
         self._build = build
         self._names = names
         self._named = named
-        # The shape rendered for last and its SQL: an identity check is cheaper than
-        # hashing the key (every column name of two tables) on each call.
-        self._last: tuple[Any, Statement] | None = None
+        # The shape rendered for last, its statement, and the statement's parts as a
+        # plain tuple: an identity check is cheaper than hashing the key (every column
+        # name of two tables) on each call, and a plain tuple unpacks faster.
+        self._last: tuple[Any, Statement, str, list[Any], list[tuple[int, str]]] | None = None
 
     def render(self, db: HermesDatabase) -> Statement:
         """The SQL, its parameter list, and where each named value goes in it."""
@@ -166,7 +167,7 @@ class Prepared:
             return last[1]
         key = (self, None if shape is None else shape.key)
         statement = STATEMENTS.get(key, lambda: self._render(db))
-        self._last = (shape, statement)
+        self._last = (shape, statement, *statement)
         return statement
 
     def _render(self, db: HermesDatabase) -> Statement:
@@ -182,7 +183,7 @@ class Prepared:
         last = self._last
         shape = db.shape
         if last is not None and last[0] is shape and shape is not None:
-            sql, template, positions = last[1]
+            _, _, sql, template, positions = last
         else:
             sql, template, positions = self.render(db)
         if not template:  # the SQL names its parameters (or has none)
