@@ -78,7 +78,7 @@ def write_bundle(path: Path, sessions: int, seed: int = 14) -> None:
     """A bundle of ``sessions`` sessions of :data:`PER_SESSION` messages each."""
     # Imported here: the parent process of a measurement does not need the package.
     from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS, VERSION, dumps
-    from hermes_models.db import SCHEMA_VERSION
+    from hermes_models.files import SCHEMA_VERSION
 
     rng = random.Random(seed)
     messages = sessions * PER_SESSION

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_models import SessionDB, search
+from hermes_models.grams import GRAM_IDS_SQL
+from hermes_models.plan import SCAN_FUNCTION
 from hermes_models.query import highlight, parse, term_regex
 from hermes_models.search import readable
 
@@ -168,6 +170,10 @@ def plain_search(
     """A hand-written search: the recorded statements run with sqlite3, rows turned into
     the same hit dicts (JSON content shown as text, snippets made in Python where the
     index gave none)."""
+    # Gram index lookups and the one-pass scan come first (LIKE-routed terms); then the page.
+    while statements[0][0] == GRAM_IDS_SQL or SCAN_FUNCTION in statements[0][0]:
+        conn.execute(*statements[0]).fetchall()
+        statements = statements[1:]
     (sql, params), rest = statements[0], statements[1:]
     rows = conn.execute(sql, params).fetchall()
     snippets: dict[int, str] = {}
@@ -189,8 +195,6 @@ def plain_search(
         snippet = snippets.get(hit_id)
         if snippet is None or (content and "\x00" in content):
             snippet = highlight(" ".join(p for p in (text, tool_name, tool_calls) if p), regex)
-        else:
-            snippet = snippet.rstrip()
         prev_role, prev_content, next_role, next_content = around.get(hit_id, (None,) * 4)
         context = [{"role": role, "content": text[:200]}]
         if prev_role is not None:
@@ -260,6 +264,8 @@ def main() -> None:
         print(f"built {args.messages:,} messages in {time.perf_counter() - started:.1f} s: {path}")
     store = SessionDB(path, read_only=True)
     plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # The scan's SQL function, doing nothing: its findings are already in the page's values.
+    plain.create_function(SCAN_FUNCTION, 4, lambda *columns: 0)
     print(
         f"{'route':<22} {'query':<24} {'hits':>6} {'ours':>9} {'plain':>9} {'ratio':>6} "
         f"{'SQL only':>9} {'ratio':>6}  target"

@@ -10,7 +10,7 @@ dict-returning ``SessionDB`` for code written against Hermes, and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import hermes_state
 from .binding import using, write
@@ -40,6 +40,9 @@ from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta,
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate
 from .store import SessionDB
+
+if TYPE_CHECKING:
+    from .search import search_sql
 
 __version__ = "0.1.0"
 
@@ -77,6 +80,7 @@ __all__ = [
     "is_malformed_db_error",
     "migrate",
     "repair_state_db_schema",
+    "search_sql",
     "using",
     "write",
 ]
@@ -93,4 +97,8 @@ FTS_TRIGRAM_SQL: str
 def __getattr__(name: str) -> Any:
     if name in hermes_state.COMPUTED:
         return getattr(hermes_state, name)
+    if name == "search_sql":
+        from .search import search_sql  # loaded on first use: the package imports faster
+
+        return search_sql
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

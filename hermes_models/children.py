@@ -5,7 +5,7 @@ continuations nobody picked up.
 The kinds of child and the walks over parent links are the rules of
 :mod:`hermes_models.lineage`; here they are applied to rows. Each action runs
 in one write. The tip and resume lookups are rendered once
-(:class:`hermes_models.db.Prepared`): they run on every /resume and listing.
+(:class:`hermes_models.statements.Prepared`): they run on every /resume and listing.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from peewee import SQL, fn
 
 from .binding import current, write
 from .checks import check_epoch, check_flag, check_text
-from .db import Prepared
 from .errors import CompressionInProgressError
 from .holders import local_holder
 from .lineage import RESUME_MAX_DEPTH, TIP_MAX_HOPS, descend
 from .models import CompressionLock, Message, Session, encode_json
+from .statements import Prepared
 from .titles import next_title_in_lineage, sanitize_title
 from .transcript import copy_messages as copy_transcript
 from .transcript import insert_messages, normalise_messages, recount

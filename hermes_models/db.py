@@ -29,7 +29,6 @@ from typing import Any, TypeVar, cast
 import peewee
 
 from . import grams, writes
-from .binding import current, using
 from .caches import BoundedSet
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
@@ -354,143 +353,6 @@ def _close_owned(conn: sqlite3.Connection, pid: int) -> None:
 _abandoned: list[Any] = []
 
 
-#: A rendered :class:`Prepared`: SQL, parameter template, (index, name) of each named value.
-_Rendered = tuple[str, list[Any], list[tuple[int, str]]]
-
-
-def _name_parameters(sql: str, names: list[str | None], fixed: list[Any]) -> str | None:
-    """``sql`` with its ``?`` placeholders, in order, replaced by ``:name``, or by the
-    fixed value where the name is None (integers only, such as ``LIMIT 1``); None when
-    that cannot be done (another fixed value, or not one placeholder per parameter)."""
-    parts: list[str] = []
-    quote = ""
-    start = 0
-    found = 0
-    for index, char in enumerate(sql):
-        if quote:
-            if char == quote:
-                quote = ""
-        elif char in "'\"`[":
-            quote = "]" if char == "[" else char
-        elif char == "?":
-            if found == len(names):
-                return None
-            parts.append(sql[start:index])
-            name, value = names[found], fixed[found]
-            if name is not None:
-                parts.append(f":{name}")
-            elif value.__class__ is int:  # not bool: True would read as a column name
-                parts.append(str(value))
-            else:
-                return None
-            found += 1
-            start = index + 1
-    if quote or found != len(names):
-        return None
-    parts.append(sql[start:])
-    return "".join(parts)
-
-
-class Prepared:
-    """A peewee query rendered to SQL once per file structure, then run again with new values.
-
-    Building and rendering a query costs far more than running it on hot
-    paths. ``build`` receives one placeholder string per name and returns the
-    query; every placeholder must reach the SQL as a bound parameter. Each
-    call to :meth:`execute` swaps the real values in. The SQL is kept per
-    structure of file (:attr:`FileShape.key`): a default ``SELECT`` names
-    only the columns a file has.
-    """
-
-    def __init__(self, build: Callable[..., Any], *names: str) -> None:
-        self._build = build
-        self._names = names
-        self._rendered: dict[Any, _Rendered] = {}
-        # The shape rendered for last and its SQL: an identity check is cheaper than
-        # hashing the key (every column name of two tables) on each call.
-        self._last: tuple[Any, _Rendered] | None = None
-
-    def render(self, db: HermesDatabase) -> _Rendered:
-        """The SQL, its parameter list, and where each named value goes in it.
-
-        When every parameter is one of the named values, the SQL names them
-        (``:key``) and the parameter list is empty: the values passed to
-        :meth:`execute` go to SQLite as they are, with no list to build per call.
-        """
-        shape = db.shape
-        last = self._last
-        if last is not None and last[0] is shape and shape is not None:
-            return last[1]
-        key = None if shape is None else shape.key
-        rendered = self._rendered.get(key)
-        if rendered is None:
-            marks = {name: f"\x00hermes_models:{name}\x00" for name in self._names}
-            with using(db):
-                sql, params = self._build(**marks).sql()
-            by_mark = {mark: name for name, mark in marks.items()}
-            positions = [
-                (index, by_mark[value])
-                for index, value in enumerate(params)
-                if isinstance(value, str) and value in by_mark
-            ]
-            missing = set(self._names) - {name for _, name in positions}
-            if missing:
-                raise RuntimeError(f"placeholders not bound as parameters: {sorted(missing)}")
-            by_index = dict(positions)
-            named = _name_parameters(
-                sql, [by_index.get(index) for index in range(len(params))], list(params)
-            )
-            if named is not None:
-                rendered = (named, [], [])
-            else:
-                rendered = (sql, list(params), positions)
-            if len(self._rendered) >= 8:  # a few file structures per process at most
-                self._rendered.clear()
-            self._rendered[key] = rendered
-        self._last = (shape, rendered)
-        return rendered
-
-    def execute(self, db: HermesDatabase, **values: Any) -> Any:
-        """Run the query on ``db`` with ``values`` for the named placeholders."""
-        return self._run(db, values)
-
-    def _run(self, db: HermesDatabase, values: dict[str, Any]) -> sqlite3.Cursor:
-        last = self._last
-        shape = db.shape
-        if last is not None and last[0] is shape and shape is not None:
-            sql, template, positions = last[1]
-        else:
-            sql, template, positions = self.render(db)
-        if not template:  # the SQL names its parameters (or has none)
-            return db.run(sql, values)
-        params = list(template)
-        for index, name in positions:
-            params[index] = values[name]
-        return db.run(sql, params)
-
-    def first(self, db: HermesDatabase, **values: Any) -> tuple[Any, ...] | None:
-        """The first row (None when there is none)."""
-        return cast("tuple[Any, ...] | None", self._run(db, values).fetchone())
-
-    def scalar(self, db: HermesDatabase, **values: Any) -> Any:
-        """The first column of the first row (None when there is no row)."""
-        row = self._run(db, values).fetchone()
-        return None if row is None else row[0]
-
-    def dicts(self, db: HermesDatabase, **values: Any) -> list[dict[str, Any]]:
-        """Every row as a dict keyed by column name."""
-        cursor = self._run(db, values)
-        names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-
-def fetch_dicts(query: Any) -> list[dict[str, Any]]:
-    """Rows of a peewee ``query`` as dicts keyed by column name."""
-    cursor = current().execute(query)
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
-
-
 _last_init_error: str | None = None
 _last_init_error_lock = threading.Lock()
 
@@ -531,9 +393,7 @@ __all__ = [
     "WAL_INCOMPAT_MARKERS",
     "WRITE_PATIENCE_S",
     "HermesDatabase",
-    "Prepared",
     "apply_wal_with_fallback",
-    "fetch_dicts",
     "format_db_unavailable",
     "format_session_db_unavailable",
     "get_last_init_error",

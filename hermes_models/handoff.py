@@ -13,8 +13,8 @@ from typing import Any
 
 from .binding import write
 from .checks import check_text
-from .db import fetch_dicts
 from .models import Session
+from .statements import fetch_dicts
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 #: Characters of a failure reason kept.

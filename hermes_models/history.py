@@ -27,9 +27,9 @@ from peewee import fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64
-from .db import Prepared, fetch_dicts
 from .lineage import walk_sessions
 from .models import Message, Session, decode_content, decode_json, with_extra
+from .statements import Prepared, fetch_dicts
 
 #: Sessions a replay with ancestors reaches at most (the session and 99 above it).
 ANCESTOR_STEPS = 100

@@ -22,7 +22,6 @@ from peewee import JOIN, SQL, Value, fn
 from .binding import current, file_has, newer_file
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_text
-from .db import Prepared, fetch_dicts
 from .lineage import (
     MAX_DEPTH,
     TIP_MAX_HOPS,
@@ -34,6 +33,7 @@ from .lineage import (
     path_of,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
+from .statements import Prepared, fetch_dicts
 
 #: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")

@@ -35,11 +35,11 @@ from peewee import SQL, fn
 from . import grams
 from .binding import current, write
 from .checks import check_finite, check_text
-from .db import Prepared, fetch_dicts
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .lineage import marker
 from .models import CompressionLock, Message, Session
+from .statements import Prepared, fetch_dicts
 
 logger = logging.getLogger("hermes_models")
 

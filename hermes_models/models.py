@@ -23,8 +23,8 @@ from . import lineage
 from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
-from .db import Prepared
 from .holders import holder_is_gone
+from .statements import Prepared
 
 logger = logging.getLogger("hermes_models")
 

@@ -1,19 +1,28 @@
-"""Searching messages and sessions: hits as dicts with snippets and context.
+"""Searching messages and sessions: the pipeline, and the stage that runs it.
+
+A search goes parse (:mod:`hermes_models.query`), plan
+(:mod:`hermes_models.plan`: routes, SQL, values), execute (this module) and
+present (:mod:`hermes_models.present`: snippets, context), each stage
+handing the next a value: a :class:`~hermes_models.query.SearchQuery`, a
+:class:`~hermes_models.plan.MessagePlan` or
+:class:`~hermes_models.plan.SessionPlan`, a
+:class:`~hermes_models.present.Found`.
 
 :func:`search_messages` returns matching messages, best first (or by time),
 each with a snippet whose matches are marked ``>>>``/``<<<`` and the
 messages around it. :func:`search_sessions` counts the same hits per
 lineage root: a compression continuation or a subagent run counts for the
 session it continues or serves, while a /branch fork is a result of its own.
+:func:`search_sql` gives the SQL a message search runs.
 
-The SQL comes from :mod:`hermes_models.statements`; this module checks arguments,
-runs statements (falling back to LIKE when an index is missing or fails)
-and turns rows into dicts. Content stored as JSON is shown as its text.
+Executing checks arguments, runs the scan of the LIKE-routed terms and the
+statements of a plan within a time budget, and falls back to LIKE when an
+index is missing or fails. Every search statement runs through
+:func:`execute`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sqlite3
@@ -22,42 +31,45 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import peewee
-from peewee import JOIN, SQL, Value, fn
 
-from .binding import current, file_key, newer_file
-from .caches import BoundedCache
+from . import present
+from .binding import current, newer_file
 from .checks import check_flag
-from .db import fetch_dicts
-from .fts import INDEXES, MessageIndex, Shape, available_routes, term_values, warn_once
-from .grams import GRAM_IDS_SQL, exact, match_any, term_match
-from .lineage import MAX_DEPTH, branch_expr, extend_path, not_visited, path_of
+from .fts import INDEXES, available_routes, warn_once
+from .grams import GRAM_IDS_SQL
 from .listing import check_page
-from .models import CONTENT_JSON_PREFIX, Message, Session, readable
-from .query import LIKE, WORDS, Matcher, SearchQuery, highlight, parse, term_regex
-from .statements import (
+from .models import Message, readable
+from .plan import (
     HIT_COLUMNS,
     SCAN_FUNCTION,
     Filters,
-    Statement,
-    hits_query,
-    predicate,
-    scan_statement,
-    search_statement,
-    slot,
-    snippet_statement,
+    MessagePlan,
+    Scanned,
+    ScanPlan,
+    SessionPlan,
+    Shape,
+    all_sessions_query,
+    best_hits_statement,
+    context_statement,
+    ids_values,
+    matching_query,
+    scan_plan,
+    written_out,
 )
+from .query import LIKE, Matcher, SearchQuery, parse
+from .statements import Statement, fetch_dicts
 
 T = TypeVar("T")
 
 logger = logging.getLogger("hermes_models")
 
 #: Characters of each message in a hit's ``context``.
-CONTEXT_CHARS = 200
+CONTEXT_CHARS = present.CONTEXT_CHARS
 #: ``rank_mode`` values of :func:`search_sessions`.
 RANK_MODES = (None, "relevance", "recent")
 
 
-def execute(sql: str, params: list[Any]) -> Any:
+def execute(sql: str, params: Any) -> Any:
     """Run one search statement on the current database; the cursor."""
     return current().execute_sql(sql, params)
 
@@ -141,141 +153,52 @@ def fetch_within(
     return names, rows
 
 
-def scan_values(
-    query: SearchQuery,
-    shape: Shape,
-    include_inactive: bool,
-    deadline: float | None,
-    *,
-    decide: bool = True,
-) -> dict[str, str]:
-    """The slots of the query's LIKE-routed terms, every one found by the same scan.
+# -- running a plan ---------------------------------------------------------------------
 
-    ``ids{k}`` holds the messages with term ``k``; ``cand`` the messages with
-    any positive one. When every term is LIKE-routed (and ``decide``), the
-    whole query is decided here, and ``cand`` holds exactly its hits.
+
+def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
+    """Which messages hold each term of ``scan``: gram index lookups, then one pass.
 
     Raises:
         _OutOfTime: the deadline passed during the scan.
     """
-    if shape.behind_scanned:
-        return {
-            "behind": json.dumps(sorted(_scan_behind(query, shape, include_inactive, deadline)))
-        }
-    if not shape.scanned:
-        return {}
-    like = [
-        (k, term)
-        for k, (term, route) in enumerate(zip(query.terms(), shape.routes))
-        if route == LIKE
-    ]
-    matcher = Matcher(tuple(term for _, term in like))
-    values = term_values(query, shape)
     indexed: dict[int, set[int]] = {}
-    if shape.grams:
-        # A term of one or two CJK characters only is answered by the gram index
-        # exactly; the scan reads the candidates of the other terms, and the rows
-        # the index does not cover (above its mark, or changed by others).
-        indexed = _indexed_holders([(k, t) for k, t in like if exact(t)], deadline)
-        rest = [t for k, t in like if k not in indexed]
-        values["cjk"] = match_any(rest) if rest else None
-    statement = scan_statement(
-        include_inactive,
-        all(not t.text.isascii() for _, t in like),
-        () if shape.grams else _prefilter(shape),
-        grams=shape.grams,
-    )
-    _scan(statement, matcher, values, deadline)
-    by_needle = matcher.holders
-    holding = {k: set(by_needle[needle]) for (k, _), needle in zip(like, matcher.needles)}
-    for k, ids in indexed.items():
-        holding[k] |= ids
-    slots = _numbered(shape)
-    if decide and shape.all_like:
-        return {"cand": json.dumps(sorted(_decided(shape, holding)))}
-    candidates = set().union(*(holding[k] for k, included in slots if included and k in holding))
-    out = {f"ids{k}": json.dumps(sorted(ids)) for k, ids in holding.items()}
-    out["cand"] = json.dumps(sorted(candidates))
-    return out
-
-
-def _scan(
-    statement: Statement, matcher: Matcher, values: dict[str, Any], deadline: float | None
-) -> None:
-    """Run the one-scan ``statement``, ``matcher`` noting which rows hold which term."""
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
-    try:
-        fetch_within(statement.sql, statement.bind(values), deadline)
-    finally:
-        conn.create_function(SCAN_FUNCTION, 4, None)
-
-
-def _indexed_holders(terms: list[tuple[int, Any]], deadline: float | None) -> dict[int, set[int]]:
-    """For each ``(k, term)``, the ids the gram index lists for it (rows up to its mark)."""
-    out: dict[int, set[int]] = {}
     by_match: dict[str, set[int]] = {}
-    for k, term in terms:
-        match = term_match(term)
+    for k, match in scan.indexed:
         if match not in by_match:
             rows = fetch_within(GRAM_IDS_SQL, [match], deadline)[1]
             by_match[match] = {row[0] for row in rows}
-        out[k] = by_match[match]
-    return out
+        indexed[k] = by_match[match]
+    matcher = Matcher(tuple(term for _, term in scan.terms))
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
+    try:
+        fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
+    finally:
+        conn.create_function(SCAN_FUNCTION, 4, None)
+    holders = matcher.holders
+    holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}
+    for k, ids in indexed.items():
+        holding[k] |= ids
+    return Scanned(holding)
 
 
-def _decided(shape: Shape, holding: dict[int, set[int]]) -> set[int]:
-    """The ids matching the whole query, every term's holders known."""
-    hits: set[int] = set()
-    k = 0
-    for include, exclude in shape.groups:
-        group = set.intersection(*(holding[k + i] for i in range(len(include))))
-        k += len(include)
-        for i in range(len(exclude)):
-            group -= holding[k + i]
-        k += len(exclude)
-        hits |= group
-    return hits
+def _run(
+    plan: MessagePlan | SessionPlan, deadline: float | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The column names and rows of ``plan``'s statement, its scan run first.
+
+    Raises:
+        _OutOfTime: the deadline passed (with the rows fetched until then).
+    """
+    statement = plan.statement
+    scan = plan.scan()
+    scanned = None if scan is None else run_scan(scan, deadline)
+    return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
 
 
-def _scan_behind(
-    query: SearchQuery, shape: Shape, include_inactive: bool, deadline: float | None
-) -> set[int]:
-    """The hits among the rows behind a NUL of a trigram-only query, by one scan."""
-    terms = query.terms()
-    matcher = Matcher(terms)
-    statement = scan_statement(
-        include_inactive, all(not t.text.isascii() for t in terms), behind=shape
-    )
-    _scan(statement, matcher, term_values(query, shape), deadline)
-    holding = {k: set(matcher.holders[needle]) for k, needle in enumerate(matcher.needles)}
-    return _decided(shape, holding)
-
-
-#: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
-PREFILTER_GROUPS = 2
-
-
-def _prefilter(shape: Shape) -> tuple[int, ...]:
-    """One positive LIKE-routed term (slot number) of each group, when every group has
-    one and there are few groups: only rows holding one of them can be hits."""
-    if len(shape.groups) > PREFILTER_GROUPS or not shape.driven(False):
-        return ()
-    picked, k = [], 0
-    for include, exclude in shape.groups:
-        picked.append(k + include.index(LIKE))
-        k += len(include) + len(exclude)
-    return tuple(picked)
-
-
-def _numbered(shape: Shape) -> list[tuple[int, bool]]:
-    """``(k, included)`` of each term slot of ``shape``, in slot order."""
-    out, k = [], 0
-    for include, exclude in shape.groups:
-        for included in [True] * len(include) + [False] * len(exclude):
-            out.append((k, included))
-            k += 1
-    return out
+def _rows(statement: Statement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return list(execute(statement.sql, statement.bind(values)).fetchall())
 
 
 def _ran_out(query: SearchQuery, budget: float | None, found: int) -> None:
@@ -297,11 +220,6 @@ def _strings(value: Any, argument: str) -> tuple[str, ...] | None:
     if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
         return tuple(sorted(value)) if isinstance(value, (set, frozenset)) else tuple(value)
     raise TypeError(f"{argument} must be a string or a list of strings")
-
-
-def _snippet(content: str | None, tool_name: str | None, tool_calls: str | None, regex: Any) -> str:
-    haystack = " ".join(p for p in (readable(content), tool_name, tool_calls) if p)
-    return highlight(haystack, regex)
 
 
 def routed(query: SearchQuery, run: Callable[[Shape], T], *, like: bool = False) -> T:
@@ -336,6 +254,41 @@ def routed(query: SearchQuery, run: Callable[[Shape], T], *, like: bool = False)
 # -- messages -------------------------------------------------------------------------------
 
 
+def _message_request(
+    query: str | None,
+    source_filter: Any,
+    exclude_sources: Any,
+    role_filter: Any,
+    limit: int | None,
+    offset: int,
+    sort: str | None,
+    include_inactive: bool,
+) -> tuple[SearchQuery, Filters, str, int | None, int] | None:
+    """The arguments of a message search checked: query, filters, order, limit, offset;
+    None when nothing can match."""
+    parsed = parse(query)
+    limit, offset = check_page(limit, offset)
+    if sort is not None and not isinstance(sort, str):
+        raise TypeError(f"sort must be a string or None, not {type(sort).__name__}")
+    wanted = (sort or "").strip().lower()
+    filters = Filters(
+        _strings(source_filter, "source_filter"),
+        _strings(exclude_sources, "exclude_sources") or (),
+        _strings(role_filter, "role_filter") or (),
+        check_flag(include_inactive, "include_inactive"),
+    )
+    if not parsed or limit == 0 or filters.sources == ():
+        return None
+    order = wanted if wanted in ("newest", "oldest") else "rank"
+    return parsed, filters, order, limit, offset
+
+
+def _reads_tool_rows(filters: Filters) -> bool:
+    # A newer Hermes indexes only the first 8,192 characters of a tool row; as Hermes
+    # does, a search that asks for tool rows reads their whole text with LIKE.
+    return newer_file() and "tool" in filters.roles
+
+
 def search_messages(
     query: str | None,
     source_filter: Any = None,
@@ -363,45 +316,69 @@ def search_messages(
     """
     budget = check_budget(time_budget)
     deadline = deadline_of(budget)
-    parsed = parse(query)
-    limit, offset = check_page(limit, offset)
-    if sort is not None and not isinstance(sort, str):
-        raise TypeError(f"sort must be a string or None, not {type(sort).__name__}")
-    wanted = (sort or "").strip().lower()
-    filters = Filters(
-        _strings(source_filter, "source_filter"),
-        _strings(exclude_sources, "exclude_sources") or (),
-        _strings(role_filter, "role_filter") or (),
-        check_flag(include_inactive, "include_inactive"),
+    request = _message_request(
+        query, source_filter, exclude_sources, role_filter, limit, offset, sort, include_inactive
     )
-    if not parsed or limit == 0 or filters.sources == ():
+    if request is None:
         return []
-    order = wanted if wanted in ("newest", "oldest") else "rank"
-    values = {**filters.values(), "limit": limit, "offset": offset}
+    parsed, filters, order, limit, offset = request
 
-    def run(shape: Shape) -> tuple[list[tuple[Any, ...]], dict[int, str]]:
-        values.update(term_values(parsed, shape))
-        statement = search_statement(shape, filters.shape(), order)
+    def run(shape: Shape) -> present.Found:
+        plan = MessagePlan(parsed, shape, filters, order, limit, offset)
         try:
-            values.update(scan_values(parsed, shape, filters.include_inactive, deadline))
-            rows = fetch_within(statement.sql, statement.bind(values), deadline)[1]
+            rows = _run(plan, deadline)[1]
         except _OutOfTime as exc:
             _ran_out(parsed, budget, len(exc.rows))
             rows = exc.rows
         snippets: dict[int, str] = {}
         if rows and len(rows[0]) > len(HIT_COLUMNS):
             snippets = {row[0]: row[-1] for row in rows}
-        elif rows and shape.single is not None:
-            values["ids"] = json.dumps([row[0] for row in rows])
-            statement = snippet_statement(shape.single)
-            snippets = dict(execute(statement.sql, statement.bind(values)).fetchall())
-        return rows, snippets
+        elif rows:
+            lookup = plan.snippets([row[0] for row in rows])
+            if lookup is not None:
+                snippets = dict(_rows(*lookup))
+        return present.Found(rows, snippets)
 
-    # A newer Hermes indexes only the first 8,192 characters of a tool row; as Hermes
-    # does, a search that asks for tool rows reads their whole text with LIKE.
-    tools = newer_file() and "tool" in filters.roles
-    rows, snippets = routed(parsed, run, like=tools)
-    return _hits(rows, snippets, parsed, filters.include_inactive)
+    found = routed(parsed, run, like=_reads_tool_rows(filters))
+    if found.rows:
+        ids = [row[0] for row in found.rows]
+        statement = context_statement(filters.include_inactive)
+        found.around = {row[0]: row for row in _rows(statement, ids_values(ids))}
+    return present.hits(found, parsed)
+
+
+def search_sql(
+    query: str | None,
+    source_filter: Any = None,
+    exclude_sources: Any = None,
+    role_filter: Any = None,
+    limit: int | None = 20,
+    offset: int = 0,
+    sort: str | None = None,
+    include_inactive: bool = False,
+) -> list[tuple[str, list[Any]]]:
+    """The SQL and parameters that find the hits of :func:`search_messages` with the
+    same arguments, on the open file, as ``[(sql, params), ...]`` to run in order
+    (the last one returns the hits; ``[]`` when nothing can match).
+
+    Terms the search finds with its one-pass scan (three or more LIKE-routed
+    terms, or terms the gram index narrows) are written as the ``LIKE`` they
+    stand for, so plain SQLite runs the statements alone; the hits are the
+    same. A search then reads the snippets and context of those hits.
+
+    Raises:
+        TypeError, ValueError: an argument other than the query text is wrong.
+    """
+    request = _message_request(
+        query, source_filter, exclude_sources, role_filter, limit, offset, sort, include_inactive
+    )
+    if request is None:
+        return []
+    parsed, filters, order, limit, offset = request
+    shape = Shape.of(parsed, available_routes())
+    if _reads_tool_rows(filters):
+        shape = shape.degraded()
+    return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset))]
 
 
 def matching(query: str | None, *, include_inactive: bool = False) -> peewee.ModelSelect[Message]:
@@ -411,217 +388,16 @@ def matching(query: str | None, *, include_inactive: bool = False) -> peewee.Mod
     otherwise. The query is built for the indexes the file has now; unlike
     :func:`search_messages` it does not fall back when an index fails.
     """
-    m = Message
     parsed = parse(query)
     if not parsed:
-        return m.select().where(SQL("0"))
+        return matching_query(parsed, None, None, include_inactive)
     shape = Shape.of(parsed, available_routes())
-    values = term_values(parsed, shape)
-    values.update(scan_values(parsed, shape, include_inactive, None, decide=False))
-    if shape.single == WORDS:
-        found = (
-            m.select()
-            .join(MessageIndex, on=(MessageIndex.rowid == m.id))
-            .where(MessageIndex.match(values["q"]))
-            .order_by(MessageIndex.rank())
-        )
-    else:
-        found = (
-            m.select()
-            .where(predicate(m, shape, lambda name: Value(values[name])))
-            .order_by(m.timestamp.desc(), m.id.desc())
-        )
-    return found if include_inactive else found.where(m.active == 1)
-
-
-def _text(content: str | None) -> str:
-    if content is None or content.startswith(CONTENT_JSON_PREFIX):
-        return readable(content)
-    return content
-
-
-def _hits(
-    rows: list[tuple[Any, ...]],
-    snippets: dict[int, str],
-    query: SearchQuery,
-    include_inactive: bool,
-) -> list[dict[str, Any]]:
-    regex = None
-    around = _context([row[0] for row in rows], include_inactive) if rows else {}
-    out = []
-    for row in rows:
-        (message_id, session_id, timestamp, role, content, tool_name, tool_calls) = row[:7]
-        source, model, started = row[7:10]
-        text = _text(content)
-        snippet = snippets.get(message_id)
-        if snippet is None or (content is not None and "\x00" in content):
-            regex = regex or term_regex(query.positive_terms())
-            snippet = _snippet(content, tool_name, tool_calls, regex)
-        before, after = around.get(message_id, (None, None))
-        context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
-        if before is not None:
-            context.insert(0, before)
-        if after is not None:
-            context.append(after)
-        out.append(
-            {
-                "id": message_id,
-                "session_id": session_id,
-                "role": role,
-                "snippet": snippet,
-                "timestamp": timestamp,
-                "tool_name": tool_name,
-                "source": source,
-                "model": model,
-                "session_started": started,
-                "context": context,
-            }
-        )
-    return out
-
-
-def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
-    x = Message.alias("before" if before else "after")
-    if before:
-        near = (x.timestamp <= hit.timestamp) & ((x.timestamp < hit.timestamp) | (x.id < hit.id))
-        order = (x.timestamp.desc(), x.id.desc())
-    else:
-        near = (x.timestamp >= hit.timestamp) & ((x.timestamp > hit.timestamp) | (x.id > hit.id))
-        order = (x.timestamp.asc(), x.id.asc())
-    query = x.select(x.id).where(x.session == hit.session, near)
-    if not include_inactive:
-        query = query.where(x.active == 1)
-    return query.order_by(*order).limit(1)
-
-
-_context_statements: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
-    "context statements", 8
-)
-SLOT_IDS = slot("ids").value
-
-
-def _context_statement(include_inactive: bool) -> Statement:
-    return _context_statements.get(
-        (include_inactive, file_key()), lambda: _render_context(include_inactive)
-    )
-
-
-def _render_context(include_inactive: bool) -> Statement:
-    hit, prev, nxt = Message.alias("hit"), Message.alias("prev"), Message.alias("next")
-    query = (
-        hit.select(hit.id, prev.role, prev.content, nxt.role, nxt.content)
-        .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
-        .switch(hit)
-        .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
-        .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT_IDS])))
-    )
-    return Statement.render(query)
-
-
-def _context(ids: list[int], include_inactive: bool) -> dict[int, tuple[Any, Any]]:
-    """For each hit id, the message before and after it in its session (or None)."""
-    statement = _context_statement(include_inactive)
-    out = {}
-    cursor = execute(statement.sql, statement.bind({"ids": json.dumps(ids)}))
-    for hit_id, prev_role, prev_content, next_role, next_content in cursor.fetchall():
-        before = (
-            None
-            if prev_role is None
-            else {"role": prev_role, "content": _text(prev_content)[:CONTEXT_CHARS]}
-        )
-        after = (
-            None
-            if next_role is None
-            else {"role": next_role, "content": _text(next_content)[:CONTEXT_CHARS]}
-        )
-        out[hit_id] = (before, after)
-    return out
+    scan = scan_plan(parsed, shape, include_inactive)
+    scanned = None if scan is None else run_scan(scan, None)
+    return matching_query(parsed, shape, scanned, include_inactive)
 
 
 # -- sessions -----------------------------------------------------------------------------
-
-
-def _owners(hits: Any) -> tuple[Any, Any]:
-    """CTEs mapping each hit's session to the lineage root it counts for.
-
-    The walk goes up through compression and subagent links and stops below
-    a branch (a fork is its own result) or at a session without a parent.
-    """
-    here, parent = Session.alias("here"), Session.alias("up")
-    start = hits.select_from(
-        hits.c.session_id, hits.c.session_id, Value(0), path_of(hits.c.session_id)
-    ).distinct()
-    climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
-    step = (
-        here.select(
-            climb.c.start, parent.id, climb.c.depth + 1, extend_path(climb.c.path, parent.id)
-        )
-        .from_(climb)
-        .join(here, on=(here.id == climb.c.id))
-        .join(parent, on=(parent.id == here.parent))
-        .where(
-            ~cast(Any, branch_expr(here)),
-            climb.c.depth < MAX_DEPTH,
-            not_visited(climb.c.path, parent.id),
-        )
-    )
-    climb = climb.union_all(step)
-    # SQLite returns the bare column "id" from the row holding MAX(depth).
-    owners = (
-        climb.select_from(climb.c.start, climb.c.id, fn.MAX(climb.c.depth))
-        .group_by(climb.c.start)
-        .cte("owners", columns=("start", "root_id", "depth"))
-    )
-    return climb, owners
-
-
-def _sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
-    hits = hits_query(shape, Filters().shape(), slim=True).cte(
-        "hits", columns=("id", "session_id", "timestamp", "rank")
-    )
-    climb, owners = _owners(hits)
-    root = owners.c.root_id
-    ranked = (
-        hits.select_from(
-            root,
-            hits.c.id,
-            hits.c.session_id,
-            hits.c.rank,
-            fn.ROW_NUMBER().over(
-                partition_by=[root],
-                order_by=[hits.c.rank, hits.c.timestamp.desc(), hits.c.id.desc()],
-            ),
-            fn.COUNT(hits.c.id).over(partition_by=[root]),
-            fn.MAX(hits.c.timestamp).over(partition_by=[root]),
-        )
-        .join(owners, on=(owners.c.start == hits.c.session_id))
-        .cte("ranked", columns=("root_id", "best_id", "matched", "rank", "rn", "n", "latest"))
-    )
-    s = Session
-    query = (
-        s.select()
-        .select_extend(
-            ranked.c.best_id.alias("_best_id"),
-            ranked.c.matched.alias("_matched"),
-            ranked.c.rank.alias("_rank"),
-            ranked.c.n.alias("_hits"),
-        )
-        .join(ranked, on=(ranked.c.root_id == s.id))
-        .where(ranked.c.rn == 1)
-        .with_cte(hits, climb, owners, ranked)
-    )
-    if n_sources is not None:
-        query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
-    if rank_mode == "recent":
-        order = [ranked.c.latest.desc(), ranked.c.rank, s.id]
-    else:
-        order = [ranked.c.rank, ranked.c.latest.desc(), s.id]
-    return Statement.render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
-
-
-_session_statements: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
-    "session search statements", 64
-)
 
 
 def search_sessions(
@@ -654,71 +430,33 @@ def search_sessions(
         raise ValueError(f"rank_mode must be None, 'relevance' or 'recent'; got {rank_mode!r}")
     sources = _strings(source, "source")
     if query is None or (isinstance(query, str) and not query.strip()):
-        return _all_sessions(sources, limit, offset)
+        if sources == ():
+            return []
+        return fetch_dicts(all_sessions_query(sources, limit, offset))
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
-    values: dict[str, Any] = {"limit": limit, "offset": offset}
-    values.update({f"s{i}": item for i, item in enumerate(sources or ())})
-    n_sources = None if sources is None else len(sources)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
-        key = (shape, n_sources, rank_mode)
-        statement = _session_statements.get(key, lambda: _sessions_statement(*key))
+        plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
         try:
-            scanned = scan_values(parsed, shape, False, deadline)
-            params = statement.bind({**values, **term_values(parsed, shape), **scanned})
-            names, found = fetch_within(statement.sql, params, deadline)
+            names, found = _run(plan, deadline)
         except _OutOfTime as exc:
             _ran_out(parsed, budget, len(exc.rows))
             return []  # rows come out only once all of them are ranked
         return [dict(zip(names, row)) for row in found]
 
     rows = routed(parsed, run)
-    snippets = _best_snippets([row["_best_id"] for row in rows], parsed)
-    for row in rows:
-        rank = row.pop("_rank") or 0.0
-        row["hits"] = row.pop("_hits")
-        row["score"] = 0.0 - rank
-        row["matched_session_id"] = row.pop("_matched")
-        row["best_snippet"] = snippets.get(row.pop("_best_id"), "")
-    return rows
-
-
-def _best_snippets(ids: list[int], query: SearchQuery) -> dict[int, str]:
-    if not ids:
-        return {}
-    regex = term_regex(query.positive_terms())
-    rows: Any = (
-        Message.select(Message.id, Message.content, Message.tool_name, Message.tool_calls)
-        .where(Message.id.in_(ids))
-        .tuples()
-    )
-    return {row[0]: _snippet(row[1], row[2], row[3], regex) for row in rows}
-
-
-def _all_sessions(sources: tuple[str, ...] | None, limit: int, offset: int) -> list[dict[str, Any]]:
-    if sources == ():
-        return []
-    latest = Message.alias("latest")
-    last_active = fn.COALESCE(
-        latest.select(fn.MAX(latest.timestamp)).where(latest.session == Session.id),
-        Session.started_at,
-    )
-    query = Session.select().select_extend(last_active.alias("last_active"))
-    if sources is not None:
-        query = query.where(Session.source.in_(sources))
-    query = query.order_by(
-        SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
-    )
-    return fetch_dicts(query.limit(limit).offset(offset))
+    best: list[tuple[Any, ...]] = []
+    if rows:
+        ids = [row["_best_id"] for row in rows]
+        best = _rows(best_hits_statement(), ids_values(ids))
+    return present.sessions(rows, best, parsed)
 
 
 __all__ = [
     "CONTEXT_CHARS",
-    "PREFILTER_GROUPS",
     "RANK_MODES",
-    "SLOT_IDS",
     "TIME_BUDGET_S",
     "check_budget",
     "deadline_of",
@@ -727,7 +465,8 @@ __all__ = [
     "matching",
     "readable",
     "routed",
-    "scan_values",
+    "run_scan",
     "search_messages",
     "search_sessions",
+    "search_sql",
 ]

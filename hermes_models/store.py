@@ -35,7 +35,7 @@ from .children import (
     resume_target_id,
 )
 from .connection import connect
-from .db import HermesDatabase, Prepared
+from .db import HermesDatabase
 from .files import resolve_path
 from .lineage import compression_chain_ids
 from .models import (
@@ -52,6 +52,7 @@ from .models import (
     with_extra,
 )
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
+from .statements import Prepared
 
 logger = logging.getLogger("hermes_models")
 

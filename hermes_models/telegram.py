@@ -22,12 +22,12 @@ from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField
 
 from .binding import current, write
 from .checks import check_flag, check_int64
-from .db import fetch_dicts
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .listing import enriched_sessions
 from .models import BaseModel, Session
 from .schema import TELEGRAM_TOPICS, migrate_optional
+from .statements import fetch_dicts
 
 
 class TelegramTopicMode(BaseModel):

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from .binding import current
-from .db import Prepared
 from .models import Session
+from .statements import Prepared
 
 #: Longest title accepted, in characters, after cleaning.
 MAX_TITLE_LENGTH = 100

@@ -20,7 +20,7 @@ from peewee import SQL, Case, fn
 
 from .binding import current, write
 from .checks import check_flag, check_int64, check_text
-from .db import HermesDatabase, fetch_dicts
+from .db import HermesDatabase
 from .models import (
     ROLES,
     Message,
@@ -33,6 +33,7 @@ from .models import (
     stored_fields,
     unencodable_error,
 )
+from .statements import Prepared, fetch_dicts, many_rows
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
 MESSAGE_FIELDS = tuple(
@@ -45,23 +46,26 @@ _JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "cod
 CHUNK_ROWS = 200
 
 
-def _columns() -> list[str]:
+def _insert(**values: Any) -> Any:
     fields = Message._meta.fields
-    return [fields[name].column_name for name in MESSAGE_FIELDS]
+    # The table's own INSERT: the model's would add the column defaults (``active``).
+    return Message._meta.table.insert({fields[name]: values[name] for name in MESSAGE_FIELDS})
 
 
-_INSERT_SQL = 'INSERT INTO "{table}" ({columns}) VALUES ({marks})'.format(
-    table=Message._meta.table_name,
-    columns=", ".join(f'"{c}"' for c in _columns()),
-    marks=", ".join("?" for _ in MESSAGE_FIELDS),
-)
-_MESSAGES = Session.message_count.column_name
-_TOOL_CALLS = Session.tool_call_count.column_name
-_COUNT_SQL = (
-    f'UPDATE "{Session._meta.table_name}" '
-    f'SET "{_MESSAGES}" = COALESCE("{_MESSAGES}", 0) + 1, '
-    f'"{_TOOL_CALLS}" = COALESCE("{_TOOL_CALLS}", 0) + ? '
-    f'WHERE "{Session.id.column_name}" = ?'
+#: One message row. Its ``?`` placeholders follow :data:`MESSAGE_FIELDS`, so a row
+#: of :func:`message_row` binds as it is, and :func:`many_rows` repeats it.
+_INSERT = Prepared(_insert, *MESSAGE_FIELDS, named=False)
+
+#: A message more in a session's counters, and its tool calls.
+_COUNT = Prepared(
+    lambda calls, session_id: Session._meta.table.update(
+        {
+            Session.message_count: fn.COALESCE(Session.message_count, 0) + 1,
+            Session.tool_call_count: fn.COALESCE(Session.tool_call_count, 0) + calls,
+        }
+    ).where(Session.id == session_id),
+    "calls",
+    "session_id",
 )
 
 
@@ -191,9 +195,10 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
 
     def run() -> int:
         conn = cast(sqlite3.Connection, db.connection())
+        insert, count = _INSERT.render(db).sql, _COUNT.render(db).sql
         with _AS_PEEWEE_ERRORS:
-            message_id = int(conn.execute(_INSERT_SQL, row).lastrowid or 0)
-            conn.execute(_COUNT_SQL, (calls, session_id))
+            message_id = int(conn.execute(insert, row).lastrowid or 0)
+            conn.execute(count, {"calls": calls, "session_id": session_id})
         return message_id
 
     try:
@@ -253,8 +258,7 @@ def insert_messages(
     db = current()
     for offset in range(0, len(rows), CHUNK_ROWS):
         chunk = rows[offset : offset + CHUNK_ROWS]
-        marks = ", ".join("(" + ", ".join("?" * len(MESSAGE_FIELDS)) + ")" for _ in chunk)
-        sql = _INSERT_SQL.split(" VALUES ")[0] + " VALUES " + marks
+        sql = many_rows(_INSERT.render(db), len(chunk))
         try:
             _execute(db, sql, [value for row in chunk for value in row])
         except UnicodeEncodeError:

@@ -35,8 +35,9 @@ from hermes_models import (
 from hermes_models import binding as binding_module
 from hermes_models import db as db_module
 from hermes_models import writes as writes_module
-from hermes_models.db import Prepared, record_init_error
+from hermes_models.db import record_init_error
 from hermes_models.files import resolve_path
+from hermes_models.statements import Prepared
 
 MIGRATE_MODULE = sys.modules["hermes_models.schema"]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hermes_models import HermesDatabase
-from hermes_models.fts import MessageIndex, MessageTrigramIndex, Shape, available_routes
+from hermes_models.fts import MessageIndex, MessageTrigramIndex, available_routes
+from hermes_models.plan import Shape
 from hermes_models.query import (
     LIKE,
     MAX_TERMS,

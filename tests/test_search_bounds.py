@@ -16,7 +16,7 @@ import pytest
 from test_search_recall import ALPHABETS, build, haystacks
 
 from hermes_models import SessionDB, caches, grams, search
-from hermes_models.fts import Shape
+from hermes_models.plan import Shape
 from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
 
 T0 = 1_700_000_000.0

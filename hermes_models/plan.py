@@ -1,0 +1,1076 @@
+"""Planning a search: the routes of its terms, its SQL, and the values the SQL takes.
+
+The second stage of a search (parse, **plan**, execute, present). It gets a
+parsed :class:`~hermes_models.query.SearchQuery`, routes each term by the
+indexes the open file has (:class:`Shape`), and hands the execute stage a
+plan: the statement that finds the hits, the one-pass scan of the
+LIKE-routed terms when there is one (:class:`ScanPlan`), and the values of
+each slot of their SQL. What the scan finds comes back as a :class:`Scanned`
+and is turned into slot values here too: every slot name is made and read in
+this module.
+
+A search depends on the routes of its terms, its filters and its order, not
+on the words, so its SQL is built with peewee once per shape, with
+:func:`~hermes_models.statements.slot` placeholders where the values go, and
+rendered once (:mod:`hermes_models.statements`).
+
+Every term is one lookup: a word in ``messages_fts``, a substring in
+``messages_fts_trigram`` (plus the rows stored behind a NUL, which that index
+cannot read), or a NUL-safe ``LIKE`` over content, tool name and tool calls.
+A query on one index alone is one ``MATCH`` ordered by rank instead.
+:func:`written_out` plans a search whose scanned terms are each written as
+the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import peewee
+from peewee import JOIN, SQL, Value, fn
+from playhouse.sqlite_ext import FTS5Model
+
+from .binding import current, file_key
+from .caches import BoundedCache
+from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
+from .grams import candidates_sql, exact, match_any, term_match
+from .lineage import MAX_DEPTH, branch_expr, delegate_marked, extend_path, not_visited, path_of
+from .models import Message, Session
+from .query import LIKE, TRIGRAM, WORDS, SearchQuery, Term, ascii_lower
+from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS
+from .statements import SLOT, Statement, cached, render, slot
+
+Valuer = Callable[[str], Any]
+
+#: LIKE-routed terms from which a query finds them all with one scan.
+SCAN_FROM = 3
+#: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
+PREFILTER_GROUPS = 2
+
+# -- routes: what a statement's SQL depends on -------------------------------------------
+
+Routes = tuple[str, ...]
+
+
+class GroupRoutes(NamedTuple):
+    """The routes of one group's terms: those it needs and those it excludes (a named
+    tuple: it compares equal to ``(include, exclude)``)."""
+
+    include: Routes
+    exclude: Routes = ()
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The routes of a query's terms, group by group, and whether the word index exists."""
+
+    groups: tuple[GroupRoutes, ...]
+    words: bool
+    #: The structure of the file the SQL is for (:attr:`hermes_models.shape.FileShape.key`).
+    file: tuple[Any, ...] = ()
+    #: True when the file's gram index (:mod:`hermes_models.grams`) narrows the
+    #: LIKE-routed terms down to candidate rows.
+    grams: bool = False
+    #: What the file's trigram index leaves out (:data:`hermes_models.shape.TRIGRAM_COMPLETE`
+    #: and its siblings; ``""`` when the file is not known).
+    gaps: str = ""
+    #: False when every LIKE-routed term is its own ``LIKE`` (no scan: :func:`written_out`).
+    scans: bool = True
+
+    @classmethod
+    def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
+        """Each term routed to its index, or to LIKE when the index is missing."""
+
+        def routes(terms: Any) -> Routes:
+            return tuple(t.route if t.route in available else LIKE for t in terms)
+
+        shape = current().shape
+        groups = tuple(GroupRoutes(routes(g.include), routes(g.exclude)) for g in query.groups)
+        # The gram index holds CJK characters only: it narrows the scan when every
+        # LIKE-routed term has one (a word is LIKE-routed when its index is missing).
+        like = [
+            t
+            for t, r in zip(query.terms(), (r for g in groups for r in (*g.include, *g.exclude)))
+            if r == LIKE
+        ]
+        return cls(
+            groups,
+            WORDS in available,
+            () if shape is None else shape.key,
+            bool(like) and all(t.cjk for t in like) and gram_index_ready(),
+            "" if shape is None else shape.trigram_gaps,
+        )
+
+    @property
+    def routes(self) -> Routes:
+        """Routes of all terms, in :meth:`SearchQuery.terms` order."""
+        return tuple(r for g in self.groups for r in (*g.include, *g.exclude))
+
+    @property
+    def single(self) -> str | None:
+        """The one index every term goes to, or None."""
+        kinds = set(self.routes)
+        return next(iter(kinds)) if len(kinds) == 1 and LIKE not in kinds else None
+
+    @property
+    def rank_route(self) -> str | None:
+        """The index that ranks a mixed query: words if it has any, else trigrams."""
+        positive = {r for g in self.groups for r in g.include}
+        return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
+
+    @property
+    def scanned(self) -> bool:
+        """True when the LIKE-routed terms are found by one scan (:data:`SCAN_FROM` or more).
+
+        Fewer are each a ``LIKE`` in the statement: SQLite's own pattern match
+        beats a scan through a Python function for one or two terms.
+        """
+        if not self.scans:
+            return False
+        like = sum(route == LIKE for route in self.routes)
+        # With the gram index the scan reads only the candidate rows: always cheaper.
+        return like >= SCAN_FROM or (self.grams and like > 0)
+
+    @property
+    def behind_scanned(self) -> bool:
+        """True for a trigram-only query of :data:`SCAN_FROM` terms or more: the rows
+        behind a NUL (which the trigram index lacks) are then decided by one scan."""
+        return self.scans and self.single == TRIGRAM and len(self.routes) >= SCAN_FROM
+
+    @property
+    def all_like(self) -> bool:
+        """True when every term goes through a scan, which then decides the query alone."""
+        return self.scanned and all(route == LIKE for route in self.routes)
+
+    def driven(self, ranked: bool) -> bool:
+        """True when the LIKE scan's rows (slot ``cand``) hold every hit no index ranks.
+
+        Each group must have a positive LIKE-routed term, or (``ranked``) a
+        word term when the word index ranks the query (its hits are read from it).
+        Then :func:`hits_query` looks those rows up instead of reading every message.
+        """
+        if not self.scanned:
+            return False
+        # The word index holds every hit of a word term; a trigram term also finds
+        # rows behind a NUL, which its index lacks.
+        rank = WORDS if ranked and self.rank_route == WORDS else None
+        return all(LIKE in g.include or rank in g.include for g in self.groups)
+
+    def degraded(self) -> Shape:
+        """Every term through LIKE, over every row (no index of any kind)."""
+        return Shape(
+            tuple(
+                GroupRoutes(tuple(LIKE for _ in g.include), tuple(LIKE for _ in g.exclude))
+                for g in self.groups
+            ),
+            self.words,
+            self.file,
+            gaps=self.gaps,
+            scans=self.scans,
+        )
+
+    def unscanned(self) -> Shape:
+        """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
+        return dataclasses.replace(self, grams=False, scans=False)
+
+    def numbered(self) -> list[tuple[int, bool]]:
+        """``(k, included)`` of each term slot, in slot order."""
+        out, k = [], 0
+        for g in self.groups:
+            for included in [True] * len(g.include) + [False] * len(g.exclude):
+                out.append((k, included))
+                k += 1
+        return out
+
+    def decided(self, holding: dict[int, set[int]]) -> set[int]:
+        """The ids matching the whole query, every term's holders known."""
+        hits: set[int] = set()
+        k = 0
+        for g in self.groups:
+            group = set.intersection(*(holding[k + i] for i in range(len(g.include))))
+            k += len(g.include)
+            for i in range(len(g.exclude)):
+                group -= holding[k + i]
+            k += len(g.exclude)
+            hits |= group
+        return hits
+
+    def prefilter(self) -> tuple[int, ...]:
+        """One positive LIKE-routed term (slot number) of each group, when every group has
+        one and there are few groups: only rows holding one of them can be hits."""
+        if len(self.groups) > PREFILTER_GROUPS or not self.driven(False):
+            return ()
+        picked, k = [], 0
+        for g in self.groups:
+            picked.append(k + g.include.index(LIKE))
+            k += len(g.include) + len(g.exclude)
+        return tuple(picked)
+
+
+def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
+    """Values of the term slots of ``shape`` for ``query`` (only those its SQL has)."""
+    single = shape.single
+    out: dict[str, Any] = {"q": query.fts(), "json": '^"json"'}
+    if single == WORDS:
+        return out
+    positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
+    k = 0
+    for group, routes in zip(query.groups, shape.groups):
+        terms = (*group.include, *group.exclude)
+        for term, route in zip(terms, (*routes.include, *routes.exclude)):
+            if route != LIKE:
+                out[f"t{k}"] = term.fts()
+            if route != WORDS:
+                out[f"p{k}"] = term.like()
+                out[f"l{k}"] = ascii_lower(term.text)
+            k += 1
+        for term, route in zip(group.include, routes.include):
+            if route in positive:
+                positive[route].append(term.fts())
+    if single is None:
+        for route, found in positive.items():
+            out[f"any_{route}"] = " OR ".join(found) or '""'
+    return out
+
+
+# -- filters ----------------------------------------------------------------------------
+
+
+class FileRules(NamedTuple):
+    """How the open file is searched: a newer Hermes file's columns change the filters
+    (a named tuple: part of a statement's cache key, built on every search)."""
+
+    newer: bool = False
+    #: ``messages.compacted`` exists: messages archived by compaction are hits too.
+    compacted: bool = False
+    #: ``messages.display_kind`` exists: rows marked ``hidden`` are never hits.
+    display_kind: bool = False
+
+
+def file_rules() -> FileRules:
+    """The :class:`FileRules` of the open file (all False for v16)."""
+    shape = current().shape
+    if shape is None or not shape.newer:
+        return FileRules()
+    return FileRules(
+        True, shape.has("messages", "compacted"), shape.has("messages", "display_kind")
+    )
+
+
+class FilterShape(NamedTuple):
+    """What the SQL of a search's filters depends on, not the values (a named tuple:
+    part of a statement's cache key, built on every search)."""
+
+    sources: int | None
+    exclude: int
+    roles: int
+    include_inactive: bool
+    rules: FileRules
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which messages a search may return, besides matching."""
+
+    sources: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    include_inactive: bool = False
+
+    def shape(self) -> FilterShape:
+        """What the SQL depends on (the open file's reading rules included)."""
+        n_sources = None if self.sources is None else len(self.sources)
+        return FilterShape(
+            n_sources, len(self.exclude), len(self.roles), self.include_inactive, file_rules()
+        )
+
+    def values(self) -> dict[str, Any]:
+        """Values of the filter slots."""
+        out: dict[str, Any] = {}
+        for prefix, items in (("s", self.sources or ()), ("x", self.exclude), ("r", self.roles)):
+            for i, item in enumerate(items):
+                out[f"{prefix}{i}"] = item
+        return out
+
+
+def visible(m: Any, rules: FileRules) -> Any:
+    """Messages a search shows unless asked for inactive ones: live ones, and on newer
+    Hermes files also those archived by compaction (as Hermes searches them)."""
+    if rules.compacted:
+        return (m.active == 1) | (m.compacted == 1)
+    return m.active == 1
+
+
+def filter_terms(shape: FilterShape, m: Any, s: Any) -> list[peewee.Node]:
+    """WHERE terms of a :class:`FilterShape` over messages ``m`` and sessions ``s``.
+
+    On a newer Hermes file the search follows Hermes' later filters: rows
+    marked ``display_kind = 'hidden'`` are never hits, and tool rows only
+    when the role filter asks for them.
+    """
+    terms: list[peewee.Node] = []
+    if not shape.include_inactive:
+        terms.append(visible(m, shape.rules))
+    if shape.rules.newer:
+        if shape.rules.display_kind:
+            terms.append(fn.COALESCE(m.display_kind, "") != "hidden")
+        if not shape.roles:
+            terms.append(m.role != "tool")
+    if shape.sources is not None:
+        terms.append(s.source.in_([slot(f"s{i}") for i in range(shape.sources)]))
+    if shape.exclude:
+        terms.append(s.source.not_in([slot(f"x{i}") for i in range(shape.exclude)]))
+    if shape.roles:
+        terms.append(m.role.in_([slot(f"r{i}") for i in range(shape.roles)]))
+    return terms
+
+
+#: Bound as a parameter: SQLite does not fold ``char(0)`` into a constant.
+NUL = "\x00"
+
+
+def _rowids(index: type[FTS5Model], value: Any) -> Any:
+    return index.select(index.rowid).where(index.match(value))
+
+
+def _starts_with_nul(m: Any) -> Any:
+    return (m.content >= Value(NUL)) & (m.content < Value("\x01"))
+
+
+def _trigram_gap(m: Any, shape: Shape) -> Any:
+    """Rows the trigram index of a newer Hermes file leaves out (None: it has every row).
+
+    Hermes' later layouts never index tool rows in full, and layout 3 (v29/v30)
+    leaves out cron and subagent sessions as well; a ``LIKE`` finds those.
+    """
+    gaps = shape.gaps
+    if gaps == TRIGRAM_COMPLETE:
+        return None
+    gap = m.role == "tool"
+    if gaps == TRIGRAM_NO_TOOLS_OR_RUNS:
+        g = Session.alias("gap")
+        run = fn.EXISTS(
+            g.select(SQL("1")).where(
+                g.id == m.session,
+                g.source.in_(["cron", "subagent"]) | delegate_marked(g),
+            )
+        )
+        gap = gap | run
+    return gap
+
+
+def _behind_nul(m: Any, shape: Shape, v: Valuer) -> Any:
+    """Rows the trigram index holds nothing of: content starting with NUL, and the
+    rows a newer Hermes file's trigram index leaves out (:func:`_trigram_gap`)."""
+    if shape.words:
+        nul = m.id.in_(_rowids(MessageIndex, v("json"))) & _starts_with_nul(m)
+    else:
+        nul = _starts_with_nul(m)
+    gap = _trigram_gap(m, shape)
+    return nul if gap is None else (nul | gap)
+
+
+def _like(m: Any, k: int, v: Valuer) -> Any:
+    """Term ``k`` anywhere in content, tool name or tool calls (NUL-safe)."""
+    pattern = v(f"p{k}")
+
+    def like(column: Any) -> Any:
+        return peewee.NodeList((column, SQL("LIKE"), pattern, SQL("ESCAPE '\\'")), parens=True)
+
+    after_nul = (fn.instr(m.content, Value(NUL)) > 0) & (
+        fn.instr(fn.lower(m.content), v(f"l{k}")) > 0
+    )
+    return like(m.content) | like(m.tool_name) | like(m.tool_calls) | after_nul
+
+
+def _found(m: Any, k: int, v: Valuer) -> Any:
+    """Term ``k`` among the ids the scan found (slot ``ids{k}``: a JSON array)."""
+    ids = v(f"ids{k}")
+    return m.id.in_(SQL("(SELECT value FROM json_each(?))", [getattr(ids, "value", ids)]))
+
+
+def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
+    if route == WORDS:
+        return m.id.in_(_rowids(MessageIndex, v(f"t{k}")))
+    if route == LIKE:
+        return _found(m, k, v) if scanned else _like(m, k, v)
+    trigram = m.id.in_(_rowids(MessageTrigramIndex, v(f"t{k}")))
+    return trigram | (_behind_nul(m, shape, v) & _like(m, k, v))
+
+
+def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool | None = None) -> Any:
+    """The whole query as one WHERE expression over messages ``m``.
+
+    ``scanned`` (default: :attr:`Shape.scanned`): the LIKE-routed terms were
+    found beforehand by one scan (:class:`ScanPlan`) and come as id
+    lists; otherwise each is a ``LIKE`` of its own.
+    """
+    if scanned is None:
+        scanned = shape.scanned
+    groups, k = [], 0
+    for g in shape.groups:
+        terms = []
+        for route in g.include:
+            terms.append(_term(m, shape, route, k, v, scanned))
+            k += 1
+        for route in g.exclude:
+            # NULL columns can make a term NULL rather than false, and NOT NULL
+            # would drop the row (COALESCE only here: it slows the scan down).
+            terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
+            k += 1
+        groups.append(_balanced(operator.and_, terms))
+    return _balanced(operator.or_, groups)
+
+
+def _balanced(join: Callable[[Any, Any], Any], items: list[Any]) -> Any:
+    """``items`` joined pairwise into a tree of depth log2(n), not n: SQLite's parser
+    overflows on 64 terms nested one inside the next."""
+    while len(items) > 1:
+        items = [
+            join(*items[i : i + 2]) if i + 1 < len(items) else items[i]
+            for i in range(0, len(items), 2)
+        ]
+    return items[0]
+
+
+#: The SQL function a search registers on its connection for a scan (:class:`ScanPlan`):
+#: ``(id, content, tool_name, tool_calls) -> 0``, noting which of the query's
+#: LIKE-routed terms the message holds (:meth:`hermes_models.query.Matcher.visit`).
+SCAN_FUNCTION = "hermes_models_visit"
+
+
+def scan_statement(
+    include_inactive: bool,
+    non_ascii: bool,
+    prefilter: tuple[int, ...] = (),
+    behind: Shape | None = None,
+    grams: bool = False,
+) -> Statement:
+    """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
+
+    ``non_ascii``: every term has a character beyond ASCII, so a row whose
+    columns are plain ASCII (as many bytes as characters, no tool columns)
+    is passed over without calling the function. ``prefilter``: terms (by
+    slot number) of which every hit holds one; a row holding none is passed
+    over by SQLite's own ``LIKE`` (cheaper than the function for a few terms).
+    ``behind``: only the rows behind a NUL, which a trigram query of that shape
+    cannot find through its index. ``grams``: only the candidate rows of the gram
+    index (slot ``cjk``: the expression of :func:`hermes_models.grams.match_any`).
+    """
+    key = (
+        "scan",
+        include_inactive,
+        non_ascii,
+        prefilter,
+        grams,
+        behind is not None and behind.words,
+        behind.gaps if behind is not None else None,
+        file_key(),
+    )
+    return cached(key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams))
+
+
+def _render_scan(
+    include_inactive: bool,
+    non_ascii: bool,
+    prefilter: tuple[int, ...],
+    behind: Shape | None,
+    grams: bool,
+) -> Statement:
+    m = Message
+    where = [] if include_inactive else [visible(m, file_rules())]
+    if grams:
+        cjk = slot("cjk").value
+        where.append(m.id.in_(SQL(f"({candidates_sql()})", [cjk, cjk])))
+    if behind is not None:
+        where.append(_behind_nul(m, behind, slot))
+    if non_ascii:
+        where.append(
+            (fn.length(m.content.cast("BLOB")) > fn.length(m.content))
+            | m.tool_name.is_null(False)
+            | m.tool_calls.is_null(False)
+        )
+    if prefilter:
+        where.append(_balanced(operator.or_, [_like(m, k, slot) for k in prefilter]))
+    visit = getattr(fn, SCAN_FUNCTION)(m.id, m.content, m.tool_name, m.tool_calls)
+    query = m.select(m.id).where(*where, visit != 0)
+    return render(query)
+
+
+@dataclass
+class ScanPlan:
+    """The one pass over the messages that finds a query's LIKE-routed terms.
+
+    The execute stage looks each term of ``indexed`` up in the gram index
+    (:data:`hermes_models.grams.GRAM_IDS_SQL`, bound to the expression),
+    then runs ``statement`` with ``values``, a
+    :class:`~hermes_models.query.Matcher` of ``terms`` noting which rows hold
+    which term, and hands back a :class:`Scanned`.
+    """
+
+    statement: Statement
+    values: dict[str, Any]
+    #: ``(k, term)``: the terms the scan looks for, by slot number.
+    terms: tuple[tuple[int, Term], ...]
+    #: ``(k, expression)``: terms the gram index answers exactly (rows up to its mark).
+    indexed: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass
+class Scanned:
+    """What a scan found: for each term slot it looked for, the ids of the messages holding it."""
+
+    holding: dict[int, set[int]]
+
+
+def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanPlan | None:
+    """The scan of ``query``'s LIKE-routed terms (or of the rows behind a NUL of a
+    trigram-only query), or None when its SQL needs none."""
+    if shape.behind_scanned:
+        terms = query.terms()
+        statement = scan_statement(
+            include_inactive, all(not t.text.isascii() for t in terms), behind=shape
+        )
+        return ScanPlan(statement, term_values(query, shape), tuple(enumerate(terms)))
+    if not shape.scanned:
+        return None
+    values = term_values(query, shape)
+    like = tuple(
+        (k, term)
+        for k, (term, route) in enumerate(zip(query.terms(), shape.routes))
+        if route == LIKE
+    )
+    indexed: tuple[tuple[int, str], ...] = ()
+    if shape.grams:
+        # A term of one or two CJK characters only is answered by the gram index
+        # exactly; the scan reads the candidates of the other terms, and the rows
+        # the index does not cover (above its mark, or changed by others).
+        exacts = [exact(t) for _, t in like]
+        indexed = tuple((k, term_match(t)) for (k, t), e in zip(like, exacts) if e)
+        rest = [t for (_, t), e in zip(like, exacts) if not e]
+        values["cjk"] = match_any(rest) if rest else None
+    statement = scan_statement(
+        include_inactive,
+        all(not t.text.isascii() for _, t in like),
+        () if shape.grams else shape.prefilter(),
+        grams=shape.grams,
+    )
+    return ScanPlan(statement, values, like, indexed)
+
+
+def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True) -> dict[str, str]:
+    """The slots a scan fills: ``ids{k}``, the messages holding term ``k``; ``cand``, those
+    holding any positive one, or (every term LIKE-routed, and ``decide``) exactly the
+    hits; ``behind``, the hits among the rows behind a NUL."""
+    if scanned is None:
+        return {}
+    holding = scanned.holding
+    if shape.behind_scanned:
+        return {"behind": json.dumps(sorted(shape.decided(holding)))}
+    if decide and shape.all_like:
+        return {"cand": json.dumps(sorted(shape.decided(holding)))}
+    candidates = set().union(
+        *(holding[k] for k, included in shape.numbered() if included and k in holding)
+    )
+    out = {f"ids{k}": json.dumps(sorted(ids)) for k, ids in holding.items()}
+    out["cand"] = json.dumps(sorted(candidates))
+    return out
+
+
+# -- plans: what the execute stage runs -----------------------------------------------------
+
+
+@dataclass
+class MessagePlan:
+    """A search for messages: one page of hits of ``query`` in ``shape``, ``order``-ed."""
+
+    query: SearchQuery
+    shape: Shape
+    filters: Filters
+    #: ``'rank'``, ``'newest'`` or ``'oldest'``.
+    order: str
+    limit: int | None
+    offset: int
+
+    @property
+    def statement(self) -> Statement:
+        """The page of hits (:data:`HIT_COLUMNS`, then ``snippet`` when it has one)."""
+        return search_statement(self.shape, self.filters.shape(), self.order)
+
+    def scan(self) -> ScanPlan | None:
+        """The scan to run first, if any."""
+        return scan_plan(self.query, self.shape, self.filters.include_inactive)
+
+    def values(self, scanned: Scanned | None) -> dict[str, Any]:
+        """Every slot value of :attr:`statement`."""
+        return {
+            **self.filters.values(),
+            "limit": self.limit,
+            "offset": self.offset,
+            **term_values(self.query, self.shape),
+            **scanned_values(self.shape, scanned),
+        }
+
+    def snippets(self, ids: list[int]) -> tuple[Statement, dict[str, Any]] | None:
+        """The FTS5 snippets of hits ``ids`` of a page without them (None: made in Python)."""
+        single = self.shape.single
+        if single is None:
+            return None
+        return snippet_statement(single), {"q": self.query.fts(), "ids": json.dumps(ids)}
+
+
+@dataclass
+class SessionPlan:
+    """A search for sessions: one page of lineage roots whose messages match ``query``."""
+
+    query: SearchQuery
+    shape: Shape
+    sources: tuple[str, ...] | None
+    rank_mode: str | None
+    limit: int | None
+    offset: int
+
+    @property
+    def statement(self) -> Statement:
+        """One row per lineage root (see :func:`sessions_statement`)."""
+        n_sources = None if self.sources is None else len(self.sources)
+        return sessions_statement(self.shape, n_sources, self.rank_mode)
+
+    def scan(self) -> ScanPlan | None:
+        """The scan to run first, if any."""
+        return scan_plan(self.query, self.shape, False)
+
+    def values(self, scanned: Scanned | None) -> dict[str, Any]:
+        """Every slot value of :attr:`statement`."""
+        return {
+            "limit": self.limit,
+            "offset": self.offset,
+            **{f"s{i}": item for i, item in enumerate(self.sources or ())},
+            **term_values(self.query, self.shape),
+            **scanned_values(self.shape, scanned),
+        }
+
+
+def matching_query(
+    query: SearchQuery, shape: Shape | None, scanned: Scanned | None, include_inactive: bool
+) -> peewee.ModelSelect[Message]:
+    """Messages matching ``query`` as a peewee query with its values in place (None
+    ``shape``: nothing to search). Best first when every term goes to the word index,
+    newest first otherwise."""
+    m = Message
+    if shape is None:
+        return m.select().where(SQL("0"))
+    values = {**term_values(query, shape), **scanned_values(shape, scanned, decide=False)}
+    if shape.single == WORDS:
+        found = (
+            m.select()
+            .join(MessageIndex, on=(MessageIndex.rowid == m.id))
+            .where(MessageIndex.match(values["q"]))
+            .order_by(MessageIndex.rank())
+        )
+    else:
+        found = (
+            m.select()
+            .where(predicate(m, shape, lambda name: Value(values[name])))
+            .order_by(m.timestamp.desc(), m.id.desc())
+        )
+    return found if include_inactive else found.where(m.active == 1)
+
+
+def written_out(plan: MessagePlan) -> tuple[str, list[Any]]:
+    """The SQL and parameters of ``plan`` with no scan before it: every LIKE-routed
+    term is the ``LIKE`` it stands for, so plain SQLite runs it alone."""
+    plain = dataclasses.replace(plan, shape=plan.shape.unscanned())
+    statement = plain.statement
+    return statement.sql, list(statement.bind(plain.values(None)))
+
+
+def _columns(m: Any, s: Any, rank: Any, slim: bool) -> list[Any]:
+    columns = [m.id.alias("id"), m.session.alias("session_id"), m.timestamp.alias("timestamp")]
+    if not slim:
+        columns += [
+            m.role.alias("role"),
+            m.content.alias("content"),
+            m.tool_name.alias("tool_name"),
+            m.tool_calls.alias("tool_calls"),
+            s.source.alias("source"),
+            s.model_name.alias("model"),
+            s.started_at.alias("session_started"),
+        ]
+    return [*columns, rank.alias("rank")]
+
+
+#: Column names of a hit row, in order (``slim`` rows: the first three and ``rank``).
+HIT_COLUMNS = (
+    "id",
+    "session_id",
+    "timestamp",
+    "role",
+    "content",
+    "tool_name",
+    "tool_calls",
+    "source",
+    "model",
+    "session_started",
+    "rank",
+)
+
+
+def hits_query(
+    shape: Shape, filters: FilterShape, *, slim: bool = False, ranked: bool = True
+) -> Any:
+    """Every hit of a query of ``shape`` (:data:`HIT_COLUMNS`), unordered and unlimited.
+
+    ``rank`` is BM25's (lower is better; 0 for hits no index ranked, and for
+    every hit with ``ranked=False``, which saves scoring them).
+    """
+    m, s = Message, Session
+    where = filter_terms(filters, m, s)
+    single = shape.single
+    if single is not None:
+        index = INDEXES[single]
+        rank = index.rank() if ranked else Value(0.0)
+        query = (
+            index.select(*_columns(m, s, rank, slim))
+            .join(m, on=(m.id == index.rowid))
+            .join(s, on=(s.id == m.session))
+            .where(index.match(slot("q")), *where)
+        )
+        gap = _trigram_gap(m, shape) if single == TRIGRAM else None
+        if gap is not None:
+            # Those rows come from the LIKE below (an older index may hold a cut copy).
+            query = query.where(~gap)
+        if single == TRIGRAM:
+            if shape.behind_scanned:
+                # The scan of those rows decided them (slot ``behind``).
+                matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
+            else:
+                matched = [
+                    _behind_nul(m, shape, slot),
+                    predicate(m, shape.degraded(), scanned=False),
+                ]
+            behind = (
+                m.select(*_columns(m, s, Value(0.0), slim))
+                .join(s, on=(s.id == m.session))
+                .where(*matched, *where)
+            )
+            query = query.union_all(behind)
+        return query
+    candidates = m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "cand"]))
+    if shape.all_like:
+        # The scan decided the query: its hits are the only rows to read.
+        matching = [candidates, *where]
+    else:
+        matching = [predicate(m, shape), *where]
+    # Hits no index ranks: only rows the scan found can be one, when the shape says so;
+    # they are looked up instead of every message being read.
+    driver = [candidates] if shape.driven(ranked) and not shape.all_like else []
+    unranked = m.select(*_columns(m, s, Value(0.0), slim)).join(s, on=(s.id == m.session))
+    route = shape.rank_route if ranked else None
+    if route is None:
+        return unranked.where(*driver, *matching)
+    # The hits the index ranks, driven by the index, then all other hits. (A
+    # LEFT JOIN on the ranks would scan them once per message: no index.)
+    index = INDEXES[route]
+    found = slot(f"any_{route}")
+    ranked_rows = [index.match(found)]
+    if shape.driven(False):
+        # Every hit holds a positive LIKE term: rank only the rows the scan found.
+        ranked_rows.append(SQL("+rowid IN (SELECT value FROM json_each(?))", [SLOT + "cand"]))
+    ranks = (
+        index.select(index.rowid.alias("rid"), index.rank().alias("r"))
+        .where(*ranked_rows)
+        .alias("ranks")
+    )
+    with_rank = (
+        m.select(*_columns(m, s, ranks.c.r, slim))
+        .from_(ranks)
+        .join(m, on=(m.id == ranks.c.rid))
+        .join(s, on=(s.id == m.session))
+        .where(*matching)
+    )
+    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found)))
+    return with_rank.union_all(others)
+
+
+def _order(sort: str, table: Any = None) -> list[Any]:
+    def col(name: str) -> Any:
+        return SQL(f'"{name}"') if table is None else getattr(table.c, name)
+
+    if sort == "newest":
+        return [col("timestamp").desc(), col("id").desc()]
+    if sort == "oldest":
+        return [col("timestamp"), col("id")]
+    return [col("rank"), col("timestamp").desc(), col("id").desc()]
+
+
+#: Rendered statements by (shape, filters, sort): a shape costs milliseconds to render.
+_SEARCH_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
+    "search statements", 128
+)
+
+
+def search_statement(shape: Shape, filters: FilterShape, sort: str) -> Statement:
+    """One page of hits, ordered by ``sort`` (cached; see :func:`render_search`)."""
+    return _SEARCH_STATEMENTS.get(
+        (shape, filters, sort), lambda: render_search(shape, filters, sort)
+    )
+
+
+def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
+    """One page of hits, ordered by ``sort``: ``'rank'``, ``'newest'`` or ``'oldest'``.
+
+    Rows are :data:`HIT_COLUMNS`; ranked word searches add a ``snippet`` column
+    (other searches get theirs from :func:`snippet_statement`).
+    """
+    limit, offset = slot("limit"), slot("offset")
+    if sort == "rank" and shape.single == WORDS:
+        # FTS5 hands rows over in rank order, so the page stops after ``limit``
+        # rows and the snippets are made right here, for those rows only.
+        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
+        return render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
+    # Otherwise every hit is sorted: sort narrow rows, then read the page's messages.
+    page = (
+        hits_query(shape, filters, slim=True, ranked=sort == "rank")
+        .order_by(*_order(sort))
+        .limit(limit)
+        .offset(offset)
+        .cte("page", columns=("id", "session_id", "timestamp", "rank"))
+    )
+    m, s = Message, Session
+    query = (
+        m.select(*_columns(m, s, page.c.rank, slim=False))
+        .from_(page)
+        .join(m, on=(m.id == page.c.id))
+        .join(s, on=(s.id == m.session))
+        .order_by(*_order(sort, page))
+        .with_cte(page)
+    )
+    return render(query)
+
+
+def snippet_statement(route: str) -> Statement:
+    """FTS5 snippets of hits (cached; see :func:`render_snippets`)."""
+    return cached(("snippets", route), lambda: render_snippets(route))
+
+
+def render_snippets(route: str) -> Statement:
+    """FTS5 snippets of the hits whose ids are the JSON array ``ids`` (slot ``q``: the query).
+
+    ``+rowid`` keeps FTS5 from running the query once per id: the matches are
+    read once and filtered.
+    """
+    index = INDEXES[route]
+    ids = SQL("+rowid IN (SELECT value FROM json_each(?))", [SLOT + "ids"])
+    query = index.select(
+        index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+    ).where(index.match(slot("q")), ids)
+    return render(query)
+
+
+# -- what the present stage needs --------------------------------------------------------
+
+
+def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
+    x = Message.alias("before" if before else "after")
+    if before:
+        near = (x.timestamp <= hit.timestamp) & ((x.timestamp < hit.timestamp) | (x.id < hit.id))
+        order = (x.timestamp.desc(), x.id.desc())
+    else:
+        near = (x.timestamp >= hit.timestamp) & ((x.timestamp > hit.timestamp) | (x.id > hit.id))
+        order = (x.timestamp.asc(), x.id.asc())
+    query = x.select(x.id).where(x.session == hit.session, near)
+    if not include_inactive:
+        query = query.where(x.active == 1)
+    return query.order_by(*order).limit(1)
+
+
+def context_statement(include_inactive: bool) -> Statement:
+    """For each hit whose id is in the JSON array ``ids``: ``(id, role before, content
+    before, role after, content after)``, the messages around it in its session."""
+    return cached(("context", include_inactive, file_key()), lambda: _context(include_inactive))
+
+
+def _context(include_inactive: bool) -> Statement:
+    hit, prev, nxt = Message.alias("hit"), Message.alias("prev"), Message.alias("next")
+    query = (
+        hit.select(hit.id, prev.role, prev.content, nxt.role, nxt.content)
+        .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
+        .switch(hit)
+        .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
+        .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "ids"])))
+    )
+    return render(query)
+
+
+def ids_values(ids: list[int]) -> dict[str, Any]:
+    """The slot values of :func:`context_statement` and :func:`best_hits_statement`
+    for hits ``ids``."""
+    return {"ids": json.dumps(ids)}
+
+
+def best_hits_statement() -> Statement:
+    """``(id, content, tool_name, tool_calls)`` of the messages whose ids are the JSON
+    array ``ids`` (the best hit of each session found), for their snippets."""
+    return cached(("best hits", file_key()), _best_hits)
+
+
+def _best_hits() -> Statement:
+    m = Message
+    ids = SQL("(SELECT value FROM json_each(?))", [SLOT + "ids"])
+    return render(m.select(m.id, m.content, m.tool_name, m.tool_calls).where(m.id.in_(ids)))
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+def _owners(hits: Any) -> tuple[Any, Any]:
+    """CTEs mapping each hit's session to the lineage root it counts for.
+
+    The walk goes up through compression and subagent links and stops below
+    a branch (a fork is its own result) or at a session without a parent.
+    """
+    here, parent = Session.alias("here"), Session.alias("up")
+    start = hits.select_from(
+        hits.c.session_id, hits.c.session_id, Value(0), path_of(hits.c.session_id)
+    ).distinct()
+    climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
+    step = (
+        here.select(
+            climb.c.start, parent.id, climb.c.depth + 1, extend_path(climb.c.path, parent.id)
+        )
+        .from_(climb)
+        .join(here, on=(here.id == climb.c.id))
+        .join(parent, on=(parent.id == here.parent))
+        .where(
+            ~branch_expr(here),
+            climb.c.depth < MAX_DEPTH,
+            not_visited(climb.c.path, parent.id),
+        )
+    )
+    climb = climb.union_all(step)
+    # SQLite returns the bare column "id" from the row holding MAX(depth).
+    owners = (
+        climb.select_from(climb.c.start, climb.c.id, fn.MAX(climb.c.depth))
+        .group_by(climb.c.start)
+        .cte("owners", columns=("start", "root_id", "depth"))
+    )
+    return climb, owners
+
+
+_SESSION_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
+    "session search statements", 64
+)
+
+
+def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
+    """Sessions with hits, one row per lineage root: the root's columns, then ``_best_id``,
+    ``_matched``, ``_rank`` and ``_hits`` (cached by shape, sources and ``rank_mode``)."""
+    key = (shape, n_sources, rank_mode)
+    return _SESSION_STATEMENTS.get(key, lambda: _sessions(shape, n_sources, rank_mode))
+
+
+def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
+    hits = hits_query(shape, Filters().shape(), slim=True).cte(
+        "hits", columns=("id", "session_id", "timestamp", "rank")
+    )
+    climb, owners = _owners(hits)
+    root = owners.c.root_id
+    ranked = (
+        hits.select_from(
+            root,
+            hits.c.id,
+            hits.c.session_id,
+            hits.c.rank,
+            fn.ROW_NUMBER().over(
+                partition_by=[root],
+                order_by=[hits.c.rank, hits.c.timestamp.desc(), hits.c.id.desc()],
+            ),
+            fn.COUNT(hits.c.id).over(partition_by=[root]),
+            fn.MAX(hits.c.timestamp).over(partition_by=[root]),
+        )
+        .join(owners, on=(owners.c.start == hits.c.session_id))
+        .cte("ranked", columns=("root_id", "best_id", "matched", "rank", "rn", "n", "latest"))
+    )
+    s = Session
+    query = (
+        s.select()
+        .select_extend(
+            ranked.c.best_id.alias("_best_id"),
+            ranked.c.matched.alias("_matched"),
+            ranked.c.rank.alias("_rank"),
+            ranked.c.n.alias("_hits"),
+        )
+        .join(ranked, on=(ranked.c.root_id == s.id))
+        .where(ranked.c.rn == 1)
+        .with_cte(hits, climb, owners, ranked)
+    )
+    if n_sources is not None:
+        query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
+    if rank_mode == "recent":
+        order = [ranked.c.latest.desc(), ranked.c.rank, s.id]
+    else:
+        order = [ranked.c.rank, ranked.c.latest.desc(), s.id]
+    return render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
+
+
+def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offset: int) -> Any:
+    """Every session (of ``sources``), newest activity first, with ``last_active``."""
+    latest = Message.alias("latest")
+    last_active = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == Session.id),
+        Session.started_at,
+    )
+    query = Session.select().select_extend(last_active.alias("last_active"))
+    if sources is not None:
+        query = query.where(Session.source.in_(sources))
+    query = query.order_by(
+        SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
+    )
+    return query.limit(limit).offset(offset)
+
+
+__all__ = [
+    "HIT_COLUMNS",
+    "NUL",
+    "PREFILTER_GROUPS",
+    "SCAN_FROM",
+    "SCAN_FUNCTION",
+    "FileRules",
+    "FilterShape",
+    "Filters",
+    "GroupRoutes",
+    "MessagePlan",
+    "Routes",
+    "ScanPlan",
+    "Scanned",
+    "SessionPlan",
+    "Shape",
+    "Valuer",
+    "all_sessions_query",
+    "best_hits_statement",
+    "context_statement",
+    "file_rules",
+    "filter_terms",
+    "hits_query",
+    "ids_values",
+    "matching_query",
+    "predicate",
+    "render_search",
+    "render_snippets",
+    "scan_plan",
+    "scan_statement",
+    "scanned_values",
+    "search_statement",
+    "sessions_statement",
+    "snippet_statement",
+    "term_values",
+    "visible",
+    "written_out",
+]
