@@ -41,7 +41,7 @@ from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gra
 from .grams import candidates_sql, exact, match_any, term_match
 from .lineage import MAX_DEPTH, branch_expr, delegate_marked, extend_path, not_visited, path_of
 from .models import Message, Session
-from .query import LIKE, TRIGRAM, WORDS, SearchQuery, Term, ascii_lower
+from .query import LIKE, TRIGRAM, TRIGRAM_MIN_CHARS, WORDS, SearchQuery, Term, ascii_lower
 from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS
 from .statements import SLOT, Statement, cached, render, slot
 
@@ -86,8 +86,21 @@ class Shape:
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
         """Each term routed to its index, or to LIKE when the index is missing."""
 
+        terms = query.terms()
+        # One trigram pass: when a query has a CJK term the trigram index serves, its
+        # words join that term's MATCH if the trigram index can serve them too.
+        one_pass = (
+            TRIGRAM in available
+            and any(t.route == TRIGRAM for t in terms)
+            and all(trigram_servable(t) for t in terms if t.route == WORDS)
+        )
+
+        def route(t: Term) -> str:
+            r = TRIGRAM if one_pass and t.route == WORDS else t.route
+            return r if r in available else LIKE
+
         def routes(terms: Any) -> Routes:
-            return tuple(t.route if t.route in available else LIKE for t in terms)
+            return tuple(route(t) for t in terms)
 
         shape = current().shape
         groups = tuple(GroupRoutes(routes(g.include), routes(g.exclude)) for g in query.groups)
@@ -210,6 +223,14 @@ class Shape:
             picked.append(k + g.include.index(LIKE))
             k += len(g.include) + len(g.exclude)
         return tuple(picked)
+
+
+def trigram_servable(term: Term) -> bool:
+    """True for a word the trigram index finds as well as the word index, as a
+    substring: three or more ASCII letters and digits, not a prefix (ASCII, so
+    that both indexes fold its case alike and no accent is in question)."""
+    text = term.text
+    return not term.prefix and len(text) >= TRIGRAM_MIN_CHARS and text.isascii() and text.isalnum()
 
 
 def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
@@ -1071,6 +1092,7 @@ __all__ = [
     "sessions_statement",
     "snippet_statement",
     "term_values",
+    "trigram_servable",
     "visible",
     "written_out",
 ]

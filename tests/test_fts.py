@@ -191,16 +191,48 @@ def test_cjk_ranges(char: str, cjk: bool) -> None:
     assert contains_cjk(char) is cjk
 
 
+@pytest.mark.usefixtures("database")
 def test_shape_routes_to_like_where_an_index_is_missing() -> None:
     query = parse("asyncio 事件循环 OR 数据 NOT loop")
     full = Shape.of(query, frozenset({WORDS, TRIGRAM, LIKE}))
-    assert full.groups == (((WORDS, TRIGRAM), ()), ((LIKE,), (WORDS,)))
+    # Beside a CJK term of three characters, words the trigram index serves join
+    # its MATCH (one index pass); the two-character term stays LIKE-routed.
+    assert full.groups == (((TRIGRAM, TRIGRAM), ()), ((LIKE,), (TRIGRAM,)))
     assert full.single is None
+    assert Shape.of(query, frozenset({WORDS, LIKE})).groups == (
+        ((WORDS, LIKE), ()),
+        ((LIKE,), (WORDS,)),
+    )
     assert Shape.of(query, frozenset({LIKE})).routes == (LIKE, LIKE, LIKE, LIKE)
     assert Shape.of(parse("事件循环"), frozenset({WORDS, TRIGRAM, LIKE})).single == TRIGRAM
     assert Shape.of(parse("a OR b"), frozenset({WORDS, TRIGRAM, LIKE})).single == WORDS
     assert Shape.of(parse("a OR b"), frozenset({LIKE})).single is None
     assert full.degraded().routes == (LIKE, LIKE, LIKE, LIKE)
+
+
+@pytest.mark.parametrize(
+    ("query", "routes"),
+    [
+        ("sqlite 数据库", (TRIGRAM, TRIGRAM)),
+        ("SQLite3 OR 数据库", (TRIGRAM, TRIGRAM)),
+        ("数据库 NOT wal", (TRIGRAM, TRIGRAM)),
+        # A prefix, a word of two letters, a word with an accent or punctuation, a
+        # phrase: the trigram index would not find what the word index finds.
+        ("sql* 数据库", (WORDS, TRIGRAM)),
+        ("db 数据库", (WORDS, TRIGRAM)),
+        ("café 数据库", (WORDS, TRIGRAM)),
+        ('"event loop" 事件循环', (WORDS, TRIGRAM)),
+        ("sqlite 数据库 db", (WORDS, TRIGRAM, WORDS)),
+        # No CJK term the trigram index serves: words stay words.
+        ("sqlite 数据", (WORDS, LIKE)),
+        ("sqlite wal", (WORDS, WORDS)),
+    ],
+)
+@pytest.mark.usefixtures("database")
+def test_words_join_the_trigram_pass_only_where_it_finds_the_same(
+    query: str, routes: tuple[str, ...]
+) -> None:
+    assert Shape.of(parse(query), frozenset({WORDS, TRIGRAM, LIKE})).routes == routes
 
 
 # -- python snippets -------------------------------------------------------------------------

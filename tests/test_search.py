@@ -185,8 +185,11 @@ def test_mixed_queries_keep_or_and_not_across_routes(store: SessionDB, ids: dict
     assert sorted(found(store, "就绪 OR to_thread")) == sorted([ids["za"], ids["a1"]])
     mixed = store.search_messages("Python 事件循环 OR running")
     assert {h["id"]: h["snippet"] for h in mixed} == {
-        ids["zq"]: "请解释一下 >>>Python<<< 异步编程中的>>>事件循环<<<是怎么工作的？",
-        ids["a1"]: "Use asyncio.to_thread so the event loop keeps >>>running<<<.",
+        # One trigram pass (the words are ASCII of 3+ characters): its snippets are
+        # the trigram index's, a window of characters ending with the spaces that
+        # join content, tool name and tool calls in the index.
+        ids["zq"]: "请解释一下 >>>Python<<< 异步编程中的>>>事件循环<<<是怎么工作的？  ",
+        ids["a1"]: "..._thread so the event loop keeps >>>running<<<.  ",
     }
 
 
