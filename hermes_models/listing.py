@@ -20,7 +20,7 @@ import peewee
 from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
-from .checks import check_flag, check_int64, check_text
+from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
     MAX_DEPTH,
@@ -54,22 +54,6 @@ TIP_COLUMNS = (
 )
 
 
-def check_page(limit: Any, offset: Any) -> tuple[int, int]:
-    """``(limit, offset)`` checked: non-negative 64-bit ints (``limit=None`` means no limit)."""
-    limit = -1 if limit is None else check_int64(limit, "limit", minimum=0)
-    return limit, check_int64(offset, "offset", minimum=0)
-
-
-def _sources(value: Any, argument: str) -> list[str] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise TypeError(f"{argument} must be a string or a list of strings")
-
-
 def session_filters(
     s: Any,
     *,
@@ -85,7 +69,7 @@ def session_filters(
     include_children = check_flag(include_children, "include_children")
     include_archived = check_flag(include_archived, "include_archived")
     archived_only = check_flag(archived_only, "archived_only")
-    wanted = _sources(source, "source")
+    wanted = check_sources(source, "source")
     if not include_children:
         terms.append(listable_expr(s))
         if not wanted and newer_file():
@@ -93,7 +77,7 @@ def session_filters(
             terms.append(s.source.not_in(list(INTERNAL_SOURCES)))
     if wanted:
         terms.append(s.source.in_(wanted))
-    excluded = _sources(exclude_sources, "exclude_sources")
+    excluded = check_sources(exclude_sources, "exclude_sources")
     if excluded:
         terms.append(s.source.not_in(excluded))
     if isinstance(min_message_count, peewee.Node) or min_message_count:
@@ -215,8 +199,8 @@ def rich_listing(
     """
     limit, offset = check_page(limit, offset)
     min_message_count = check_int64(min_message_count, "min_message_count", minimum=0)
-    sources = _sources(source, "source") or []
-    excluded = _sources(exclude_sources, "exclude_sources") or []
+    sources = check_sources(source, "source") or []
+    excluded = check_sources(exclude_sources, "exclude_sources") or []
     needle = (check_text(id_query, "id_query", optional=True) or "").strip().lower()
     flags = (
         check_flag(include_children, "include_children"),
@@ -413,8 +397,8 @@ def count_sessions(
     min_message_count: Any = 0,
 ) -> int:
     """How many sessions match :func:`session_filters` terms."""
-    sources = _sources(source, "source") or []
-    excluded = _sources(exclude_sources, "exclude_sources") or []
+    sources = check_sources(source, "source") or []
+    excluded = check_sources(exclude_sources, "exclude_sources") or []
     flags = (
         check_flag(include_children, "include_children"),
         check_flag(include_archived, "include_archived"),
