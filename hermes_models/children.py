@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from peewee import SQL, fn
 
-from .checks import check_epoch, check_flag, check_text
+from .checks import check_epoch, check_flag, check_session_id, check_text
 from .db import Prepared, current, write
 from .errors import CompressionInProgressError
 from .holders import local_holder
@@ -133,7 +133,7 @@ def _child_id(session_id: Any) -> str:
     """The id a new child gets: ``session_id`` checked, or a fresh one when None."""
     if session_id is None:
         return new_session_id()
-    return str(check_text(session_id, "session_id", empty=False))
+    return check_session_id(session_id)
 
 
 def _moment(at: Any) -> float | None:

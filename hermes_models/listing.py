@@ -21,6 +21,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
+from .content import content_text
 from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
     MAX_DEPTH,
@@ -98,17 +99,15 @@ def preview_text(content: Any) -> str:
     """The preview of a first user message, as Hermes makes it.
 
     Line breaks become spaces, the first 63 characters are kept and
-    stripped, and more than 60 left become 60 plus ``...``. List content
-    (stored as JSON) is previewed by its text parts, dict content by its JSON.
+    stripped, and more than 60 left become 60 plus ``...``. List and dict
+    content (stored as JSON) is previewed by its text
+    (:func:`hermes_models.content.content_text`), not by the stored JSON.
     """
     if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
         decoded = decode_content(content)
-        content = decoded if isinstance(decoded, list) else content[len(CONTENT_JSON_PREFIX) :]
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        text = " ".join(p for p in parts if isinstance(p, str) and p)
-    else:
-        text = content if isinstance(content, str) else "" if content is None else str(content)
+        is_parts = isinstance(decoded, (list, dict))
+        content = decoded if is_parts else content[len(CONTENT_JSON_PREFIX) :]
+    text = content_text(content)
     raw = text.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()
     return raw if len(raw) <= PREVIEW_CHARS else raw[:PREVIEW_CHARS] + "..."
 

@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .checks import check_lookup_key, check_nonblank, check_session_id
+from .checks import check_lookup_key, check_nonblank, check_optional_str, check_session_id
 from .db import Prepared, current, write
 from .models import Session
 
@@ -34,11 +34,10 @@ def sanitize_title(title: str | None) -> str | None:
         TypeError: ``title`` is not a string.
         ValueError: more than 100 characters remain.
     """
-    if title is None:
+    text = check_optional_str(title, "title")
+    if text is None:
         return None
-    if not isinstance(title, str):
-        raise TypeError(f"title must be str or None, not {type(title).__name__}")
-    spaced = _WHITESPACE.sub(" ", title)
+    spaced = _WHITESPACE.sub(" ", text)
     kept = "".join(
         ch
         for ch in spaced
