@@ -24,14 +24,11 @@ from .checks import check_flag, check_int64, check_page, check_sources, check_te
 from .content import content_text
 from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
-    MAX_DEPTH,
     TIP_MAX_HOPS,
     compression_expr,
-    extend_path,
-    latest_child,
+    ended_with_compression,
     listable_expr,
-    not_visited,
-    path_of,
+    walk_sessions,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 
@@ -153,25 +150,8 @@ def recency(x: Any, latest: Any) -> Any:
 
 
 def _chain(roots_cte: Any) -> Any:
-    """Every session of each surfaced row's compression chain: ``(root_id, id, depth, path)``."""
-    child = Session.alias("chain_child")
-    base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
-    )
-    chain = base.cte("chain", recursive=True, columns=("root_id", "id", "depth", "path"))
-    step = (
-        child.select(
-            chain.c.root_id, child.id, chain.c.depth + 1, extend_path(chain.c.path, child.id)
-        )
-        .from_(chain)
-        .join(child, on=(child.parent == chain.c.id))
-        .where(
-            compression_expr(child),
-            chain.c.depth < MAX_DEPTH,
-            not_visited(chain.c.path, child.id),
-        )
-    )
-    return chain.union_all(step)
+    """Every session of each surfaced row's compression chain: ``(root_id, id, ...)``."""
+    return walk_sessions(Session, roots_cte, follow=compression_expr, name="chain")
 
 
 _LISTINGS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("listing statements", 64)
@@ -336,24 +316,16 @@ def rich_listing_query(
 
 
 def _tips(roots_cte: Any) -> tuple[Any, Any]:
-    here = Session.alias("here")
-    nxt = Session.alias("nxt")
-    base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
-    ).where(roots_cte.c.root_end == "compression")
-    walk = base.cte("walk", recursive=True, columns=("root_id", "id", "depth", "path"))
-    step = (
-        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, extend_path(walk.c.path, nxt.id))
-        .from_(walk)
-        .join(here, on=(here.id == walk.c.id))
-        .join(nxt, on=(nxt.id == latest_child(here, after_end=True)))
-        .where(
-            here.end_reason == "compression",
-            walk.c.depth < TIP_MAX_HOPS,
-            not_visited(walk.c.path, nxt.id),
-        )
+    walk = walk_sessions(
+        Session,
+        roots_cte,
+        start_where=roots_cte.c.root_end == "compression",
+        latest=True,
+        after_end=True,
+        leave=ended_with_compression,
+        max_depth=TIP_MAX_HOPS,
+        name="walk",
     )
-    walk = walk.union_all(step)
     # SQLite returns the bare column "id" from the row holding MAX(depth).
     tips = (
         walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth))
