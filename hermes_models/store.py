@@ -4,8 +4,9 @@ Code written against Hermes' own ``SessionDB`` keeps working: the method
 names, arguments and return shapes are the same, rows come back as dicts of
 every column (``model_config`` stays JSON text, flags stay ints), and
 constraint violations raise ``sqlite3.IntegrityError``. Underneath, every
-method is a call into the models, lineage, transcript, listing and search
-modules; this class adds no SQL of its own.
+method is a call into the modules that hold the rules (sessions, titles,
+transcript, history, listing, children, maintenance, search, ...); this
+class converts arguments and return shapes and has no rules or SQL of its own.
 
 Each instance works on its own file even when several are open: its methods
 run with the models routed to its database (:func:`hermes_models.db.using`).
