@@ -340,8 +340,8 @@ def walk_sessions(
 
     It starts from the sessions ``start`` names - an id, an expression over
     ``model``, or a CTE whose ``root_id`` column holds ids (then filtered by
-    ``start_where``; ``parent_id`` is not carried, so such a walk goes down) -
-    each its own ``root_id`` at depth 0. Each step goes up to the parent
+    ``start_where``; ``parent_id`` is NULL on those rows) - each its own
+    ``root_id`` at depth 0. Each step goes up to the parent
     (``upward``), down to every child, or (``latest``) down to the latest child
     that may continue the session (:func:`latest_child`, ``after_end`` as
     there). ``follow`` restricts the sessions stepped to, ``leave`` the
@@ -349,9 +349,8 @@ def walk_sessions(
     already on it ends that branch; ``max_depth`` (None: no bound) ends it
     after so many steps.
     """
-    if isinstance(start, peewee.CTE):
-        if upward:
-            raise ValueError("a walk from a CTE of roots goes down")
+    from_roots = isinstance(start, peewee.CTE)
+    if from_roots:
         root = start.c.root_id
         base = start.select_from(root, root, SQL("NULL"), Value(0), path_of(root))
         if start_where is not None:
@@ -369,6 +368,10 @@ def walk_sessions(
     if latest:
         query = query.join(here, on=(here.id == cte.c.id))
         query = query.join(step, on=(step.id == latest_child(here, after_end=after_end)))
+    elif upward and (from_roots or leave is not None):
+        # The session stepped from is read anyway: its parent link is its own.
+        query = query.join(here, on=(here.id == cte.c.id))
+        query = query.join(step, on=(step.id == here.parent))
     else:
         link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
         query = query.join(step, on=link)
