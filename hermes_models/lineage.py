@@ -340,8 +340,8 @@ def walk_sessions(
 
     It starts from the sessions ``start`` names - an id, an expression over
     ``model``, or a CTE whose ``root_id`` column holds ids (then filtered by
-    ``start_where``; ``parent_id`` is NULL on those rows) - each its own
-    ``root_id`` at depth 0. Each step goes up to the parent
+    ``start_where``) - each its own ``root_id`` at depth 0. ``parent_id`` is
+    carried by upward walks only (NULL otherwise). Each step goes up to the parent
     (``upward``), down to every child, or (``latest``) down to the latest child
     that may continue the session (:func:`latest_child`, ``after_end`` as
     there). ``follow`` restricts the sessions stepped to, ``leave`` the
@@ -362,8 +362,11 @@ def walk_sessions(
     cte = base.cte(name, recursive=True, columns=("root_id", "id", "parent_id", "depth", "path"))
     step = model.alias("step")
     here = model.alias("here")
+    # Only an upward walk reads parent_id; a walk down leaves it NULL, so that the
+    # step's row is found by its id alone (the id index covers it).
+    parent_id = step.parent if upward else SQL("NULL")
     query = step.select(
-        cte.c.root_id, step.id, step.parent, cte.c.depth + 1, extend_path(cte.c.path, step.id)
+        cte.c.root_id, step.id, parent_id, cte.c.depth + 1, extend_path(cte.c.path, step.id)
     ).from_(cte)
     if latest:
         query = query.join(here, on=(here.id == cte.c.id))
