@@ -21,7 +21,6 @@ from peewee import JOIN, SQL, Value, fn
 
 from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
-from .content import content_text
 from .db import Prepared, current, fetch_dicts, file_has, newer_file
 from .lineage import (
     TIP_MAX_HOPS,
@@ -96,15 +95,20 @@ def preview_text(content: Any) -> str:
     """The preview of a first user message, as Hermes makes it.
 
     Line breaks become spaces, the first 63 characters are kept and
-    stripped, and more than 60 left become 60 plus ``...``. List and dict
-    content (stored as JSON) is previewed by its text
-    (:func:`hermes_models.content.content_text`), not by the stored JSON.
+    stripped, and more than 60 left become 60 plus ``...``. List content
+    (stored as JSON) is previewed by its text parts, dict content by its JSON.
+    This is not :func:`hermes_models.content.content_text`: Hermes previews
+    the stored JSON envelope, and listings keep the text of every part that
+    has one (and ``""`` when none has), as the store model in the tests does.
     """
     if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
         decoded = decode_content(content)
-        is_parts = isinstance(decoded, (list, dict))
-        content = decoded if is_parts else content[len(CONTENT_JSON_PREFIX) :]
-    text = content_text(content)
+        content = decoded if isinstance(decoded, list) else content[len(CONTENT_JSON_PREFIX) :]
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        text = " ".join(p for p in parts if isinstance(p, str) and p)
+    else:
+        text = content if isinstance(content, str) else "" if content is None else str(content)
     raw = text.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()
     return raw if len(raw) <= PREVIEW_CHARS else raw[:PREVIEW_CHARS] + "..."
 
