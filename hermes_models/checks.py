@@ -10,7 +10,11 @@ call leaves the file as it was.
 from __future__ import annotations
 
 import math
+import os
+import time
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, cast
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
@@ -144,18 +148,173 @@ def check_json_depth(value: Any, argument: str) -> None:
                 stack.append((child, depth + 1))
 
 
+def check_session_id(session_id: Any, argument: str = "session_id") -> str:
+    """``session_id`` if it is a non-empty, storable string, else a TypeError/ValueError."""
+    if session_id.__class__ is str and session_id.isascii() and session_id:
+        return session_id  # the common case, checked quickly on the hot path
+    return str(check_text(session_id, argument, empty=False))
+
+
+def check_optional_str(value: Any, argument: str) -> str | None:
+    """``value`` if it is a str or None (text is stored as given)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{argument} must be str or None, not {type(value).__name__}")
+
+
+def check_label(value: Any, argument: str) -> str | None:
+    """Optional text where an empty string means "not given" (None then)."""
+    return check_optional_str(value, argument) or None
+
+
+def check_lookup_key(value: Any, argument: str) -> str | None:
+    """A key to look up; None for None or "" (nothing can match), TypeError for non-text."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be str, not {type(value).__name__}")
+    return value
+
+
+def check_nonblank(value: Any, argument: str) -> str:
+    """``value`` stripped: a string with something besides whitespace in it."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{argument} must be a non-empty string")
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be str, not {type(value).__name__}")
+    return value.strip()
+
+
+def check_choice(value: Any, argument: str, choices: Sequence[str]) -> str:
+    """``value`` if it is one of the strings ``choices``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be str, not {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{argument} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def check_optional_count(value: Any, argument: str) -> int | None:
+    """``value`` if it is None or a non-negative 64-bit int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be int or None, not {type(value).__name__}")
+    return check_int64(value, argument, minimum=0)
+
+
+def check_amount(value: Any, argument: str) -> float | None:
+    """An amount of money: None, or a finite number that is not negative."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{argument} must be a number or None, not {type(value).__name__}")
+    amount = check_finite(value, argument)
+    if amount < 0:
+        raise ValueError(f"{argument} must not be negative, got {value!r}")
+    return amount
+
+
+def check_timestamp(timestamp: Any, argument: str = "timestamp") -> float:
+    """Seconds since the epoch (now when None): a number, or an object with
+    ``.timestamp()`` (a ``datetime``; a naive one is local time, as Hermes reads it)."""
+    if timestamp is None:
+        return time.time()
+    if not isinstance(timestamp, (int, float)) and callable(getattr(timestamp, "timestamp", None)):
+        timestamp = timestamp.timestamp()
+    return check_epoch(timestamp, argument)
+
+
+def check_platform_id(value: Any, argument: str = "platform_message_id") -> str | None:
+    """A platform's id as text (chat platforms often number them); None stays None."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"{argument} must be str, int or None, not {type(value).__name__}")
+
+
+def check_key(value: Any, argument: str) -> str:
+    """An id that arrives as an int or a string, as text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise TypeError(f"{argument} must be str or int, not {type(value).__name__}")
+
+
+def check_page(limit: Any, offset: Any) -> tuple[int, int]:
+    """``(limit, offset)`` checked: non-negative 64-bit ints (``limit=None`` means no limit)."""
+    limit = -1 if limit is None else check_int64(limit, "limit", minimum=0)
+    return limit, check_int64(offset, "offset", minimum=0)
+
+
+def check_sources(value: Any, argument: str) -> list[str] | None:
+    """One source or a list of them as a list; None for None or ``""`` (no filter)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TypeError(f"{argument} must be a string or a list of strings")
+
+
+def check_id_list(value: Any, argument: str) -> Iterable[Any]:
+    """An iterable of ids that is not itself a string."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{argument} must be a list of session ids")
+    return value
+
+
+def check_days(value: Any, argument: str) -> float:
+    """A number of days: finite and not negative."""
+    days = check_finite(value, argument)
+    if days < 0:
+        raise ValueError(f"{argument} must not be negative, got {value}")
+    return days
+
+
+def check_folder(value: Any, argument: str) -> Path | None:
+    """``value`` as a path (None when not given): a str or a text ``os.PathLike``."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a path or None, not {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str):
+        raise TypeError(f"{argument} must be a text path, not bytes")
+    return Path(text)
+
+
 __all__ = [
     "EPOCH_MAX",
     "EPOCH_MIN",
     "INT64_MAX",
     "INT64_MIN",
     "MAX_JSON_DEPTH",
+    "check_amount",
+    "check_choice",
+    "check_days",
     "check_epoch",
     "check_finite",
     "check_flag",
+    "check_folder",
+    "check_id_list",
     "check_int64",
     "check_json_depth",
+    "check_key",
+    "check_label",
+    "check_lookup_key",
+    "check_nonblank",
+    "check_optional_count",
+    "check_optional_str",
+    "check_page",
+    "check_platform_id",
+    "check_session_id",
+    "check_sources",
     "check_text",
+    "check_timestamp",
     "check_utf8",
     "epoch_datetime",
 ]

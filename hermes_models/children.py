@@ -18,7 +18,7 @@ from typing import Any, cast
 from peewee import SQL, fn
 
 from .binding import current, write
-from .checks import check_epoch, check_flag, check_text
+from .checks import check_epoch, check_flag, check_session_id, check_text
 from .errors import CompressionInProgressError
 from .holders import local_holder
 from .lineage import RESUME_MAX_DEPTH, TIP_MAX_HOPS, descend
@@ -134,7 +134,7 @@ def _child_id(session_id: Any) -> str:
     """The id a new child gets: ``session_id`` checked, or a fresh one when None."""
     if session_id is None:
         return new_session_id()
-    return str(check_text(session_id, "session_id", empty=False))
+    return check_session_id(session_id)
 
 
 def _moment(at: Any) -> float | None:

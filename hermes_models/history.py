@@ -27,6 +27,7 @@ from peewee import fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64
+from .content import content_text
 from .lineage import walk_sessions
 from .models import Message, Session, decode_content, decode_json, with_extra
 from .statements import Prepared, fetch_dicts
@@ -280,19 +281,7 @@ def anchored_view(
 
 
 def _preview(content: Any) -> str:
-    value = decode_content(content)
-    if isinstance(value, list):
-        parts = [
-            part.get("text", "")
-            for part in value
-            if isinstance(part, dict) and part.get("type") == "text"
-        ]
-        text = " ".join(part for part in parts if part).strip() or "[multimodal content]"
-    elif isinstance(value, str):
-        text = value
-    else:
-        text = ""
-    text = " ".join(text.split())
+    text = " ".join(content_text(decode_content(content)).split())
     if len(text) > RECENT_PREVIEW_CHARS:
         text = text[: RECENT_PREVIEW_CHARS - 3] + "..."
     return text

@@ -16,9 +16,11 @@ A child session is one of three kinds:
 
 The rules exist twice, as SQL expressions (so listings filter in the
 database) and as :func:`kind_of` for one loaded row; the tests hold the two
-to the same answers. Chains are walked with recursive CTEs that carry the
-path walked so far, so a cycle in parent links ends the walk instead of
-looping.
+to the same answers. Every walk over parent links - ancestors, descendants,
+the compression tip and the resume target, a chain's members in listings,
+archiving a chain - is :func:`walk_sessions`: a recursive CTE that carries
+the path walked so far, so a cycle in parent links ends the walk instead of
+looping, and stops at a depth bound.
 """
 
 from __future__ import annotations
@@ -324,27 +326,68 @@ def walk_sessions(
     model: type[Session],
     start: Any,
     *,
-    upward: bool,
+    upward: bool = False,
+    latest: bool = False,
+    after_end: bool = False,
     follow: Callable[[Any], Expr] | None = None,
+    leave: Callable[[Any], Expr] | None = None,
+    start_where: Expr | None = None,
+    max_depth: int | None = MAX_DEPTH,
+    name: str = "walk",
 ) -> Any:
-    """A recursive CTE ``(id, parent_id, depth, path)`` from the sessions ``start``
-    selects (an id, or an expression over ``model``), up through parents or down
-    through children; ``follow`` restricts the sessions stepped to."""
-    where = (model.id == start) if isinstance(start, str) else start
+    """The one walk over parent links: a recursive CTE ``(root_id, id, parent_id,
+    depth, path)``, every walk of the package goes through it.
+
+    It starts from the sessions ``start`` names - an id, an expression over
+    ``model``, or a CTE whose ``root_id`` column holds ids (then filtered by
+    ``start_where``) - each its own ``root_id`` at depth 0. ``parent_id`` is
+    carried by upward walks only (NULL otherwise). Each step goes up to the parent
+    (``upward``), down to every child, or (``latest``) down to the latest child
+    that may continue the session (:func:`latest_child`, ``after_end`` as
+    there). ``follow`` restricts the sessions stepped to, ``leave`` the
+    sessions stepped from. The walked path is the cycle guard: a session
+    already on it ends that branch; ``max_depth`` (None: no bound) ends it
+    after so many steps.
+    """
+    from_roots = isinstance(start, peewee.CTE)
+    if from_roots:
+        root = start.c.root_id
+        base = start.select_from(root, root, SQL("NULL"), Value(0), path_of(root))
+        if start_where is not None:
+            base = base.where(start_where)
+    else:
+        where = (model.id == start) if isinstance(start, str) else start
+        base = model.select(model.id, model.id, model.parent, Value(0), path_of(model.id))
+        base = base.where(where)
+    cte = base.cte(name, recursive=True, columns=("root_id", "id", "parent_id", "depth", "path"))
     step = model.alias("step")
-    base = model.select(model.id, model.parent, Value(0), path_of(model.id)).where(where)
-    cte = base.cte("walk", recursive=True, columns=("id", "parent_id", "depth", "path"))
-    link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
-    conditions = [cte.c.depth < MAX_DEPTH, not_visited(cte.c.path, step.id)]
+    here = model.alias("here")
+    # Only an upward walk reads parent_id; a walk down leaves it NULL, so that the
+    # step's row is found by its id alone (the id index covers it).
+    parent_id = step.parent if upward else SQL("NULL")
+    query = step.select(
+        cte.c.root_id, step.id, parent_id, cte.c.depth + 1, extend_path(cte.c.path, step.id)
+    ).from_(cte)
+    if latest:
+        query = query.join(here, on=(here.id == cte.c.id))
+        query = query.join(step, on=(step.id == latest_child(here, after_end=after_end)))
+    elif upward and (from_roots or leave is not None):
+        # The session stepped from is read anyway: its parent link is its own.
+        query = query.join(here, on=(here.id == cte.c.id))
+        query = query.join(step, on=(step.id == here.parent))
+    else:
+        link = (step.id == cte.c.parent_id) if upward else (step.parent == cte.c.id)
+        query = query.join(step, on=link)
+        if leave is not None:
+            query = query.join(here, on=(here.id == cte.c.id))
+    conditions = [not_visited(cte.c.path, step.id)]
+    if max_depth is not None:
+        conditions.insert(0, cte.c.depth < max_depth)
     if follow is not None:
         conditions.append(follow(step))
-    recursive = (
-        step.select(step.id, step.parent, cte.c.depth + 1, extend_path(cte.c.path, step.id))
-        .from_(cte)
-        .join(step, on=link)
-        .where(*conditions)
-    )
-    return cte.union_all(recursive)
+    if leave is not None:
+        conditions.append(leave(here))
+    return cte.union_all(query.where(*conditions))
 
 
 def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
@@ -427,52 +470,40 @@ def latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Sessi
     )
 
 
+def ended_with_compression(s: Source) -> Expr:
+    """``s`` ended with ``'compression'`` (a compression chain goes on below it)."""
+    return s.end_reason == "compression"
+
+
 def descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:
-    """A recursive CTE ``(id, depth, path)`` from ``session_id`` down through the
-    latest continuing child, at most ``hops`` steps; ``compression_only``: only
-    while the session stepped from ended with ``'compression'``."""
-    here = model.alias("here")
-    nxt = model.alias("nxt")
-    base = model.select(model.id, Value(0), path_of(model.id)).where(model.id == session_id)
-    cte = base.cte("chain", recursive=True, columns=("id", "depth", "path"))
-    step = (
-        nxt.select(nxt.id, cte.c.depth + 1, extend_path(cte.c.path, nxt.id))
-        .from_(cte)
-        .join(here, on=(here.id == cte.c.id))
-        .join(nxt, on=(nxt.id == latest_child(here, after_end=compression_only)))
-        .where(cte.c.depth < hops, not_visited(cte.c.path, nxt.id))
+    """:func:`walk_sessions` from ``session_id`` down through the latest continuing
+    child, at most ``hops`` steps; ``compression_only``: only while the session
+    stepped from ended with ``'compression'`` (and the child started after that)."""
+    return walk_sessions(
+        model,
+        session_id,
+        latest=True,
+        after_end=compression_only,
+        leave=ended_with_compression if compression_only else None,
+        max_depth=hops,
+        name="chain",
     )
-    if compression_only:
-        step = step.where(here.end_reason == "compression")
-    return cte.union_all(step)
 
 
 def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     """Ids linked to ``session_id`` by compression edges, up and down, however long
     the chain: the sessions it continues, and everything that continues them.
 
-    The walks keep each id once (``UNION``), so a cycle ends them and no
-    depth bound cuts a long chain short.
+    Two walks without a depth bound (the walked path ends a cycle): up while
+    the session is a continuation, then down through continuations from the
+    highest session reached, which leads back through every one of them.
     """
-    here = model.alias("here")
-    up = model.alias("up")
-    down = model.alias("down")
-    start = model.select(model.id).where(model.id == session_id)
-    rising = start.cte("rising", recursive=True, columns=("id",))
-    rising = rising.union(
-        up.select(up.id)
-        .from_(rising)
-        .join(here, on=(here.id == rising.c.id))
-        .join(up, on=(up.id == here.parent))
-        .where(compression_expr(here))
+    rising = walk_sessions(
+        model, session_id, upward=True, leave=compression_expr, max_depth=None, name="rising"
     )
-    seed = peewee.Select(from_list=[rising], columns=[rising.c.id])
-    chain = seed.cte("chain", recursive=True, columns=("id",))
-    chain = chain.union(
-        down.select(down.id)
-        .from_(chain)
-        .join(down, on=(down.parent == chain.c.id))
-        .where(compression_expr(down))
+    top = rising.select_from(rising.c.id).order_by(rising.c.depth.desc()).limit(1)
+    chain = walk_sessions(
+        model, model.id == top, follow=compression_expr, max_depth=None, name="chain"
     )
     query = peewee.Select(from_list=[chain], columns=[chain.c.id]).with_cte(rising, chain)
     return sorted({str(row[0]) for row in current().execute(query).fetchall()})
@@ -495,6 +526,7 @@ __all__ = [
     "delegate_marked",
     "descend",
     "descendants",
+    "ended_with_compression",
     "ephemeral_expr",
     "extend_path",
     "kind_expr",

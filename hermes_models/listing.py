@@ -21,16 +21,13 @@ from peewee import JOIN, SQL, Value, fn
 
 from .binding import current, file_has, newer_file
 from .caches import BoundedCache
-from .checks import check_flag, check_int64, check_text
+from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .lineage import (
-    MAX_DEPTH,
     TIP_MAX_HOPS,
     compression_expr,
-    extend_path,
-    latest_child,
+    ended_with_compression,
     listable_expr,
-    not_visited,
-    path_of,
+    walk_sessions,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 from .statements import Prepared, fetch_dicts
@@ -55,22 +52,6 @@ TIP_COLUMNS = (
 )
 
 
-def check_page(limit: Any, offset: Any) -> tuple[int, int]:
-    """``(limit, offset)`` checked: non-negative 64-bit ints (``limit=None`` means no limit)."""
-    limit = -1 if limit is None else check_int64(limit, "limit", minimum=0)
-    return limit, check_int64(offset, "offset", minimum=0)
-
-
-def _sources(value: Any, argument: str) -> list[str] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise TypeError(f"{argument} must be a string or a list of strings")
-
-
 def session_filters(
     s: Any,
     *,
@@ -86,7 +67,7 @@ def session_filters(
     include_children = check_flag(include_children, "include_children")
     include_archived = check_flag(include_archived, "include_archived")
     archived_only = check_flag(archived_only, "archived_only")
-    wanted = _sources(source, "source")
+    wanted = check_sources(source, "source")
     if not include_children:
         terms.append(listable_expr(s))
         if not wanted and newer_file():
@@ -94,7 +75,7 @@ def session_filters(
             terms.append(s.source.not_in(list(INTERNAL_SOURCES)))
     if wanted:
         terms.append(s.source.in_(wanted))
-    excluded = _sources(exclude_sources, "exclude_sources")
+    excluded = check_sources(exclude_sources, "exclude_sources")
     if excluded:
         terms.append(s.source.not_in(excluded))
     if isinstance(min_message_count, peewee.Node) or min_message_count:
@@ -117,6 +98,9 @@ def preview_text(content: Any) -> str:
     Line breaks become spaces, the first 63 characters are kept and
     stripped, and more than 60 left become 60 plus ``...``. List content
     (stored as JSON) is previewed by its text parts, dict content by its JSON.
+    This is not :func:`hermes_models.content.content_text`: Hermes previews
+    the stored JSON envelope, and listings keep the text of every part that
+    has one (and ``""`` when none has), as the store model in the tests does.
     """
     if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
         decoded = decode_content(content)
@@ -171,25 +155,8 @@ def recency(x: Any, latest: Any) -> Any:
 
 
 def _chain(roots_cte: Any) -> Any:
-    """Every session of each surfaced row's compression chain: ``(root_id, id, depth, path)``."""
-    child = Session.alias("chain_child")
-    base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
-    )
-    chain = base.cte("chain", recursive=True, columns=("root_id", "id", "depth", "path"))
-    step = (
-        child.select(
-            chain.c.root_id, child.id, chain.c.depth + 1, extend_path(chain.c.path, child.id)
-        )
-        .from_(chain)
-        .join(child, on=(child.parent == chain.c.id))
-        .where(
-            compression_expr(child),
-            chain.c.depth < MAX_DEPTH,
-            not_visited(chain.c.path, child.id),
-        )
-    )
-    return chain.union_all(step)
+    """Every session of each surfaced row's compression chain: ``(root_id, id, ...)``."""
+    return walk_sessions(Session, roots_cte, follow=compression_expr, name="chain")
 
 
 _LISTINGS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("listing statements", 64)
@@ -216,8 +183,8 @@ def rich_listing(
     """
     limit, offset = check_page(limit, offset)
     min_message_count = check_int64(min_message_count, "min_message_count", minimum=0)
-    sources = _sources(source, "source") or []
-    excluded = _sources(exclude_sources, "exclude_sources") or []
+    sources = check_sources(source, "source") or []
+    excluded = check_sources(exclude_sources, "exclude_sources") or []
     needle = (check_text(id_query, "id_query", optional=True) or "").strip().lower()
     flags = (
         check_flag(include_children, "include_children"),
@@ -354,24 +321,16 @@ def rich_listing_query(
 
 
 def _tips(roots_cte: Any) -> tuple[Any, Any]:
-    here = Session.alias("here")
-    nxt = Session.alias("nxt")
-    base = roots_cte.select_from(
-        roots_cte.c.root_id, roots_cte.c.root_id, Value(0), path_of(roots_cte.c.root_id)
-    ).where(roots_cte.c.root_end == "compression")
-    walk = base.cte("walk", recursive=True, columns=("root_id", "id", "depth", "path"))
-    step = (
-        nxt.select(walk.c.root_id, nxt.id, walk.c.depth + 1, extend_path(walk.c.path, nxt.id))
-        .from_(walk)
-        .join(here, on=(here.id == walk.c.id))
-        .join(nxt, on=(nxt.id == latest_child(here, after_end=True)))
-        .where(
-            here.end_reason == "compression",
-            walk.c.depth < TIP_MAX_HOPS,
-            not_visited(walk.c.path, nxt.id),
-        )
+    walk = walk_sessions(
+        Session,
+        roots_cte,
+        start_where=roots_cte.c.root_end == "compression",
+        latest=True,
+        after_end=True,
+        leave=ended_with_compression,
+        max_depth=TIP_MAX_HOPS,
+        name="walk",
     )
-    walk = walk.union_all(step)
     # SQLite returns the bare column "id" from the row holding MAX(depth).
     tips = (
         walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth))
@@ -414,8 +373,8 @@ def count_sessions(
     min_message_count: Any = 0,
 ) -> int:
     """How many sessions match :func:`session_filters` terms."""
-    sources = _sources(source, "source") or []
-    excluded = _sources(exclude_sources, "exclude_sources") or []
+    sources = check_sources(source, "source") or []
+    excluded = check_sources(exclude_sources, "exclude_sources") or []
     flags = (
         check_flag(include_children, "include_children"),
         check_flag(include_archived, "include_archived"),

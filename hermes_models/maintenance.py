@@ -27,14 +27,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import peewee
 from peewee import SQL, fn
 
 from . import grams
 from .binding import current, write
-from .checks import check_finite, check_text
+from .checks import check_days, check_folder, check_text
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .lineage import marker
@@ -127,14 +127,7 @@ def sessions_folder(sessions_dir: Any) -> Path | None:
     Raises:
         TypeError: it is neither a path nor a string.
     """
-    if sessions_dir is None:
-        return None
-    if not isinstance(sessions_dir, (str, os.PathLike)):
-        raise TypeError(f"sessions_dir must be a path or None, not {type(sessions_dir).__name__}")
-    text = os.fspath(sessions_dir)
-    if not isinstance(text, str):
-        raise TypeError("sessions_dir must be a text path, not bytes")
-    return Path(text)
+    return check_folder(sessions_dir, "sessions_dir")
 
 
 def _plain_name(session_id: str) -> bool:
@@ -247,9 +240,7 @@ def _delete_matching(query: Any, sessions_dir: Any) -> int:
 
 def _old_sessions_args(older_than_days: float, source: str | None) -> tuple[float, bool]:
     """The start cutoff of :func:`old_sessions`, and whether one source is asked for."""
-    days = check_finite(older_than_days, "older_than_days")
-    if days < 0:
-        raise ValueError(f"older_than_days must not be negative, got {older_than_days}")
+    days = check_days(older_than_days, "older_than_days")
     if source is not None:
         check_text(source, "source")
     return time.time() - days * 86400.0, source is not None
@@ -484,10 +475,71 @@ def vacuum() -> int:
     return optimized
 
 
+#: The ``state_meta`` key holding when :func:`auto_prune_and_vacuum` last ran.
+AUTO_PRUNE_KEY = "last_auto_prune"
+
+
+class Upkeep(Protocol):
+    """What :func:`auto_prune_and_vacuum` works through (a ``SessionDB``)."""
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str | None) -> None: ...
+
+    def prune_sessions(
+        self, older_than_days: float = 90, source: str | None = None, sessions_dir: Any = None
+    ) -> int: ...
+
+    def vacuum(self) -> int: ...
+
+
+def auto_prune_and_vacuum(
+    store: Upkeep,
+    retention_days: float = 90,
+    min_interval_hours: float = 24,
+    vacuum: bool = True,
+    sessions_dir: Any = None,
+) -> dict[str, Any]:
+    """Prune old sessions (and ``VACUUM`` when any went) at most once per interval.
+
+    The last run's time is kept in ``state_meta`` under :data:`AUTO_PRUNE_KEY`
+    (an unreadable value counts as no run); a call within
+    ``min_interval_hours`` of it returns ``skipped=True``. Never raises:
+    returns ``{"skipped", "pruned", "vacuumed"}`` plus ``"error"`` (the
+    message) when something failed; failures are logged naming ``store``.
+    """
+    result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
+    try:
+        now = time.time()
+        last = store.get_meta(AUTO_PRUNE_KEY)
+        try:
+            if last and now - float(last) < float(min_interval_hours) * 3600:
+                result["skipped"] = True
+                return result
+        except ValueError:
+            pass  # an unreadable time counts as no run
+        pruned = store.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir)
+        result["pruned"] = pruned
+        if vacuum and pruned > 0:
+            try:
+                store.vacuum()
+                result["vacuumed"] = True
+            except Exception as exc:
+                logger.warning("%s: VACUUM after the automatic prune failed: %s", store, exc)
+        store.set_meta(AUTO_PRUNE_KEY, str(now))
+    except Exception as exc:
+        logger.warning("%s: automatic prune failed: %s", store, exc)
+        result["error"] = str(exc)
+    return result
+
+
 __all__ = [
+    "AUTO_PRUNE_KEY",
     "GHOST_AGE_S",
     "ORPHANED",
     "DeletionPlan",
+    "Upkeep",
+    "auto_prune_and_vacuum",
     "count_empty_sessions",
     "delegate_descendants",
     "delete_empty_sessions",

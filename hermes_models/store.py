@@ -4,8 +4,9 @@ Code written against Hermes' own ``SessionDB`` keeps working: the method
 names, arguments and return shapes are the same, rows come back as dicts of
 every column (``model_config`` stays JSON text, flags stay ints), and
 constraint violations raise ``sqlite3.IntegrityError``. Underneath, every
-method is a call into the models, lineage, transcript, listing and search
-modules; this class adds no SQL of its own.
+method is a call into the modules that hold the rules (sessions, titles,
+transcript, history, listing, children, maintenance, search, ...); this
+class converts arguments and return shapes and has no rules or SQL of its own.
 
 Each instance works on its own file even when several are open: its methods
 run with the models routed to its database (:func:`hermes_models.db.using`).
@@ -18,16 +19,20 @@ import inspect
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import peewee
-from peewee import SQL, fn
 
-from . import handoff, history, listing, maintenance, telegram, titles, transcript
-from .binding import bind_current, current, unbind_current
-from .checks import check_finite, check_flag, check_int64
+from . import handoff, history, listing, maintenance, sessions, telegram, titles, transcript
+from .binding import bind_current, unbind_current
+from .checks import (
+    check_flag,
+    check_id_list,
+    check_int64,
+    check_lookup_key,
+    check_session_id,
+)
 from .children import (
     compression_tip_id,
     finalize_orphaned_compression_sessions,
@@ -37,22 +42,16 @@ from .children import (
 from .connection import connect
 from .db import HermesDatabase
 from .files import resolve_path
-from .lineage import compression_chain_ids
+from .maintenance import AUTO_PRUNE_KEY
 from .models import (
     CompressionLock,
-    Message,
     Session,
     StateMeta,
-    check_epoch,
-    check_increments,
     check_ttl,
-    encode_json,
-    resolve_prompts,
     unencodable_error,
-    with_extra,
 )
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
-from .statements import Prepared
+from .sessions import META_FIELDS
 
 logger = logging.getLogger("hermes_models")
 
@@ -115,93 +114,8 @@ def _api(method: F) -> F:
     return cast(F, wrapper)
 
 
-#: The ``state_meta`` key holding when :meth:`SessionDB.maybe_auto_prune_and_vacuum` last ran.
-AUTO_PRUNE_KEY = "last_auto_prune"
-
 #: Stands for "not passed" where None is a meaningful argument.
 _UNSET: Any = object()
-
-#: Session columns ``update_session_meta`` may set by name (``model`` through its own argument).
-META_FIELDS = (
-    "user_id",
-    "model_config",
-    "system_prompt",
-    "cwd",
-    "git_branch",
-    "billing_provider",
-    "billing_base_url",
-    "billing_mode",
-    "cost_status",
-    "cost_source",
-    "pricing_version",
-    "handoff_state",
-    "handoff_platform",
-    "handoff_error",
-)
-
-
-def _field(column: str) -> peewee.Field:
-    for field in Session._meta.sorted_fields:
-        if field.column_name == column:
-            return cast(peewee.Field, field)
-    raise KeyError(column)  # pragma: no cover
-
-
-def _count(value: Any, argument: str) -> int:
-    return check_int64(value, argument, minimum=0)
-
-
-def _money(value: Any, argument: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{argument} must be a number or None, not {type(value).__name__}")
-    amount = check_finite(value, argument)
-    if amount < 0:
-        raise ValueError(f"{argument} must not be negative, got {value!r}")
-    return amount
-
-
-# Lookups an agent makes on every turn: rendered once per file structure (see Prepared).
-_SESSION_BY_ID = Prepared(
-    lambda session_id: with_extra(Session.select(), Session).where(Session.id == session_id),
-    "session_id",
-)
-_SESSION_BY_TITLE = Prepared(lambda title: Session.select().where(Session.title == title), "title")
-_TITLE_BY_ID = Prepared(
-    lambda session_id: Session.select(Session.title).where(Session.id == session_id).limit(1),
-    "session_id",
-)
-
-
-def _message_count(one_session: bool, active_only: bool) -> Prepared:
-    def build(session_id: Any = None) -> Any:
-        query = Message.select(fn.COUNT(SQL("*")))
-        if one_session:
-            query = query.where(Message.session == session_id)
-        return query.where(Message.active == 1) if active_only else query
-
-    return Prepared(build, *(["session_id"] if one_session else []))
-
-
-#: ``message_count`` by (one session?, active rows only?).
-_MESSAGE_COUNTS = {
-    (one, active): _message_count(one, active) for one in (False, True) for active in (False, True)
-}
-
-
-def _lookup_key(value: Any, argument: str) -> str | None:
-    """A key to look up; None for None or "" (nothing can match), TypeError for non-text."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{argument} must be str, not {type(value).__name__}")
-    return value
-
-
-def _label(value: Any, argument: str) -> str | None:
-    """Optional text where an empty string means "not given"."""
-    return transcript._optional_text(value, argument) or None
 
 
 class SessionDB:
@@ -285,10 +199,6 @@ class SessionDB:
         state = "closed" if self._db is None else ("read-only" if self.read_only else "open")
         return f"<SessionDB {self.db_path} {state}>"
 
-    def _write(self, fn_: Callable[[], Any]) -> Any:
-        assert self._db is not None
-        return self._db.write(fn_)
-
     # -- sessions ------------------------------------------------------------------
 
     @_api
@@ -306,26 +216,17 @@ class SessionDB:
         started_at: float | None = None,
     ) -> str:
         """Create a session unless it exists (the first write wins); returns its id."""
-        transcript.check_session_id(session_id)
-        transcript.check_session_id(source, "source")
-        if parent_session_id is not None:
-            transcript.check_session_id(parent_session_id, "parent_session_id")
-        row = {
-            "id": session_id,
-            "source": source,
-            "model_name": transcript._optional_text(model, "model"),
-            # An empty config is stored as NULL, as Hermes stores it.
-            "model_config": encode_json(model_config, "model_config") if model_config else None,
-            "system_prompt": transcript._optional_text(system_prompt, "system_prompt"),
-            "user_id": transcript._optional_text(user_id, "user_id"),
-            "parent": parent_session_id,
-            "cwd": transcript._optional_text(cwd, "cwd"),
-            "started_at": (
-                time.time() if started_at is None else check_epoch(started_at, "started_at")
-            ),
-        }
-        self._write(lambda: Session.insert(**row).on_conflict_ignore().execute())
-        return session_id
+        return sessions.create(
+            session_id,
+            source,
+            model=model,
+            model_config=model_config,
+            system_prompt=system_prompt,
+            user_id=user_id,
+            parent_session_id=parent_session_id,
+            cwd=cwd,
+            started_at=started_at,
+        )
 
     def ensure_session(
         self, session_id: str, source: str = "unknown", model: str | None = None, **fields: Any
@@ -336,81 +237,34 @@ class SessionDB:
     @_api
     def end_session(self, session_id: str, end_reason: str) -> bool:
         """End a session; the first end wins. True if this call ended it."""
-        transcript.check_session_id(session_id)
-        transcript.check_session_id(end_reason, "end_reason")
-        now = time.time()
-        changed = self._write(
-            lambda: (
-                Session.update(ended_at=now, end_reason=end_reason)
-                .where(Session.id == session_id, Session.ended_at.is_null())
-                .execute()
-            )
-        )
-        return bool(changed)
+        return sessions.end(session_id, end_reason)
 
     @_api
     def reopen_session(self, session_id: str) -> bool:
         """Clear a session's end so it can continue. True if it exists."""
-        transcript.check_session_id(session_id)
-        changed = self._write(
-            lambda: (
-                Session.update(ended_at=None, end_reason=None)
-                .where(Session.id == session_id)
-                .execute()
-            )
-        )
-        return bool(changed)
+        return sessions.reopen(session_id)
 
     @_api
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """Every column of one session, or None."""
-        if _lookup_key(session_id, "session_id") is None:
-            return None
-        rows = _SESSION_BY_ID.dicts(current(), session_id=session_id)
-        return resolve_prompts(rows[0]) if rows else None
+        return sessions.get(session_id)
 
     @_api
     def resolve_session_id(self, session_id_or_prefix: str) -> str | None:
         """The id itself if it exists, else the one session id it is a unique prefix of."""
-        key = _lookup_key(session_id_or_prefix, "session_id_or_prefix")
-        if key is None:
-            return None
-        if Session.select().where(Session.id == key).exists():
-            return key
-        # Compared as bytes: SQLite's text functions stop at a NUL character.
-        prefix = key.encode("utf-8")
-        candidates = cast(
-            "Iterable[tuple[str]]",
-            Session.select(Session.id)
-            .where(fn.substr(Session.id.cast("BLOB"), 1, len(prefix)) == prefix)
-            .limit(2)
-            .tuples(),
-        )
-        found = [row[0] for row in candidates]
-        return found[0] if len(found) == 1 else None
-
-    def _update(self, session_id: str, **values: Any) -> bool:
-        transcript.check_session_id(session_id)
-        changed = self._write(
-            lambda: Session.update(**values).where(Session.id == session_id).execute()
-        )
-        return bool(changed)
+        return sessions.resolve_id(session_id_or_prefix)
 
     @_api
     def update_system_prompt(self, session_id: str, system_prompt: str | None) -> bool:
         """Replace a session's system prompt. True if the session exists."""
-        prompt = transcript._optional_text(system_prompt, "system_prompt")
-        return self._update(session_id, system_prompt=prompt)
+        return sessions.set_system_prompt(session_id, system_prompt)
 
     @_api
     def update_session_model(
         self, session_id: str, model: str | None, model_config: Any = None
     ) -> bool:
         """Set a session's model (and its config, when given). True if it exists."""
-        values: dict[str, Any] = {"model_name": transcript._optional_text(model, "model")}
-        if model_config is not None:
-            values["model_config"] = encode_json(model_config, "model_config")
-        return self._update(session_id, **values)
+        return sessions.set_model(session_id, model, model_config)
 
     @_api
     def update_session_cwd(
@@ -421,13 +275,7 @@ class SessionDB:
         Nothing happens without an id or a directory; a blank branch (a
         failed probe) leaves the stored one. True if the session exists.
         """
-        if not session_id or not cwd:
-            return False
-        values: dict[str, Any] = {"cwd": transcript._optional_text(cwd, "cwd")}
-        branch = (transcript._optional_text(git_branch, "git_branch") or "").strip()
-        if branch:
-            values["git_branch"] = branch
-        return self._update(session_id, **values)
+        return sessions.set_cwd(session_id, cwd, git_branch)
 
     @_api
     def update_session_meta(
@@ -454,20 +302,7 @@ class SessionDB:
                     f"{', '.join(sorted(given))}"
                 )
             given["model_config"] = model_config_json
-        unknown = sorted(set(given) - set(META_FIELDS))
-        if unknown:
-            raise ValueError(f"update_session_meta: unknown field(s) {', '.join(unknown)}")
-        values: dict[str, Any] = {}
-        for column, value in given.items():
-            if column in ("model_config", "handoff_state"):
-                values[_field(column).name] = encode_json(value, column)
-            else:
-                values[_field(column).name] = transcript._optional_text(value, column)
-        if model is not None:
-            values["model_name"] = transcript._optional_text(model, "model")
-        if not values:
-            return self.get_session(session_id) is not None
-        return self._update(session_id, **values)
+        return sessions.update_meta(session_id, given, model)
 
     @_api
     def update_token_counts(
@@ -497,51 +332,25 @@ class SessionDB:
         estimated cost counts a missing value as 0 (so ``absolute=True``
         without one resets it to 0), while a missing actual cost is left alone.
         """
-        transcript.check_session_id(session_id)
-        absolute = check_flag(absolute, "absolute")
-        counters = {
-            Session.input_tokens: _count(input_tokens, "input_tokens"),
-            Session.output_tokens: _count(output_tokens, "output_tokens"),
-            Session.cache_read_tokens: _count(cache_read_tokens, "cache_read_tokens"),
-            Session.cache_write_tokens: _count(cache_write_tokens, "cache_write_tokens"),
-            Session.reasoning_tokens: _count(reasoning_tokens, "reasoning_tokens"),
-            Session.api_call_count: _count(api_call_count, "api_call_count"),
-            # As in Hermes, a missing estimate counts as 0: it is added (or, with
-            # absolute=True, set), so the column holds a number after any call.
-            Session.estimated_cost_usd: _money(estimated_cost_usd, "estimated_cost_usd") or 0.0,
-            Session.actual_cost_usd: _money(actual_cost_usd, "actual_cost_usd"),
-        }
-        fill_if_null = {
-            Session.model_name: _label(model, "model"),
-            Session.billing_provider: _label(billing_provider, "billing_provider"),
-            Session.billing_base_url: _label(billing_base_url, "billing_base_url"),
-            Session.billing_mode: _label(billing_mode, "billing_mode"),
-        }
-        replace_if_given = {
-            Session.cost_status: _label(cost_status, "cost_status"),
-            Session.cost_source: _label(cost_source, "cost_source"),
-            Session.pricing_version: _label(pricing_version, "pricing_version"),
-        }
-        values: dict[Any, Any] = {}
-        for field, amount in counters.items():
-            if amount is not None:
-                values[field] = amount if absolute else fn.COALESCE(field, 0) + amount
-        for field, text in fill_if_null.items():
-            if text is not None:
-                values[field] = fn.COALESCE(field, text)
-        for field, text in replace_if_given.items():
-            if text is not None:
-                values[field] = text
-
-        def run() -> None:
-            Session.insert(
-                id=session_id, source="unknown", started_at=time.time()
-            ).on_conflict_ignore().execute()
-            if not absolute:
-                check_increments(session_id, {f: a for f, a in counters.items() if a is not None})
-            Session.update(values).where(Session.id == session_id).execute()
-
-        self._write(run)
+        sessions.add_token_counts(
+            session_id,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=model,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            reasoning_tokens=reasoning_tokens,
+            estimated_cost_usd=estimated_cost_usd,
+            actual_cost_usd=actual_cost_usd,
+            cost_status=cost_status,
+            cost_source=cost_source,
+            pricing_version=pricing_version,
+            billing_provider=billing_provider,
+            billing_base_url=billing_base_url,
+            billing_mode=billing_mode,
+            api_call_count=api_call_count,
+            absolute=absolute,
+        )
 
     @_api
     def list_sessions(
@@ -631,26 +440,12 @@ class SessionDB:
     def message_count(self, session_id: str | None = None, include_inactive: bool = True) -> int:
         """How many message rows one session (or the whole store) holds, rewound ones
         included as Hermes counts them; ``include_inactive=False`` counts active ones."""
-        if session_id is not None:
-            transcript.check_session_id(session_id)
-        active_only = not check_flag(include_inactive, "include_inactive")
-        count = _MESSAGE_COUNTS[session_id is not None, active_only]
-        return int(count.scalar(current(), session_id=session_id))
+        return transcript.count_messages(session_id, include_inactive)
 
     @_api
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
         """Archive (or unarchive) a session's whole compression chain. True if it exists."""
-        transcript.check_session_id(session_id)
-        archived = check_flag(archived, "archived")
-
-        def run() -> bool:
-            ids = compression_chain_ids(Session, session_id)
-            if not ids:
-                return False
-            Session.update(archived=1 if archived else 0).where(Session.id.in_(ids)).execute()
-            return True
-
-        return bool(self._write(run))
+        return sessions.set_archived(session_id, archived)
 
     # -- titles ----------------------------------------------------------------------
 
@@ -666,37 +461,17 @@ class SessionDB:
         Raises:
             ValueError: another session already has the title, or it is too long.
         """
-        transcript.check_session_id(session_id)
-        clean = titles.sanitize_title(title)
-
-        def run() -> bool:
-            if clean is not None:
-                holder = (
-                    Session.select(Session.id)
-                    .where(Session.title == clean, Session.id != session_id)
-                    .first()
-                )
-                if holder is not None:
-                    raise ValueError(f"Title {clean!r} is already in use by session {holder.id}")
-            changed = Session.update(title=clean).where(Session.id == session_id).execute()
-            return bool(changed)
-
-        return bool(self._write(run))
+        return titles.set_title(session_id, title)
 
     @_api
     def get_session_title(self, session_id: str) -> str | None:
         """A session's title, or None."""
-        if _lookup_key(session_id, "session_id") is None:
-            return None
-        return cast("str | None", _TITLE_BY_ID.scalar(current(), session_id=session_id))
+        return titles.title_of(session_id)
 
     @_api
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         """The session with exactly this title, or None."""
-        if _lookup_key(title, "title") is None:
-            return None
-        rows = _SESSION_BY_TITLE.dicts(current(), title=title)
-        return rows[0] if rows else None
+        return titles.session_by_title(title)
 
     @_api
     def resolve_session_by_title(self, title: str) -> str | None:
@@ -706,11 +481,7 @@ class SessionDB:
     @_api
     def get_next_title_in_lineage(self, base_title: str) -> str:
         """The title for the next continuation: ``"t"`` -> ``"t #2"``."""
-        if base_title is None or (isinstance(base_title, str) and not base_title.strip()):
-            raise ValueError("base_title must be a non-empty string")
-        if not isinstance(base_title, str):
-            raise TypeError(f"base_title must be str, not {type(base_title).__name__}")
-        return titles.next_title_in_lineage(base_title.strip())
+        return titles.next_title(base_title)
 
     # -- messages --------------------------------------------------------------------
 
@@ -758,7 +529,7 @@ class SessionDB:
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
         """A session's messages by id, every column: ``content`` and ``tool_calls``
         decoded, the other JSON columns as stored text (as Hermes returns them)."""
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return history.messages_of(session_id, check_flag(include_inactive, "include_inactive"))
 
     @_api
@@ -775,7 +546,7 @@ class SessionDB:
         ``include_ancestors`` the sessions up the parent chain come first
         (any link, the root first) and a prompt re-sent on resume is dropped.
         """
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return history.conversation(
             session_id, include_ancestors=include_ancestors, include_inactive=include_inactive
         )
@@ -786,7 +557,7 @@ class SessionDB:
     ) -> dict[str, Any]:
         """Up to ``window`` messages either side of one message (see
         :func:`hermes_models.history.messages_around`)."""
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return history.messages_around(session_id, around_message_id, window)
 
     @_api
@@ -800,7 +571,7 @@ class SessionDB:
     ) -> dict[str, Any]:
         """A window around one message plus the session's opening and closing turns
         (see :func:`hermes_models.history.anchored_view`)."""
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return history.anchored_view(session_id, around_message_id, window, bookend, keep_roles)
 
     @_api
@@ -808,7 +579,7 @@ class SessionDB:
         self, session_id: str, limit: int = 20, include_inactive: bool = False
     ) -> list[dict[str, Any]]:
         """The latest user messages, newest first, as ``{id, timestamp, preview}``."""
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return history.recent_user_messages(session_id, limit, include_inactive)
 
     @_api
@@ -843,14 +614,14 @@ class SessionDB:
     @_api
     def get_compression_tip(self, session_id: str) -> str:
         """The latest continuation of a session's compression chain (the id itself if none)."""
-        if _lookup_key(session_id, "session_id") is None:
+        if check_lookup_key(session_id, "session_id") is None:
             return session_id
         return compression_tip_id(Session, session_id) or session_id
 
     @_api
     def resolve_resume_session_id(self, session_id: str) -> str:
         """The session a /resume of ``session_id`` opens; unknown ids come back unchanged."""
-        if _lookup_key(session_id, "session_id") is None:
+        if check_lookup_key(session_id, "session_id") is None:
             return session_id
         return resume_target_id(Session, session_id) or session_id
 
@@ -915,29 +686,9 @@ class SessionDB:
         message) when something failed. Pruning goes through
         :meth:`prune_sessions`, with its rules.
         """
-        result: dict[str, Any] = {"skipped": False, "pruned": 0, "vacuumed": False}
-        try:
-            now = time.time()
-            last = self.get_meta(AUTO_PRUNE_KEY)
-            try:
-                if last and now - float(last) < float(min_interval_hours) * 3600:
-                    result["skipped"] = True
-                    return result
-            except ValueError:
-                pass  # an unreadable time counts as no run
-            pruned = self.prune_sessions(older_than_days=retention_days, sessions_dir=sessions_dir)
-            result["pruned"] = pruned
-            if vacuum and pruned > 0:
-                try:
-                    self.vacuum()
-                    result["vacuumed"] = True
-                except Exception as exc:
-                    logger.warning("%s: VACUUM after the automatic prune failed: %s", self, exc)
-            self.set_meta(AUTO_PRUNE_KEY, str(now))
-        except Exception as exc:
-            logger.warning("%s: automatic prune failed: %s", self, exc)
-            result["error"] = str(exc)
-        return result
+        return maintenance.auto_prune_and_vacuum(
+            self, retention_days, min_interval_hours, vacuum, sessions_dir
+        )
 
     # -- handoff (handoff.py) ------------------------------------------------------------------
 
@@ -1065,16 +816,15 @@ class SessionDB:
         With ``sessions_dir``, the transcript files of every deleted session
         are removed after the commit.
         """
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return maintenance.delete_session(session_id, sessions_dir=sessions_dir)
 
     @_api
     def delete_sessions(self, session_ids: Iterable[Any], sessions_dir: Any = None) -> int:
         """Delete several sessions (as :meth:`delete_session`) in one transaction; returns
         how many existed. Entries that are not non-empty strings are skipped."""
-        if isinstance(session_ids, (str, bytes)) or not isinstance(session_ids, Iterable):
-            raise TypeError("session_ids must be a list of session ids")
-        return maintenance.delete_sessions(session_ids, sessions_dir=sessions_dir)
+        ids = check_id_list(session_ids, "session_ids")
+        return maintenance.delete_sessions(ids, sessions_dir=sessions_dir)
 
     @_api
     def prune_sessions(
@@ -1099,7 +849,7 @@ class SessionDB:
     def delete_session_if_empty(self, session_id: str, sessions_dir: Any = None) -> bool:
         """Delete a session only if it has no title, no message and no child; True if
         it was deleted."""
-        transcript.check_session_id(session_id)
+        check_session_id(session_id)
         return maintenance.delete_session_if_empty(session_id, sessions_dir=sessions_dir)
 
     @_api

@@ -21,7 +21,7 @@ import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
 from .binding import current, write
-from .checks import check_flag, check_int64
+from .checks import check_flag, check_int64, check_key
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .listing import enriched_sessions
@@ -69,15 +69,6 @@ class TelegramTopicBinding(BaseModel):
 ALREADY_LINKED = "session is already linked to another Telegram topic"
 
 
-def _key(value: Any, argument: str) -> str:
-    """A Telegram id as text: chat and user ids arrive as ints or strings."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise TypeError(f"{argument} must be str or int, not {type(value).__name__}")
-
-
 def _missing_table(exc: BaseException) -> bool:
     return isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)) and (
         "no such table" in str(exc)
@@ -110,7 +101,7 @@ def enable(
 ) -> None:
     """Turn topic mode on for a chat (creating the tables first); the first
     activation time is kept, the capabilities are replaced."""
-    chat, user = _key(chat_id, "chat_id"), _key(user_id, "user_id")
+    chat, user = check_key(chat_id, "chat_id"), check_key(user_id, "user_id")
     topics = _flag(has_topics_enabled, "has_topics_enabled")
     creating = _flag(allows_users_to_create_topics, "allows_users_to_create_topics")
     apply()
@@ -141,7 +132,7 @@ def enable(
 
 def disable(chat_id: Any, clear_bindings: bool = True) -> None:
     """Turn topic mode off for a chat, dropping its bindings unless ``clear_bindings=False``."""
-    chat = _key(chat_id, "chat_id")
+    chat = check_key(chat_id, "chat_id")
     clear = check_flag(clear_bindings, "clear_bindings")
 
     def run() -> None:
@@ -160,7 +151,7 @@ def disable(chat_id: Any, clear_bindings: bool = True) -> None:
 
 def is_enabled(chat_id: Any, user_id: Any) -> bool:
     """True when the chat turned topic mode on and the user matches."""
-    chat, user = _key(chat_id, "chat_id"), _key(user_id, "user_id")
+    chat, user = check_key(chat_id, "chat_id"), check_key(user_id, "user_id")
     try:
         row = (
             TelegramTopicMode.select(TelegramTopicMode.enabled)
@@ -189,14 +180,14 @@ def _bindings(*conditions: Any, order: Any = None) -> list[dict[str, Any]]:
 
 def binding(chat_id: Any, thread_id: Any) -> dict[str, Any] | None:
     """The binding of one topic thread, or None."""
-    chat, thread = _key(chat_id, "chat_id"), _key(thread_id, "thread_id")
+    chat, thread = check_key(chat_id, "chat_id"), check_key(thread_id, "thread_id")
     rows = _bindings(TelegramTopicBinding.chat_id == chat, TelegramTopicBinding.thread_id == thread)
     return rows[0] if rows else None
 
 
 def bindings_for_chat(chat_id: Any) -> list[dict[str, Any]]:
     """Every binding of a chat, most recently updated first."""
-    chat = _key(chat_id, "chat_id")
+    chat = check_key(chat_id, "chat_id")
     return _bindings(
         TelegramTopicBinding.chat_id == chat, order=TelegramTopicBinding.updated_at.desc()
     )
@@ -204,7 +195,7 @@ def bindings_for_chat(chat_id: Any) -> list[dict[str, Any]]:
 
 def binding_of_session(session_id: Any) -> dict[str, Any] | None:
     """The binding of a session, or None."""
-    rows = _bindings(TelegramTopicBinding.session == _key(session_id, "session_id"))
+    rows = _bindings(TelegramTopicBinding.session == check_key(session_id, "session_id"))
     return rows[0] if rows else None
 
 
@@ -225,10 +216,10 @@ def bind(
         ValueError: the session is bound to another (chat, thread).
         sqlite3.IntegrityError: there is no session ``session_id``.
     """
-    chat, thread = _key(chat_id, "chat_id"), _key(thread_id, "thread_id")
-    user, key = _key(user_id, "user_id"), _key(session_key, "session_key")
-    session = _key(session_id, "session_id")
-    mode = _key(managed_mode, "managed_mode")
+    chat, thread = check_key(chat_id, "chat_id"), check_key(thread_id, "thread_id")
+    user, key = check_key(user_id, "user_id"), check_key(session_key, "session_key")
+    session = check_key(session_id, "session_id")
+    mode = check_key(managed_mode, "managed_mode")
     apply()
     now = time.time()
     table = TelegramTopicBinding
@@ -276,8 +267,8 @@ def unlinked_sessions(chat_id: Any, user_id: Any, limit: int = 10) -> list[dict[
     Rows carry ``preview`` and ``last_active``. As in Hermes, the sessions
     are those of the user on any chat (``chat_id`` only has to be valid).
     """
-    _key(chat_id, "chat_id")
-    user = _key(user_id, "user_id")
+    check_key(chat_id, "chat_id")
+    user = check_key(user_id, "user_id")
     limit = check_int64(limit, "limit", minimum=0)
 
     def terms(s: Any, unbound: bool) -> list[Any]:

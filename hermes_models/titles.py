@@ -12,7 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .binding import current
+from .binding import current, write
+from .checks import check_lookup_key, check_nonblank, check_optional_str, check_session_id
 from .models import Session
 from .statements import Prepared
 
@@ -34,11 +35,10 @@ def sanitize_title(title: str | None) -> str | None:
         TypeError: ``title`` is not a string.
         ValueError: more than 100 characters remain.
     """
-    if title is None:
+    text = check_optional_str(title, "title")
+    if text is None:
         return None
-    if not isinstance(title, str):
-        raise TypeError(f"title must be str or None, not {type(title).__name__}")
-    spaced = _WHITESPACE.sub(" ", title)
+    spaced = _WHITESPACE.sub(" ", text)
     kept = "".join(
         ch
         for ch in spaced
@@ -106,11 +106,7 @@ def resolve_by_title(title: str) -> str | None:
     A numbered continuation wins over the exact title; among several, the
     one started last (then the highest number) wins.
     """
-    if title is None:
-        return None
-    if not isinstance(title, str):
-        raise TypeError(f"title must be str, not {type(title).__name__}")
-    if not title.strip():
+    if check_lookup_key(title, "title") is None or not title.strip():
         return None
     base = title.strip()
     found = _variants(base)
@@ -122,10 +118,65 @@ def resolve_by_title(title: str) -> str | None:
     return str(newest[2])
 
 
+_SESSION_BY_TITLE = Prepared(lambda title: Session.select().where(Session.title == title), "title")
+_TITLE_BY_ID = Prepared(
+    lambda session_id: Session.select(Session.title).where(Session.id == session_id).limit(1),
+    "session_id",
+)
+
+
+def set_title(session_id: str, title: str | None) -> bool:
+    """Set (or with an empty title, clear) a session's title. True if it exists.
+
+    Raises:
+        ValueError: another session already has the title, or it is too long.
+    """
+    check_session_id(session_id)
+    clean = sanitize_title(title)
+
+    def run() -> bool:
+        if clean is not None:
+            holder = (
+                Session.select(Session.id)
+                .where(Session.title == clean, Session.id != session_id)
+                .first()
+            )
+            if holder is not None:
+                raise ValueError(f"Title {clean!r} is already in use by session {holder.id}")
+        changed = Session.update(title=clean).where(Session.id == session_id).execute()
+        return bool(changed)
+
+    return bool(write(run))
+
+
+def title_of(session_id: Any) -> str | None:
+    """A session's title, or None."""
+    if check_lookup_key(session_id, "session_id") is None:
+        return None
+    return cast("str | None", _TITLE_BY_ID.scalar(current(), session_id=session_id))
+
+
+def session_by_title(title: Any) -> dict[str, Any] | None:
+    """The row of the session with exactly this title, or None."""
+    if check_lookup_key(title, "title") is None:
+        return None
+    rows = _SESSION_BY_TITLE.dicts(current(), title=title)
+    return rows[0] if rows else None
+
+
+def next_title(base_title: Any) -> str:
+    """:func:`next_title_in_lineage` of a title given by a caller (checked, stripped)."""
+    return next_title_in_lineage(check_nonblank(base_title, "base_title"))
+
+
 __all__ = [
     "MAX_TITLE_LENGTH",
+    "next_title",
     "next_title_in_lineage",
     "resolve_by_title",
     "sanitize_title",
+    "session_by_title",
+    "set_title",
     "split_title",
+    "title_of",
 ]

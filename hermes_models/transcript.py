@@ -19,13 +19,21 @@ import peewee
 from peewee import SQL, Case, fn
 
 from .binding import current, write
-from .checks import check_flag, check_int64, check_text
+from .checks import (
+    check_choice,
+    check_flag,
+    check_int64,
+    check_optional_count,
+    check_optional_str,
+    check_platform_id,
+    check_session_id,
+    check_timestamp,
+)
 from .db import HermesDatabase
 from .models import (
     ROLES,
     Message,
     Session,
-    check_epoch,
     decode_content,
     decode_json,
     encode_content,
@@ -83,56 +91,6 @@ def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cur
         return conn.execute(sql, params)
 
 
-def check_session_id(session_id: Any, argument: str = "session_id") -> str:
-    """``session_id`` if it is a non-empty, storable string, else a TypeError/ValueError."""
-    if session_id.__class__ is str and session_id.isascii() and session_id:
-        return session_id  # the common case, checked quickly on the hot path
-    return str(check_text(session_id, argument, empty=False))
-
-
-def _check_role(role: Any) -> str:
-    if role.__class__ is str and role in _ROLE_SET:
-        return role
-    if not isinstance(role, str):
-        raise TypeError(f"role must be str, not {type(role).__name__}")
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
-    return role
-
-
-def _check_timestamp(timestamp: Any) -> float:
-    """Seconds since the epoch: a number, or an object with ``.timestamp()``
-    (a ``datetime``; a naive one is local time, as Hermes reads it)."""
-    if timestamp is None:
-        return time.time()
-    if not isinstance(timestamp, (int, float)) and callable(getattr(timestamp, "timestamp", None)):
-        timestamp = timestamp.timestamp()
-    return check_epoch(timestamp, "timestamp")
-
-
-def _optional_count(value: Any, argument: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{argument} must be int or None, not {type(value).__name__}")
-    return check_int64(value, argument, minimum=0)
-
-
-def _platform_id(value: Any) -> str | None:
-    """A platform's message id as text (chat platforms often number them)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise TypeError(f"platform_message_id must be str, int or None, not {type(value).__name__}")
-
-
-def _optional_text(value: Any, argument: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"{argument} must be str or None, not {type(value).__name__}")
-
-
 def tool_call_total(role: str, tool_calls: Any) -> int:
     """How many tool calls a message adds to its session's ``tool_call_count``:
     the length of its list, 1 for any other value; none for a tool result."""
@@ -164,20 +122,20 @@ def message_row(session_id: str, role: str, content: Any = None, **fields: Any) 
     # The order of MESSAGE_FIELDS (a test pins it); written out, it is the hot path.
     return [
         check_session_id(session_id),
-        _check_role(role),
+        role if role.__class__ is str and role in _ROLE_SET else check_choice(role, "role", ROLES),
         encode_content(content),
-        _optional_text(get("tool_call_id"), "tool_call_id"),
+        check_optional_str(get("tool_call_id"), "tool_call_id"),
         _json_column(get("tool_calls"), "tool_calls"),
-        _optional_text(get("tool_name"), "tool_name"),
-        _check_timestamp(get("timestamp")),
-        _optional_count(get("token_count"), "token_count"),
-        _optional_text(get("finish_reason"), "finish_reason"),
-        _optional_text(get("reasoning"), "reasoning"),
-        _optional_text(get("reasoning_content"), "reasoning_content"),
+        check_optional_str(get("tool_name"), "tool_name"),
+        check_timestamp(get("timestamp")),
+        check_optional_count(get("token_count"), "token_count"),
+        check_optional_str(get("finish_reason"), "finish_reason"),
+        check_optional_str(get("reasoning"), "reasoning"),
+        check_optional_str(get("reasoning_content"), "reasoning_content"),
         _json_column(get("reasoning_details"), "reasoning_details"),
         _json_column(get("codex_reasoning_items"), "codex_reasoning_items"),
         _json_column(get("codex_message_items"), "codex_message_items"),
-        _platform_id(get("platform_message_id")),
+        check_platform_id(get("platform_message_id")),
         int(check_flag(get("observed"), "observed", none_is_false=True)),
     ]
 
@@ -463,6 +421,32 @@ def clear_messages(session_id: str) -> int:
     return write(run)
 
 
+def _message_count(one_session: bool, active_only: bool) -> Prepared:
+    def build(session_id: Any = None) -> Any:
+        query = Message.select(fn.COUNT(SQL("*")))
+        if one_session:
+            query = query.where(Message.session == session_id)
+        return query.where(Message.active == 1) if active_only else query
+
+    return Prepared(build, *(["session_id"] if one_session else []))
+
+
+#: ``count_messages`` by (one session?, active rows only?): rendered once per file structure.
+_MESSAGE_COUNTS = {
+    (one, active): _message_count(one, active) for one in (False, True) for active in (False, True)
+}
+
+
+def count_messages(session_id: str | None = None, include_inactive: bool = True) -> int:
+    """How many message rows one session (or the whole store) holds, rewound ones
+    included as Hermes counts them; ``include_inactive=False`` counts active ones."""
+    if session_id is not None:
+        check_session_id(session_id)
+    active_only = not check_flag(include_inactive, "include_inactive")
+    count = _MESSAGE_COUNTS[session_id is not None, active_only]
+    return int(count.scalar(current(), session_id=session_id))
+
+
 __all__ = [
     "ASSISTANT_ONLY",
     "CHUNK_ROWS",
@@ -471,6 +455,7 @@ __all__ = [
     "check_session_id",
     "clear_messages",
     "copy_messages",
+    "count_messages",
     "counter_totals",
     "insert_messages",
     "message_row",

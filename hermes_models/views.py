@@ -22,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from .models import encode_content, readable
+from .content import IMAGE
+from .content import content_text as text_of
 from .terminal import Clock
 
 #: Session ids longer than this are shortened to a unique prefix on a narrow terminal...
@@ -126,15 +127,9 @@ def sessions_table(rows: list[dict[str, Any]], clock: Clock, ids: dict[str, str]
 
 
 def content_text(content: Any) -> str:
-    """Message content as text: list/dict content summarised as search shows it."""
-    if content is None:
-        return ""
-    if isinstance(content, (list, dict)):
-        try:
-            return readable(encode_content(content))
-        except (ValueError, RecursionError):
-            return "[content nested too deeply to show; see --json]"
-    return content if isinstance(content, str) else str(content)
+    """Message content as text (:func:`hermes_models.content.content_text`), with
+    ``[image]`` where a message has a picture."""
+    return text_of(content, image=IMAGE)
 
 
 def session_header(session: dict[str, Any], clock: Clock) -> RenderableType:
