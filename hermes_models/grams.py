@@ -161,6 +161,11 @@ def exact(term: Term) -> bool:
 GRAM_IDS_SQL = f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? EXCEPT SELECT id FROM {GONE_TABLE}"
 
 
+#: How many messages the gram index lists for one expression, counting up to a cap (the
+#: second parameter): enough to tell a common term from a rare one without reading all.
+GRAM_COUNT_SQL = f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {TABLE} MATCH ? LIMIT ?)"
+
+
 def match_any(terms: Iterable[Term]) -> str:
     """One expression finding every message that holds any of ``terms``."""
     parts = sorted({term_match(term) for term in terms})
@@ -408,6 +413,7 @@ __all__ = [
     "CJK_RANGES",
     "GONE_TABLE",
     "GRAMS_FUNCTION",
+    "GRAM_COUNT_SQL",
     "GRAM_IDS_SQL",
     "MARK_TABLE",
     "TABLE",

@@ -29,7 +29,7 @@ import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import peewee
 from peewee import JOIN, SQL, Value, fn
@@ -46,6 +46,9 @@ from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS
 from .statements import SLOT, Statement, cached, render, slot
 
 Valuer = Callable[[str], Any]
+
+#: The largest LIMIT SQLite takes.
+INT64_MAX = 2**63 - 1
 
 #: LIKE-routed terms from which a query finds them all with one scan.
 SCAN_FROM = 3
@@ -629,10 +632,12 @@ class MessagePlan:
 
     def values(self, scanned: Scanned | None) -> dict[str, Any]:
         """Every slot value of :attr:`statement`."""
+        upto = -1 if self.limit is None or self.limit < 0 else self.limit + self.offset
         return {
             **self.filters.values(),
             "limit": self.limit,
             "offset": self.offset,
+            "upto": min(upto, INT64_MAX),
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
         }
@@ -742,6 +747,78 @@ HIT_COLUMNS = (
 )
 
 
+def _one_index(
+    shape: Shape, filters: FilterShape, *, slim: bool, ranked: bool
+) -> tuple[Any, Any | None]:
+    """The hits of a query whose terms all go to one index (``shape.single``): those
+    the index finds (ranked unless ``ranked=False``), and for the trigram index the
+    rows it cannot read (None for the word index, which reads every row)."""
+    m, s = Message, Session
+    where = filter_terms(filters, m, s)
+    single = shape.single or WORDS
+    index = INDEXES[single]
+    rank = index.rank() if ranked else Value(0.0)
+    query = (
+        index.select(*_columns(m, s, rank, slim))
+        .join(m, on=(m.id == index.rowid))
+        .join(s, on=(s.id == m.session))
+        .where(index.match(slot("q")), *where)
+    )
+    if single != TRIGRAM:
+        return query, None
+    gap = _trigram_gap(m, shape)
+    if gap is not None:
+        # Those rows come from the LIKE below (an older index may hold a cut copy).
+        query = query.where(~gap)
+    if shape.behind_scanned:
+        # The scan of those rows decided them (slot ``behind``).
+        matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
+    else:
+        matched = [_behind_nul(m, shape, slot), predicate(m, shape.degraded(), scanned=False)]
+    behind = (
+        m.select(*_columns(m, s, Value(0.0), slim))
+        .join(s, on=(s.id == m.session))
+        .where(*matched, *where)
+    )
+    return query, behind
+
+
+#: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page: only
+#: as many as the ranked rows leave (0: that scan is not even started).
+_REST_LIMIT = "(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM \"first\")) END)"
+
+
+def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
+    """The page of a ranked query on the trigram index alone, as a ``page`` CTE.
+
+    FTS5 hands its hits over best first, so the first ``limit + offset`` of
+    them (slot ``upto``) are read without ranking and sorting every hit
+    (ties in rank are broken within those rows: newest first). The rows the
+    index cannot read rank after every ranked hit, newest first; they are
+    looked for only when the ranked hits do not fill the page.
+    """
+    m = Message
+    found, behind = _one_index(shape, filters, slim=True, ranked=True)
+    behind = cast(Any, behind)  # the trigram index always has rows it cannot read
+    columns = ("id", "session_id", "timestamp", "rank")
+    first = found.order_by(SQL('"rank"')).limit(slot("upto")).cte("first", columns=columns)
+    rest = (
+        behind.order_by(m.timestamp.desc(), m.id.desc())
+        .limit(SQL(_REST_LIMIT, [SLOT + "upto", SLOT + "upto"]))
+        .cte("rest", columns=columns)
+    )
+    # Selects from the CTEs by name (``select_from`` would repeat their WITH).
+    both = peewee.Select([first], [first.c[c] for c in columns]).union_all(
+        peewee.Select([rest], [rest.c[c] for c in columns])
+    )
+    return (
+        both.order_by(*_order("rank"))
+        .limit(slot("limit"))
+        .offset(slot("offset"))
+        .cte("page", columns=columns)
+    ), (first, rest)
+
+
 def hits_query(
     shape: Shape, filters: FilterShape, *, slim: bool = False, ranked: bool = True
 ) -> Any:
@@ -752,36 +829,9 @@ def hits_query(
     """
     m, s = Message, Session
     where = filter_terms(filters, m, s)
-    single = shape.single
-    if single is not None:
-        index = INDEXES[single]
-        rank = index.rank() if ranked else Value(0.0)
-        query = (
-            index.select(*_columns(m, s, rank, slim))
-            .join(m, on=(m.id == index.rowid))
-            .join(s, on=(s.id == m.session))
-            .where(index.match(slot("q")), *where)
-        )
-        gap = _trigram_gap(m, shape) if single == TRIGRAM else None
-        if gap is not None:
-            # Those rows come from the LIKE below (an older index may hold a cut copy).
-            query = query.where(~gap)
-        if single == TRIGRAM:
-            if shape.behind_scanned:
-                # The scan of those rows decided them (slot ``behind``).
-                matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
-            else:
-                matched = [
-                    _behind_nul(m, shape, slot),
-                    predicate(m, shape.degraded(), scanned=False),
-                ]
-            behind = (
-                m.select(*_columns(m, s, Value(0.0), slim))
-                .join(s, on=(s.id == m.session))
-                .where(*matched, *where)
-            )
-            query = query.union_all(behind)
-        return query
+    if shape.single is not None:
+        query, behind = _one_index(shape, filters, slim=slim, ranked=ranked)
+        return query if behind is None else query.union_all(behind)
     candidates = m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "cand"]))
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
@@ -856,14 +906,18 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
         query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
         return render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
-    # Otherwise every hit is sorted: sort narrow rows, then read the page's messages.
-    page = (
-        hits_query(shape, filters, slim=True, ranked=sort == "rank")
-        .order_by(*_order(sort))
-        .limit(limit)
-        .offset(offset)
-        .cte("page", columns=("id", "session_id", "timestamp", "rank"))
-    )
+    ctes: tuple[Any, ...] = ()
+    if sort == "rank" and shape.single == TRIGRAM:
+        page, ctes = _trigram_page(shape, filters)
+    else:
+        # Otherwise every hit is sorted: sort narrow rows, then read the page's messages.
+        page = (
+            hits_query(shape, filters, slim=True, ranked=sort == "rank")
+            .order_by(*_order(sort))
+            .limit(limit)
+            .offset(offset)
+            .cte("page", columns=("id", "session_id", "timestamp", "rank"))
+        )
     m, s = Message, Session
     query = (
         m.select(*_columns(m, s, page.c.rank, slim=False))
@@ -871,7 +925,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(page)
+        .with_cte(*ctes, page)
     )
     return render(query)
 

@@ -36,7 +36,7 @@ from . import present
 from .binding import current, newer_file
 from .checks import check_flag
 from .fts import INDEXES, available_routes, warn_once
-from .grams import GRAM_IDS_SQL
+from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
 from .listing import check_page
 from .models import Message, readable
 from .plan import (
@@ -183,6 +183,45 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     return Scanned(holding)
 
 
+#: Candidates from which a term counts as common whatever the size of the store.
+COMMON_FROM = 1000
+#: The highest message id: how many messages a walk may have to pass, at most.
+MAX_MESSAGE_ID_SQL = "SELECT max(id) FROM messages"
+
+
+def _common(plan: MessagePlan, deadline: float | None) -> bool:
+    """True when ``plan``'s hits are better found by walking messages newest first.
+
+    That holds for a query of one group of one- and two-character CJK terms
+    (no ``NOT``), ranked (no index ranks them: newest first) or newest first,
+    on a file with the time index (migration 0008), when every term is
+    common: the gram index lists at least ``sqrt(page x messages)`` messages
+    for it (and at least :data:`COMMON_FROM`). Then a walk from the newest
+    message meets a page of hits after about ``page x messages / count`` rows,
+    where reading the candidates would read ``count`` rows and sort them.
+    """
+    shape, query = plan.shape, plan.query
+    if (
+        not (shape.all_like and shape.grams and plan.order in ("rank", "newest"))
+        or len(query.groups) != 1
+        or query.groups[0].exclude
+        or not all(exact(term) for term in query.groups[0].include)
+    ):
+        return False
+    file = current().shape
+    if file is None or not file.time_index:
+        return False
+    if plan.limit is None or plan.limit < 0:
+        return False  # every hit is wanted: reading the candidates is the shorter way
+    top = fetch_within(MAX_MESSAGE_ID_SQL, [], deadline)[1][0][0] or 0
+    need = max(COMMON_FROM, math.isqrt((plan.limit + plan.offset) * top))
+    for term in query.groups[0].include:
+        (count,) = fetch_within(GRAM_COUNT_SQL, [term_match(term), need], deadline)[1][0]
+        if count < need:
+            return False
+    return True
+
+
 def _run(
     plan: MessagePlan | SessionPlan, deadline: float | None
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -325,6 +364,9 @@ def search_messages(
 
     def run(shape: Shape) -> present.Found:
         plan = MessagePlan(parsed, shape, filters, order, limit, offset)
+        if _common(plan, deadline):
+            # Hits are many: walking messages newest first finds a page sooner.
+            plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
         try:
             rows = _run(plan, deadline)[1]
         except _OutOfTime as exc:
@@ -455,7 +497,9 @@ def search_sessions(
 
 
 __all__ = [
+    "COMMON_FROM",
     "CONTEXT_CHARS",
+    "MAX_MESSAGE_ID_SQL",
     "RANK_MODES",
     "TIME_BUDGET_S",
     "check_budget",

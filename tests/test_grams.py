@@ -12,6 +12,7 @@ import json
 import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from console_script import run
@@ -19,6 +20,7 @@ from test_search_upkeep import without_fts5
 
 import hermes_models
 from hermes_models import SessionDB, grams, health
+from hermes_models import search as search_module
 from hermes_models.errors import ReadOnlyDatabaseError
 from hermes_models.query import parse
 
@@ -425,3 +427,65 @@ def test_a_store_created_without_fts5_gets_the_index_at_the_next_open_with_it(
         assert _found(store, "数据") == {1}
         assert store.update_search_index()["indexed"] == 1
         assert _postings(path, "b6570g636e") == [1]
+
+
+def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A term the gram index lists for 1,000+ messages is found by walking messages
+    newest first (the time index of migration 0008) instead of reading every
+    candidate; pages are exactly those of a Python scan, ordered by time (which
+    is not the order of ids here), and the same as the candidate path gives."""
+    rng = random.Random(11)
+    path = store.db_path
+    for s in range(5):
+        store.create_session(f"s{s}", "cli", started_at=T0 + s)
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n in range(1500):
+            role = ("user", "assistant", "tool")[n % 3]
+            text = _text(rng) + ("数据" if rng.random() < 0.85 else "")
+            if n % 17 == 0:
+                body = [{"type": "text", "text": text}]
+                text = "\x00json:" + json.dumps(body, ensure_ascii=False)
+            # Times out of id order, with ties.
+            hermes_append(hermes, f"s{n % 5}", role, text, T0 + 100 + rng.randint(0, 400))
+        hermes.execute("UPDATE messages SET active = 0 WHERE id % 13 = 0")
+        store.update_search_index()
+        rows = hermes.execute(
+            "SELECT id, timestamp, role, active, content, tool_name, tool_calls FROM messages"
+        ).fetchall()
+    finally:
+        hermes.close()
+
+    def holds(row: tuple[Any, ...]) -> bool:
+        return any("数据" in (col or "") for col in row[4:])
+
+    visible = [r for r in rows if r[3] == 1 and holds(r)]  # v16: tool rows are hits too
+    newest = [r[0] for r in sorted(visible, key=lambda r: (-r[1], -r[0]))]
+    assert len(newest) > 700  # of some 1,270 rows the gram index lists
+    ran: list[str] = []
+    original = search_module.fetch_within
+
+    def spy(sql: str, params: Any, deadline: Any) -> Any:
+        ran.append(sql)
+        return original(sql, params, deadline)
+
+    monkeypatch.setattr(search_module, "fetch_within", spy)
+
+    def page(offset: int, sort: str | None = None) -> list[int]:
+        hits = store.search_messages("数据", limit=20, offset=offset, sort=sort, time_budget=None)
+        return [hit["id"] for hit in hits]
+
+    for offset in (0, 20, 400, len(newest) - 10, len(newest)):
+        assert page(offset) == newest[offset : offset + 20]
+        assert page(offset, "newest") == newest[offset : offset + 20]
+    assert page(0, "oldest") == newest[::-1][:20]
+    walked = [sql for sql in ran if "json_each" not in sql and "messages_cjk" not in sql]
+    assert grams.GRAM_COUNT_SQL in ran and walked
+    # The candidate path (a term counted as rare) gives the same pages.
+    monkeypatch.setattr(search_module, "COMMON_FROM", 10**9)
+    ran.clear()
+    for offset in (0, 20, 400):
+        assert page(offset) == newest[offset : offset + 20]
+    assert any(sql == grams.GRAM_IDS_SQL for sql in ran)
