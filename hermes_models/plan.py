@@ -38,7 +38,7 @@ from playhouse.sqlite_ext import FTS5Model
 from .binding import current, file_key
 from .caches import BoundedCache
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
-from .grams import candidates_sql, exact, match_any, term_match
+from .grams import candidates_sql, exact, grams, match_any, term_match
 from .lineage import MAX_DEPTH, branch_expr, delegate_marked, extend_path, not_visited, path_of
 from .models import Message, Session
 from .query import LIKE, TRIGRAM, TRIGRAM_MIN_CHARS, WORDS, SearchQuery, Term, ascii_lower
@@ -84,6 +84,9 @@ class Shape:
     gaps: str = ""
     #: False when every LIKE-routed term is its own ``LIKE`` (no scan: :func:`written_out`).
     scans: bool = True
+    #: True when the gram index narrows the rows the trigram index cannot read (JSON
+    #: content) to those holding the CJK characters of each group (:func:`json_narrowing`).
+    narrows: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -114,12 +117,14 @@ class Shape:
             for t, r in zip(query.terms(), (r for g in groups for r in (*g.include, *g.exclude)))
             if r == LIKE
         ]
+        single = {r for g in groups for r in (*g.include, *g.exclude)} == {TRIGRAM}
         return cls(
             groups,
             WORDS in available,
             () if shape is None else shape.key,
             bool(like) and all(t.cjk for t in like) and gram_index_ready(),
             "" if shape is None else shape.trigram_gaps,
+            narrows=single and json_narrowing(query) is not None and gram_index_ready(),
         )
 
     @property
@@ -192,7 +197,7 @@ class Shape:
 
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
-        return dataclasses.replace(self, grams=False, scans=False)
+        return dataclasses.replace(self, grams=False, scans=False, narrows=False)
 
     def numbered(self) -> list[tuple[int, bool]]:
         """``(k, included)`` of each term slot, in slot order."""
@@ -228,6 +233,19 @@ class Shape:
         return tuple(picked)
 
 
+def json_narrowing(query: SearchQuery) -> str | None:
+    """The gram-index expression of the messages that can hold ``query``: in each group,
+    the CJK characters and adjacent pairs of its terms, all of them; any group
+    (None when a group has no CJK term to narrow by)."""
+    groups = []
+    for group in query.groups:
+        tokens = sorted({token for term in group.include for token in grams(term.text).split()})
+        if not tokens:
+            return None
+        groups.append("(" + " AND ".join(tokens) + ")")
+    return " OR ".join(groups)
+
+
 def trigram_servable(term: Term) -> bool:
     """True for a word the trigram index finds as well as the word index, as a
     substring: three or more ASCII letters and digits, not a prefix (ASCII, so
@@ -242,6 +260,8 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
     out: dict[str, Any] = {"q": query.fts(), "json": '^"json"'}
     if single == WORDS:
         return out
+    if shape.narrows:
+        out["narrow"] = json_narrowing(query)
     positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
     k = 0
     for group, routes in zip(query.groups, shape.groups):
@@ -775,6 +795,9 @@ def _one_index(
         matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
     else:
         matched = [_behind_nul(m, shape, slot), predicate(m, shape.degraded(), scanned=False)]
+        if shape.narrows:
+            narrow = SLOT + "narrow"
+            matched.insert(0, m.id.in_(SQL(f"({candidates_sql()})", [narrow, narrow])))
     behind = (
         m.select(*_columns(m, s, Value(0.0), slim))
         .join(s, on=(s.id == m.session))
@@ -1135,6 +1158,7 @@ __all__ = [
     "filter_terms",
     "hits_query",
     "ids_values",
+    "json_narrowing",
     "matching_query",
     "predicate",
     "render_search",

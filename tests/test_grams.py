@@ -22,6 +22,8 @@ import hermes_models
 from hermes_models import SessionDB, grams, health
 from hermes_models import search as search_module
 from hermes_models.errors import ReadOnlyDatabaseError
+from hermes_models.fts import available_routes
+from hermes_models.plan import Shape
 from hermes_models.query import parse
 
 from legacy import hermes_append
@@ -489,3 +491,48 @@ def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
     for offset in (0, 20, 400):
         assert page(offset) == newest[offset : offset + 20]
     assert any(sql == grams.GRAM_IDS_SQL for sql in ran)
+
+
+def test_trigram_terms_find_json_content_exactly_through_the_narrowed_rows(
+    store: SessionDB,
+) -> None:
+    """The rows the trigram index cannot read (JSON content) are narrowed down by the
+    gram index, for rows of any writer: indexed, above the mark, changed by others."""
+    rng = random.Random(23)
+    path = store.db_path
+    store.create_session("s", "cli", started_at=T0)
+
+    def json_text() -> str:
+        words = "".join(rng.choice(HAN[:8]) for _ in range(rng.randint(3, 9)))
+        return "\x00json:" + json.dumps([{"type": "text", "text": words}], ensure_ascii=False)
+
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n in range(120):
+            if n % 2:
+                hermes_append(hermes, "s", "user", json_text(), T0 + n)
+            else:
+                store.append_message(
+                    "s", "assistant", [{"type": "text", "text": "x"}], timestamp=T0 + n
+                )
+                hermes.execute(
+                    "UPDATE messages SET content = ? WHERE id = (SELECT max(id) FROM messages)",
+                    (json_text(),),
+                )
+        store.update_search_index()
+        ids = [r[0] for r in hermes.execute("SELECT id FROM messages ORDER BY id")]
+        for message_id in ids[::9]:  # changed by others after they were indexed
+            hermes.execute(
+                "UPDATE messages SET content = ? WHERE id = ?", (json_text(), message_id)
+            )
+        for n in range(20):  # above the mark
+            hermes_append(hermes, "s", "user", json_text(), T0 + 500 + n)
+        terms = sorted({"".join(rng.choice(HAN[:8]) for _ in range(3)) for _ in range(40)})
+        shape_narrows = []
+        for term in terms:
+            assert _found(store, term) == _scan(hermes, term), term
+            shape_narrows.append(Shape.of(parse(term), available_routes()).narrows)
+        assert all(shape_narrows)
+        assert any(_scan(hermes, term) for term in terms)
+    finally:
+        hermes.close()
