@@ -87,6 +87,9 @@ class Shape:
     #: True when the gram index narrows the rows the trigram index cannot read (JSON
     #: content) to those holding the CJK characters of each group (:func:`json_narrowing`).
     narrows: bool = False
+    #: True when only the newest messages (slot ``budget``: how many) are looked at, a
+    #: first try that finds a page of a common query in a bounded number of rows.
+    walk: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -861,6 +864,10 @@ def hits_query(
         matching = [candidates, *where]
     else:
         matching = [predicate(m, shape), *where]
+    if shape.walk:
+        recent = Message.alias("recent")
+        newest = recent.select(recent.id).order_by(recent.timestamp.desc(), recent.id.desc())
+        matching.append(m.id.in_(newest.limit(slot("budget"))))
     # Hits no index ranks: only rows the scan found can be one, when the shape says so;
     # they are looked up instead of every message being read.
     driver = [candidates] if shape.driven(ranked) and not shape.all_like else []

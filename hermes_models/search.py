@@ -23,6 +23,7 @@ index is missing or fails. Every search statement runs through
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sqlite3
@@ -185,12 +186,50 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
 
 #: Candidates from which a term counts as common whatever the size of the store.
 COMMON_FROM = 1000
-#: The highest message id: how many messages a walk may have to pass, at most.
-MAX_MESSAGE_ID_SQL = "SELECT max(id) FROM messages"
+#: The highest message id (how many messages a walk may have to pass, at most) and
+#: the gram index's mark (up to which every message is indexed).
+GRAM_REACH_SQL = (
+    "SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM messages_cjk_mark)"
+)
 
 
-def _common(plan: MessagePlan, deadline: float | None) -> bool:
-    """True when ``plan``'s hits are better found by walking messages newest first.
+#: Messages, divided by the number of terms, that a first try looks at (newest first)
+#: when nothing tells whether a query's hits are common (:func:`_walk_newest`).
+WALK_BUDGET = 20_000
+#: The fewest messages such a first try looks at.
+WALK_BUDGET_MIN = 500
+
+
+def _walkable(plan: MessagePlan) -> bool:
+    """True for a page of hits no index ranks, newest first, on a file with the time
+    index (migration 0008): they can be found by walking messages newest first."""
+    if not (plan.shape.all_like and plan.order in ("rank", "newest")):
+        return False
+    if plan.limit is None or plan.limit <= 0:
+        return False  # every hit is wanted: reading the candidates is the shorter way
+    file = current().shape
+    return file is not None and file.time_index
+
+
+def _walk_newest(plan: MessagePlan, deadline: float | None) -> list[tuple[Any, ...]] | None:
+    """The page of ``plan`` found among the newest messages only, or None when they do
+    not hold a whole page (then the page needs every candidate).
+
+    Sound because the order is total (time, then id): when the newest ``n``
+    messages hold ``offset + limit`` hits, no older message can be one of them.
+    """
+    budget = max(WALK_BUDGET_MIN, WALK_BUDGET // max(1, len(plan.query.terms())))
+    shape = dataclasses.replace(plan.shape.unscanned(), walk=True)
+    walk = MessagePlan(plan.query, shape, plan.filters, "newest", plan.limit, plan.offset)
+    statement = walk.statement
+    values = {**walk.values(None), "budget": budget}
+    rows = fetch_within(statement.sql, statement.bind(values), deadline)[1]
+    return rows if len(rows) == plan.limit else None
+
+
+def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
+    """True when ``plan``'s hits are better found by walking messages newest first,
+    False when not, None when only trying can tell (see :func:`_walk_newest`).
 
     That holds for a query of one group of one- and two-character CJK terms
     (no ``NOT``), ranked (no index ranks them: newest first) or newest first,
@@ -201,20 +240,20 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool:
     where reading the candidates would read ``count`` rows and sort them.
     """
     shape, query = plan.shape, plan.query
+    if not _walkable(plan):
+        return False
     if (
-        not (shape.all_like and shape.grams and plan.order in ("rank", "newest"))
+        not shape.grams
         or len(query.groups) != 1
         or query.groups[0].exclude
         or not all(exact(term) for term in query.groups[0].include)
     ):
-        return False
-    file = current().shape
-    if file is None or not file.time_index:
-        return False
-    if plan.limit is None or plan.limit < 0:
-        return False  # every hit is wanted: reading the candidates is the shorter way
-    top = fetch_within(MAX_MESSAGE_ID_SQL, [], deadline)[1][0][0] or 0
-    need = max(COMMON_FROM, math.isqrt((plan.limit + plan.offset) * top))
+        return None
+    top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
+    top, mark = top or 0, mark or 0
+    need = max(COMMON_FROM, math.isqrt(((plan.limit or 0) + plan.offset) * top))
+    if top - mark > need:
+        return None  # the index does not cover enough of the store to tell
     for term in query.groups[0].include:
         (count,) = fetch_within(GRAM_COUNT_SQL, [term_match(term), need], deadline)[1][0]
         if count < need:
@@ -364,11 +403,16 @@ def search_messages(
 
     def run(shape: Shape) -> present.Found:
         plan = MessagePlan(parsed, shape, filters, order, limit, offset)
-        if _common(plan, deadline):
-            # Hits are many: walking messages newest first finds a page sooner.
-            plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
+        common = _common(plan, deadline)
+        rows: list[tuple[Any, ...]] | None = None
         try:
-            rows = _run(plan, deadline)[1]
+            if common:
+                # Hits are many: walking messages newest first finds a page sooner.
+                plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
+            elif common is None:
+                rows = _walk_newest(plan, deadline)
+            if rows is None:
+                rows = _run(plan, deadline)[1]
         except _OutOfTime as exc:
             _ran_out(parsed, budget, len(exc.rows))
             rows = exc.rows
@@ -499,9 +543,11 @@ def search_sessions(
 __all__ = [
     "COMMON_FROM",
     "CONTEXT_CHARS",
-    "MAX_MESSAGE_ID_SQL",
+    "GRAM_REACH_SQL",
     "RANK_MODES",
     "TIME_BUDGET_S",
+    "WALK_BUDGET",
+    "WALK_BUDGET_MIN",
     "check_budget",
     "deadline_of",
     "execute",

@@ -536,3 +536,67 @@ def test_trigram_terms_find_json_content_exactly_through_the_narrowed_rows(
         assert any(_scan(hermes, term) for term in terms)
     finally:
         hermes.close()
+
+
+@pytest.mark.parametrize("budget", [20_000, 25, 1])
+def test_a_first_walk_over_the_newest_messages_pages_exactly_or_gives_way(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """Where the gram index cannot tell whether hits are common (rows others wrote are
+    not indexed yet), a page is first looked for among the newest messages; pages are
+    exactly those of a Python scan, whether that first try holds them or not."""
+    monkeypatch.setattr(search_module, "WALK_BUDGET", budget)
+    monkeypatch.setattr(search_module, "WALK_BUDGET_MIN", budget)
+    # A store of 600 messages counts as large: past sqrt(page x messages) = 109
+    # rows not indexed, the index cannot tell a common term from a rare one.
+    monkeypatch.setattr(search_module, "COMMON_FROM", 1)
+    rng = random.Random(31)
+    path = store.db_path
+    for s in range(3):
+        store.create_session(f"s{s}", "cli", started_at=T0 + s)
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n in range(600):
+            text = _text(rng) + ("数据" if rng.random() < 0.5 else "")
+            hermes_append(hermes, f"s{n % 3}", "user", text, T0 + 100 + rng.randint(0, 300))
+        hermes.execute("UPDATE messages SET active = 0 WHERE id % 11 = 0")
+        rows = hermes.execute(
+            "SELECT id, timestamp, active, content, tool_name, tool_calls FROM messages"
+        ).fetchall()
+    finally:
+        hermes.close()
+    assert _state(path)[0] == 0  # nothing indexed: the index cannot tell
+
+    def newest(test: Any) -> list[int]:
+        hits = [r for r in rows if r[2] == 1 and test(" ".join(c or "" for c in r[3:]))]
+        return [r[0] for r in sorted(hits, key=lambda r: (-r[1], -r[0]))]
+
+    def page(query: str, offset: int) -> list[int]:
+        hits = store.search_messages(query, limit=20, offset=offset, time_budget=None)
+        return [hit["id"] for hit in hits]
+
+    ran: list[str] = []
+    original = search_module.fetch_within
+
+    def spy(sql: str, params: Any, deadline: Any) -> Any:
+        ran.append(sql)
+        return original(sql, params, deadline)
+
+    monkeypatch.setattr(search_module, "fetch_within", spy)
+    common = newest(lambda t: "数据" in t)
+    assert page("数据", 0) == common[:20]
+    tried = [sql for sql in ran if '"recent"' in sql]
+    # One first try; with a budget too small for a page, the candidates after it.
+    assert len(tried) == 1
+    window = sorted(rows, key=lambda r: (-r[1], -r[0]))[:budget]
+    enough = sum(r[2] == 1 and "数据" in (r[3] or "") for r in window) >= 20
+    assert (grams.GRAM_IDS_SQL in ran) is not enough
+    assert enough is (budget == 20_000)
+    rare = newest(lambda t: "国我" in t)
+    either = newest(lambda t: "数据" in t or "セッ" in t)
+    but_not = newest(lambda t: "数据" in t and "库" not in t)
+    for offset in (0, 20, 100):
+        assert page("数据", offset) == common[offset : offset + 20]
+        assert page("国我", offset) == rare[offset : offset + 20]
+        assert page("数据 OR セッ", offset) == either[offset : offset + 20]
+        assert page("数据 NOT 库", offset) == but_not[offset : offset + 20]
