@@ -90,28 +90,25 @@ def health_problem(db_path: Path) -> str | None:
         conn.close()
 
 
-def _dedup_schema(db_path: Path) -> None:
+def _edit_schema(db_path: Path, statement: str) -> None:
+    """Run ``statement`` on ``sqlite_master`` itself, in one write, with the schema writable."""
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
         conn.execute(sqlite_sql.WRITABLE_SCHEMA_ON)
         conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
-        conn.execute(sqlite_sql.DEDUP_SCHEMA)
+        conn.execute(statement)
         conn.execute(sqlite_sql.COMMIT)
         conn.execute(sqlite_sql.WRITABLE_SCHEMA_OFF)
     finally:
         conn.close()
+
+
+def _dedup_schema(db_path: Path) -> None:
+    _edit_schema(db_path, sqlite_sql.DEDUP_SCHEMA)
 
 
 def _drop_and_rebuild_fts(db_path: Path) -> None:
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
-    try:
-        conn.execute(sqlite_sql.WRITABLE_SCHEMA_ON)
-        conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
-        conn.execute(sqlite_sql.FORGET_SEARCH_SCHEMA)
-        conn.execute(sqlite_sql.COMMIT)
-        conn.execute(sqlite_sql.WRITABLE_SCHEMA_OFF)
-    finally:
-        conn.close()
+    _edit_schema(db_path, sqlite_sql.FORGET_SEARCH_SCHEMA)
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
         conn.execute(sqlite_sql.VACUUM)
