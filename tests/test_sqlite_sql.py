@@ -2,9 +2,10 @@
 
 Every module is parsed with ``ast``: a string that starts with an SQL verb
 (``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``, ``CREATE``, ``DROP``,
-``PRAGMA``, ``BEGIN``, ``WITH``) handed to a call, or bound to a name, is a
-statement written outside the SQL module. SQL built with peewee is not text
-and is not looked at.
+``PRAGMA``, ``BEGIN``, ``WITH``, upper case, a parenthesis before it allowed)
+is a statement written outside the SQL module, wherever it stands: handed to
+``execute()`` and its kin, bound to a name, returned. Docstrings are prose.
+SQL built with peewee is not text and is not looked at.
 """
 
 from __future__ import annotations
@@ -24,37 +25,37 @@ SQL_MODULE = "sqlite_sql"
 #: ``json_each`` fragments) has not moved yet. An entry goes when its module is done.
 PENDING = {"fts", "grams", "plan", "present", "query", "search"}
 
-VERB = re.compile(r"[\s(]*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|PRAGMA|BEGIN|WITH)\s", re.S)
+VERB = re.compile(r"[\s(]*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|PRAGMA|BEGIN|WITH)\s")
 
 
-def _leading_text(node: ast.expr) -> str | None:
-    """The text a string expression starts with: a literal, an f-string's first
-    literal part, the left side of a ``+`` or ``%``; None for anything else."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr) and node.values:
-        return _leading_text(node.values[0])
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)):
-        return _leading_text(node.left)
-    return None
-
-
-def _is_sql(node: ast.expr) -> bool:
-    text = _leading_text(node)
-    return text is not None and VERB.match(text) is not None
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of ``tree``: prose, not code."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
 
 
 def sql_in(source: str, label: str) -> list[str]:
-    """``label:line`` of each SQL text passed to a call or bound to a name in ``source``."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        values: list[ast.expr] = []
-        if isinstance(node, ast.Call):
-            values = [*node.args, *(k.value for k in node.keywords)]
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            values = [node.value]
-        found.extend(f"{label}:{v.lineno}" for v in values if _is_sql(v))
-    return sorted(found, key=lambda hit: int(hit.rpartition(":")[2]))
+    """``label:line`` of each string of ``source`` (docstrings aside) that starts with an
+    SQL verb: a literal, or an f-string whose text starts so."""
+    tree = ast.parse(source)
+    prose = _docstrings(tree)
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr):
+            first = node.values[0] if node.values else None
+            text = first.value if isinstance(first, ast.Constant) else ""
+        else:
+            continue
+        if id(node) not in prose and VERB.match(str(text)):
+            lines.add(node.lineno)
+    return [f"{label}:{line}" for line in sorted(lines)]
 
 
 def raw_sql(module: str) -> list[str]:
@@ -65,18 +66,20 @@ def raw_sql(module: str) -> list[str]:
 MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
 
 
-def test_the_check_finds_sql_in_calls_names_and_f_strings() -> None:
+def test_the_check_finds_sql_texts_and_leaves_prose_alone() -> None:
     source = (
         'conn.execute("PRAGMA foreign_keys = ON")\n'
         "db.execute_sql(f'SELECT {x} FROM t')\n"
         'STATEMENT = "  WITH a AS (SELECT 1) SELECT * FROM a"\n'
         'raw("DELETE FROM t " + "WHERE 1")\n'
         'SQL("(SELECT value FROM json_each(?))")\n'
+        '_TRIGGERS = ("UPDATE", f"""CREATE TEMP TRIGGER t""")\n'
         'refuse("VACUUM is refused")\n'
+        'def f():\n    """SELECT is how a docstring may start."""\n    return f"DROP {x}"\n'
         'click.command(help="Delete old sessions.")\n'
         'check("insert, delete and update triggers present")\n'
     )
-    assert sql_in(source, "m") == ["m:1", "m:2", "m:3", "m:4", "m:5"]
+    assert sql_in(source, "m") == ["m:1", "m:2", "m:3", "m:4", "m:5", "m:6", "m:10"]
 
 
 def test_no_module_but_the_sql_module_writes_sql_by_hand() -> None:
