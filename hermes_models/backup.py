@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import sqlite_sql
 from .checks import check_int64
 from .errors import BackupError
 from .files import read_only_params, resolve_path, sqlite_uri
@@ -83,10 +84,7 @@ def _create_private(path: Path) -> None:
 
 
 def _fts_tables(conn: sqlite3.Connection) -> list[str]:
-    rows = conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'"
-        " AND lower(sql) LIKE '%using fts5%'"
-    ).fetchall()
+    rows = conn.execute(sqlite_sql.FTS5_TABLES).fetchall()
     return [str(row[0]) for row in rows]
 
 
@@ -100,13 +98,13 @@ def verify(path: Path, label: str | None = None) -> None:
     label = label or str(path)
     conn = sqlite3.connect(sqlite_uri(path), uri=True, isolation_level=None)
     try:
-        found = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+        found = [str(row[0]) for row in conn.execute(sqlite_sql.INTEGRITY_CHECK)]
         if found != ["ok"]:
             raise BackupError(f"{label}: integrity_check failed: {'; '.join(found[:5])}")
         for table in _fts_tables(conn):
-            quoted = '"' + table.replace('"', '""') + '"'
+            quoted = sqlite_sql.quote(table)
             try:
-                conn.execute(f"INSERT INTO {quoted}({quoted}) VALUES ('integrity-check')")
+                conn.execute(sqlite_sql.fts_integrity_check(quoted))
             except sqlite3.Error as exc:
                 if "no such tokenizer" in str(exc):
                     # A newer Hermes' index over a tokenizer that is a C extension
@@ -126,8 +124,8 @@ def _copy(source: Path, target: Path, progress: Progress | None) -> int:
         dst = sqlite3.connect(sqlite_uri(target), uri=True, isolation_level=None)
         try:
             # One read transaction for every step: each step reads the same snapshot.
-            src.execute("BEGIN")
-            src.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            src.execute(sqlite_sql.BEGIN)
+            src.execute(sqlite_sql.READ_SCHEMA).fetchone()
             pages = [0]
 
             def step(status: int, remaining: int, total: int) -> None:
@@ -136,8 +134,8 @@ def _copy(source: Path, target: Path, progress: Progress | None) -> int:
                     progress(total - remaining, total)
 
             src.backup(dst, pages=STEP_PAGES, progress=step, sleep=0)
-            src.execute("COMMIT")
-            dst.execute("PRAGMA journal_mode = DELETE").fetchone()
+            src.execute(sqlite_sql.COMMIT)
+            dst.execute(sqlite_sql.JOURNAL_MODE_DELETE).fetchone()
         finally:
             dst.close()
     finally:

@@ -36,7 +36,7 @@ from typing import IO, Any, cast
 import peewee
 from peewee import fn
 
-from . import jsonl
+from . import jsonl, sqlite_sql
 from .binding import current
 from .errors import BundleError
 from .files import SCHEMA_VERSION
@@ -70,11 +70,7 @@ def existing_ids(table: str, ids: Iterable[Any]) -> set[Any]:
     found: set[Any] = set()
     for chunk in chunks(list(ids), 5000):
         found.update(
-            row[0]
-            for row in raw(
-                f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))',
-                [json.dumps(list(chunk))],
-            )
+            row[0] for row in raw(sqlite_sql.ids_in_list(table), [json.dumps(list(chunk))])
         )
     return found
 
@@ -162,7 +158,7 @@ def _selected(model: type[Session] | type[Message]) -> list[Any]:
 
 def _among(ids: list[str]) -> peewee.SQL:
     """``ids`` as one bound JSON list, for ``IN``: any number, one statement."""
-    return peewee.SQL("(SELECT value FROM json_each(?))", [json.dumps(ids)])
+    return peewee.SQL(sqlite_sql.JSON_LIST, [json.dumps(ids)])
 
 
 def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:

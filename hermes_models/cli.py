@@ -184,6 +184,17 @@ def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
     )
 
 
+#: ``--offset N``: skip the first N rows.
+offset_option = click.option(
+    "--offset",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Skip the first N rows.",
+)
+
+
 def _no_limit(limit: int) -> int | None:
     return None if limit == 0 else limit
 
@@ -429,14 +440,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 )
 @db_option
 @limit_option(20)
-@click.option(
-    "--offset",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="Skip the first N rows.",
-)
+@offset_option
 @click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
@@ -623,14 +627,7 @@ _SESSION_SORTS = {"rank": None, "newest": "recent"}
     help="Best matches first, or by time (--sessions: rank or newest).",
 )
 @limit_option(20)
-@click.option(
-    "--offset",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="Skip the first N rows.",
-)
+@offset_option
 @utc_option
 @format_options
 @click.pass_context

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import peewee
 
-from . import schema
+from . import schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .db import HermesDatabase, record_init_error
@@ -184,7 +184,7 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
 def _require_store(db: HermesDatabase) -> None:
     """Refuse a read-only handle on a file without the session tables."""
     conn = db.connection()
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    names = {row[0] for row in conn.execute(sqlite_sql.TABLE_NAMES)}
     if "sessions" not in names or "messages" not in names:
         raise NotADatabaseError(
             f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "

@@ -28,7 +28,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import grams, writes
+from . import grams, sqlite_sql, writes
 from .caches import BoundedSet
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
@@ -47,14 +47,14 @@ WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
 
 
 def _request_wal(conn: sqlite3.Connection) -> str:
-    row = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+    row = conn.execute(sqlite_sql.JOURNAL_MODE_WAL).fetchone()
     return str(row[0]).lower()
 
 
 def _journal_mode(conn: sqlite3.Connection) -> str | None:
     """The journal mode ``conn`` reports, lower-cased; None when it cannot be read."""
     try:
-        row = conn.execute("PRAGMA journal_mode").fetchone()
+        row = conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()
     except sqlite3.OperationalError:
         return None
     return None if row is None or row[0] is None else str(row[0]).lower()
@@ -89,7 +89,7 @@ def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
                 db_label,
                 exc,
             )
-        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute(sqlite_sql.JOURNAL_MODE_DELETE)
         return "delete"
 
 
@@ -163,8 +163,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         # column name, as Hermes' own connection gives them; peewee's
         # cursors (see cursor()) keep returning plain tuples.
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA busy_timeout = {int(writes.BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(sqlite_sql.FOREIGN_KEYS_ON)
+        conn.execute(sqlite_sql.set_busy_timeout(int(writes.BUSY_TIMEOUT_S * 1000)))
         if self.read_only:
             self.journal = _journal_mode(conn)
         else:
@@ -294,14 +294,14 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Index a few messages others wrote above the gram index's mark, in this
         write's transaction; a failure there never fails the write."""
         conn = self.connection()
-        conn.execute("SAVEPOINT hermes_models_grams")
+        conn.execute(sqlite_sql.SAVEPOINT_GRAMS)
         try:
             grams.index_rows_above(conn, grams.CATCH_UP_ROWS)
         except sqlite3.Error as exc:
-            conn.execute("ROLLBACK TO hermes_models_grams")
+            conn.execute(sqlite_sql.ROLLBACK_TO_GRAMS)
             logger.debug("gram index catch-up failed: %s", exc)
         finally:
-            conn.execute("RELEASE hermes_models_grams")
+            conn.execute(sqlite_sql.RELEASE_GRAMS)
 
     def bound_wal(self) -> bool:
         """Empty the ``-wal`` file when it has grown too large; True when it was emptied

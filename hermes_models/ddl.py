@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+from . import sqlite_sql
 from .schema import migrations_dir
 
 #: The migration holding the tables and indexes of the v16 layout.
@@ -59,7 +60,7 @@ def _idempotent(statement: str) -> str:
     if match is None:  # pragma: no cover - only CREATE statements reach here
         raise ValueError(f"not a CREATE statement: {statement[:40]!r}")
     kind = " ".join(match.group("kind").upper().split())
-    return f"CREATE {kind} IF NOT EXISTS {match.group('name')}{statement[match.end() :]}"
+    return sqlite_sql.if_not_exists(kind, match.group("name"), statement[match.end() :])
 
 
 def _join(statements: list[str]) -> str:
@@ -98,11 +99,7 @@ def _search_statements() -> dict[str, list[str]]:
     try:
         conn.executescript(schema_sql() + deferred_index_sql())
         migration_module(SEARCH_MIGRATION).apply_step(conn)
-        rows = conn.execute(
-            "SELECT name, sql FROM sqlite_master "
-            "WHERE name LIKE 'messages!_fts%' ESCAPE '!' "
-            "AND (type = 'trigger' OR sql LIKE 'CREATE VIRTUAL TABLE%') ORDER BY rowid"
-        ).fetchall()
+        rows = conn.execute(sqlite_sql.SEARCH_SCHEMA).fetchall()
     finally:
         conn.close()
     texts: dict[str, list[str]] = {"messages_fts": [], "messages_fts_trigram": []}

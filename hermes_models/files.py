@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
+from . import sqlite_sql
 from .caches import BoundedSet
 from .errors import (
     NotADatabaseError,
@@ -149,7 +150,7 @@ def check_pages(path: Path, conn: sqlite3.Connection) -> None:
         NotADatabaseError: the file is not an SQLite database.
     """
     try:
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        pages = conn.execute(sqlite_sql.PAGE_COUNT).fetchone()[0]
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
@@ -252,7 +253,7 @@ def secure_files(path: Path, *, create: bool) -> None:
 def stored_schema_version(conn: sqlite3.Connection) -> int | None:
     """The version row of ``schema_version``, or None when there is none."""
     try:
-        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        row = conn.execute(sqlite_sql.SCHEMA_VERSION).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return None
@@ -337,10 +338,10 @@ def check_writable(path: Path) -> None:
     try:
         # Changing a page is what SQLite refuses on a read-only file; rolled back,
         # the change never reaches the file.
-        conn.execute("BEGIN IMMEDIATE")
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        conn.execute(f"PRAGMA user_version = {version}")
-        conn.execute("ROLLBACK")
+        conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
+        version = int(conn.execute(sqlite_sql.USER_VERSION).fetchone()[0])
+        conn.execute(sqlite_sql.set_user_version(version))
+        conn.execute(sqlite_sql.ROLLBACK)
     except sqlite3.Error as exc:
         if is_read_only_error(exc):
             raise read_only_file_error(path) from exc
@@ -370,7 +371,7 @@ def read_only_params(path: Path) -> dict[str, str]:
         error = exc
     else:
         try:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            conn.execute(sqlite_sql.READ_SCHEMA).fetchone()
             return params
         except sqlite3.Error as exc:
             error = exc

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from peewee import JOIN, fn
 
-from . import grams
+from . import grams, sqlite_sql
 from .binding import current, using
 from .checks import INT64_MAX
 from .db import HermesDatabase
@@ -42,11 +42,6 @@ SEQUENCE_HEADROOM = 2**32
 #: Sessions named in the detail of a failed counter check.
 _SAMPLE = 5
 
-#: The text the search-index triggers put in each index.
-_INDEXED = (
-    "COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || "
-    "COALESCE(m.tool_calls, '')"
-)
 _TRIGGERS = ("insert", "delete", "update")
 
 
@@ -65,7 +60,8 @@ def _one(db: HermesDatabase, sql: str) -> Any:
 
 
 def _names(db: HermesDatabase, kind: str) -> set[str]:
-    return {row[0] for row in _rows(db, f"SELECT name FROM sqlite_master WHERE type = '{kind}'")}
+    names = sqlite_sql.TABLE_NAMES if kind == "table" else sqlite_sql.TRIGGER_NAMES
+    return {row[0] for row in _rows(db, names)}
 
 
 def present_fts_tables(db: HermesDatabase) -> list[str]:
@@ -129,19 +125,17 @@ def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Counts and sizes: sessions, messages (active/inactive), file and WAL bytes, index
     rows; the Hermes schema version, the full-text layout and which indexes are used."""
     db = db or current()
-    messages = int(_one(db, "SELECT COUNT(*) FROM messages"))
+    messages = int(_one(db, sqlite_sql.COUNT_MESSAGES))
     with using(db):  # through the model: a file without ``active`` (v2-v11) has all live
         active = int(Message.select().where(Message.active == 1).count())
-    fts = {
-        table: int(_one(db, f"SELECT COUNT(*) FROM {table}")) for table in present_fts_tables(db)
-    }
+    fts = {table: int(_one(db, sqlite_sql.count_rows(table))) for table in present_fts_tables(db)}
     shape = db.shape
     newer = shape is not None and shape.newer
     return {
         "path": str(db.path),
         "schema_version": _version(db),
-        "journal_mode": str(_one(db, "PRAGMA journal_mode")),
-        "sessions": int(_one(db, "SELECT COUNT(*) FROM sessions")),
+        "journal_mode": str(_one(db, sqlite_sql.JOURNAL_MODE)),
+        "sessions": int(_one(db, sqlite_sql.COUNT_SESSIONS)),
         "messages": messages,
         "active_messages": active,
         "inactive_messages": messages - active,
@@ -161,14 +155,14 @@ def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
 
 
 def _integrity(db: HermesDatabase) -> dict[str, Any]:
-    found = [str(row[0]) for row in _rows(db, "PRAGMA integrity_check")]
+    found = [str(row[0]) for row in _rows(db, sqlite_sql.INTEGRITY_CHECK)]
     if found == ["ok"]:
         return _check("integrity_check", True, "ok")
     return _check("integrity_check", False, "; ".join(found[:5]))
 
 
 def _foreign_keys(db: HermesDatabase) -> dict[str, Any]:
-    found = _rows(db, "PRAGMA foreign_key_check")
+    found = _rows(db, sqlite_sql.FOREIGN_KEY_CHECK)
     if not found:
         return _check("foreign_key_check", True, "no dangling references")
     sample = ", ".join(f"{table} row {rowid} -> {parent}" for table, rowid, parent, _ in found[:5])
@@ -193,18 +187,18 @@ def _copy_indexes(db: HermesDatabase, tables: list[str], scratch: Path) -> None:
     """Copy the tables of the search indexes ``tables`` into ``scratch``, from one snapshot."""
     conn = sqlite3.connect(str(scratch), isolation_level=None)
     try:
-        conn.execute("PRAGMA journal_mode = OFF")
-        conn.execute("PRAGMA synchronous = OFF")
+        conn.execute(sqlite_sql.JOURNAL_MODE_OFF)
+        conn.execute(sqlite_sql.SYNCHRONOUS_OFF)
         for table in tables:
-            conn.execute(_one(db, f"SELECT sql FROM sqlite_master WHERE name = '{table}'"))
-        conn.execute("ATTACH DATABASE ? AS source", (_source_uri(db),))
-        conn.execute("BEGIN")
+            conn.execute(_one(db, sqlite_sql.table_sql(table)))
+        conn.execute(sqlite_sql.ATTACH_SOURCE, (_source_uri(db),))
+        conn.execute(sqlite_sql.BEGIN)
         for table in tables:
             for shadow in _shadow_tables(db, table):
-                conn.execute(f"DELETE FROM main.{shadow}")
-                conn.execute(f"INSERT INTO main.{shadow} SELECT * FROM source.{shadow}")
-        conn.execute("COMMIT")
-        conn.execute("DETACH DATABASE source")
+                conn.execute(sqlite_sql.clear_main(shadow))
+                conn.execute(sqlite_sql.copy_from_source(shadow))
+        conn.execute(sqlite_sql.COMMIT)
+        conn.execute(sqlite_sql.DETACH_SOURCE)
     finally:
         conn.close()
 
@@ -223,7 +217,7 @@ def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]
         try:
             for name, table in zip(names, tables):
                 try:
-                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+                    conn.execute(sqlite_sql.fts_integrity_check(table))
                 except sqlite3.Error as exc:
                     checks.append(_check(name, False, str(exc)))
                 else:
@@ -241,17 +235,9 @@ def _fts_triggers(db: HermesDatabase, table: str) -> dict[str, Any]:
 
 
 def _fts_in_step(db: HermesDatabase, table: str) -> dict[str, Any]:
-    missing = _one(
-        db,
-        f"SELECT COUNT(*) FROM messages m WHERE NOT EXISTS "
-        f"(SELECT 1 FROM {table} f WHERE f.rowid = m.id)",
-    )
-    extra = _one(db, f"SELECT COUNT(*) FROM {table} WHERE rowid NOT IN (SELECT id FROM messages)")
-    stale = _one(
-        db,
-        f"SELECT COUNT(*) FROM messages m JOIN {table} f ON f.rowid = m.id "
-        f"WHERE f.content IS NOT {_INDEXED}",
-    )
+    missing = _one(db, sqlite_sql.messages_not_indexed(table))
+    extra = _one(db, sqlite_sql.stray_index_rows(table))
+    stale = _one(db, sqlite_sql.stale_index_rows(table))
     name = f"{table} matches messages"
     if missing or extra or stale:
         return _check(
@@ -306,11 +292,9 @@ def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
     """The message id sequence: ``{"sequence", "max_id", "remaining"}`` (None before any id)."""
     db = db or current()
     has_sequence = "sqlite_sequence" in _names(db, "table")
-    rows = (
-        _rows(db, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'") if has_sequence else []
-    )
+    rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
     sequence = int(rows[0][0]) if rows and rows[0][0] is not None else None
-    highest = _one(db, "SELECT MAX(id) FROM messages")
+    highest = _one(db, sqlite_sql.MAX_MESSAGE_ID)
     top = max(v for v in (sequence, highest, 0) if v is not None)
     return {
         "sequence": sequence,
@@ -359,7 +343,7 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
     ]
     tables = present_fts_tables(db)
     if not tables:
-        built_in = any("FTS5" in str(row[0]) for row in _rows(db, "PRAGMA compile_options"))
+        built_in = any("FTS5" in str(row[0]) for row in _rows(db, sqlite_sql.COMPILE_OPTIONS))
         detail = "none in the file" + ("" if built_in else " (this SQLite lacks FTS5: LIKE search)")
         checks.append(_check("search indexes", not built_in, detail))
     integrity = _fts_integrity(db, tables) if tables else []
@@ -407,7 +391,7 @@ def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
     inline = [
         table
         for table in present_fts_tables(db)
-        if "content=" not in str(_one(db, f"SELECT sql FROM sqlite_master WHERE name = '{table}'"))
+        if "content=" not in str(_one(db, sqlite_sql.table_sql(table)))
     ]
     checks.extend(_fts_integrity(db, inline) if inline else [])
     for table, use in search_indexes(db).items():
@@ -437,7 +421,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             int(state["remaining"] or 0) < SEQUENCE_HEADROOM
             and INT64_MAX - top >= SEQUENCE_HEADROOM
         ):
-            _rows(db, f"UPDATE sqlite_sequence SET seq = {int(top)} WHERE name = 'messages'")
+            _rows(db, sqlite_sql.set_message_sequence(top))
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 

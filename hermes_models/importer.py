@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
+from . import sqlite_sql
 from .binding import current
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
 from .bundle_reader import Scan, Source, kept_sessions, message_rows, open_source, scan
@@ -57,10 +58,7 @@ def _sessions(keep: IO[bytes], plan: Scan, new: list[str]) -> SessionSource:
 
 def _clashing(source: Source, plan: Scan, new_ids: set[str]) -> set[str]:
     """The new sessions with a message id the target already uses."""
-    overlap = raw(
-        "SELECT EXISTS (SELECT 1 FROM messages WHERE id BETWEEN ? AND ?)",
-        [plan.first_id, plan.last_id],
-    ).fetchone()[0]
+    overlap = raw(sqlite_sql.MESSAGE_IDS_BETWEEN, [plan.first_id, plan.last_id]).fetchone()[0]
     if not overlap:
         return set()
     clashing: set[str] = set()
@@ -96,8 +94,8 @@ def _renumber(rows: list[Any], moved: set[str]) -> list[Any]:
     """``rows`` with those of ``moved`` sessions given ids after every id used (in a write)."""
     if not moved:
         return rows
-    sequence = raw("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-    highest = raw("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    sequence = raw(sqlite_sql.MESSAGE_SEQUENCE).fetchone()
+    highest = raw(sqlite_sql.HIGHEST_MESSAGE_ID).fetchone()[0]
     kept = [values[0] for values in rows if values[1] not in moved]
     next_id = max(int(sequence[0]) if sequence else 0, int(highest), *kept)
     out = []

@@ -390,28 +390,30 @@ def walk_sessions(
     return cte.union_all(query.where(*conditions))
 
 
-def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
-    """The parent chain of ``session_id``, nearest first."""
-    cte = walk_sessions(model, session_id, upward=True)
+def _relatives(
+    model: type[Session], session_id: str, *, upward: bool
+) -> peewee.ModelSelect[Session]:
+    """The sessions :func:`walk_sessions` reaches from ``session_id`` (itself left out),
+    nearest first, then (downward, where a level has several) by start time."""
+    cte = walk_sessions(model, session_id, upward=upward)
+    order = (cte.c.depth,) if upward else (cte.c.depth, model.started_at, model.id)
     return (
         model.select()
         .join(cte, on=(model.id == cte.c.id))
         .where(cte.c.depth > 0)
-        .order_by(cte.c.depth)
+        .order_by(*order)
         .with_cte(cte)
     )
+
+
+def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
+    """The parent chain of ``session_id``, nearest first."""
+    return _relatives(model, session_id, upward=True)
 
 
 def descendants(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
     """Every session below ``session_id``, nearest first, then by start time."""
-    cte = walk_sessions(model, session_id, upward=False)
-    return (
-        model.select()
-        .join(cte, on=(model.id == cte.c.id))
-        .where(cte.c.depth > 0)
-        .order_by(cte.c.depth, model.started_at, model.id)
-        .with_cte(cte)
-    )
+    return _relatives(model, session_id, upward=False)
 
 
 def root_of(session: Session) -> Session:

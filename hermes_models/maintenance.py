@@ -32,7 +32,7 @@ from typing import Any, Protocol, cast
 import peewee
 from peewee import SQL, fn
 
-from . import grams
+from . import grams, sqlite_sql
 from .binding import current, write
 from .checks import check_days, check_folder, check_text
 from .errors import ReadOnlyDatabaseError
@@ -470,7 +470,7 @@ def vacuum() -> int:
         logger.warning("%s: optimizing the full-text indexes failed: %s", db.path, exc)
         optimized = 0
     db.checkpoint("TRUNCATE")
-    db.execute_sql("VACUUM")
+    db.execute_sql(sqlite_sql.VACUUM)
     db.checkpoint("TRUNCATE")
     return optimized
 

@@ -19,7 +19,7 @@ from typing import Any, cast
 import peewee
 from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField
 
-from . import lineage
+from . import lineage, sqlite_sql
 from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
@@ -344,15 +344,8 @@ class BaseModel(peewee.Model):
         if not names:
             return {}
         pk = cast(peewee.Field, self._meta.primary_key)
-        selected = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
-        row = (
-            current()
-            .execute_sql(
-                f'SELECT {selected} FROM "{table}" WHERE "{pk.column_name}" = ?',
-                [getattr(self, pk.name)],
-            )
-            .fetchone()
-        )
+        sql = sqlite_sql.columns_by_key(table, names, pk.column_name)
+        row = current().execute_sql(sql, [getattr(self, pk.name)]).fetchone()
         return {} if row is None else dict(zip(names, row))
 
     def save(self, force_insert: bool = False, only: Any = None) -> Any:

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from . import sqlite_sql
 from .ddl import SEARCH_MIGRATION, migration_module
 
 logger = logging.getLogger("hermes_models")
@@ -77,11 +78,11 @@ def health_problem(db_path: Path) -> str | None:
     """Why ``db_path`` does not open cleanly on a fresh connection; None when it does."""
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
-        conn.execute("PRAGMA journal_mode").fetchone()
-        problems = [str(row[0]) for row in conn.execute("PRAGMA integrity_check")]
+        conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()
+        problems = [str(row[0]) for row in conn.execute(sqlite_sql.INTEGRITY_CHECK)]
         if problems != ["ok"]:
             return "; ".join(problems[:3])
-        conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+        conn.execute(sqlite_sql.COUNT_SESSIONS).fetchone()
         return None
     except sqlite3.DatabaseError as exc:
         return str(exc)
@@ -89,37 +90,31 @@ def health_problem(db_path: Path) -> str | None:
         conn.close()
 
 
-def _dedup_schema(db_path: Path) -> None:
+def _edit_schema(db_path: Path, statement: str) -> None:
+    """Run ``statement`` on ``sqlite_master`` itself, in one write, with the schema writable."""
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
-        conn.execute("PRAGMA writable_schema=ON")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "DELETE FROM sqlite_master WHERE rowid NOT IN "
-            "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name)"
-        )
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA writable_schema=OFF")
+        conn.execute(sqlite_sql.WRITABLE_SCHEMA_ON)
+        conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
+        conn.execute(statement)
+        conn.execute(sqlite_sql.COMMIT)
+        conn.execute(sqlite_sql.WRITABLE_SCHEMA_OFF)
     finally:
         conn.close()
+
+
+def _dedup_schema(db_path: Path) -> None:
+    _edit_schema(db_path, sqlite_sql.DEDUP_SCHEMA)
 
 
 def _drop_and_rebuild_fts(db_path: Path) -> None:
+    _edit_schema(db_path, sqlite_sql.FORGET_SEARCH_SCHEMA)
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:
-        conn.execute("PRAGMA writable_schema=ON")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM sqlite_master WHERE name LIKE 'messages!_fts%' ESCAPE '!'")
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA writable_schema=OFF")
-    finally:
-        conn.close()
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
-    try:
-        conn.execute("VACUUM")
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sqlite_sql.VACUUM)
+        conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
         migration_module(SEARCH_MIGRATION).apply_step(conn)
-        conn.execute("COMMIT")
+        conn.execute(sqlite_sql.COMMIT)
     finally:
         conn.close()
 

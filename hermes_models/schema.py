@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import grams
+from . import grams, sqlite_sql
 from .db import HermesDatabase
 from .errors import MigrationError, is_lock_error
 from .files import (
@@ -211,7 +211,7 @@ def _up_to_date(path: Path, folder: Path) -> bool:
     except sqlite3.Error:
         return False
     try:
-        rows = conn.execute("SELECT migration_hash FROM _yoyo_migration").fetchall()
+        rows = conn.execute(sqlite_sql.APPLIED_MIGRATIONS).fetchall()
     except sqlite3.Error:
         return False
     finally:
@@ -233,7 +233,7 @@ def _backend(path: Path) -> Iterator[Any]:
         backend = get_backend_class(parsed.scheme)(parsed, default_migration_table)
         try:
             backend.init_database()
-            tables = {row[0] for row in backend.execute("SELECT name FROM sqlite_master")}
+            tables = {row[0] for row in backend.execute(sqlite_sql.SCHEMA_NAMES)}
         except BaseException:
             backend.connection.close()
             raise
@@ -262,7 +262,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _reclaim_stale_lock(backend: Any) -> bool:
-    row = backend.execute("SELECT pid FROM yoyo_lock").fetchone()
+    row = backend.execute(sqlite_sql.YOYO_LOCK_PID).fetchone()
     if row is None:
         return False
     pid = int(row[0])
@@ -308,13 +308,13 @@ def _hermes_version(conn: sqlite3.Connection) -> int | None:
         MigrationError: the file has a ``sessions`` or ``messages`` table
             that is not Hermes' (nothing is changed).
     """
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    tables = {row[0] for row in conn.execute(sqlite_sql.TABLE_NAMES)}
     if "sessions" not in tables:
         return None
     for table, required in _HERMES_CORE.items():
         if table not in tables:
             continue
-        present = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+        present = {row[1] for row in conn.execute(sqlite_sql.table_info(table))}
         missing = sorted(required - present)
         if missing:
             raise MigrationError(
@@ -331,7 +331,7 @@ def _immediate_transaction() -> Any:
 
     class ImmediateTransaction(TransactionManager):  # type: ignore[misc]
         def _do_begin(self) -> None:
-            self.backend.execute("BEGIN IMMEDIATE")
+            self.backend.execute(sqlite_sql.BEGIN_IMMEDIATE)
             # What yoyo's own begin() records, so nested steps use savepoints.
             self.backend._in_transaction = True
 
@@ -358,9 +358,7 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
             if not search_indexes_built(backend.connection):
                 # This build cannot run the indexes: the file keeps its old
                 # version, as Hermes does, until a build that can has built them.
-                backend.execute(
-                    "UPDATE schema_version SET version = :version", {"version": version}
-                )
+                backend.execute(sqlite_sql.SET_SCHEMA_VERSION, {"version": version})
 
     try:
         retry_locked(run)
@@ -378,13 +376,7 @@ def _adopt(backend: Any, baseline: list[Any], version: int) -> None:
 
 def search_indexes_built(conn: Any) -> bool:
     """True when both full-text tables and their six triggers exist."""
-    names = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
-            " AND name LIKE 'messages_fts%'"
-        )
-    }
+    names = {row[0] for row in conn.execute(sqlite_sql.SEARCH_OBJECT_NAMES)}
     return all(set(objects) <= names for objects in SEARCH_OBJECTS.values())
 
 
@@ -394,12 +386,7 @@ def search_support(db: HermesDatabase) -> dict[str, bool]:
     if known is not None:
         return known
     conn = db.connection()
-    present = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", tuple(_PROBES)
-        )
-    }
+    present = {row[0] for row in conn.execute(sqlite_sql.TABLES_NAMED, tuple(_PROBES))}
     support = {}
     for table, options in _PROBES.items():
         try:
@@ -407,12 +394,10 @@ def search_support(db: HermesDatabase) -> dict[str, bool]:
                 # Preparing a read connects the file's own table: it runs here exactly
                 # when this build has its module and tokenizer (and costs far less
                 # than creating a scratch table).
-                conn.execute(f'SELECT 1 FROM "{table}" WHERE 0').fetchall()
+                conn.execute(sqlite_sql.read_nothing_from(table)).fetchall()
             else:
-                conn.execute(
-                    f"CREATE VIRTUAL TABLE temp.hermes_models_probe USING fts5(x{options})"
-                )
-                conn.execute("DROP TABLE temp.hermes_models_probe")
+                conn.execute(sqlite_sql.create_fts5_probe(options))
+                conn.execute(sqlite_sql.DROP_FTS5_PROBE)
             support[table] = True
         except sqlite3.Error:
             support[table] = False
@@ -424,13 +409,7 @@ def search_out_of_step(db: HermesDatabase) -> bool:
     """True when an index this build can run is missing (a table or a trigger), or
     an index it cannot run still has triggers (which would make writes fail)."""
     conn = db.connection()
-    names = {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
-            " AND name LIKE 'messages_fts%'"
-        )
-    }
+    names = {row[0] for row in conn.execute(sqlite_sql.SEARCH_OBJECT_NAMES)}
     support = search_support(db)
     for table, supported in support.items():
         objects = set(SEARCH_OBJECTS[table])
@@ -460,7 +439,7 @@ def keep_search_indexes(db: HermesDatabase) -> bool:
             backend.apply_one(migration, mark=False)
     # A statement that runs makes this connection load the changed schema; until
     # then it would compile writes with the triggers it read before.
-    db.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    db.connection().execute(sqlite_sql.READ_SCHEMA).fetchone()
     logger.info("%s: brought the full-text indexes in step with this SQLite build", db.path)
     return True
 

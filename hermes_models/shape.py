@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import sqlite_sql
+
 #: The Hermes schema version this package writes and migrates to.
 WRITES_VERSION = 16
 
@@ -195,23 +197,19 @@ TIME_INDEX = "idx_messages_time"
 
 def _table_sql(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
     """Tables and views by name (type, CREATE text), and the time index when it exists."""
-    rows = conn.execute(
-        "SELECT name, type, COALESCE(sql, '') FROM sqlite_master"
-        " WHERE type IN ('table', 'view') OR (type = 'index' AND name = ?)",
-        (TIME_INDEX,),
-    ).fetchall()
+    rows = conn.execute(sqlite_sql.TABLES_AND_VIEWS, (TIME_INDEX,)).fetchall()
     return {str(row[0]): (str(row[1]), str(row[2])) for row in rows}
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
-    return tuple(str(row[1]) for row in conn.execute(f'PRAGMA table_info("{table}")'))
+    return tuple(str(row[1]) for row in conn.execute(sqlite_sql.table_info(table)))
 
 
 def _version(conn: sqlite3.Connection, tables: Mapping[str, Any]) -> int | None:
     if "schema_version" not in tables:
         return None
     try:
-        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        row = conn.execute(sqlite_sql.SCHEMA_VERSION).fetchone()
     except sqlite3.OperationalError:
         return None
     try:
@@ -224,9 +222,7 @@ def _fts_meta(conn: sqlite3.Connection, tables: Mapping[str, Any]) -> dict[str, 
     if "state_meta" not in tables:
         return {}
     try:
-        rows = conn.execute(
-            "SELECT key, value FROM state_meta WHERE key LIKE 'fts%' ORDER BY key"
-        ).fetchall()
+        rows = conn.execute(sqlite_sql.FTS_META).fetchall()
     except sqlite3.OperationalError:
         return {}
     return {str(row[0]): "" if row[1] is None else str(row[1]) for row in rows}
@@ -236,7 +232,7 @@ def _applied(conn: sqlite3.Connection, tables: Mapping[str, Any]) -> frozenset[s
     if "_yoyo_migration" not in tables:
         return None
     try:
-        rows = conn.execute("SELECT migration_hash FROM _yoyo_migration").fetchall()
+        rows = conn.execute(sqlite_sql.APPLIED_MIGRATIONS).fetchall()
     except sqlite3.OperationalError:
         return None
     return frozenset(str(row[0]) for row in rows)
@@ -273,10 +269,7 @@ def _trigram_gaps(sql: Mapping[str, tuple[str, str]], newer: bool) -> str:
 def _cjk(conn: sqlite3.Connection, sql: Mapping[str, Any]) -> str:
     if "messages_fts_cjk" not in sql:
         return ""
-    row = conn.execute(
-        "SELECT COUNT(*) FROM sqlite_master "
-        "WHERE type = 'trigger' AND name LIKE 'messages_fts_cjk%'"
-    ).fetchone()
+    row = conn.execute(sqlite_sql.CJK_TRIGGER_COUNT).fetchone()
     return "triggers" if row[0] else "stale"
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from peewee import SQL
 
+from . import sqlite_sql
 from .bundle import CHUNK_ROWS, chunks, existing_ids, raw
 from .db import HermesDatabase
 from .errors import ImportConflictError
@@ -70,17 +71,6 @@ _MESSAGES = Message._meta.table_name
 _SESSIONS = Session._meta.table_name
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def insert_sql(table: str, columns: Sequence[str], rows: int) -> str:
-    """A multi-row ``INSERT`` of ``rows`` rows."""
-    marks = "(" + ", ".join("?" * len(columns)) + ")"
-    names = ", ".join(_quote(c) for c in columns)
-    return f"INSERT INTO {_quote(table)} ({names}) VALUES " + ", ".join([marks] * rows)
-
-
 def statement_sizes(count: int) -> list[int]:
     """How many rows each INSERT of ``count`` rows takes: :data:`CHUNK_ROWS`, then powers of
     two. A compiled multi-row INSERT is large (about 1 KB a row) and sqlite3 keeps up to 128
@@ -101,7 +91,9 @@ def insert_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for size in statement_sizes(len(rows)):
         chunk = rows[start : start + size]
         start += size
-        cursor = raw(insert_sql(table, columns, size), [v for row in chunk for v in row])
+        cursor = raw(
+            sqlite_sql.multi_row_insert(table, columns, size), [v for row in chunk for v in row]
+        )
         last = int(cursor.lastrowid or 0)
     return last
 
@@ -143,12 +135,6 @@ def _alive(lease: dict[str, Any]) -> bool:
     return expires >= time.time() and not (isinstance(holder, str) and holder_is_gone(holder))
 
 
-_TITLES_SQL = f"""
-SELECT s.title FROM json_each(?) AS w JOIN {_SESSIONS} AS s
-ON s.title >= w.value AND s.title < w.value || ' $'
-"""
-
-
 @dataclass(frozen=True)
 class SessionSource:
     """Sessions to add without holding their rows: ``(id, title)`` of each, in order, and
@@ -183,7 +169,7 @@ class Staging:
     # -- the lease --------------------------------------------------------------------------
 
     def _lease(self) -> dict[str, Any] | None:
-        row = raw("SELECT value FROM state_meta WHERE key = ?", [LEASE_KEY]).fetchone()
+        row = raw(sqlite_sql.META_VALUE, [LEASE_KEY]).fetchone()
         if row is None:
             return None
         try:
@@ -202,11 +188,7 @@ class Staging:
             "sequence": sequence,
             "ranges": [],
         }
-        raw(
-            "INSERT INTO state_meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [LEASE_KEY, json.dumps(value)],
-        )
+        raw(sqlite_sql.UPSERT_META, [LEASE_KEY, json.dumps(value)])
 
     def _renew(self, inserted: tuple[int, int] | None = None) -> dict[str, Any]:
         """Extend the lease (refusing one another import took over), noting ``inserted`` ids."""
@@ -223,7 +205,7 @@ class Staging:
                 ranges[-1][1] = inserted[1]
             else:
                 ranges.append(list(inserted))
-        raw("UPDATE state_meta SET value = ? WHERE key = ?", [json.dumps(lease), LEASE_KEY])
+        raw(sqlite_sql.SET_META_VALUE, [json.dumps(lease), LEASE_KEY])
         return lease
 
     def __enter__(self) -> Staging:
@@ -256,9 +238,9 @@ class Staging:
         """Record the sessions, and move the id sequence past ``reserve_upto``."""
         sequence = None
         if self._reserve_upto:
-            row = raw("SELECT seq FROM sqlite_sequence WHERE name = ?", [_MESSAGES]).fetchone()
+            row = raw(sqlite_sql.SEQUENCE_OF, [_MESSAGES]).fetchone()
             old = None if row is None else int(row[0])
-            highest = int(raw(f"SELECT COALESCE(MAX(id), 0) FROM {_MESSAGES}").fetchone()[0])
+            highest = int(raw(sqlite_sql.HIGHEST_MESSAGE_ID).fetchone()[0])
             if self._reserve_upto > max(old or 0, highest):
                 self._set_sequence(old, self._reserve_upto)
                 sequence = [old, self._reserve_upto]
@@ -266,23 +248,23 @@ class Staging:
 
     def _set_sequence(self, old: int | None, value: int) -> None:
         if old is None:
-            raw("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [_MESSAGES, value])
+            raw(sqlite_sql.INSERT_SEQUENCE, [_MESSAGES, value])
         else:
-            raw("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", [value, _MESSAGES])
+            raw(sqlite_sql.SET_SEQUENCE, [value, _MESSAGES])
 
     def reserve(self, count: int) -> int:
         """Take ``count`` fresh message ids after every id used so far; returns the one before."""
 
         def run() -> int:
             lease = self._renew()
-            row = raw("SELECT seq FROM sqlite_sequence WHERE name = ?", [_MESSAGES]).fetchone()
+            row = raw(sqlite_sql.SEQUENCE_OF, [_MESSAGES]).fetchone()
             seq = None if row is None else int(row[0])
-            highest = int(raw(f"SELECT COALESCE(MAX(id), 0) FROM {_MESSAGES}").fetchone()[0])
+            highest = int(raw(sqlite_sql.HIGHEST_MESSAGE_ID).fetchone()[0])
             base = max(seq or 0, highest)
             self._set_sequence(seq, base + count)
             old = lease["sequence"][0] if lease.get("sequence") else seq
             lease["sequence"] = [old, base + count]
-            raw("UPDATE state_meta SET value = ? WHERE key = ?", [json.dumps(lease), LEASE_KEY])
+            raw(sqlite_sql.SET_META_VALUE, [json.dumps(lease), LEASE_KEY])
             return base
 
         base: int = self._timed(run)
@@ -299,12 +281,12 @@ class Staging:
 
     def _foreign_keys_off(self) -> None:
         if self._foreign_keys is None and not self.db.in_transaction():
-            self._foreign_keys = int(raw("PRAGMA foreign_keys").fetchone()[0])
-            raw("PRAGMA foreign_keys = OFF")
+            self._foreign_keys = int(raw(sqlite_sql.FOREIGN_KEYS).fetchone()[0])
+            raw(sqlite_sql.FOREIGN_KEYS_OFF)
 
     def _foreign_keys_back(self) -> None:
         if self._foreign_keys is not None and not self.db.in_transaction():
-            raw(f"PRAGMA foreign_keys = {self._foreign_keys}")
+            raw(sqlite_sql.set_foreign_keys(self._foreign_keys))
             self._foreign_keys = None
 
     def _refuse_present(self, ids: Iterable[str]) -> None:
@@ -352,7 +334,7 @@ class Staging:
     ) -> int:
         """Insert rows of ``batch`` from the first until half of :data:`TRANSACTION_SECONDS`
         has passed since ``started`` (the commit writes as much again); returns how many."""
-        raw("PRAGMA defer_foreign_keys = ON")
+        raw(sqlite_sql.DEFER_FOREIGN_KEYS_ON)
         self._refuse_present({row[at] for row in batch})
         written, last = 0, 0
         while written < len(batch) and (
@@ -375,7 +357,7 @@ class Staging:
         """``(message_count, tool_call_count)`` of the sessions, by the one counting rule."""
         out: dict[str, tuple[int, int]] = {}
         for chunk in chunks(self.session_ids, 5000):
-            ids = SQL("(SELECT value FROM json_each(?))", [json.dumps(list(chunk))])
+            ids = SQL(sqlite_sql.JSON_LIST, [json.dumps(list(chunk))])
             for session_id, messages, calls in raw(
                 counter_totals().where(Message.session.in_(ids))
             ):
@@ -397,7 +379,7 @@ class Staging:
         self._foreign_keys_back()
 
         def run() -> int:
-            raw("PRAGMA defer_foreign_keys = ON")
+            raw(sqlite_sql.DEFER_FOREIGN_KEYS_ON)
             self._renew()
             self._refuse_present(self.session_ids)
             titles, changed = _title_changes(source.titles, rename_titles)
@@ -416,7 +398,7 @@ class Staging:
                     batch = []
             if batch:
                 insert_rows(_SESSIONS, columns, batch)
-            raw("DELETE FROM state_meta WHERE key = ?", [LEASE_KEY])
+            raw(sqlite_sql.DELETE_META, [LEASE_KEY])
             return changed
 
         changed: int = self._timed(run)
@@ -458,7 +440,7 @@ class Staging:
             if isinstance(sequence, list) and len(sequence) == 2:
                 self._restore_sequence(*sequence)
             if self._lease_token() == lease.get("token"):
-                raw("DELETE FROM state_meta WHERE key = ?", [LEASE_KEY])
+                raw(sqlite_sql.DELETE_META, [LEASE_KEY])
 
         self._timed(end)
 
@@ -469,9 +451,7 @@ class Staging:
     def _delete_some(self, session_ids: Sequence[str], low: int, high: int) -> int:
         """Delete up to 2,000 messages of those sessions with ids in ``low..high``."""
         cursor = raw(
-            f"DELETE FROM {_MESSAGES} WHERE id IN (SELECT id FROM {_MESSAGES} "
-            "WHERE id BETWEEN ? AND ? AND session_id IN (SELECT value FROM json_each(?)) "
-            "LIMIT 2000)",
+            sqlite_sql.DELETE_STAGED_MESSAGES,
             [low, high, json.dumps(list(session_ids))],
         )
         return int(cursor.rowcount)
@@ -480,14 +460,10 @@ class Staging:
         """Put the id sequence back where it was, if nothing took an id since."""
         if not isinstance(reserved, int) or not (old is None or isinstance(old, int)):
             return
-        unused = f"name = ? AND seq = ? AND NOT EXISTS (SELECT 1 FROM {_MESSAGES} WHERE id > ?)"
         if old is None:
-            raw(f"DELETE FROM sqlite_sequence WHERE {unused}", [_MESSAGES, reserved, 0])
+            raw(sqlite_sql.DELETE_UNUSED_SEQUENCE, [_MESSAGES, reserved, 0])
         else:
-            raw(
-                f"UPDATE sqlite_sequence SET seq = ? WHERE {unused}",
-                [old, _MESSAGES, reserved, old],
-            )
+            raw(sqlite_sql.LOWER_UNUSED_SEQUENCE, [old, _MESSAGES, reserved, old])
 
 
 #: Messages up to which an import is written in one transaction instead (tens of
@@ -518,8 +494,8 @@ def write_at_once(
     ids = [values["id"] for values in sessions]
 
     def run() -> int | None:
-        raw("PRAGMA defer_foreign_keys = ON")
-        row = raw("SELECT value FROM state_meta WHERE key = ?", [LEASE_KEY]).fetchone()
+        raw(sqlite_sql.DEFER_FOREIGN_KEYS_ON)
+        row = raw(sqlite_sql.META_VALUE, [LEASE_KEY]).fetchone()
         try:
             lease = json.loads(row[0]) if row is not None else None
         except (TypeError, ValueError, RecursionError):
@@ -539,13 +515,10 @@ def write_at_once(
         insert_rows(_SESSIONS, names, [[values[c] for c in names] for values in settled])
         insert_rows(_MESSAGES, columns, rows())
         for chunk in chunks(ids, 5000):
-            found = SQL("(SELECT value FROM json_each(?))", [json.dumps(list(chunk))])
+            found = SQL(sqlite_sql.JSON_LIST, [json.dumps(list(chunk))])
             totals = raw(counter_totals().where(Message.session.in_(found))).fetchall()
             for session_id, messages, calls in totals:
-                raw(
-                    f"UPDATE {_SESSIONS} SET message_count = ?, tool_call_count = ? WHERE id = ?",
-                    [messages, calls, session_id],
-                )
+                raw(sqlite_sql.SET_SESSION_COUNTERS, [messages, calls, session_id])
         return changed
 
     started = time.monotonic()
@@ -564,7 +537,7 @@ def _title_changes(
     wanted = [title for _, title in titles if title is not None]
     if not wanted:
         return {}, 0
-    found = raw(_TITLES_SQL, [json.dumps(sorted(set(wanted)))]).fetchall()
+    found = raw(sqlite_sql.TITLES_FROM_LIST, [json.dumps(sorted(set(wanted)))]).fetchall()
     taken = {title for (title,) in found}
     used = set(wanted)
     out: dict[str, str | None] = {}
@@ -605,7 +578,6 @@ __all__ = [
     "SessionSource",
     "Staging",
     "insert_rows",
-    "insert_sql",
     "statement_sizes",
     "write_at_once",
 ]

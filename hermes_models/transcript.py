@@ -311,15 +311,7 @@ def rewind(
                 f"id={target_message_id})"
             )
         target["content"] = decode_content(target["content"])
-        count = (
-            Message.update(active=0)
-            .where(
-                Message.session == session_id,
-                Message.id >= target_message_id,
-                Message.active == 1,
-            )
-            .execute()
-        )
+        count = _set_active(session_id, target_message_id, active=False)
         Session.update(rewind_count=fn.COALESCE(Session.rewind_count, 0) + 1).where(
             Session.id == session_id
         ).execute()
@@ -346,19 +338,19 @@ def restore_rewound(
     check_session_id(session_id)
     check_int64(since_message_id, argument)
 
-    def run() -> int:
-        count = (
-            Message.update(active=1)
-            .where(
-                Message.session == session_id,
-                Message.id >= since_message_id,
-                Message.active == 0,
-            )
-            .execute()
-        )
-        return int(count)
+    return write(lambda: _set_active(session_id, since_message_id, active=True))
 
-    return write(run)
+
+def _set_active(session_id: str, first_id: int, *, active: bool) -> int:
+    """Make the messages of ``session_id`` with id >= ``first_id`` active or inactive
+    (inside a write); returns how many changed."""
+    flag = 1 if active else 0
+    count = (
+        Message.update(active=flag)
+        .where(Message.session == session_id, Message.id >= first_id, Message.active == 1 - flag)
+        .execute()
+    )
+    return int(count)
 
 
 #: Message keys ``replace_messages`` keeps only on assistant messages, as Hermes does.

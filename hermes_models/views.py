@@ -103,24 +103,44 @@ def _title_and(title: Any, more: Any, style: str = "dim") -> Text:
     return text
 
 
-def sessions_table(rows: list[dict[str, Any]], clock: Clock, ids: dict[str, str]) -> Table:
-    """The session listing: id, source, message count, last activity, title and preview."""
+def _sessions_of(
+    rows: list[dict[str, Any]],
+    clock: Clock,
+    ids: dict[str, str],
+    when: tuple[str, str],
+    last: tuple[str, Callable[[dict[str, Any]], Text]],
+) -> Table:
+    """A table of sessions: id, source, message count, the ``when`` column (header, key)
+    and the ``last`` one (header, cell of a row)."""
     table = _table()
     _id_column(table, ids.values())
     table.add_column("Source", overflow="fold")
     table.add_column("Msgs", justify="right", no_wrap=True)
-    last = _time_header(clock, "Last active", (row.get("last_active") for row in rows))
-    table.add_column(last, no_wrap=True, min_width=_TIME)
-    table.add_column("Title / preview", overflow="fold", ratio=1)
+    header, key = when
+    table.add_column(
+        _time_header(clock, header, (row.get(key) for row in rows)), no_wrap=True, min_width=_TIME
+    )
+    table.add_column(last[0], overflow="fold", ratio=1)
     for row in rows:
         table.add_row(
             ids.get(row["id"], row["id"]),
             row.get("source") or "",
             str(row.get("message_count") or 0),
-            clock.cell(row.get("last_active")),
-            _title_and(row.get("title"), row.get("preview")),
+            clock.cell(row.get(key)),
+            last[1](row),
         )
     return table
+
+
+def sessions_table(rows: list[dict[str, Any]], clock: Clock, ids: dict[str, str]) -> Table:
+    """The session listing: id, source, message count, last activity, title and preview."""
+    return _sessions_of(
+        rows,
+        clock,
+        ids,
+        ("Last active", "last_active"),
+        ("Title / preview", lambda row: _title_and(row.get("title"), row.get("preview"))),
+    )
 
 
 # -- one session ----------------------------------------------------------------------------
@@ -325,22 +345,13 @@ def plan_rows(
 
 def plan_table(rows: list[dict[str, Any]], clock: Clock, ids: dict[str, str]) -> Table:
     """The sessions of a deletion plan: id, source, count, start, what happens, title."""
-    table = _table()
-    _id_column(table, ids.values())
-    table.add_column("Source", overflow="fold")
-    table.add_column("Msgs", justify="right", no_wrap=True)
-    started = _time_header(clock, "Started", (row.get("started_at") for row in rows))
-    table.add_column(started, no_wrap=True, min_width=_TIME)
-    table.add_column("Effect / title", overflow="fold", ratio=1)
-    for row in rows:
-        table.add_row(
-            ids.get(row["id"], row["id"]),
-            row.get("source") or "",
-            str(row.get("message_count") or 0),
-            clock.cell(row.get("started_at")),
-            _title_and(row["effect"], row.get("title"), ""),
-        )
-    return table
+    return _sessions_of(
+        rows,
+        clock,
+        ids,
+        ("Started", "started_at"),
+        ("Effect / title", lambda row: _title_and(row["effect"], row.get("title"), "")),
+    )
 
 
 # -- reports --------------------------------------------------------------------------------

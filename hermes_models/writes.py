@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import peewee
 
+from . import sqlite_sql
 from .errors import WriteConflictError, is_lock_error, is_read_only_error
 from .files import read_only_file_error
 
@@ -102,7 +103,7 @@ class _Immediate:
         self.conn: sqlite3.Connection = db.connection()
 
     def __enter__(self) -> _Immediate:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
         self.db.push_transaction(self)
         return self
 
@@ -114,7 +115,7 @@ class _Immediate:
             db._clear_commit_callbacks()
             return
         try:
-            self.conn.execute("COMMIT")
+            self.conn.execute(sqlite_sql.COMMIT)
         except BaseException:
             self.conn.rollback()
             db._clear_commit_callbacks()
@@ -169,7 +170,7 @@ def checkpoint(db: HermesDatabase, mode: str = "PASSIVE") -> None:
     if db.read_only or db.journal != "wal" or (db.shape and db.shape.newer):
         return
     try:
-        db.execute_sql(f"PRAGMA wal_checkpoint({mode})")
+        db.execute_sql(sqlite_sql.wal_checkpoint(mode))
     except (sqlite3.Error, peewee.PeeweeException) as exc:
         logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
 
@@ -228,7 +229,7 @@ def _truncate_wal(conn: sqlite3.Connection, size: int) -> bool:
     """A PASSIVE checkpoint, then a TRUNCATE one when readers allow (see
     :meth:`Checkpoints.bound_wal`); True when the ``-wal`` file was emptied."""
     try:
-        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        busy, frames, copied = conn.execute(sqlite_sql.WAL_CHECKPOINT_PASSIVE).fetchone()
         if (busy or copied < frames) and size <= WAL_FORCE_TRUNCATE_ABOVE_BYTES:
             # A reader still needs frames from before the last commits: TRUNCATE
             # would hold the writers up waiting for it. Try again later.
@@ -244,12 +245,12 @@ def _truncate_wal(conn: sqlite3.Connection, size: int) -> bool:
         # worth holding the writers up a little longer.
         wait = WAL_TRUNCATE_WAIT_S * max(1.0, size / max(1, WAL_FORCE_TRUNCATE_ABOVE_BYTES))
         wait = min(wait, max(BUSY_TIMEOUT_S, WAL_TRUNCATE_WAIT_S))
-        previous = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-        conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        previous = int(conn.execute(sqlite_sql.BUSY_TIMEOUT).fetchone()[0])
+        conn.execute(sqlite_sql.set_busy_timeout(int(wait * 1000)))
         try:
-            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            busy, frames, copied = conn.execute(sqlite_sql.WAL_CHECKPOINT_TRUNCATE).fetchone()
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {previous}")
+            conn.execute(sqlite_sql.set_busy_timeout(previous))
     except sqlite3.Error as exc:
         logger.debug("wal_checkpoint(TRUNCATE) of a %d-byte WAL failed: %s", size, exc)
         return False

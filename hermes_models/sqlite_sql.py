@@ -1,0 +1,376 @@
+"""Every hand-written SQL statement the package runs on SQLite, named.
+
+The rule: SQL built with peewee stays with its models and is rendered once by
+:mod:`hermes_models.statements`; SQL written by hand lives here, one named
+constant per statement, so a reader sees in one page all the SQL the package
+writes itself. PRAGMAs and transaction statements (``BEGIN IMMEDIATE``) count
+as SQL. A statement that takes a table, column or mode name (SQLite binds
+values, never names) is a small function; each says where its names come
+from. A second dialect gets a sibling module with the same names.
+
+The search statements (the FTS5 ``MATCH`` queries, the gram index) are built
+in the search modules; they move here as those modules come to use it.
+
+The texts are exactly those Hermes and the tests see: a trace of a write
+reads ``BEGIN IMMEDIATE``, then the statement, then ``COMMIT``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# -- transactions ---------------------------------------------------------------------------
+
+#: A read transaction: every statement after it reads one snapshot.
+BEGIN = "BEGIN"
+#: A write transaction that takes the write lock first.
+BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+#: The savepoint in which a write catches the gram index up (a failure there is dropped).
+SAVEPOINT_GRAMS = "SAVEPOINT hermes_models_grams"
+ROLLBACK_TO_GRAMS = "ROLLBACK TO hermes_models_grams"
+RELEASE_GRAMS = "RELEASE hermes_models_grams"
+
+# -- connection settings --------------------------------------------------------------------
+
+JOURNAL_MODE = "PRAGMA journal_mode"
+JOURNAL_MODE_WAL = "PRAGMA journal_mode=WAL"
+JOURNAL_MODE_DELETE = "PRAGMA journal_mode=DELETE"
+#: A scratch file: no journal, no syncing.
+JOURNAL_MODE_OFF = "PRAGMA journal_mode = OFF"
+SYNCHRONOUS_OFF = "PRAGMA synchronous = OFF"
+FOREIGN_KEYS = "PRAGMA foreign_keys"
+FOREIGN_KEYS_ON = "PRAGMA foreign_keys = ON"
+FOREIGN_KEYS_OFF = "PRAGMA foreign_keys = OFF"
+#: Foreign keys checked at the commit, not at each statement (until the transaction ends).
+DEFER_FOREIGN_KEYS_ON = "PRAGMA defer_foreign_keys = ON"
+BUSY_TIMEOUT = "PRAGMA busy_timeout"
+USER_VERSION = "PRAGMA user_version"
+PAGE_COUNT = "PRAGMA page_count"
+COMPILE_OPTIONS = "PRAGMA compile_options"
+INTEGRITY_CHECK = "PRAGMA integrity_check"
+FOREIGN_KEY_CHECK = "PRAGMA foreign_key_check"
+#: Lets a repair edit ``sqlite_master`` directly.
+WRITABLE_SCHEMA_ON = "PRAGMA writable_schema=ON"
+WRITABLE_SCHEMA_OFF = "PRAGMA writable_schema=OFF"
+WAL_CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
+WAL_CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+VACUUM = "VACUUM"
+
+
+def set_foreign_keys(value: int) -> str:
+    """Foreign keys on (1) or off (0), as ``PRAGMA foreign_keys`` reported them."""
+    return f"PRAGMA foreign_keys = {int(value)}"
+
+
+def set_busy_timeout(milliseconds: int) -> str:
+    """How long a statement waits on a lock (a PRAGMA takes no bound value)."""
+    return f"PRAGMA busy_timeout = {int(milliseconds)}"
+
+
+def set_user_version(version: int) -> str:
+    """Write ``user_version`` (back to the value it had: a write that changes nothing)."""
+    return f"PRAGMA user_version = {int(version)}"
+
+
+def wal_checkpoint(mode: str) -> str:
+    """A WAL checkpoint; ``mode`` is one of SQLite's four, checked by the caller."""
+    return f"PRAGMA wal_checkpoint({mode})"
+
+
+def table_info(table: str) -> str:
+    """The columns of ``table`` (a name read from ``sqlite_master`` or one of ours)."""
+    return f'PRAGMA table_info("{table}")'
+
+
+# -- the schema as SQLite keeps it -----------------------------------------------------------
+
+#: A statement that reads the schema: it loads a changed schema, or fails on a bad file.
+READ_SCHEMA = "SELECT COUNT(*) FROM sqlite_master"
+SCHEMA_NAMES = "SELECT name FROM sqlite_master"
+TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+TRIGGER_NAMES = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+#: Which of two tables exist (two bound names).
+TABLES_NAMED = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
+#: Tables and views with their CREATE text, and one index by its bound name.
+TABLES_AND_VIEWS = (
+    "SELECT name, type, COALESCE(sql, '') FROM sqlite_master"
+    " WHERE type IN ('table', 'view') OR (type = 'index' AND name = ?)"
+)
+#: The FTS5 tables of a file, whatever their names.
+FTS5_TABLES = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'"
+    " AND lower(sql) LIKE '%using fts5%'"
+)
+#: The tables and triggers of the two message search indexes.
+SEARCH_OBJECT_NAMES = (
+    "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+    " AND name LIKE 'messages_fts%'"
+)
+#: The CREATE text of the search indexes' tables and triggers, in creation order.
+SEARCH_SCHEMA = (
+    "SELECT name, sql FROM sqlite_master "
+    "WHERE name LIKE 'messages!_fts%' ESCAPE '!' "
+    "AND (type = 'trigger' OR sql LIKE 'CREATE VIRTUAL TABLE%') ORDER BY rowid"
+)
+#: Whether the triggers of a newer Hermes' CJK index exist.
+CJK_TRIGGER_COUNT = (
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'messages_fts_cjk%'"
+)
+#: A repair: keep the first of each duplicated schema entry.
+DEDUP_SCHEMA = (
+    "DELETE FROM sqlite_master WHERE rowid NOT IN "
+    "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name)"
+)
+#: A repair: forget the message search indexes (rebuilt by their migration after).
+FORGET_SEARCH_SCHEMA = "DELETE FROM sqlite_master WHERE name LIKE 'messages!_fts%' ESCAPE '!'"
+DROP_FTS5_PROBE = "DROP TABLE temp.hermes_models_probe"
+
+
+def table_sql(table: str) -> str:
+    """The CREATE text of ``table`` (a name from ``sqlite_master``)."""
+    return f"SELECT sql FROM sqlite_master WHERE name = '{table}'"
+
+
+def if_not_exists(kind: str, name: str, rest: str) -> str:
+    """A CREATE statement of the migrations made idempotent (``kind``, ``name`` and the
+    ``rest`` of the statement are read from the migration's own text)."""
+    return f"CREATE {kind} IF NOT EXISTS {name}{rest}"
+
+
+def read_nothing_from(table: str) -> str:
+    """A read of ``table`` that returns no row: preparing it opens the table."""
+    return f'SELECT 1 FROM "{table}" WHERE 0'
+
+
+def create_fts5_probe(options: str) -> str:
+    """A scratch FTS5 table with tokenizer ``options``: does this build have them?"""
+    return f"CREATE VIRTUAL TABLE temp.hermes_models_probe USING fts5(x{options})"
+
+
+# -- versions and migrations -----------------------------------------------------------------
+
+SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+SET_SCHEMA_VERSION = "UPDATE schema_version SET version = :version"
+APPLIED_MIGRATIONS = "SELECT migration_hash FROM _yoyo_migration"
+YOYO_LOCK_PID = "SELECT pid FROM yoyo_lock"
+
+# -- state_meta -------------------------------------------------------------------------------
+
+META_VALUE = "SELECT value FROM state_meta WHERE key = ?"
+#: The full-text settings a newer Hermes records.
+FTS_META = "SELECT key, value FROM state_meta WHERE key LIKE 'fts%' ORDER BY key"
+UPSERT_META = (
+    "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+SET_META_VALUE = "UPDATE state_meta SET value = ? WHERE key = ?"
+DELETE_META = "DELETE FROM state_meta WHERE key = ?"
+
+# -- sessions, messages and the message id sequence -------------------------------------------
+
+COUNT_SESSIONS = "SELECT COUNT(*) FROM sessions"
+COUNT_MESSAGES = "SELECT COUNT(*) FROM messages"
+MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
+#: The highest message id, 0 for none.
+HIGHEST_MESSAGE_ID = "SELECT COALESCE(MAX(id), 0) FROM messages"
+#: Whether a message id between two bound ids is taken.
+MESSAGE_IDS_BETWEEN = "SELECT EXISTS (SELECT 1 FROM messages WHERE id BETWEEN ? AND ?)"
+SET_SESSION_COUNTERS = "UPDATE sessions SET message_count = ?, tool_call_count = ? WHERE id = ?"
+#: Up to 2,000 messages of the sessions of a JSON list with ids in a range.
+DELETE_STAGED_MESSAGES = (
+    "DELETE FROM messages WHERE id IN (SELECT id FROM messages "
+    "WHERE id BETWEEN ? AND ? AND session_id IN (SELECT value FROM json_each(?)) "
+    "LIMIT 2000)"
+)
+#: The titles of sessions at or after each title of a bound JSON list, up to its
+#: numbered variants (``title #2``): a range of the unique title index.
+TITLES_FROM_LIST = """
+SELECT s.title FROM json_each(?) AS w JOIN sessions AS s
+ON s.title >= w.value AND s.title < w.value || ' $'
+"""
+#: The values of a bound JSON list, as a subquery (``IN`` any number of ids, one value).
+JSON_LIST = "(SELECT value FROM json_each(?))"
+MESSAGE_SEQUENCE = "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
+SEQUENCE_OF = "SELECT seq FROM sqlite_sequence WHERE name = ?"
+INSERT_SEQUENCE = "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)"
+SET_SEQUENCE = "UPDATE sqlite_sequence SET seq = ? WHERE name = ?"
+#: The sequence row of a name still at a value, when no message id above a bound id exists.
+_UNUSED_SEQUENCE = "name = ? AND seq = ? AND NOT EXISTS (SELECT 1 FROM messages WHERE id > ?)"
+DELETE_UNUSED_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE {_UNUSED_SEQUENCE}"
+LOWER_UNUSED_SEQUENCE = f"UPDATE sqlite_sequence SET seq = ? WHERE {_UNUSED_SEQUENCE}"
+
+
+def set_message_sequence(value: int) -> str:
+    """Set the message id sequence to ``value`` (written in: a checked integer)."""
+    return f"UPDATE sqlite_sequence SET seq = {int(value)} WHERE name = 'messages'"
+
+
+def quote(name: str) -> str:
+    """``name`` as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def multi_row_insert(table: str, columns: Sequence[str], rows: int) -> str:
+    """A multi-row ``INSERT`` of ``rows`` rows into ``columns`` of ``table`` (names of the
+    models)."""
+    marks = "(" + ", ".join("?" * len(columns)) + ")"
+    names = ", ".join(quote(c) for c in columns)
+    return f"INSERT INTO {quote(table)} ({names}) VALUES " + ", ".join([marks] * rows)
+
+
+def ids_in_list(table: str) -> str:
+    """The ids of ``table`` (``sessions`` or ``messages``) among a bound JSON list."""
+    return f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))'
+
+
+def columns_by_key(table: str, columns: Sequence[str], key: str) -> str:
+    """``columns`` of the row of ``table`` whose ``key`` column is bound (names read from
+    the file: columns a newer Hermes added)."""
+    selected = ", ".join(quote(c) for c in columns)
+    return f'SELECT {selected} FROM "{table}" WHERE "{key}" = ?'
+
+
+# -- health: counting, copying and checking the search indexes -------------------------------
+
+#: The text the search-index triggers put in each index, per message ``m``.
+INDEXED_TEXT = (
+    "COALESCE(m.content, '') || ' ' || COALESCE(m.tool_name, '') || ' ' || "
+    "COALESCE(m.tool_calls, '')"
+)
+ATTACH_SOURCE = "ATTACH DATABASE ? AS source"
+DETACH_SOURCE = "DETACH DATABASE source"
+
+
+def count_rows(table: str) -> str:
+    """How many rows ``table`` (a search index of the file) has."""
+    return f"SELECT COUNT(*) FROM {table}"
+
+
+def fts_integrity_check(table: str) -> str:
+    """FTS5's own check of the index ``table`` (as the caller spells it, quoted or not)."""
+    return f"INSERT INTO {table}({table}) VALUES ('integrity-check')"
+
+
+def clear_main(table: str) -> str:
+    """Empty ``table`` of the scratch copy (a shadow table of a search index)."""
+    return f"DELETE FROM main.{table}"
+
+
+def copy_from_source(table: str) -> str:
+    """Copy ``table`` from the attached ``source`` file into the scratch copy."""
+    return f"INSERT INTO main.{table} SELECT * FROM source.{table}"
+
+
+def messages_not_indexed(table: str) -> str:
+    """How many messages the search index ``table`` lacks."""
+    return (
+        f"SELECT COUNT(*) FROM messages m WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {table} f WHERE f.rowid = m.id)"
+    )
+
+
+def stray_index_rows(table: str) -> str:
+    """How many rows of the search index ``table`` no message has."""
+    return f"SELECT COUNT(*) FROM {table} WHERE rowid NOT IN (SELECT id FROM messages)"
+
+
+def stale_index_rows(table: str) -> str:
+    """How many rows of the search index ``table`` hold text their message no longer has."""
+    return (
+        f"SELECT COUNT(*) FROM messages m JOIN {table} f ON f.rowid = m.id "
+        f"WHERE f.content IS NOT {INDEXED_TEXT}"
+    )
+
+
+__all__ = [
+    "APPLIED_MIGRATIONS",
+    "ATTACH_SOURCE",
+    "BEGIN",
+    "BEGIN_IMMEDIATE",
+    "BUSY_TIMEOUT",
+    "CJK_TRIGGER_COUNT",
+    "COMMIT",
+    "COMPILE_OPTIONS",
+    "COUNT_MESSAGES",
+    "COUNT_SESSIONS",
+    "DEDUP_SCHEMA",
+    "DEFER_FOREIGN_KEYS_ON",
+    "DELETE_META",
+    "DELETE_STAGED_MESSAGES",
+    "DELETE_UNUSED_SEQUENCE",
+    "DETACH_SOURCE",
+    "DROP_FTS5_PROBE",
+    "FOREIGN_KEYS",
+    "FOREIGN_KEYS_OFF",
+    "FOREIGN_KEYS_ON",
+    "FOREIGN_KEY_CHECK",
+    "FORGET_SEARCH_SCHEMA",
+    "FTS5_TABLES",
+    "FTS_META",
+    "HIGHEST_MESSAGE_ID",
+    "INDEXED_TEXT",
+    "INSERT_SEQUENCE",
+    "INTEGRITY_CHECK",
+    "JOURNAL_MODE",
+    "JOURNAL_MODE_DELETE",
+    "JOURNAL_MODE_OFF",
+    "JOURNAL_MODE_WAL",
+    "JSON_LIST",
+    "LOWER_UNUSED_SEQUENCE",
+    "MAX_MESSAGE_ID",
+    "MESSAGE_IDS_BETWEEN",
+    "MESSAGE_SEQUENCE",
+    "META_VALUE",
+    "PAGE_COUNT",
+    "READ_SCHEMA",
+    "RELEASE_GRAMS",
+    "ROLLBACK",
+    "ROLLBACK_TO_GRAMS",
+    "SAVEPOINT_GRAMS",
+    "SCHEMA_NAMES",
+    "SCHEMA_VERSION",
+    "SEARCH_OBJECT_NAMES",
+    "SEARCH_SCHEMA",
+    "SEQUENCE_OF",
+    "SET_META_VALUE",
+    "SET_SCHEMA_VERSION",
+    "SET_SEQUENCE",
+    "SET_SESSION_COUNTERS",
+    "SYNCHRONOUS_OFF",
+    "TABLES_AND_VIEWS",
+    "TABLES_NAMED",
+    "TABLE_NAMES",
+    "TITLES_FROM_LIST",
+    "TRIGGER_NAMES",
+    "UPSERT_META",
+    "USER_VERSION",
+    "VACUUM",
+    "WAL_CHECKPOINT_PASSIVE",
+    "WAL_CHECKPOINT_TRUNCATE",
+    "WRITABLE_SCHEMA_OFF",
+    "WRITABLE_SCHEMA_ON",
+    "YOYO_LOCK_PID",
+    "clear_main",
+    "columns_by_key",
+    "copy_from_source",
+    "count_rows",
+    "create_fts5_probe",
+    "fts_integrity_check",
+    "ids_in_list",
+    "if_not_exists",
+    "messages_not_indexed",
+    "multi_row_insert",
+    "quote",
+    "read_nothing_from",
+    "set_busy_timeout",
+    "set_foreign_keys",
+    "set_message_sequence",
+    "set_user_version",
+    "stale_index_rows",
+    "stray_index_rows",
+    "table_info",
+    "table_sql",
+    "wal_checkpoint",
+]
