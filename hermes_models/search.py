@@ -195,9 +195,9 @@ GRAM_REACH_SQL = (
 
 #: Messages, divided by the number of terms, that a first try looks at (newest first)
 #: when nothing tells whether a query's hits are common (:func:`_walk_newest`).
-WALK_BUDGET = 20_000
+WALK_BUDGET = 100_000
 #: The fewest messages such a first try looks at.
-WALK_BUDGET_MIN = 500
+WALK_BUDGET_MIN = 2_000
 
 
 def _walkable(plan: MessagePlan) -> bool:
