@@ -50,6 +50,11 @@ class BoundedCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def keys(self) -> list[K]:
+        """The keys held now, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
     def clear(self) -> None:
         """Forget every entry."""
         with self._lock:

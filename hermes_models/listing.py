@@ -20,7 +20,6 @@ import peewee
 from peewee import JOIN, SQL, Value, fn
 
 from .binding import current, file_has, newer_file
-from .caches import BoundedCache
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .lineage import (
     TIP_MAX_HOPS,
@@ -30,7 +29,7 @@ from .lineage import (
     walk_sessions,
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
-from .statements import Prepared, fetch_dicts
+from .statements import Prepared, cached, fetch_dicts
 
 #: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")
@@ -159,9 +158,6 @@ def _chain(roots_cte: Any) -> Any:
     return walk_sessions(Session, roots_cte, follow=compression_expr, name="chain")
 
 
-_LISTINGS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("listing statements", 64)
-
-
 def rich_listing(
     *,
     source: Any = None,
@@ -219,7 +215,7 @@ def rich_listing(
 
         return Prepared(build, *names, "limit", "offset", *optional)
 
-    prepared = _LISTINGS.get(shape, prepare)
+    prepared = cached(("listing", shape), prepare)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     values: dict[str, Any] = {
         "limit": limit,
@@ -360,9 +356,6 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-_COUNTS: BoundedCache[tuple[Any, ...], Prepared] = BoundedCache("session counts", 64)
-
-
 def count_sessions(
     *,
     source: Any = None,
@@ -404,7 +397,7 @@ def count_sessions(
     values: dict[str, Any] = {"min_count": min_message_count}
     values.update({f"source{i}": value for i, value in enumerate(sources)})
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
-    return int(_COUNTS.get(shape, prepare).scalar(current(), **values))
+    return int(cached(("count", shape), prepare).scalar(current(), **values))
 
 
 def plain_listing(

@@ -36,7 +36,6 @@ from peewee import JOIN, SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from .binding import current, file_key
-from .caches import BoundedCache
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
 from .grams import candidates_sql, exact, grams, match_any, term_match
 from .lineage import MAX_DEPTH, branch_expr, delegate_marked, extend_path, not_visited, path_of
@@ -910,17 +909,10 @@ def _order(sort: str, table: Any = None) -> list[Any]:
     return [col("rank"), col("timestamp").desc(), col("id").desc()]
 
 
-#: Rendered statements by (shape, filters, sort): a shape costs milliseconds to render.
-_SEARCH_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
-    "search statements", 128
-)
-
-
 def search_statement(shape: Shape, filters: FilterShape, sort: str) -> Statement:
-    """One page of hits, ordered by ``sort`` (cached; see :func:`render_search`)."""
-    return _SEARCH_STATEMENTS.get(
-        (shape, filters, sort), lambda: render_search(shape, filters, sort)
-    )
+    """One page of hits, ordered by ``sort`` (cached by shape, filters and sort: a
+    shape costs milliseconds to render; see :func:`render_search`)."""
+    return cached(("search", shape, filters, sort), lambda: render_search(shape, filters, sort))
 
 
 def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
@@ -1069,16 +1061,11 @@ def _owners(hits: Any) -> tuple[Any, Any]:
     return climb, owners
 
 
-_SESSION_STATEMENTS: BoundedCache[tuple[Any, ...], Statement] = BoundedCache(
-    "session search statements", 64
-)
-
-
 def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
     """Sessions with hits, one row per lineage root: the root's columns, then ``_best_id``,
     ``_matched``, ``_rank`` and ``_hits`` (cached by shape, sources and ``rank_mode``)."""
-    key = (shape, n_sources, rank_mode)
-    return _SESSION_STATEMENTS.get(key, lambda: _sessions(shape, n_sources, rank_mode))
+    key = ("sessions", shape, n_sources, rank_mode)
+    return cached(key, lambda: _sessions(shape, n_sources, rank_mode))
 
 
 def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from peewee import Value
 
@@ -133,13 +133,16 @@ def _name_parameters(sql: str, names: list[str | None], fixed: list[Any]) -> str
     return "".join(parts)
 
 
-#: Every rendered statement, by what its SQL depends on: the one statement cache.
-STATEMENTS: BoundedCache[Hashable, Statement] = BoundedCache("statements", 512)
+#: Every rendered statement (and :class:`Prepared` statement), by what its SQL depends
+#: on: the one statement cache. Keys start with what kind of statement they hold.
+STATEMENTS: BoundedCache[Hashable, Any] = BoundedCache("statements", 256)
+
+_Kept = TypeVar("_Kept")
 
 
-def cached(key: Hashable, make: Callable[[], Statement]) -> Statement:
-    """The statement kept for ``key``, rendered by ``make`` when missing."""
-    return STATEMENTS.get(key, make)
+def cached(key: Hashable, make: Callable[[], _Kept]) -> _Kept:
+    """The statement kept for ``key``, made by ``make`` when missing."""
+    return cast(_Kept, STATEMENTS.get(key, make))
 
 
 class Prepared:
@@ -167,7 +170,7 @@ class Prepared:
         if last is not None and last[0] is shape and shape is not None:
             return last[1]
         key = (self, None if shape is None else shape.key)
-        statement = STATEMENTS.get(key, lambda: self._render(db))
+        statement: Statement = cached(key, lambda: self._render(db))
         self._last = (shape, statement, *statement)
         return statement
 
