@@ -47,6 +47,9 @@ FOREIGN_KEYS_OFF = "PRAGMA foreign_keys = OFF"
 DEFER_FOREIGN_KEYS_ON = "PRAGMA defer_foreign_keys = ON"
 BUSY_TIMEOUT = "PRAGMA busy_timeout"
 USER_VERSION = "PRAGMA user_version"
+#: SQLite's schema cookie, changed by every schema change (not the ``schema_version``
+#: table of :data:`SCHEMA_VERSION`): whether what was read of the schema still holds.
+SCHEMA_COOKIE = "PRAGMA schema_version"
 PAGE_COUNT = "PRAGMA page_count"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
@@ -329,6 +332,7 @@ __all__ = [
     "ROLLBACK",
     "ROLLBACK_TO_GRAMS",
     "SAVEPOINT_GRAMS",
+    "SCHEMA_COOKIE",
     "SCHEMA_NAMES",
     "SCHEMA_VERSION",
     "SEARCH_OBJECT_NAMES",
