@@ -287,6 +287,17 @@ def stale_index_rows(table: str) -> str:
     )
 
 
+# -- fragments of the search's peewee queries ------------------------------------------------
+
+#: The rows of an FTS5 table whose rowid is in a bound JSON list; ``+`` keeps FTS5 from
+#: running its ``MATCH`` once per id (the matches are read once and filtered).
+ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
+#: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page (both
+#: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
+#: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).
+REST_LIMIT = '(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM "first")) END)'
+
+
 # -- the gram index and the TEMP triggers that keep it in step ---------------------------------
 
 #: The FTS5 table of grams (migration 0007), the row holding the high-water mark, and the
@@ -490,8 +501,10 @@ __all__ = [
     "READ_SCHEMA",
     "RELEASE_GRAMS",
     "RESET_GRAM_MARK",
+    "REST_LIMIT",
     "ROLLBACK",
     "ROLLBACK_TO_GRAMS",
+    "ROWID_IN_JSON_LIST",
     "SAVEPOINT_GRAMS",
     "SCHEMA_COOKIE",
     "SCHEMA_NAMES",
