@@ -8,8 +8,10 @@ as SQL. A statement that takes a table, column or mode name (SQLite binds
 values, never names) is a small function; each says where its names come
 from. A second dialect gets a sibling module with the same names.
 
-The search statements (the FTS5 ``MATCH`` queries, the gram index) are built
-in the search modules; they move here as those modules come to use it.
+The search's FTS5 ``MATCH`` queries are built with peewee in
+:mod:`hermes_models.plan`; the fragments it splices into them (``json_each``
+lists, a ``LIMIT``) are here, and so are the gram index's statements and the
+TEMP triggers that keep it in step (:mod:`hermes_models.grams`).
 
 The texts are exactly those Hermes and the tests see: a trace of a write
 reads ``BEGIN IMMEDIATE``, then the statement, then ``COMMIT``.
@@ -326,10 +328,10 @@ GRAM_REACH = f"SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM {G
 
 
 def gram_candidates(match: str = "?") -> str:
-    """A subquery of the ids of the messages that may hold what ``match`` (a bound
-    parameter, or an expression of the caller's query) asks for (NULL: nothing): the
-    index's answer, the rows above the mark, and the rows deleted or changed by others
-    since they were indexed."""
+    """A subquery of the ids of the messages that may hold what ``match`` asks for (NULL:
+    nothing): the index's answer, the rows above the mark, and the rows deleted or
+    changed by others since they were indexed. ``match`` is written in twice: a
+    parameter (``?``, bound twice) or an expression of the caller's query."""
     return (
         f"SELECT rowid FROM {GRAM_TABLE} WHERE {match} IS NOT NULL AND {GRAM_TABLE} MATCH {match}"
         f" UNION SELECT id FROM messages WHERE id > (SELECT high_water FROM {GRAM_MARK_TABLE})"
