@@ -39,6 +39,7 @@ from typing import Any
 
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
+from . import sqlite_sql
 from .binding import current, database
 from .caches import BoundedSet
 from .grams import usable
@@ -88,7 +89,7 @@ _warned: BoundedSet[tuple[str, str]] = BoundedSet("search warnings", 256)
 def available_routes() -> frozenset[str]:
     """The routes the open file can serve: LIKE always, each index when its table exists."""
     db = current()
-    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]
+    version = db.execute_sql(sqlite_sql.SCHEMA_COOKIE).fetchone()[0]
     cached = _schema_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]
@@ -105,9 +106,7 @@ def available_routes() -> frozenset[str]:
         _schema_cache[db] = (version, routes)
         return routes
     names = {model._meta.table_name: route for route, model in INDEXES.items()}
-    rows = db.execute_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)", list(names)
-    ).fetchall()
+    rows = db.execute_sql(sqlite_sql.TABLES_NAMED, list(names)).fetchall()
     routes = frozenset({LIKE, *(names[row[0]] for row in rows)})
     _schema_cache[db] = (version, routes)
     return routes
@@ -117,7 +116,7 @@ def gram_index_ready() -> bool:
     """True when the open file has the gram index (:mod:`hermes_models.grams`) and this
     SQLite build can read it."""
     db = current()
-    version = db.execute_sql("PRAGMA schema_version").fetchone()[0]
+    version = db.execute_sql(sqlite_sql.SCHEMA_COOKIE).fetchone()[0]
     cached = _gram_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]

@@ -46,6 +46,8 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from . import sqlite_sql
+
 if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
     from .db import HermesDatabase
     from .query import Term
@@ -70,17 +72,18 @@ def _runs() -> re.Pattern[str]:
     ``import hermes_models`` stays short)."""
     return re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]+")
 
+
 #: The FTS5 table of grams, the row holding the high-water mark, and the list of
 #: indexed messages deleted or changed by a connection that did not update it.
-TABLE = "messages_cjk"
-MARK_TABLE = "messages_cjk_mark"
-GONE_TABLE = "messages_cjk_gone"
+TABLE = sqlite_sql.GRAM_TABLE
+MARK_TABLE = sqlite_sql.GRAM_MARK_TABLE
+GONE_TABLE = sqlite_sql.GRAM_GONE_TABLE
 
 #: The SQL function our connections register to compute a message's grams.
-GRAMS_FUNCTION = "hermes_models_cjk_grams"
+GRAMS_FUNCTION = sqlite_sql.GRAMS_FUNCTION
 #: The SQL function our TEMP trigger calls when it inserts a message it cannot index
 #: yet (rows from another process lie below it, above the mark).
-BEHIND_FUNCTION = "hermes_models_cjk_behind"
+BEHIND_FUNCTION = sqlite_sql.BEHIND_FUNCTION
 
 #: Rows above the mark a write transaction of ours indexes before it commits, and how
 #: often: the first of every ``CATCH_UP_EVERY`` writes that insert a message above
@@ -158,12 +161,12 @@ def exact(term: Term) -> bool:
 
 #: The ids the gram index lists for one expression of :func:`term_match`, but those of
 #: rows others changed or deleted since (their entries may be stale: a scan decides them).
-GRAM_IDS_SQL = f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH ? EXCEPT SELECT id FROM {GONE_TABLE}"
-
-
+GRAM_IDS_SQL = sqlite_sql.GRAM_IDS
 #: How many messages the gram index lists for one expression, counting up to a cap (the
 #: second parameter): enough to tell a common term from a rare one without reading all.
-GRAM_COUNT_SQL = f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {TABLE} MATCH ? LIMIT ?)"
+GRAM_COUNT_SQL = sqlite_sql.GRAM_COUNT
+#: A subquery of the ids of the messages that may hold what its ``match`` asks for.
+candidates_sql = sqlite_sql.gram_candidates
 
 
 def match_any(terms: Iterable[Term]) -> str:
@@ -172,106 +175,12 @@ def match_any(terms: Iterable[Term]) -> str:
     return " OR ".join(parts)
 
 
-def candidates_sql(match: str = "?") -> str:
-    """A subquery of the ids of the messages that may hold what ``match`` asks for (NULL:
-    nothing): the index's answer, the rows above the mark, and the rows deleted or
-    changed by others since they were indexed."""
-    return (
-        f"SELECT rowid FROM {TABLE} WHERE {match} IS NOT NULL AND {TABLE} MATCH {match}"
-        f" UNION SELECT id FROM messages WHERE id > (SELECT high_water FROM {MARK_TABLE})"
-        f" UNION SELECT id FROM {GONE_TABLE}"
-    )
-
-
 # -- our connections keep the index in step ------------------------------------------------
-
-_MARK = f"(SELECT high_water FROM main.{MARK_TABLE})"
-
-
-def _add(row: str) -> str:
-    """Trigger SQL adding the grams of ``row`` (``new``) to the index."""
-    grams_of = f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
-    return (
-        f"INSERT INTO {TABLE}(rowid, grams)\n"
-        f"    SELECT {row}.id, g FROM (SELECT {grams_of} AS g) WHERE g <> '';"
-    )
-
-
-def _remove(row: str) -> str:
-    """Trigger SQL removing the grams of ``row`` (``old``) from the index."""
-    grams_of = f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
-    return (
-        f"INSERT INTO {TABLE}({TABLE}, rowid, grams)\n"
-        f"    SELECT 'delete', {row}.id, g FROM (SELECT {grams_of} AS g) WHERE g <> '';"
-    )
-
-
-def _grams_of(row: str) -> str:
-    return f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
-
-
-#: A message inserted right above the mark (no unindexed row below it) is indexed;
-#: any other waits for catch_up().
-_NEXT = (
-    f"new.id > {_MARK}"
-    f" AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)"
-)
-
-_TEMP_TRIGGERS = (
-    # Two triggers, so that a message without CJK never opens the FTS5 table: an FTS5
-    # table written in a transaction rewrites its statistics when it commits.
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert
-AFTER INSERT ON main.messages
-WHEN {_NEXT} AND {_grams_of("new")} <> ''
-BEGIN
-    {_add("new")}
-    UPDATE {MARK_TABLE} SET high_water = new.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert_plain
-AFTER INSERT ON main.messages
-WHEN {_NEXT} AND {_grams_of("new")} = ''
-BEGIN
-    UPDATE {MARK_TABLE} SET high_water = new.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_behind
-AFTER INSERT ON main.messages
-WHEN new.id > {_MARK}
- AND EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
-BEGIN
-    SELECT {BEHIND_FUNCTION}();
-END""",
-    # The file's own trigger (BEFORE) listed the id as gone; we remove exactly what the
-    # index holds for the row, so it is not gone after all.
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete
-AFTER DELETE ON main.messages
-WHEN old.id <= {_MARK} AND {_grams_of("old")} <> ''
-BEGIN
-    {_remove("old")}
-    DELETE FROM {GONE_TABLE} WHERE id = old.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete_plain
-AFTER DELETE ON main.messages
-WHEN old.id <= {_MARK} AND {_grams_of("old")} = ''
-BEGIN
-    DELETE FROM {GONE_TABLE} WHERE id = old.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_update
-AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages
-WHEN old.id <= {_MARK} AND new.id = old.id
-BEGIN
-    {_remove("old")}
-    {_add("new")}
-    DELETE FROM {GONE_TABLE} WHERE id = old.id;
-END""",
-)
 
 
 def present(conn: sqlite3.Connection) -> bool:
     """True when the file has the gram index (migration 0007 on a build with FTS5)."""
-    row = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
-        (TABLE, MARK_TABLE, GONE_TABLE),
-    ).fetchone()
+    row = conn.execute(sqlite_sql.GRAM_TABLES_FOUND, (TABLE, MARK_TABLE, GONE_TABLE)).fetchone()
     return bool(row[0] == 3)
 
 
@@ -280,7 +189,7 @@ def usable(conn: sqlite3.Connection) -> bool:
     if not present(conn):
         return False
     try:
-        conn.execute(f"SELECT 1 FROM {TABLE} LIMIT 0")
+        conn.execute(sqlite_sql.OPEN_GRAM_TABLE)
     except sqlite3.Error:  # no FTS5 in this build: the table is inert
         return False
     return True
@@ -301,7 +210,7 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
     conn.create_function(BEHIND_FUNCTION, 0, note_behind)
     if not usable(conn):
         return False
-    for sql in _TEMP_TRIGGERS:
+    for sql in sqlite_sql.GRAM_TRIGGERS:
         conn.execute(sql)
     return True
 
@@ -309,11 +218,7 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
 def _rows_above(conn: Any, limit: int) -> list[tuple[Any, ...]]:
     return cast(
         list[tuple[Any, ...]],
-        conn.execute(
-            f"SELECT id, content, tool_name, tool_calls FROM messages"
-            f" WHERE id > (SELECT high_water FROM {MARK_TABLE}) ORDER BY id LIMIT ?",
-            (limit,),
-        ).fetchall(),
+        conn.execute(sqlite_sql.GRAM_ROWS_ABOVE, (limit,)).fetchall(),
     )
 
 
@@ -324,10 +229,10 @@ def index_rows_above(conn: Any, limit: int) -> int:
     if not rows:
         return 0
     conn.executemany(
-        f"INSERT INTO {TABLE}(rowid, grams) VALUES (?, ?)",
+        sqlite_sql.INSERT_GRAMS,
         [(row[0], g) for row in rows if (g := grams(row[1], row[2], row[3]))],
     )
-    conn.execute(f"UPDATE {MARK_TABLE} SET high_water = ?", (rows[-1][0],))
+    conn.execute(sqlite_sql.SET_GRAM_MARK, (rows[-1][0],))
     return len(rows)
 
 
@@ -337,9 +242,9 @@ def status(db: HermesDatabase) -> dict[str, Any]:
     conn = db.connection()
     if not present(conn):
         return {"present": False, "high_water": None, "behind": None, "gone": None}
-    high_water = conn.execute(f"SELECT high_water FROM {MARK_TABLE}").fetchone()[0]
-    behind = conn.execute("SELECT count(*) FROM messages WHERE id > ?", (high_water,)).fetchone()[0]
-    gone = conn.execute(f"SELECT count(*) FROM {GONE_TABLE}").fetchone()[0]
+    high_water = conn.execute(sqlite_sql.GRAM_MARK).fetchone()[0]
+    behind = conn.execute(sqlite_sql.MESSAGES_ABOVE, (high_water,)).fetchone()[0]
+    gone = conn.execute(sqlite_sql.GRAM_GONE_COUNT).fetchone()[0]
     return {"present": True, "high_water": high_water, "behind": behind, "gone": gone}
 
 
@@ -369,10 +274,8 @@ def catch_up(
             return done
         # Counted by the mark: the write itself may index a few more rows as it commits.
         conn = db.connection()
-        new_mark = conn.execute(f"SELECT high_water FROM {MARK_TABLE}").fetchone()[0]
-        done += conn.execute(
-            "SELECT count(*) FROM messages WHERE id > ? AND id <= ?", (mark, new_mark)
-        ).fetchone()[0]
+        new_mark = conn.execute(sqlite_sql.GRAM_MARK).fetchone()[0]
+        done += conn.execute(sqlite_sql.MESSAGES_ABOVE_UP_TO, (mark, new_mark)).fetchone()[0]
         mark = new_mark
         if progress is not None:
             progress(done, max(total, done))
@@ -397,9 +300,9 @@ def rebuild(
 
     def empty() -> None:
         conn = db.connection()
-        conn.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('delete-all')")
-        conn.execute(f"UPDATE {MARK_TABLE} SET high_water = 0")
-        conn.execute(f"DELETE FROM {GONE_TABLE}")
+        conn.execute(sqlite_sql.EMPTY_GRAMS)
+        conn.execute(sqlite_sql.RESET_GRAM_MARK)
+        conn.execute(sqlite_sql.CLEAR_GRAM_GONE)
 
     db.write(empty)
     return catch_up(db, chunk=chunk, progress=progress)

@@ -35,6 +35,7 @@ import peewee
 from peewee import JOIN, SQL, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
+from . import sqlite_sql
 from .binding import current, file_key
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
 from .grams import candidates_sql, exact, grams, match_any, term_match
@@ -437,7 +438,7 @@ def _like(m: Any, k: int, v: Valuer) -> Any:
 def _found(m: Any, k: int, v: Valuer) -> Any:
     """Term ``k`` among the ids the scan found (slot ``ids{k}``: a JSON array)."""
     ids = v(f"ids{k}")
-    return m.id.in_(SQL("(SELECT value FROM json_each(?))", [getattr(ids, "value", ids)]))
+    return m.id.in_(SQL(sqlite_sql.JSON_LIST, [getattr(ids, "value", ids)]))
 
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
@@ -794,7 +795,7 @@ def _one_index(
         query = query.where(~gap)
     if shape.behind_scanned:
         # The scan of those rows decided them (slot ``behind``).
-        matched = [m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "behind"]))]
+        matched = [m.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "behind"]))]
     else:
         matched = [_behind_nul(m, shape, slot), predicate(m, shape.degraded(), scanned=False)]
         if shape.narrows:
@@ -806,11 +807,6 @@ def _one_index(
         .where(*matched, *where)
     )
     return query, behind
-
-
-#: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page: only
-#: as many as the ranked rows leave (0: that scan is not even started).
-_REST_LIMIT = "(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM \"first\")) END)"
 
 
 def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
@@ -829,7 +825,7 @@ def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
     first = found.order_by(SQL('"rank"')).limit(slot("upto")).cte("first", columns=columns)
     rest = (
         behind.order_by(m.timestamp.desc(), m.id.desc())
-        .limit(SQL(_REST_LIMIT, [SLOT + "upto", SLOT + "upto"]))
+        .limit(SQL(sqlite_sql.REST_LIMIT, [SLOT + "upto", SLOT + "upto"]))
         .cte("rest", columns=columns)
     )
     # Selects from the CTEs by name (``select_from`` would repeat their WITH).
@@ -857,7 +853,7 @@ def hits_query(
     if shape.single is not None:
         query, behind = _one_index(shape, filters, slim=slim, ranked=ranked)
         return query if behind is None else query.union_all(behind)
-    candidates = m.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "cand"]))
+    candidates = m.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "cand"]))
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
         matching = [candidates, *where]
@@ -881,7 +877,7 @@ def hits_query(
     ranked_rows = [index.match(found)]
     if shape.driven(False):
         # Every hit holds a positive LIKE term: rank only the rows the scan found.
-        ranked_rows.append(SQL("+rowid IN (SELECT value FROM json_each(?))", [SLOT + "cand"]))
+        ranked_rows.append(SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "cand"]))
     ranks = (
         index.select(index.rowid.alias("rid"), index.rank().alias("r"))
         .where(*ranked_rows)
@@ -964,7 +960,7 @@ def render_snippets(route: str) -> Statement:
     read once and filtered.
     """
     index = INDEXES[route]
-    ids = SQL("+rowid IN (SELECT value FROM json_each(?))", [SLOT + "ids"])
+    ids = SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "ids"])
     query = index.select(
         index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
     ).where(index.match(slot("q")), ids)
@@ -1001,7 +997,7 @@ def _context(include_inactive: bool) -> Statement:
         .join(prev, JOIN.LEFT_OUTER, on=(prev.id == _neighbour(hit, include_inactive, True)))
         .switch(hit)
         .join(nxt, JOIN.LEFT_OUTER, on=(nxt.id == _neighbour(hit, include_inactive, False)))
-        .where(hit.id.in_(SQL("(SELECT value FROM json_each(?))", [SLOT + "ids"])))
+        .where(hit.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "ids"])))
     )
     return render(query)
 
@@ -1020,7 +1016,7 @@ def best_hits_statement() -> Statement:
 
 def _best_hits() -> Statement:
     m = Message
-    ids = SQL("(SELECT value FROM json_each(?))", [SLOT + "ids"])
+    ids = SQL(sqlite_sql.JSON_LIST, [SLOT + "ids"])
     return render(m.select(m.id, m.content, m.tool_name, m.tool_calls).where(m.id.in_(ids)))
 
 

@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import present
+from . import present, sqlite_sql
 from .binding import current, newer_file
 from .checks import check_flag
 from .fts import INDEXES, available_routes, warn_once
@@ -188,9 +188,7 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
 COMMON_FROM = 1000
 #: The highest message id (how many messages a walk may have to pass, at most) and
 #: the gram index's mark (up to which every message is indexed).
-GRAM_REACH_SQL = (
-    "SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM messages_cjk_mark)"
-)
+GRAM_REACH_SQL = sqlite_sql.GRAM_REACH
 
 
 #: Messages, divided by the number of terms, that a first try looks at (newest first)

@@ -8,8 +8,10 @@ as SQL. A statement that takes a table, column or mode name (SQLite binds
 values, never names) is a small function; each says where its names come
 from. A second dialect gets a sibling module with the same names.
 
-The search statements (the FTS5 ``MATCH`` queries, the gram index) are built
-in the search modules; they move here as those modules come to use it.
+The search's FTS5 ``MATCH`` queries are built with peewee in
+:mod:`hermes_models.plan`; the fragments it splices into them (``json_each``
+lists, a ``LIMIT``) are here, and so are the gram index's statements and the
+TEMP triggers that keep it in step (:mod:`hermes_models.grams`).
 
 The texts are exactly those Hermes and the tests see: a trace of a write
 reads ``BEGIN IMMEDIATE``, then the statement, then ``COMMIT``.
@@ -47,6 +49,9 @@ FOREIGN_KEYS_OFF = "PRAGMA foreign_keys = OFF"
 DEFER_FOREIGN_KEYS_ON = "PRAGMA defer_foreign_keys = ON"
 BUSY_TIMEOUT = "PRAGMA busy_timeout"
 USER_VERSION = "PRAGMA user_version"
+#: SQLite's schema cookie, changed by every schema change (not the ``schema_version``
+#: table of :data:`SCHEMA_VERSION`): whether what was read of the schema still holds.
+SCHEMA_COOKIE = "PRAGMA schema_version"
 PAGE_COUNT = "PRAGMA page_count"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
@@ -284,13 +289,167 @@ def stale_index_rows(table: str) -> str:
     )
 
 
+# -- fragments of the search's peewee queries ------------------------------------------------
+
+#: The rows of an FTS5 table whose rowid is in a bound JSON list; ``+`` keeps FTS5 from
+#: running its ``MATCH`` once per id (the matches are read once and filtered).
+ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
+#: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page (both
+#: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
+#: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).
+REST_LIMIT = '(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM "first")) END)'
+
+
+# -- the gram index and the TEMP triggers that keep it in step ---------------------------------
+
+#: The FTS5 table of grams (migration 0007), the row holding the high-water mark, and the
+#: list of indexed messages deleted or changed by a connection that did not update it.
+GRAM_TABLE = "messages_cjk"
+GRAM_MARK_TABLE = "messages_cjk_mark"
+GRAM_GONE_TABLE = "messages_cjk_gone"
+#: The SQL function our connections register to compute a message's grams.
+GRAMS_FUNCTION = "hermes_models_cjk_grams"
+#: The SQL function our TEMP trigger calls when it inserts a message it cannot index
+#: yet (rows from another process lie below it, above the mark).
+BEHIND_FUNCTION = "hermes_models_cjk_behind"
+
+#: The ids the gram index lists for one expression, but those of rows others changed
+#: or deleted since (their entries may be stale: a scan decides them).
+GRAM_IDS = (
+    f"SELECT rowid FROM {GRAM_TABLE} WHERE {GRAM_TABLE} MATCH ?"
+    f" EXCEPT SELECT id FROM {GRAM_GONE_TABLE}"
+)
+#: How many messages the gram index lists for one expression, counting up to a cap (the
+#: second parameter): enough to tell a common term from a rare one without reading all.
+GRAM_COUNT = f"SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE} MATCH ? LIMIT ?)"
+#: The highest message id (how many messages a walk may have to pass, at most) and
+#: the gram index's mark (up to which every message is indexed).
+GRAM_REACH = f"SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM {GRAM_MARK_TABLE})"
+
+
+def gram_candidates(match: str = "?") -> str:
+    """A subquery of the ids of the messages that may hold what ``match`` asks for (NULL:
+    nothing): the index's answer, the rows above the mark, and the rows deleted or
+    changed by others since they were indexed. ``match`` is written in twice: a
+    parameter (``?``, bound twice) or an expression of the caller's query."""
+    return (
+        f"SELECT rowid FROM {GRAM_TABLE} WHERE {match} IS NOT NULL AND {GRAM_TABLE} MATCH {match}"
+        f" UNION SELECT id FROM messages WHERE id > (SELECT high_water FROM {GRAM_MARK_TABLE})"
+        f" UNION SELECT id FROM {GRAM_GONE_TABLE}"
+    )
+
+
+#: How many of the gram index's three tables exist (their three names bound).
+GRAM_TABLES_FOUND = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
+#: A read of the gram table that returns no row: it fails on a build without FTS5.
+OPEN_GRAM_TABLE = f"SELECT 1 FROM {GRAM_TABLE} LIMIT 0"
+#: Up to a bound number of messages above the mark, lowest id first.
+GRAM_ROWS_ABOVE = (
+    f"SELECT id, content, tool_name, tool_calls FROM messages"
+    f" WHERE id > (SELECT high_water FROM {GRAM_MARK_TABLE}) ORDER BY id LIMIT ?"
+)
+INSERT_GRAMS = f"INSERT INTO {GRAM_TABLE}(rowid, grams) VALUES (?, ?)"
+GRAM_MARK = f"SELECT high_water FROM {GRAM_MARK_TABLE}"
+SET_GRAM_MARK = f"UPDATE {GRAM_MARK_TABLE} SET high_water = ?"
+GRAM_GONE_COUNT = f"SELECT count(*) FROM {GRAM_GONE_TABLE}"
+MESSAGES_ABOVE = "SELECT count(*) FROM messages WHERE id > ?"
+#: How many messages have an id above the first bound id, up to the second.
+MESSAGES_ABOVE_UP_TO = "SELECT count(*) FROM messages WHERE id > ? AND id <= ?"
+#: Emptying the gram index: its rows, its mark (0: every message is above it), its list.
+EMPTY_GRAMS = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}) VALUES ('delete-all')"
+RESET_GRAM_MARK = f"UPDATE {GRAM_MARK_TABLE} SET high_water = 0"
+CLEAR_GRAM_GONE = f"DELETE FROM {GRAM_GONE_TABLE}"
+
+_MARK = f"(SELECT high_water FROM main.{GRAM_MARK_TABLE})"
+
+
+def _grams_of(row: str) -> str:
+    """The grams of the trigger's row ``row`` (``new`` or ``old``)."""
+    return f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
+
+
+def _add(row: str) -> str:
+    """Trigger SQL adding the grams of ``row`` (``new``) to the index."""
+    return (
+        f"INSERT INTO {GRAM_TABLE}(rowid, grams)\n"
+        f"    SELECT {row}.id, g FROM (SELECT {_grams_of(row)} AS g) WHERE g <> '';"
+    )
+
+
+def _remove(row: str) -> str:
+    """Trigger SQL removing the grams of ``row`` (``old``) from the index."""
+    return (
+        f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rowid, grams)\n"
+        f"    SELECT 'delete', {row}.id, g FROM (SELECT {_grams_of(row)} AS g) WHERE g <> '';"
+    )
+
+
+#: A message inserted right above the mark (no unindexed row below it) is indexed;
+#: any other waits for a catch-up.
+_NEXT = (
+    f"new.id > {_MARK}"
+    f" AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)"
+)
+
+#: The TEMP triggers by which a connection of ours keeps the gram index in step.
+GRAM_TRIGGERS = (
+    # Two triggers, so that a message without CJK never opens the FTS5 table: an FTS5
+    # table written in a transaction rewrites its statistics when it commits.
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert
+AFTER INSERT ON main.messages
+WHEN {_NEXT} AND {_grams_of("new")} <> ''
+BEGIN
+    {_add("new")}
+    UPDATE {GRAM_MARK_TABLE} SET high_water = new.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert_plain
+AFTER INSERT ON main.messages
+WHEN {_NEXT} AND {_grams_of("new")} = ''
+BEGIN
+    UPDATE {GRAM_MARK_TABLE} SET high_water = new.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_behind
+AFTER INSERT ON main.messages
+WHEN new.id > {_MARK}
+ AND EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
+BEGIN
+    SELECT {BEHIND_FUNCTION}();
+END""",
+    # The file's own trigger (BEFORE) listed the id as gone; we remove exactly what the
+    # index holds for the row, so it is not gone after all.
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete
+AFTER DELETE ON main.messages
+WHEN old.id <= {_MARK} AND {_grams_of("old")} <> ''
+BEGIN
+    {_remove("old")}
+    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete_plain
+AFTER DELETE ON main.messages
+WHEN old.id <= {_MARK} AND {_grams_of("old")} = ''
+BEGIN
+    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
+END""",
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_update
+AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages
+WHEN old.id <= {_MARK} AND new.id = old.id
+BEGIN
+    {_remove("old")}
+    {_add("new")}
+    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
+END""",
+)
+
+
 __all__ = [
     "APPLIED_MIGRATIONS",
     "ATTACH_SOURCE",
     "BEGIN",
     "BEGIN_IMMEDIATE",
+    "BEHIND_FUNCTION",
     "BUSY_TIMEOUT",
     "CJK_TRIGGER_COUNT",
+    "CLEAR_GRAM_GONE",
     "COMMIT",
     "COMPILE_OPTIONS",
     "COUNT_MESSAGES",
@@ -302,6 +461,7 @@ __all__ = [
     "DELETE_UNUSED_SEQUENCE",
     "DETACH_SOURCE",
     "DROP_FTS5_PROBE",
+    "EMPTY_GRAMS",
     "FOREIGN_KEYS",
     "FOREIGN_KEYS_OFF",
     "FOREIGN_KEYS_ON",
@@ -309,8 +469,21 @@ __all__ = [
     "FORGET_SEARCH_SCHEMA",
     "FTS5_TABLES",
     "FTS_META",
+    "GRAMS_FUNCTION",
+    "GRAM_COUNT",
+    "GRAM_GONE_COUNT",
+    "GRAM_GONE_TABLE",
+    "GRAM_IDS",
+    "GRAM_MARK",
+    "GRAM_MARK_TABLE",
+    "GRAM_REACH",
+    "GRAM_ROWS_ABOVE",
+    "GRAM_TABLE",
+    "GRAM_TABLES_FOUND",
+    "GRAM_TRIGGERS",
     "HIGHEST_MESSAGE_ID",
     "INDEXED_TEXT",
+    "INSERT_GRAMS",
     "INSERT_SEQUENCE",
     "INTEGRITY_CHECK",
     "JOURNAL_MODE",
@@ -320,20 +493,28 @@ __all__ = [
     "JSON_LIST",
     "LOWER_UNUSED_SEQUENCE",
     "MAX_MESSAGE_ID",
+    "MESSAGES_ABOVE",
+    "MESSAGES_ABOVE_UP_TO",
     "MESSAGE_IDS_BETWEEN",
     "MESSAGE_SEQUENCE",
     "META_VALUE",
+    "OPEN_GRAM_TABLE",
     "PAGE_COUNT",
     "READ_SCHEMA",
     "RELEASE_GRAMS",
+    "RESET_GRAM_MARK",
+    "REST_LIMIT",
     "ROLLBACK",
     "ROLLBACK_TO_GRAMS",
+    "ROWID_IN_JSON_LIST",
     "SAVEPOINT_GRAMS",
+    "SCHEMA_COOKIE",
     "SCHEMA_NAMES",
     "SCHEMA_VERSION",
     "SEARCH_OBJECT_NAMES",
     "SEARCH_SCHEMA",
     "SEQUENCE_OF",
+    "SET_GRAM_MARK",
     "SET_META_VALUE",
     "SET_SCHEMA_VERSION",
     "SET_SEQUENCE",
@@ -358,6 +539,7 @@ __all__ = [
     "count_rows",
     "create_fts5_probe",
     "fts_integrity_check",
+    "gram_candidates",
     "ids_in_list",
     "if_not_exists",
     "messages_not_indexed",
