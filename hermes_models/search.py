@@ -229,34 +229,41 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
     """True when ``plan``'s hits are better found by walking messages newest first,
     False when not, None when only trying can tell (see :func:`_walk_newest`).
 
-    That holds for a query of one group of one- and two-character CJK terms
-    (no ``NOT``), ranked (no index ranks them: newest first) or newest first,
-    on a file with the time index (migration 0008), when every term is
-    common: the gram index lists at least ``sqrt(page x messages)`` messages
-    for it (and at least :data:`COMMON_FROM`). Then a walk from the newest
-    message meets a page of hits after about ``page x messages / count`` rows,
-    where reading the candidates would read ``count`` rows and sort them.
+    For a page of hits no index ranks (terms of one and two CJK characters),
+    ranked or newest first, on a file with the time index (migration 0008):
+    the gram index says how many messages each term's group can match at
+    most (its rarest term's count; the groups' counts added up, ``NOT`` terms
+    left out), counting up to ``sqrt(page x messages)`` (and at least
+    :data:`COMMON_FROM`). Past that, a walk from the newest message meets a
+    page of hits after about ``page x messages / count`` rows, where reading
+    the candidates would read ``count`` rows and sort them. When the gram
+    index is missing, leaves that many messages out, or a group has a longer
+    term, only trying can tell.
     """
     shape, query = plan.shape, plan.query
     if not _walkable(plan):
         return False
-    if (
-        not shape.grams
-        or len(query.groups) != 1
-        or query.groups[0].exclude
-        or not all(exact(term) for term in query.groups[0].include)
-    ):
+    if not shape.grams:
         return None
     top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
     top, mark = top or 0, mark or 0
     need = max(COMMON_FROM, math.isqrt(((plan.limit or 0) + plan.offset) * top))
     if top - mark > need:
         return None  # the index does not cover enough of the store to tell
-    for term in query.groups[0].include:
-        (count,) = fetch_within(GRAM_COUNT_SQL, [term_match(term), need], deadline)[1][0]
-        if count < need:
-            return False
-    return True
+    if not all(exact(term) for group in query.groups for term in group.include):
+        return None
+    found = 0
+    for group in query.groups:
+        rarest = need
+        for term in group.include:
+            (count,) = fetch_within(GRAM_COUNT_SQL, [term_match(term), need], deadline)[1][0]
+            rarest = min(rarest, count)
+            if not rarest:
+                break
+        found += rarest
+        if found >= need:
+            return True
+    return False
 
 
 def _run(
@@ -401,7 +408,11 @@ def search_messages(
 
     def run(shape: Shape) -> present.Found:
         plan = MessagePlan(parsed, shape, filters, order, limit, offset)
-        common = _common(plan, deadline)
+        try:
+            common = _common(plan, deadline)
+        except _OutOfTime:  # while counting: no hit found yet
+            _ran_out(parsed, budget, 0)
+            return present.Found([], {})
         rows: list[tuple[Any, ...]] | None = None
         try:
             if common:
