@@ -39,7 +39,11 @@ from . import sqlite_sql
 from .binding import current, file_key
 from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
 from .grams import candidates_sql, exact, grams, match_any, term_match
-from .lineage import MAX_DEPTH, branch_expr, delegate_marked, extend_path, not_visited, path_of
+from .lineage import (
+    branch_expr,
+    delegate_marked,
+    walk_sessions,
+)
 from .models import Message, Session
 from .query import LIKE, TRIGRAM, TRIGRAM_MIN_CHARS, WORDS, SearchQuery, Term, ascii_lower
 from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS
@@ -1023,38 +1027,25 @@ def _best_hits() -> Statement:
 # -- sessions ---------------------------------------------------------------------------
 
 
-def _owners(hits: Any) -> tuple[Any, Any]:
-    """CTEs mapping each hit's session to the lineage root it counts for.
+def _owners(hits: Any) -> tuple[Any, Any, Any]:
+    """CTEs mapping each hit's session to the lineage root it counts for: the sessions
+    with hits, the walk up from them (:func:`hermes_models.lineage.walk_sessions`),
+    and ``owners`` ``(start, root_id, depth)``.
 
     The walk goes up through compression and subagent links and stops below
     a branch (a fork is its own result) or at a session without a parent.
     """
-    here, parent = Session.alias("here"), Session.alias("up")
-    start = hits.select_from(
-        hits.c.session_id, hits.c.session_id, Value(0), path_of(hits.c.session_id)
-    ).distinct()
-    climb = start.cte("climb", recursive=True, columns=("start", "id", "depth", "path"))
-    step = (
-        here.select(
-            climb.c.start, parent.id, climb.c.depth + 1, extend_path(climb.c.path, parent.id)
-        )
-        .from_(climb)
-        .join(here, on=(here.id == climb.c.id))
-        .join(parent, on=(parent.id == here.parent))
-        .where(
-            ~branch_expr(here),
-            climb.c.depth < MAX_DEPTH,
-            not_visited(climb.c.path, parent.id),
-        )
+    starts = hits.select_from(hits.c.session_id).distinct().cte("starts", columns=("root_id",))
+    climb = walk_sessions(
+        Session, starts, upward=True, leave=lambda here: ~branch_expr(here), name="climb"
     )
-    climb = climb.union_all(step)
     # SQLite returns the bare column "id" from the row holding MAX(depth).
     owners = (
-        climb.select_from(climb.c.start, climb.c.id, fn.MAX(climb.c.depth))
-        .group_by(climb.c.start)
+        climb.select_from(climb.c.root_id, climb.c.id, fn.MAX(climb.c.depth))
+        .group_by(climb.c.root_id)
         .cte("owners", columns=("start", "root_id", "depth"))
     )
-    return climb, owners
+    return starts, climb, owners
 
 
 def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
@@ -1068,7 +1059,7 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
     hits = hits_query(shape, Filters().shape(), slim=True).cte(
         "hits", columns=("id", "session_id", "timestamp", "rank")
     )
-    climb, owners = _owners(hits)
+    starts, climb, owners = _owners(hits)
     root = owners.c.root_id
     ranked = (
         hits.select_from(
@@ -1097,7 +1088,7 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
         )
         .join(ranked, on=(ranked.c.root_id == s.id))
         .where(ranked.c.rn == 1)
-        .with_cte(hits, climb, owners, ranked)
+        .with_cte(hits, starts, climb, owners, ranked)
     )
     if n_sources is not None:
         query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))

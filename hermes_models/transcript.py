@@ -48,7 +48,6 @@ MESSAGE_FIELDS = tuple(
     field.name for field in stored_fields(Message) if field.name not in ("id", "active")
 )
 _ROLE_SET = frozenset(ROLES)
-_JSON_FIELDS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
 
 #: Rows per multi-row INSERT on bulk paths.
 CHUNK_ROWS = 200
