@@ -233,10 +233,11 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
     ranked or newest first, on a file with the time index (migration 0008):
     the gram index says how many messages each term's group can match at
     most (its rarest term's count; the groups' counts added up, ``NOT`` terms
-    left out), counting up to ``sqrt(page x messages)`` (and at least
+    left out), counting up to ``sqrt(page x messages x terms)`` (and at least
     :data:`COMMON_FROM`). Past that, a walk from the newest message meets a
-    page of hits after about ``page x messages / count`` rows, where reading
-    the candidates would read ``count`` rows and sort them. When the gram
+    page of hits after about ``page x messages / count`` rows, each tested for
+    every term, where reading the candidates would read ``count`` rows and
+    sort them. When the gram
     index is missing, leaves that many messages out, or a group has a longer
     term, only trying can tell.
     """
@@ -247,7 +248,8 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
         return None
     top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
     top, mark = top or 0, mark or 0
-    need = max(COMMON_FROM, math.isqrt(((plan.limit or 0) + plan.offset) * top))
+    terms = len(query.terms())
+    need = max(COMMON_FROM, math.isqrt(((plan.limit or 0) + plan.offset) * top * terms))
     if top - mark > need:
         return None  # the index does not cover enough of the store to tell
     if not all(exact(term) for group in query.groups for term in group.include):
