@@ -287,6 +287,15 @@ def check_folder(value: Any, argument: str) -> Path | None:
     return Path(text)
 
 
+def check_ttl(ttl: Any, argument: str = "ttl") -> float:
+    """A lock lease in seconds: a number above 0 and at most a year."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise TypeError(f"{argument} must be a number of seconds, not {type(ttl).__name__}")
+    if not (0 < ttl <= 366 * 24 * 3600):
+        raise ValueError(f"{argument} must be between 0 and one year in seconds, got {ttl!r}")
+    return float(ttl)
+
+
 __all__ = [
     "EPOCH_MAX",
     "EPOCH_MIN",
@@ -315,6 +324,7 @@ __all__ = [
     "check_sources",
     "check_text",
     "check_timestamp",
+    "check_ttl",
     "check_utf8",
     "epoch_datetime",
 ]

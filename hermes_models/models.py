@@ -21,7 +21,7 @@ from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextFi
 
 from . import lineage, sqlite_sql
 from .binding import current, database, write
-from .checks import INT64_MAX, check_flag, check_json_depth, check_text
+from .checks import INT64_MAX, check_flag, check_json_depth, check_text, check_ttl
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
 from .holders import holder_is_gone
 from .statements import Prepared
@@ -888,15 +888,6 @@ def _check_holder(holder: Any) -> str:
     return str(check_text(holder, "holder"))
 
 
-def check_ttl(ttl: Any, argument: str = "ttl") -> float:
-    """A lock lease in seconds: a number above 0 and at most a year."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-        raise TypeError(f"{argument} must be a number of seconds, not {type(ttl).__name__}")
-    if not (0 < ttl <= 366 * 24 * 3600):
-        raise ValueError(f"{argument} must be between 0 and one year in seconds, got {ttl!r}")
-    return float(ttl)
-
-
 probe_fields(Session)
 probe_fields(Message)
 
@@ -925,7 +916,6 @@ __all__ = [
     "all_models",
     "check_epoch",
     "check_increments",
-    "check_ttl",
     "decode_content",
     "decode_json",
     "encode_content",

@@ -32,6 +32,7 @@ from .checks import (
     check_int64,
     check_lookup_key,
     check_session_id,
+    check_ttl,
 )
 from .children import (
     compression_tip_id,
@@ -47,7 +48,6 @@ from .models import (
     CompressionLock,
     Session,
     StateMeta,
-    check_ttl,
     unencodable_error,
 )
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
