@@ -7,6 +7,7 @@ command by command with their output compared)."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import re
@@ -400,6 +401,9 @@ def test_snippets_run_as_written_on_a_fresh_machine(
                 run_sh(sandbox, body, where)
             elif language == "console":
                 run_console(sandbox, body, where)
+            # A snippet that leaves a connection open fails here, at its block,
+            # not wherever the garbage collector happens to run later.
+            gc.collect()
     finally:
         _close_databases(sandbox.home)
         shutil.rmtree(sandbox.home.parent, ignore_errors=True)
