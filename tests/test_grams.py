@@ -69,6 +69,19 @@ def _found(store: SessionDB, query: str) -> set[int]:
     return {hit["id"] for hit in store.search_messages(query, limit=None, time_budget=None)}
 
 
+def _statements_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL of every statement searches run from now on, in order."""
+    ran: list[str] = []
+    original = search_module.fetch_within
+
+    def spy(sql: str, params: Any, deadline: Any) -> Any:
+        ran.append(sql)
+        return original(sql, params, deadline)
+
+    monkeypatch.setattr(search_module, "fetch_within", spy)
+    return ran
+
+
 def _state(path: Path) -> tuple[int, list[int]]:
     conn = sqlite3.connect(path)
     try:
@@ -466,14 +479,7 @@ def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
     visible = [r for r in rows if r[3] == 1 and holds(r)]  # v16: tool rows are hits too
     newest = [r[0] for r in sorted(visible, key=lambda r: (-r[1], -r[0]))]
     assert len(newest) > 700  # of some 1,270 rows the gram index lists
-    ran: list[str] = []
-    original = search_module.fetch_within
-
-    def spy(sql: str, params: Any, deadline: Any) -> Any:
-        ran.append(sql)
-        return original(sql, params, deadline)
-
-    monkeypatch.setattr(search_module, "fetch_within", spy)
+    ran = _statements_run(monkeypatch)
 
     def page(offset: int, sort: str | None = None) -> list[int]:
         hits = store.search_messages("数据", limit=20, offset=offset, sort=sort, time_budget=None)
@@ -575,14 +581,7 @@ def test_a_first_walk_over_the_newest_messages_pages_exactly_or_gives_way(
         hits = store.search_messages(query, limit=20, offset=offset, time_budget=None)
         return [hit["id"] for hit in hits]
 
-    ran: list[str] = []
-    original = search_module.fetch_within
-
-    def spy(sql: str, params: Any, deadline: Any) -> Any:
-        ran.append(sql)
-        return original(sql, params, deadline)
-
-    monkeypatch.setattr(search_module, "fetch_within", spy)
+    ran = _statements_run(monkeypatch)
     common = newest(lambda t: "数据" in t)
     assert page("数据", 0) == common[:20]
     tried = [sql for sql in ran if '"recent"' in sql]
