@@ -1,16 +1,29 @@
-"""Message content as one line of text.
+"""Message content as one line of text: the one rule, :func:`content_text`.
 
 A message's content is text, or (multimodal messages) a list of parts -
 ``{"type": "text", "text": ...}``, ``{"type": "image_url", ...}`` - or a
-dict, stored as Hermes' ``"\\x00json:"`` JSON. Wherever the package shows
-decoded content as text (previews of recent user messages and of listings,
-what the command line shows) it uses :func:`content_text`, which follows
-Hermes' own rule: a multimodal message is flattened to its text parts, or
-``[multimodal content]`` when it has none.
+dict, stored as Hermes' ``"\\x00json:"`` JSON. Every place the package turns
+decoded content into text goes through :func:`content_text`:
+
+- previews of recent user messages and what the command line shows use
+  Hermes' own rule (the defaults): text parts only, else
+  ``[multimodal content]``; the command line adds ``[image]`` markers;
+- a search hit's ``context`` (:func:`hermes_models.present.text_of`)
+  follows Hermes' rule too;
+- listing previews (:func:`hermes_models.listing.preview_text`) keep the
+  text of every part that has some, and ``""`` when none has (where Hermes
+  shows the stored JSON envelope);
+- search snippets (:func:`hermes_models.models.readable`) keep every part
+  with text too, so that a word the search matched in, say, an
+  ``input_text`` part is visible, and show the JSON when no part has text.
+
+The three differ only in the arguments below, so a fix to the rule is made
+once.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 #: What a multimodal message without any text part reads as (Hermes' words).
@@ -19,15 +32,24 @@ MULTIMODAL = "[multimodal content]"
 IMAGE = "[image]"
 
 
-def content_text(content: Any, *, image: str | None = None) -> str:
-    """Decoded message content as text, by Hermes' rule.
+def content_text(
+    content: Any,
+    *,
+    image: str | None = None,
+    every_part: bool = False,
+    empty: str | None = MULTIMODAL,
+) -> str:
+    """Decoded message content as text.
 
     Text stays as it is and None is ``""``. A list of parts (a dict counts as
-    one part) becomes the non-empty ``text`` of its ``type: "text"`` parts,
-    joined by spaces and stripped, or :data:`MULTIMODAL` when it has none;
-    with ``image`` given, each part whose type names an image adds that
-    marker in its place (Hermes leaves pictures out). Any other value is
-    its ``str()``.
+    one part) becomes the non-empty ``text`` of its parts, joined by spaces:
+    of its ``type: "text"`` parts (Hermes' rule), or of every part with
+    ``every_part`` (parts that are not objects are skipped). With ``image`` given,
+    each part whose type names an image and that has no text adds that marker
+    in its place (Hermes leaves pictures out). When no part gives text the
+    result is ``empty``, or with ``empty=None`` the content's JSON. Hermes'
+    rule also strips the joined text, so whitespace-only parts read as
+    ``empty``. Any other value is its ``str()``.
     """
     if content is None:
         return ""
@@ -43,14 +65,18 @@ def content_text(content: Any, *, image: str | None = None) -> str:
     for part in parts:
         if not isinstance(part, dict):
             continue
-        kind = part.get("type")
-        if kind == "text":
-            text = part.get("text")
-            if isinstance(text, str) and text:
-                texts.append(text)
-        elif image is not None and "image" in str(kind or ""):
+        kind = str(part.get("type") or "")
+        text = part.get("text")
+        if (every_part or kind == "text") and isinstance(text, str) and text:
+            texts.append(text)
+        elif image is not None and "image" in kind:
             texts.append(image)
-    return " ".join(texts).strip() or MULTIMODAL
+    joined = " ".join(texts)
+    if not every_part:
+        joined = joined.strip()
+    if joined:
+        return joined
+    return json.dumps(content, ensure_ascii=False) if empty is None else empty
 
 
 __all__ = ["IMAGE", "MULTIMODAL", "content_text"]

@@ -21,6 +21,7 @@ from peewee import JOIN, SQL, Value, fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
+from .content import content_text
 from .lineage import (
     TIP_MAX_HOPS,
     compression_expr,
@@ -97,16 +98,15 @@ def preview_text(content: Any) -> str:
     Line breaks become spaces, the first 63 characters are kept and
     stripped, and more than 60 left become 60 plus ``...``. List content
     (stored as JSON) is previewed by its text parts, dict content by its JSON.
-    This is not :func:`hermes_models.content.content_text`: Hermes previews
-    the stored JSON envelope, and listings keep the text of every part that
-    has one (and ``""`` when none has), as the store model in the tests does.
+    Where Hermes previews the stored JSON envelope of list content, listings
+    show the text of every part that has one, and ``""`` when none has
+    (:func:`hermes_models.content.content_text` with ``every_part``).
     """
     if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
         decoded = decode_content(content)
         content = decoded if isinstance(decoded, list) else content[len(CONTENT_JSON_PREFIX) :]
     if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        text = " ".join(p for p in parts if isinstance(p, str) and p)
+        text = content_text(content, every_part=True, empty="")
     else:
         text = content if isinstance(content, str) else "" if content is None else str(content)
     raw = text.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()

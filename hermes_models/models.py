@@ -23,6 +23,7 @@ from . import lineage, sqlite_sql
 from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text, check_ttl
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
+from .content import IMAGE, content_text
 from .holders import holder_is_gone
 from .statements import Prepared
 
@@ -64,21 +65,10 @@ def decode_content(stored: str | None) -> Any:
 
 
 def readable(stored: str | None) -> str:
-    """Message content as text: JSON parts joined, ``[image]`` for pictures."""
-    value = decode_content(stored)
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    parts: list[str] = []
-    for part in value if isinstance(value, list) else [value]:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, dict) and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif isinstance(part, dict) and "image" in str(part.get("type", "")):
-            parts.append("[image]")
-    return " ".join(parts) if parts else json.dumps(value, ensure_ascii=False)
+    """Stored message content as the text search snippets show: the text of
+    every part, ``[image]`` for pictures, the JSON when no part has text
+    (:func:`hermes_models.content.content_text`)."""
+    return content_text(decode_content(stored), image=IMAGE, every_part=True, empty=None)
 
 
 def encode_json(value: Any, argument: str) -> str | None:

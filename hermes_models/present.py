@@ -4,8 +4,10 @@ The last stage of a search (parse, plan, execute, **present**). It reads
 nothing from the database: it gets rows (a page of hits, their FTS5 snippets,
 the messages around each) and returns the dicts callers see, with a snippet
 whose matches are marked ``>>>``/``<<<`` (made here from the text when no
-index made one) and each hit's ``context``. Content stored as JSON is shown
-as its text.
+index made one) and each hit's ``context``. Content stored as JSON shows as
+text: in snippets the text of every part, ``[image]`` for pictures
+(:func:`hermes_models.models.readable`), in ``context`` by Hermes' rule, its
+text parts or ``[multimodal content]``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .models import CONTENT_JSON_PREFIX, readable
+from .content import content_text
+from .models import CONTENT_JSON_PREFIX, decode_content, readable
 from .query import SearchQuery, highlight, term_regex
 
 #: Characters of each message in a hit's ``context``.
@@ -33,9 +36,10 @@ class Found:
 
 
 def text_of(content: str | None) -> str:
-    """Content as shown: JSON content as its text, other content as stored."""
+    """Content as a hit's ``context`` shows it: JSON content by Hermes' rule
+    (:func:`hermes_models.content.content_text`), other content as stored."""
     if content is None or content.startswith(CONTENT_JSON_PREFIX):
-        return readable(content)
+        return content_text(decode_content(content))
     return content
 
 
