@@ -40,6 +40,7 @@ from . import jsonl, sqlite_sql
 from .binding import current
 from .errors import BundleError
 from .files import SCHEMA_VERSION
+from .lineage import walk_sessions
 from .models import Message, Session, stored_fields
 from .output import open_output
 
@@ -105,35 +106,30 @@ def selection(session_id: str | None = None, source: str | None = None) -> list[
         raise TypeError(f"source must be str or None, not {type(source).__name__}")
     if session_id is None and source is None:
         return None
-    rows = raw(Session.select(Session.id, Session.parent, Session.source)).fetchall()
-    parent: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {}
-    sources: dict[str, str] = {}
-    for sid, pid, src in rows:
-        parent[sid] = pid
-        sources[sid] = src
-        if pid is not None:
-            children.setdefault(pid, []).append(sid)
+    chosen: set[str] = set()
     if session_id is not None:
-        if session_id not in parent:
+        if not Session.select().where(Session.id == session_id).exists():
             raise ValueError(f"session_id {session_id!r} does not exist")
-        chosen = {session_id}
-        todo = [session_id]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                if child not in chosen:
-                    chosen.add(child)
-                    todo.append(child)
-    else:
-        chosen = set()
+        # Every ancestor of a descendant is the session's own ancestor or below it.
+        chosen.update(_walked(session_id))
+        chosen.update(_walked(session_id, upward=True))
     if source is not None:
-        chosen |= {sid for sid, src in sources.items() if src == source}
-    for sid in list(chosen):
-        up = parent.get(sid)
-        while up is not None and up in parent and up not in chosen:
-            chosen.add(up)
-            up = parent.get(up)
+        # A climb ends at a session of the source: that session climbs itself.
+        chosen.update(
+            _walked(
+                Session.source == source,
+                upward=True,
+                follow=lambda s: (s.source != source) | s.source.is_null(),
+            )
+        )
     return sorted(chosen)
+
+
+def _walked(start: Any, **walk: Any) -> list[str]:
+    """Ids :func:`hermes_models.lineage.walk_sessions` reaches from ``start``
+    (the start included), however deep."""
+    cte = walk_sessions(Session, start, max_depth=None, **walk)
+    return [row[0] for row in raw(cte.select_from(cte.c.id))]
 
 
 def chunks(items: Sequence[Any], size: int = _ID_CHUNK) -> Iterator[Sequence[Any]]:
