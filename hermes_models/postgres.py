@@ -1,0 +1,265 @@
+"""The store on a PostgreSQL server: URLs, migrations and the database handle.
+
+A ``postgresql://`` URL (``postgres://`` too) names a database on a server;
+``?schema=NAME`` keeps a profile's tables in a schema of their own, so that
+several profiles share one database, as Hermes' profiles share one folder.
+The driver is psycopg 3 (the ``postgresql`` extra): maintained, shipped as
+binary wheels for every Python this package supports, and the one peewee's
+``Psycopg3Database`` and yoyo's ``postgresql+psycopg`` backend both speak.
+
+The schema comes from ``migrations/postgresql`` - the same migration ids,
+and the same tables, columns and indexes, as the SQLite folder, with
+PostgreSQL's own search indexes (a bounded ``simple`` tsvector, pg_trgm, and
+an index of CJK characters and pairs). yoyo applies them under its lock, so
+processes opening a new database at once apply each migration once.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from playhouse.postgres_ext import Psycopg3Database
+
+from . import postgres_sql
+from .errors import MigrationError
+from .shape import PROBED, FileShape
+
+log = logging.getLogger("hermes_models")
+
+T = TypeVar("T")
+
+#: URL schemes that name a PostgreSQL database.
+SCHEMES = ("postgresql", "postgres")
+
+#: What a schema name may be: an unquoted PostgreSQL identifier, lower case.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def is_postgres_url(target: object) -> bool:
+    """True when ``target`` is a ``postgresql://`` (or ``postgres://``) URL."""
+    return (
+        isinstance(target, str) and target.split("://", 1)[0].lower() in SCHEMES and "://" in target
+    )
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """Where a PostgreSQL store lives: a libpq URL (without our own parameters)
+    and the schema that holds its tables (None: the server's default,
+    ``public``)."""
+
+    url: str
+    schema: str | None
+
+    def label(self) -> str:
+        """The URL without its password, for messages and logs."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        user = f"{parts.username}@" if parts.username else ""
+        port = f":{parts.port}" if parts.port else ""
+        schema = f" (schema {self.schema})" if self.schema else ""
+        return f"postgresql://{user}{host}{port}{parts.path}{schema}"
+
+
+def parse_url(url: str) -> ServerTarget:
+    """Split a store URL into the server URL and the profile schema.
+
+    Raises:
+        ValueError: the URL is not a PostgreSQL URL, names no database, or its
+            ``schema`` is not a plain lower-case identifier.
+    """
+    if not is_postgres_url(url):
+        raise ValueError(f"not a PostgreSQL URL (postgresql://user@host/database): {url!r}")
+    parts = urlsplit(url)
+    if parts.path in ("", "/"):
+        raise ValueError(f"the PostgreSQL URL names no database: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if len(schemas) > 1:
+        raise ValueError(f"schema is given {len(schemas)} times in {url!r}")
+    schema = schemas[0] if schemas else None
+    if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            "schema must be a lower-case identifier (letters, digits and _, at most 63)"
+            f", not {schema!r}"
+        )
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    server = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
+    return ServerTarget(server, schema)
+
+
+def migrations_dir() -> Path:
+    """The folder of PostgreSQL migrations (``migrations/postgresql``).
+
+    Raises:
+        MigrationError: neither the installed package nor a checkout has one.
+    """
+    here = Path(__file__).resolve().parent
+    for folder in (here / "migrations" / "postgresql", here.parent / "migrations" / "postgresql"):
+        if folder.is_dir():
+            return folder
+    raise MigrationError("the PostgreSQL migrations are missing from this installation")
+
+
+def _connect_raw(target: ServerTarget) -> Any:
+    import psycopg  # loaded when used: the postgresql extra is optional
+
+    return psycopg.connect(target.url, autocommit=True)
+
+
+def _extension_schema(conn: Any) -> str | None:
+    row = conn.execute(postgres_sql.TRGM_SCHEMA).fetchone()
+    return None if row is None else str(row[0])
+
+
+def search_path(target: ServerTarget, extension_schema: str | None) -> str | None:
+    """The ``search_path`` a profile's connections use: its schema, then the
+    schema pg_trgm lives in (created by whichever profile migrated first)."""
+    if target.schema is None:
+        return None
+    path = [target.schema]
+    if extension_schema and extension_schema != target.schema:
+        path.append(extension_schema)
+    return ", ".join(path)
+
+
+def migrate(url: str) -> list[str]:
+    """Apply the pending PostgreSQL migrations to the store ``url``; returns
+    the ids applied (``[]`` when it is up to date).
+
+    The profile schema is created first when the URL names one.
+
+    Raises:
+        ValueError: the URL is not a usable PostgreSQL URL.
+        MigrationError: a migration failed (PostgreSQL rolled it back whole),
+            or yoyo's lock could not be taken.
+    """
+    target = parse_url(url)
+    from yoyo import get_backend, read_migrations  # loaded when used: migrating is rare
+    from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
+
+    with _connect_raw(target) as conn:
+        if target.schema is not None:
+            conn.execute(postgres_sql.create_schema(target.schema))
+        path = search_path(target, _extension_schema(conn))
+    parts = urlsplit(target.url)
+    query = parse_qsl(parts.query)
+    if path is not None:
+        query.append(("schema", path.replace(" ", "")))
+    yoyo_url = urlunsplit(("postgresql+psycopg", parts.netloc, parts.path, urlencode(query), ""))
+    backend = get_backend(yoyo_url)
+    try:
+        migrations = read_migrations(str(migrations_dir()))
+        with backend.lock(timeout=600):
+            pending = backend.to_apply(migrations)
+            ids = [m.id for m in pending]
+            if ids:
+                log.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
+                backend.apply_migrations(pending)
+            return ids
+    except LockTimeout as exc:
+        raise MigrationError(
+            f"the migration lock of {target.label()} was not released: {exc}"
+        ) from None
+    except MigrationError:
+        raise
+    except Exception as exc:
+        raise MigrationError(f"migrating {target.label()} failed: {exc}") from exc
+    finally:
+        backend.connection.close()
+
+
+class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
+    """A handle on a PostgreSQL store (psycopg 3). Each connection uses the
+    profile's schema and, for a read-only handle, read-only transactions; the
+    first one reads what the store holds (:attr:`shape`)."""
+
+    dialect = "postgresql"
+
+    def __init__(self, target: ServerTarget, *, read_only: bool = False) -> None:
+        parts = urlsplit(target.url)
+        options: dict[str, Any] = dict(parse_qsl(parts.query))
+        super().__init__(
+            parts.path.lstrip("/"),
+            user=parts.username,
+            password=parts.password,
+            host=parts.hostname,
+            port=parts.port,
+            **options,
+        )
+        self.target = target
+        self.read_only = read_only
+        self._search_path: str | None = None
+        #: What the store holds, read at the first connection (the models select
+        #: the columns it has, as they do for a file).
+        self.shape: FileShape | None = None
+
+    def _initialize_connection(self, conn: Any) -> None:
+        if self.target.schema is not None:
+            if self._search_path is None:
+                path = search_path(self.target, _extension_schema(conn))
+                self._search_path = path or self.target.schema
+            conn.execute(postgres_sql.set_search_path(self._search_path))
+        if self.read_only:
+            conn.execute(postgres_sql.READ_ONLY_SESSION)
+        if self.shape is None:
+            self.shape = _probe(conn)
+
+    def write(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in one transaction and return its result (retries on
+        serialization failures and deadlocks come with the write discipline of
+        the PostgreSQL issue)."""
+        with self.atomic():
+            return fn()
+
+    def describe(self) -> Mapping[str, Any]:
+        """Where the handle points, for messages: URL without password, schema."""
+        return {"url": self.target.label(), "schema": self.target.schema}
+
+
+def _probe(conn: Any) -> FileShape:
+    """The shape of the store in the connection's current schema."""
+    columns: dict[str, list[str]] = {table: [] for table in PROBED}
+    for table, column in conn.execute(postgres_sql.COLUMNS, (list(PROBED),)):
+        if column != postgres_sql.SEARCH_VECTOR_COLUMN:
+            columns[table].append(column)
+    tables = frozenset(row[0] for row in conn.execute(postgres_sql.TABLES))
+    version = None
+    if "schema_version" in tables:
+        row = conn.execute(postgres_sql.SCHEMA_VERSION).fetchone()
+        version = None if row is None or row[0] is None else int(row[0])
+    return FileShape(
+        version=version,
+        columns={table: tuple(names) for table, names in columns.items()},
+        tables=tables,
+        time_index=True,
+    )
+
+
+def open_database(
+    url: str, *, migrate_first: bool = True, read_only: bool = False
+) -> PostgresDatabase:
+    """A handle on the store ``url``, migrated first unless asked not to (or read-only)."""
+    target = parse_url(url)
+    if migrate_first and not read_only:
+        migrate(url)
+    return PostgresDatabase(target, read_only=read_only)
+
+
+__all__ = [
+    "SCHEMES",
+    "PostgresDatabase",
+    "ServerTarget",
+    "is_postgres_url",
+    "migrate",
+    "migrations_dir",
+    "open_database",
+    "parse_url",
+    "search_path",
+]

@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS idx_sessions_started_id;
+DROP INDEX IF EXISTS idx_messages_time;

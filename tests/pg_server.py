@@ -1,0 +1,170 @@
+"""A PostgreSQL server for the tests, found without help.
+
+In order: ``HERMES_TEST_PG_URL`` when set (a database the tests may fill and
+empty, on a server where they may create databases); else the system's
+PostgreSQL binaries (Debian keeps them in ``/usr/lib/postgresql/N/bin``),
+started as a throwaway cluster in a temporary folder - as root, run as the
+``postgres`` user, since PostgreSQL refuses to run as root. The cluster runs
+without fsync (nothing in it outlives the run) and is stopped and deleted at
+exit.
+
+:class:`Server` hands out fresh databases: each a copy of a template that the
+migrations filled once (``CREATE DATABASE ... TEMPLATE``, about 70 ms).
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ENV_URL = "HERMES_TEST_PG_URL"
+
+
+class NoServer(RuntimeError):
+    """No PostgreSQL could be found or started (the message says what was tried)."""
+
+
+def _binaries() -> Path | None:
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_cluster_owner(argv: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return argv
+    return ["runuser", "-u", "postgres", "--", *argv]
+
+
+def _start_cluster() -> tuple[str, Path]:
+    """Start a throwaway cluster; returns its server URL and folder."""
+    bin_dir = _binaries()
+    if bin_dir is None:
+        raise NoServer(
+            f"no PostgreSQL: {ENV_URL} is not set and no initdb was found "
+            "(install postgresql-15, or set the variable)"
+        )
+    folder = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
+    if os.geteuid() == 0:
+        owner = pwd.getpwnam("postgres")
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+    data = folder / "data"
+    port = _free_port()
+
+    def run(*argv: str) -> None:
+        done = subprocess.run(
+            _as_cluster_owner(list(argv)), capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise NoServer(f"{argv[0]} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    run(
+        str(bin_dir / "initdb"),
+        "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+        "--locale=C.UTF-8", "-N",
+    )  # fmt: skip
+    options = (
+        f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+    )
+    run(
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(folder / "log"),
+        "-w",
+        "-o",
+        options,
+        "start",
+    )
+
+    def stop() -> None:
+        subprocess.run(
+            _as_cluster_owner(
+                [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
+            ),
+            capture_output=True,
+            check=False,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(stop)
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres", folder
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@dataclass
+class Server:
+    """A server the tests may create databases on."""
+
+    #: URL of a database to run administration statements from.
+    admin_url: str
+    _names: itertools.count[int] = field(default_factory=itertools.count)
+    _template: str | None = None
+
+    def execute(self, statement: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(statement)
+
+    def new_database(self, *, migrated: bool = True) -> str:
+        """URL of a new, empty database (``migrated``: with the schema applied)."""
+        name = f"hermes_test_{os.getpid()}_{next(self._names)}"
+        template = self.template() if migrated else "template0"
+        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        return _with_database(self.admin_url, name)
+
+    def template_url(self) -> str:
+        """URL of the migrated template (to read from, never to change)."""
+        return _with_database(self.admin_url, self.template())
+
+    def template(self) -> str:
+        if self._template is None:
+            from hermes_models.postgres import migrate
+
+            name = f"hermes_template_{os.getpid()}"
+            self.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            self.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            migrate(_with_database(self.admin_url, name))
+            self._template = name
+        return self._template
+
+
+_server: Server | None = None
+
+
+def server() -> Server:
+    """The one server of this process (started on first use)."""
+    global _server
+    if _server is None:
+        url = os.environ.get(ENV_URL)
+        if url is None:
+            url, _ = _start_cluster()
+        _server = Server(url)
+    return _server

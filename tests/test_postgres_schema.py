@@ -1,0 +1,324 @@
+"""PostgreSQL: URLs, the migrations folder and the schema it makes, on a real server.
+
+The server is the one ``pg_server`` finds or starts (``HERMES_TEST_PG_URL``,
+else a throwaway cluster of the system's binaries). The outside references
+here are the SQLite store (the same migration ids, tables, columns and
+indexes) and :func:`hermes_models.grams.grams` (the CJK characters and pairs
+the SQLite gram index holds, which the PostgreSQL index must hold too).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import peewee
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pg_server import Server, server
+
+from hermes_models import Message, Session
+from hermes_models.binding import using
+from hermes_models.grams import grams
+from hermes_models.postgres import (
+    PostgresDatabase,
+    migrate,
+    migrations_dir,
+    open_database,
+    parse_url,
+)
+from hermes_models.schema import migration_ids
+from hermes_models.schema import migrations_dir as sqlite_migrations_dir
+
+pytestmark = pytest.mark.postgresql
+
+
+@pytest.fixture(scope="session")
+def pg() -> Server:
+    return server()
+
+
+@pytest.fixture
+def pg_url(pg: Server) -> str:
+    return pg.new_database()
+
+
+@pytest.fixture
+def pg_db(pg_url: str) -> Iterator[PostgresDatabase]:
+    db = open_database(pg_url, migrate_first=False)
+    yield db
+    db.close()
+
+
+def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+    with psycopg.connect(parse_url(url).url) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+# -- URLs ------------------------------------------------------------------------------------
+
+
+def test_urls_split_into_server_and_schema() -> None:
+    target = parse_url("postgresql://me:secret@db.example:6543/hermes?schema=work&sslmode=require")
+    assert target.url == "postgresql://me:secret@db.example:6543/hermes?sslmode=require"
+    assert target.schema == "work"
+    assert target.label() == "postgresql://me@db.example:6543/hermes (schema work)"
+    assert parse_url("postgres://h/db").url == "postgresql://h/db"
+    assert parse_url("postgres://h/db").schema is None
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("sqlite:///x.db", "not a PostgreSQL URL"),
+        ("postgresql://host", "names no database"),
+        ("postgresql://host/", "names no database"),
+        ("postgresql://host/db?schema=Work", "schema must be a lower-case identifier"),
+        ("postgresql://host/db?schema=a;drop", "schema must be a lower-case identifier"),
+        ("postgresql://host/db?schema=", "schema must be a lower-case identifier"),
+        ("postgresql://host/db?schema=a&schema=b", "schema is given 2 times"),
+    ],
+)
+def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_url(url)
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+
+def test_both_dialects_have_the_same_migration_ids() -> None:
+    sqlite_ids = migration_ids(sqlite_migrations_dir())
+    assert migration_ids(migrations_dir()) == sqlite_ids
+    assert len(sqlite_ids) == 8
+
+
+def _sqlite_layout(tmp_path: Path) -> tuple[dict[str, list[str]], set[str]]:
+    import hermes_models
+
+    path = tmp_path / "state.db"
+    hermes_models.connect(path).close()
+    with sqlite3.connect(path) as conn:
+        tables = {
+            name: [row[1] for row in conn.execute(f"PRAGMA table_info({name})")]
+            for name in (
+                "sessions",
+                "messages",
+                "state_meta",
+                "compression_locks",
+                "schema_version",
+            )
+        }
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+            )
+        }
+    conn.close()
+    return tables, indexes
+
+
+def test_the_schema_matches_sqlite_table_for_table(pg_url: str, tmp_path: Path) -> None:
+    tables, indexes = _sqlite_layout(tmp_path)
+    for table, columns in tables.items():
+        got = [
+            row[0]
+            for row in rows(
+                pg_url,
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+                table,
+            )
+        ]
+        extra = ["search_tsv"] if table == "messages" else []
+        assert got == columns + extra, table
+    pg_indexes = {
+        row[0]
+        for row in rows(pg_url, "SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
+    }
+    search = {"idx_messages_search_tsv", "idx_messages_search_trgm", "idx_messages_cjk_grams"}
+    primary = {f"{t}_pkey" for t in ("sessions", "messages", "state_meta", "compression_locks")}
+    assert pg_indexes == indexes | search | primary | {
+        "_yoyo_migration_pkey",
+        "yoyo_lock_pkey",
+        "_yoyo_log_pkey",
+        "_yoyo_version_pkey",
+    }
+    assert rows(pg_url, "SELECT version FROM schema_version") == [(16,)]
+
+
+def test_migrating_again_applies_nothing(pg_url: str) -> None:
+    assert migrate(pg_url) == []
+
+
+def test_a_new_database_gets_every_migration(pg: Server) -> None:
+    url = pg.new_database(migrated=False)
+    assert migrate(url) == migration_ids(migrations_dir())
+    assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(8,)]
+
+
+def _migrate_in_child(url: str) -> list[str]:
+    return migrate(url)
+
+
+@pytest.mark.slow
+def test_eight_processes_opening_a_new_database_apply_each_migration_once(pg: Server) -> None:
+    url = pg.new_database(migrated=False)
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        applied = pool.map(_migrate_in_child, [url] * 8)
+    every = [i for ids in applied for i in ids]
+    assert sorted(every) == sorted(migration_ids(migrations_dir()))
+    logged = rows(
+        url,
+        "SELECT migration_id, count(*) FROM _yoyo_log WHERE operation = 'apply'"
+        " GROUP BY migration_id ORDER BY migration_id",
+    )
+    assert logged == [(i, 1) for i in migration_ids(migrations_dir())]
+
+
+def test_profiles_keep_their_tables_in_their_own_schemas(pg: Server) -> None:
+    url = pg.new_database(migrated=False)
+    work, home = f"{url}?schema=work", f"{url}?schema=home"
+    assert len(migrate(work)) == 8
+    assert len(migrate(home)) == 8
+    for profile, sid in ((work, "w1"), (home, "h1")):
+        db = open_database(profile, migrate_first=False)
+        with using(db):
+            Session.create(id=sid, source="cli", started_at=1.0)
+            Message.create(session=sid, role="user", content="数据库 in " + sid, timestamp=2.0)
+        db.close()
+    assert rows(url, "SELECT id FROM work.sessions") == [("w1",)]
+    assert rows(url, "SELECT id FROM home.sessions") == [("h1",)]
+    # The search indexes of each schema work: pg_trgm lives where the first profile made it.
+    db = open_database(home, migrate_first=False)
+    found = db.execute_sql(
+        "SELECT session_id FROM messages"
+        " WHERE hermes_search_text(content, tool_name, tool_calls) ILIKE %s",
+        ("%数据库%",),
+    ).fetchall()
+    db.close()
+    assert found == [("h1",)]
+
+
+# -- what the schema holds ---------------------------------------------------------------------
+
+
+def _as_grams(tokens: str) -> set[str]:
+    """hermes_models.grams tokens ('u4e00', 'b4e00g4e01') as the characters they stand for."""
+    out = set()
+    for token in tokens.split():
+        if token.startswith("u"):
+            out.add(chr(int(token[1:], 16)))
+        else:
+            first, second = token[1:].split("g")
+            out.add(chr(int(first, 16)) + chr(int(second, 16)))
+    return out
+
+
+TEXT = st.text(
+    alphabet=st.sampled_from(
+        [*"数据库迁移データベース서버 a-Z9_.\n\u3001\u3000𠀀", "\U0002a6e0", "é"]
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(content=st.none() | TEXT, tool_name=st.none() | TEXT, tool_calls=st.none() | TEXT)
+def test_the_cjk_gram_function_holds_what_the_sqlite_gram_index_holds(
+    pg: Server, content: str | None, tool_name: str | None, tool_calls: str | None
+) -> None:
+    with psycopg.connect(pg.template_url()) as conn:
+        (got,) = conn.execute(
+            "SELECT hermes_cjk_grams(hermes_search_text(%s, %s, %s))",
+            (content, tool_name, tool_calls),
+        ).fetchone()
+    assert set(got) == _as_grams(grams(content, tool_name, tool_calls))
+    assert len(got) == len(set(got))
+
+
+def test_a_message_of_one_and_a_half_megabytes_inserts_and_is_found(
+    pg_db: PostgresDatabase,
+) -> None:
+    words = " ".join(f"w{n:06x}" for n in range(200_000))  # 1.6 MB of distinct words
+    with using(pg_db):
+        Session.create(id="big", source="cli", started_at=1.0)
+        message = Message.create(
+            session="big", role="tool", content=words + " 末尾の言葉", timestamp=2.0
+        )
+    early = pg_db.execute_sql(
+        "SELECT id FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', %s)", ("w000010",)
+    ).fetchall()
+    late = pg_db.execute_sql(
+        "SELECT id FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', %s)", ("w02fff0",)
+    ).fetchall()
+    tail = pg_db.execute_sql(
+        "SELECT id FROM messages WHERE hermes_search_text(content, tool_name, tool_calls) ILIKE %s",
+        ("%末尾の言葉%",),
+    ).fetchall()
+    # Words past the first 100,000 characters are not in the tsvector; substrings still are.
+    assert (early, late, tail) == ([(message.id,)], [], [(message.id,)])
+
+
+@pytest.mark.parametrize(
+    ("where", "index"),
+    [
+        (
+            "hermes_cjk_grams(hermes_search_text(content, tool_name, tool_calls)) @> ARRAY['迁移']",
+            "idx_messages_cjk_grams",
+        ),
+        (
+            "hermes_search_text(content, tool_name, tool_calls) ILIKE '%%数据库迁移%%'",
+            "idx_messages_search_trgm",
+        ),
+        ("search_tsv @@ phraseto_tsquery('simple', 'docker')", "idx_messages_search_tsv"),
+    ],
+)
+def test_each_search_index_serves_its_condition(
+    pg_db: PostgresDatabase, where: str, index: str
+) -> None:
+    pg_db.execute_sql("SET enable_seqscan = off")
+    plan = "\n".join(
+        row[0] for row in pg_db.execute_sql(f"EXPLAIN SELECT id FROM messages WHERE {where}", ())
+    )
+    assert f"Bitmap Index Scan on {index}" in plan
+
+
+def test_constraint_failures_are_integrity_errors_and_leave_the_transaction_usable(
+    pg_db: PostgresDatabase,
+) -> None:
+    with using(pg_db):
+        Session.create(id="a", source="cli", started_at=1.0, title="same")
+        Session.create(id="b", source="cli", started_at=2.0)
+        with pg_db.atomic():
+            with pytest.raises(peewee.IntegrityError):
+                with pg_db.atomic():
+                    Session.update(title="same").where(Session.id == "b").execute()
+            Session.update(title="other").where(Session.id == "b").execute()
+        assert [(s.id, s.title) for s in Session.select().order_by(Session.id)] == [
+            ("a", "same"),
+            ("b", "other"),
+        ]
+        with pytest.raises(peewee.IntegrityError):
+            Message.create(session="nowhere", role="user", content="x", timestamp=1.0)
+
+
+def test_message_ids_are_never_handed_out_twice(pg_db: PostgresDatabase) -> None:
+    with using(pg_db):
+        Session.create(id="s", source="cli", started_at=1.0)
+        first = Message.create(session="s", role="user", content="a", timestamp=1.0).id
+        Message.delete().where(Message.id == first).execute()
+        second = Message.create(session="s", role="user", content="b", timestamp=2.0).id
+    assert second > first
+
+
+def test_a_read_only_handle_refuses_writes(pg_url: str) -> None:
+    db = open_database(pg_url, read_only=True)
+    with using(db), pytest.raises(peewee.InternalError, match="read-only transaction"):
+        Session.create(id="s", source="cli", started_at=1.0)
+    db.close()
