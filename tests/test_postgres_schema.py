@@ -25,11 +25,14 @@ from hermes_models import Message, Session
 from hermes_models.binding import using
 from hermes_models.grams import grams
 from hermes_models.postgres import (
+    ESCAPE,
     PostgresDatabase,
+    escape_text,
     migrate,
     migrations_dir,
     open_database,
     parse_url,
+    unescape_text,
 )
 from hermes_models.schema import migration_ids
 from hermes_models.schema import migrations_dir as sqlite_migrations_dir
@@ -322,3 +325,47 @@ def test_a_read_only_handle_refuses_writes(pg_url: str) -> None:
     with using(db), pytest.raises(peewee.InternalError, match="read-only transaction"):
         Session.create(id="s", source="cli", started_at=1.0)
     db.close()
+
+
+# -- text PostgreSQL cannot hold ----------------------------------------------------------------
+
+
+@given(st.text())
+def test_escaping_text_is_reversible_and_leaves_no_nul(text: str) -> None:
+    stored = escape_text(text)
+    assert "\x00" not in stored
+    assert unescape_text(stored) == text
+    if "\x00" not in text and ESCAPE not in text:
+        assert stored == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(["\x00", ESCAPE, "0", "a", "数", "\n"]), max_size=12))
+def test_any_text_round_trips_through_the_server(pg: Server, text: str) -> None:
+    db = open_database(pg.template_url(), migrate_first=False, read_only=True)
+    try:
+        got = db.execute_sql("SELECT %s::text, %s::text || 'z'", (text, text)).fetchone()
+    finally:
+        db.close()
+    assert got == (text, text + "z")
+
+
+def test_messages_with_nul_and_json_content_round_trip_through_the_models(
+    pg_db: PostgresDatabase,
+) -> None:
+    stored = ["a\x00b", "\x00json:[1]", f"{ESCAPE}0 is not a NUL", "数据库\x00迁移"]
+    with using(pg_db):
+        Session.create(id="s", source="cli", started_at=1.0, title="t\x00itle")
+        ids = [
+            Message.create(session="s", role="user", content=c, tool_calls=c, timestamp=n).id
+            for n, c in enumerate(stored)
+        ]
+        got = [(m.content, m.tool_calls) for m in Message.select().order_by(Message.id)]
+        assert got == [(c, c) for c in stored]
+        assert Session.get_by_id("s").title == "t\x00itle"
+        assert Session.get(Session.title == "t\x00itle").id == "s"
+    found = pg_db.execute_sql(
+        "SELECT id FROM messages WHERE hermes_search_text(content, tool_name, tool_calls) LIKE %s",
+        ("%库\x00迁%",),
+    ).fetchall()
+    assert found == [(ids[3],)]
