@@ -4,10 +4,13 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pg_server
 import pytest
+from pg_server import Server
 
 import hermes_models
 from hermes_models import HermesDatabase, SessionDB
+from hermes_models.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES
 
@@ -90,3 +93,26 @@ def store(db_path: Path, migrated_template: Path) -> Iterator[SessionDB]:
     session_db = SessionDB(fresh_store_file(migrated_template, db_path))
     yield session_db
     session_db.close()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg() -> Server:
+    """The PostgreSQL server of this run (``tests/pg_server.py`` finds or starts it)."""
+    return pg_server.server()
+
+
+@pytest.fixture
+def pg_url(pg: Server) -> str:
+    """URL of a new database with every migration applied."""
+    return pg.new_database()
+
+
+@pytest.fixture
+def pg_db(pg_url: str) -> Iterator[PostgresDatabase]:
+    """A handle on a new migrated database (the models are not bound to it: ``using()``)."""
+    db = open_database(pg_url, migrate_first=False)
+    yield db
+    db.close()

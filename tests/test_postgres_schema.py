@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import peewee
@@ -19,7 +18,7 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pg_server import Server, server
+from pg_server import Server
 
 from hermes_models import Message, Session
 from hermes_models.binding import using
@@ -38,23 +37,6 @@ from hermes_models.schema import migration_ids
 from hermes_models.schema import migrations_dir as sqlite_migrations_dir
 
 pytestmark = pytest.mark.postgresql
-
-
-@pytest.fixture(scope="session")
-def pg() -> Server:
-    return server()
-
-
-@pytest.fixture
-def pg_url(pg: Server) -> str:
-    return pg.new_database()
-
-
-@pytest.fixture
-def pg_db(pg_url: str) -> Iterator[PostgresDatabase]:
-    db = open_database(pg_url, migrate_first=False)
-    yield db
-    db.close()
 
 
 def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
