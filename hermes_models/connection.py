@@ -17,10 +17,11 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
+from typing import cast
 
 import peewee
 
-from . import schema, sqlite_sql
+from . import postgres, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .db import HermesDatabase, record_init_error
@@ -35,6 +36,7 @@ from .files import (
     resolve_path,
     secure_files,
 )
+from .postgres import PostgresDatabase, is_postgres_url, parse_url
 from .shape import probe
 from .writes import retry_locked
 
@@ -65,12 +67,14 @@ def connect(
     *,
     migrate: bool = True,
     read_only: bool = False,
-) -> HermesDatabase:
+) -> HermesDatabase:  # a PostgresDatabase for a postgresql:// URL: the same interface
     """Open the Hermes database ``target`` and bind every model to it.
 
     ``target`` is a path or ``sqlite:///`` URL; ``None`` means
-    ``$HERMES_HOME/state.db``. With ``migrate=True`` pending migrations are
-    applied first. A second call for the same file returns the same handle.
+    ``$HERMES_HOME/state.db``. A ``postgresql://`` URL opens a store on a
+    PostgreSQL server instead (see :mod:`hermes_models.postgres`). With
+    ``migrate=True`` pending migrations are applied first. A second call for
+    the same file returns the same handle.
     ``read_only=True`` opens the file with ``mode=ro``: it must exist.
 
     A file newer than the v16 schema this package writes (a later Hermes, or
@@ -82,6 +86,8 @@ def connect(
         NotADatabaseError: the file is not an SQLite database.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
     """
+    if is_postgres_url(target):
+        return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:
         path = resolve_path(target)
         with _open_lock:
@@ -112,6 +118,35 @@ def connect(
         raise
     database.initialize(db)
     return db
+
+
+#: Open PostgreSQL handles by URL and mode, while something holds them.
+_servers: weakref.WeakValueDictionary[tuple[str, bool], PostgresDatabase] = (
+    weakref.WeakValueDictionary()
+)
+#: PostgreSQL stores this process migrated.
+_migrated_servers: BoundedSet[str] = BoundedSet("migrated PostgreSQL stores", 1024)
+
+
+def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesDatabase:
+    """:func:`connect` for a ``postgresql://`` URL."""
+    try:
+        target = parse_url(url)
+        key = (target.url + "#" + (target.schema or ""), read_only)
+        with _open_lock:
+            db = _servers.get(key)
+            if db is None:
+                if migrate and not read_only and key[0] not in _migrated_servers:
+                    postgres.migrate(url)
+                    _migrated_servers.add(key[0])
+                db = postgres.open_database(url, migrate_first=False, read_only=read_only)
+                db.connect(reuse_if_open=True)
+                _servers[key] = db
+    except Exception as exc:
+        record_init_error(exc)
+        raise
+    database.initialize(db)
+    return cast(HermesDatabase, db)
 
 
 def _apply_migrations(path: Path) -> None:

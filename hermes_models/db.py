@@ -111,6 +111,9 @@ _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", 
 
 
 class HermesDatabase(peewee.SqliteDatabase):
+    #: The SQL dialect (:mod:`hermes_models.dialect`).
+    dialect = "sqlite"
+
     """An SQLite file shared by several processes, set up the Hermes way.
 
     Use :func:`hermes_models.connect` rather than building one directly: it migrates the

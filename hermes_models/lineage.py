@@ -32,6 +32,7 @@ import peewee
 from peewee import SQL, Case, Value, fn
 
 from .binding import current
+from .dialect import json_text
 
 if TYPE_CHECKING:
     from .models import Session
@@ -58,7 +59,7 @@ def _base(source: Source) -> type[Session]:
 
 def marker(field: Any, key: str) -> Expr:
     """``model_config[key]`` in SQL; NULL when absent or the text is not JSON."""
-    return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
+    return json_text(field, key)
 
 
 def delegate_marked(s: Source) -> Expr:

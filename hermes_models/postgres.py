@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import peewee
 from playhouse.postgres_ext import Psycopg3Database
 
 from . import postgres_sql
-from .errors import MigrationError
+from .errors import MigrationError, ReadOnlyDatabaseError
 from .shape import PROBED, FileShape
 
 log = logging.getLogger("hermes_models")
@@ -292,12 +293,52 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
         if self.shape is None:
             self.shape = _probe(conn)
 
+    @property
+    def path(self) -> str:
+        """Where the store is, for messages (the URL without its password)."""
+        return self.target.label()
+
     def write(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` in one transaction and return its result (retries on
-        serialization failures and deadlocks come with the write discipline of
-        the PostgreSQL issue)."""
+        """Run ``fn`` in one transaction and return its result (inside an open
+        transaction: in a savepoint).
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+        """
+        self.refuse_writes()
         with self.atomic():
             return fn()
+
+    def run(self, sql: str, params: Any) -> Any:
+        """Run one statement the package rendered
+        (see :class:`~hermes_models.statements.Prepared`)."""
+        return self.execute_sql(sql, params)
+
+    def refuse_writes(self) -> None:
+        """Raise what :meth:`write` raises when this handle cannot write.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+        """
+        if self.read_only:
+            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+
+    def ensure_grams(self) -> bool:
+        """True: the server keeps the CJK gram index itself (an index, no triggers)."""
+        return True
+
+    def bound_wal(self) -> bool:
+        """Nothing to do: the server manages its own log."""
+        return False
+
+    def checkpoint(self, mode: str = "PASSIVE") -> None:
+        """Nothing to do: the server checkpoints on its own."""
+
+    def forget_connections(self) -> None:
+        """Drop, without closing them, the connections a forked child inherited
+        (closing one would end the parent's session on the server)."""
+        handle: Any = self
+        handle._state = peewee._ConnectionLocal()
 
     def describe(self) -> Mapping[str, Any]:
         """Where the handle points, for messages: URL without password, schema."""
@@ -320,7 +361,88 @@ def _probe(conn: Any) -> FileShape:
         columns={table: tuple(names) for table, names in columns.items()},
         tables=tables,
         time_index=True,
+        dialect="postgresql",
     )
+
+
+def qmark_to_format(sql: str) -> str:
+    """SQL written with SQLite's ``?`` placeholders in psycopg's form: each ``?``
+    outside quotes becomes ``%s``, and a literal ``%`` becomes ``%%``."""
+    parts: list[str] = []
+    quote = ""
+    for char in sql:
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "?":
+            parts.append("%s")
+            continue
+        parts.append("%%" if char == "%" else char)
+    return "".join(parts)
+
+
+class QmarkConnection:
+    """A psycopg connection that takes SQL written for sqlite3 (``?`` placeholders).
+
+    ``SessionDB._conn`` on a PostgreSQL store: code written against Hermes'
+    store runs raw SQL through it. The SQL itself must be valid PostgreSQL.
+    Statements run in autocommit mode unless a write of the package is open.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._conn.execute(qmark_to_format(sql), params or None)
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        cursor = self._conn.cursor()
+        cursor.executemany(qmark_to_format(sql), rows)
+        return cursor
+
+    def commit(self) -> None:
+        self._conn.commit()
+
+    def rollback(self) -> None:
+        self._conn.rollback()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+#: SQLSTATE codes of constraint failures, and the words SQLite starts their message with.
+_CONSTRAINTS = {
+    "23503": "FOREIGN KEY constraint failed",
+    "23505": "UNIQUE constraint failed",
+    "23502": "NOT NULL constraint failed",
+    "23514": "CHECK constraint failed",
+}
+_KEY_COLUMNS = re.compile(r"Key \((?P<columns>[^)]*)\)=")
+
+
+def constraint_message(exc: BaseException) -> str | None:
+    """SQLite's wording of a PostgreSQL constraint failure (None for other errors).
+
+    Callers written against SQLite match these words (``UNIQUE constraint
+    failed: sessions.title``); PostgreSQL's own message follows after `` - ``.
+    """
+    cause = getattr(exc, "orig", None) or exc
+    diag = getattr(cause, "diag", None)
+    words = _CONSTRAINTS.get(getattr(cause, "sqlstate", None) or "")
+    if diag is None or words is None:
+        return None
+    table = diag.table_name or ""
+    columns: list[str] = []
+    if diag.column_name:
+        columns = [diag.column_name]
+    elif words.startswith("UNIQUE") and (found := _KEY_COLUMNS.search(diag.message_detail or "")):
+        columns = [name.strip() for name in found.group("columns").split(",")]
+    if columns and words != _CONSTRAINTS["23503"]:
+        words += ": " + ", ".join(f"{table}.{column}" for column in columns)
+    first_line = str(cause).splitlines()[0] if str(cause) else ""
+    return f"{words} - {first_line}" if first_line else words
 
 
 def open_database(
@@ -337,14 +459,17 @@ __all__ = [
     "ESCAPE",
     "SCHEMES",
     "PostgresDatabase",
+    "QmarkConnection",
     "ServerTarget",
     "adapt_text",
+    "constraint_message",
     "escape_text",
     "is_postgres_url",
     "migrate",
     "migrations_dir",
     "open_database",
     "parse_url",
+    "qmark_to_format",
     "search_path",
     "unescape_text",
 ]

@@ -27,6 +27,7 @@ from .checks import (
     check_optional_str,
     check_session_id,
 )
+from .dialect import starts_with
 from .lineage import compression_chain_ids
 from .models import Session, check_increments, encode_json, resolve_prompts, with_extra
 from .statements import Prepared
@@ -134,14 +135,9 @@ def resolve_id(session_id_or_prefix: Any) -> str | None:
         return None
     if Session.select().where(Session.id == key).exists():
         return key
-    # Compared as bytes: SQLite's text functions stop at a NUL character.
-    prefix = key.encode("utf-8")
     candidates = cast(
         "Iterable[tuple[str]]",
-        Session.select(Session.id)
-        .where(fn.substr(Session.id.cast("BLOB"), 1, len(prefix)) == prefix)
-        .limit(2)
-        .tuples(),
+        Session.select(Session.id).where(starts_with(Session.id, key)).limit(2).tuples(),
     )
     found = [row[0] for row in candidates]
     return found[0] if len(found) == 1 else None

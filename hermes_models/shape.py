@@ -143,6 +143,8 @@ class FileShape:
     #: The keys of the migrations yoyo recorded as applied (None: no yoyo table).
     #: Read with the rest, so that opening an up-to-date file needs no other read.
     migrations: frozenset[str] | None = field(default=None, compare=False)
+    #: The SQL dialect of the store: ``"sqlite"`` (a file) or ``"postgresql"``.
+    dialect: str = "sqlite"
 
     # Both are asked on every statement: worked out once per shape (it never changes).
     @functools.cached_property
@@ -167,6 +169,7 @@ class FileShape:
             self.newer,
             self.trigram_gaps,
             self.time_index,
+            self.dialect,
         )
 
     def evidence(self) -> str | None:

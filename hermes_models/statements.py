@@ -84,6 +84,7 @@ def render(query: Any, *, named: bool = False, require: tuple[str, ...] = ()) ->
         RuntimeError: a required slot is not a bound parameter.
     """
     sql, params = query.sql()
+    marker = current().param  # "?" on SQLite, "%s" on PostgreSQL
     slots = [
         (i, p[len(SLOT) :])
         for i, p in enumerate(params)
@@ -94,39 +95,44 @@ def render(query: Any, *, named: bool = False, require: tuple[str, ...] = ()) ->
         raise RuntimeError(f"placeholders not bound as parameters: {sorted(missing)}")
     if named:
         by_index = dict(slots)
-        text = _name_parameters(sql, [by_index.get(i) for i in range(len(params))], params)
+        text = _name_parameters(sql, [by_index.get(i) for i in range(len(params))], params, marker)
         if text is not None:
             return Statement(text, [], [])
     return Statement(sql, list(params), slots)
 
 
-def _name_parameters(sql: str, names: list[str | None], fixed: list[Any]) -> str | None:
-    """``sql`` with its ``?`` placeholders, in order, replaced by ``:name``, or by the
-    fixed value where the name is None (integers only, such as ``LIMIT 1``); None when
-    that cannot be done (another fixed value, or not one placeholder per parameter)."""
+def _name_parameters(
+    sql: str, names: list[str | None], fixed: list[Any], marker: str = "?"
+) -> str | None:
+    """``sql`` with its placeholders (``marker``: SQLite's ``?``, psycopg's ``%s``), in
+    order, replaced by the named form (``:name``, ``%(name)s``), or by the fixed value
+    where the name is None (integers only, such as ``LIMIT 1``); None when that cannot
+    be done (another fixed value, or not one placeholder per parameter)."""
     parts: list[str] = []
     quote = ""
     start = 0
     found = 0
+    # SQLite also quotes names in `...` and [...]; PostgreSQL's [ ] index arrays.
+    quotes = "'\"`[" if marker == "?" else "'\""
     for index, char in enumerate(sql):
         if quote:
             if char == quote:
                 quote = ""
-        elif char in "'\"`[":
+        elif char in quotes:
             quote = "]" if char == "[" else char
-        elif char == "?":
+        elif char == marker[0] and sql.startswith(marker, index):
             if found == len(names):
                 return None
             parts.append(sql[start:index])
             name, value = names[found], fixed[found]
             if name is not None:
-                parts.append(f":{name}")
+                parts.append(f":{name}" if marker == "?" else f"%({name})s")
             elif value.__class__ is int:  # not bool: True would read as a column name
                 parts.append(str(value))
             else:
                 return None
             found += 1
-            start = index + 1
+            start = index + len(marker)
     if quote or found != len(names):
         return None
     parts.append(sql[start:])

@@ -50,6 +50,7 @@ from .models import (
     StateMeta,
     unencodable_error,
 )
+from .postgres import QmarkConnection, constraint_message, is_postgres_url
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
 from .sessions import META_FIELDS
 
@@ -101,7 +102,7 @@ def _api(method: F) -> F:
             if isinstance(original, sqlite3.Error):
                 raise original from None
             kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
-            raise kind(str(exc)) from exc
+            raise kind(constraint_message(exc) or str(exc)) from exc
         except UnicodeEncodeError:
             # Text with a lone surrogate reached SQLite; the write was rolled back.
             # The signature is read here, not at import: only this error needs it.
@@ -132,7 +133,10 @@ class SessionDB:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
 
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
-        self.db_path = resolve_path(db_path, argument="db_path")
+        #: The file, or for a store on a server its ``postgresql://`` URL.
+        self.db_path: Any = (
+            db_path if is_postgres_url(db_path) else resolve_path(db_path, argument="db_path")
+        )
         self.read_only = check_flag(read_only, "read_only")
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
@@ -165,6 +169,9 @@ class SessionDB:
         """The DB-API connection of this thread (for raw SQL)."""
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        if self._db.dialect == "postgresql":
+            # Hermes code runs raw SQL written for sqlite3 through this.
+            return cast(sqlite3.Connection, QmarkConnection(self._db.connection()))
         return cast(sqlite3.Connection, self._db.connection())
 
     def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -30,6 +30,7 @@ from .checks import (
     check_timestamp,
 )
 from .db import HermesDatabase
+from .dialect import POSTGRESQL, on_postgresql
 from .models import (
     ROLES,
     Message,
@@ -56,7 +57,9 @@ CHUNK_ROWS = 200
 def _insert(**values: Any) -> Any:
     fields = Message._meta.fields
     # The table's own INSERT: the model's would add the column defaults (``active``).
-    return Message._meta.table.insert({fields[name]: values[name] for name in MESSAGE_FIELDS})
+    insert = Message._meta.table.insert({fields[name]: values[name] for name in MESSAGE_FIELDS})
+    # PostgreSQL has no last row id: the INSERT returns it.
+    return insert.returning(fields["id"]) if on_postgresql() else insert
 
 
 #: One message row. Its ``?`` placeholders follow :data:`MESSAGE_FIELDS`, so a row
@@ -149,12 +152,14 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     row = message_row(session_id, role, content, **fields)
     calls = tool_call_total(role, fields.get("tool_calls"))
     db = current()
+    postgresql = db.dialect == POSTGRESQL
 
     def run() -> int:
         conn = cast(sqlite3.Connection, db.connection())
         insert, count = _INSERT.render(db).sql, _COUNT.render(db).sql
         with _AS_PEEWEE_ERRORS:
-            message_id = int(conn.execute(insert, row).lastrowid or 0)
+            cursor = conn.execute(insert, row)
+            message_id = int(cursor.fetchone()[0] if postgresql else cursor.lastrowid or 0)
             conn.execute(count, {"calls": calls, "session_id": session_id})
         return message_id
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pg_server
 import pytest
@@ -80,17 +81,47 @@ def migrated_copy(migrated_template: Path) -> Callable[[Path], Path]:
 
 
 @pytest.fixture
-def database(db_path: Path, migrated_template: Path) -> Iterator[HermesDatabase]:
-    """A migrated database file the models are bound to."""
-    db = hermes_models.connect(fresh_store_file(migrated_template, db_path))
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a test runs on: ``"sqlite"``, or ``"postgresql"`` too for tests
+    marked ``@pytest.mark.backends("sqlite", "postgresql")`` (see
+    :func:`pytest_generate_tests`)."""
+    return str(request.param)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that uses a store on the backends its ``backends`` mark names
+    (SQLite alone without the mark)."""
+    if "backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        names = marker.args if marker is not None else ("sqlite",)
+        metafunc.parametrize("backend", names, indirect=True)
+
+
+@pytest.fixture
+def database(
+    backend: str, db_path: Path, migrated_template: Path, request: pytest.FixtureRequest
+) -> Iterator[HermesDatabase]:
+    """A migrated store the models are bound to: a file, or a PostgreSQL database."""
+    if backend == "postgresql":
+        target: Any = request.getfixturevalue("pg").new_database()
+    else:
+        target = fresh_store_file(migrated_template, db_path)
+    db = hermes_models.connect(target)
     yield db
     db.close()
 
 
 @pytest.fixture
-def store(db_path: Path, migrated_template: Path) -> Iterator[SessionDB]:
-    """A SessionDB on a fresh file (the models are bound to it too)."""
-    session_db = SessionDB(fresh_store_file(migrated_template, db_path))
+def store(
+    backend: str, db_path: Path, migrated_template: Path, request: pytest.FixtureRequest
+) -> Iterator[SessionDB]:
+    """A SessionDB on a fresh store (the models are bound to it too): a file, or a
+    PostgreSQL database."""
+    if backend == "postgresql":
+        target: Any = request.getfixturevalue("pg").new_database()
+    else:
+        target = fresh_store_file(migrated_template, db_path)
+    session_db = SessionDB(target)
     yield session_db
     session_db.close()
 
@@ -102,6 +133,15 @@ def store(db_path: Path, migrated_template: Path) -> Iterator[SessionDB]:
 def pg() -> Server:
     """The PostgreSQL server of this run (``tests/pg_server.py`` finds or starts it)."""
     return pg_server.server()
+
+
+@pytest.fixture(autouse=True)
+def _drop_pg_databases() -> Iterator[None]:
+    """Databases a test made are dropped after it (each is a copy of the template)."""
+    yield
+    server = pg_server.started()
+    if server is not None and server.created:
+        server.drop_new()
 
 
 @pytest.fixture

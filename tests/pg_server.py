@@ -126,6 +126,8 @@ class Server:
     admin_url: str
     _names: itertools.count[int] = field(default_factory=itertools.count)
     _template: str | None = None
+    #: Databases made since the last :meth:`drop_new`.
+    created: list[str] = field(default_factory=list)
 
     def execute(self, statement: str) -> None:
         import psycopg
@@ -138,7 +140,13 @@ class Server:
         name = f"hermes_test_{os.getpid()}_{next(self._names)}"
         template = self.template() if migrated else "template0"
         self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        self.created.append(name)
         return _with_database(self.admin_url, name)
+
+    def drop_new(self) -> None:
+        """Drop the databases made since the last call (connections still open are ended)."""
+        while self.created:
+            self.execute(f'DROP DATABASE IF EXISTS "{self.created.pop()}" WITH (FORCE)')
 
     def template_url(self) -> str:
         """URL of the migrated template (to read from, never to change)."""
@@ -157,6 +165,11 @@ class Server:
 
 
 _server: Server | None = None
+
+
+def started() -> Server | None:
+    """The server of this process if one was started or found already."""
+    return _server
 
 
 def server() -> Server:

@@ -99,3 +99,17 @@ CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(ex
 
 DELETE FROM schema_version;
 INSERT INTO schema_version (version) VALUES (16);
+
+-- A member of a JSON object held as text (model_config's tags): NULL when the
+-- text is not JSON, as the SQLite side reads it (json_valid() before
+-- json_extract()); a damaged row is skipped, never an error.
+CREATE OR REPLACE FUNCTION hermes_json_text(doc text, member text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN doc::jsonb ->> member;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$;

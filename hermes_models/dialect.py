@@ -1,0 +1,53 @@
+"""What differs between the two SQL dialects, in SQL the package builds with peewee.
+
+Every builder that needs a function SQLite and PostgreSQL spell differently
+asks here, at build time: statements are rendered once per store structure,
+and the dialect is part of that structure
+(:attr:`hermes_models.shape.FileShape.dialect`), so a statement rendered for
+one dialect never runs on the other. Hand-written SQL lives in
+:mod:`hermes_models.sqlite_sql` and :mod:`hermes_models.postgres_sql`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from peewee import Case, Expression, fn
+
+from .binding import current
+
+#: The dialect names.
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+
+
+def dialect() -> str:
+    """The dialect of the store the models use here."""
+    return str(getattr(current(), "dialect", SQLITE))
+
+
+def on_postgresql() -> bool:
+    """True when the models use a PostgreSQL store here."""
+    return dialect() == POSTGRESQL
+
+
+def starts_with(field: Any, prefix: str) -> Expression:
+    """``field`` begins with ``prefix``, compared exactly (case and every character).
+
+    SQLite compares the bytes: its text functions stop at a NUL character.
+    """
+    if on_postgresql():
+        return fn.starts_with(field, prefix) == True  # noqa: E712 - SQL, not Python
+    raw = prefix.encode("utf-8")
+    return fn.substr(field.cast("BLOB"), 1, len(raw)) == raw
+
+
+def json_text(field: Any, key: str) -> Any:
+    """``field``'s JSON object member ``key`` (NULL when absent, or when the text is
+    not JSON: such a row is skipped, never an error)."""
+    if on_postgresql():
+        return fn.hermes_json_text(field, key)
+    return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
+
+
+__all__ = ["POSTGRESQL", "SQLITE", "dialect", "json_text", "on_postgresql", "starts_with"]
