@@ -50,4 +50,35 @@ def json_text(field: Any, key: str) -> Any:
     return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
 
 
-__all__ = ["POSTGRESQL", "SQLITE", "dialect", "json_text", "on_postgresql", "starts_with"]
+def position(haystack: Any, needle: Any) -> Any:
+    """Where ``needle`` first starts in ``haystack`` (1-based; 0 when it does not)."""
+    if on_postgresql():
+        return fn.strpos(haystack, needle)
+    return fn.instr(haystack, needle)
+
+
+def limit_value(limit: int) -> int | None:
+    """The value bound to a ``LIMIT`` for ``limit`` (-1: no limit, SQLite's way;
+    PostgreSQL's is NULL)."""
+    return None if limit < 0 and on_postgresql() else limit
+
+
+def json_array_length(field: Any) -> Any:
+    """The length of ``field`` when it holds a JSON array, else NULL."""
+    if on_postgresql():
+        return fn.hermes_json_array_length(field)
+    is_array = fn.json_valid(field) & (fn.json_type(field) == "array")
+    return Case(None, [(is_array, fn.json_array_length(field))], None)
+
+
+__all__ = [
+    "POSTGRESQL",
+    "SQLITE",
+    "dialect",
+    "json_array_length",
+    "json_text",
+    "limit_value",
+    "on_postgresql",
+    "position",
+    "starts_with",
+]

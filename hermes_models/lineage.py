@@ -32,7 +32,7 @@ import peewee
 from peewee import SQL, Case, Value, fn
 
 from .binding import current
-from .dialect import json_text
+from .dialect import json_text, position
 
 if TYPE_CHECKING:
     from .models import Session
@@ -320,7 +320,7 @@ def extend_path(path: Any, session_id: Any) -> Any:
 
 def not_visited(path: Any, session_id: Any) -> Expr:
     """True when ``session_id`` is not in the walked ``path`` yet."""
-    return fn.instr(path, path_of(session_id)) == 0
+    return position(path, path_of(session_id)) == 0
 
 
 def walk_sessions(

@@ -22,6 +22,7 @@ from peewee import JOIN, SQL, Value, fn
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .content import content_text
+from .dialect import limit_value, on_postgresql
 from .lineage import (
     TIP_MAX_HOPS,
     compression_expr,
@@ -218,7 +219,7 @@ def rich_listing(
     prepared = cached(("listing", shape), prepare)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     values: dict[str, Any] = {
-        "limit": limit,
+        "limit": limit_value(limit),
         "offset": offset,
         "min_count": min_message_count,
         "needle": f"%{escaped}%",
@@ -327,13 +328,19 @@ def _tips(roots_cte: Any) -> tuple[Any, Any]:
         max_depth=TIP_MAX_HOPS,
         name="walk",
     )
-    # SQLite returns the bare column "id" from the row holding MAX(depth).
-    tips = (
-        walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth))
-        .group_by(walk.c.root_id)
-        .cte("tips", columns=("root_id", "tip_id", "depth"))
-    )
-    return walk, tips
+    if on_postgresql():
+        # Each root's deepest row (one path per root: the walk follows the latest child).
+        deepest = (
+            walk.select_from(walk.c.root_id, walk.c.id, walk.c.depth)
+            .distinct([walk.c.root_id])
+            .order_by(walk.c.root_id, walk.c.depth.desc())
+        )
+    else:
+        # SQLite returns the bare column "id" from the row holding MAX(depth).
+        deepest = walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth)).group_by(
+            walk.c.root_id
+        )
+    return walk, deepest.cte("tips", columns=("root_id", "tip_id", "depth"))
 
 
 def _preview(row: dict[str, Any], prefix: str) -> str:
@@ -414,7 +421,7 @@ def plain_listing(
     query = (
         where_all(Session.select(), terms)
         .order_by(*(order or (Session.started_at.desc(), Session.id.desc())))
-        .limit(limit)
+        .limit(None if limit < 0 else limit)
         .offset(offset)
     )
     return fetch_dicts(query)
@@ -451,7 +458,7 @@ def enriched_sessions(
         .join(first, JOIN.LEFT_OUTER, on=on_first)
         .where(*conditions(row))
         .order_by(*order(row))
-        .limit(limit)
+        .limit(None if limit < 0 else limit)
         .offset(offset)
     )
     out = []

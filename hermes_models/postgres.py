@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import peewee
@@ -383,8 +383,37 @@ def qmark_to_format(sql: str) -> str:
     return "".join(parts)
 
 
+class Row(tuple):  # type: ignore[type-arg]
+    """A result row read by position or by column name, as ``sqlite3.Row`` is."""
+
+    _names: tuple[str, ...] = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._names.index(key))
+            except ValueError:
+                raise IndexError(f"No item with that key: {key!r}") from None
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _rows_by_name(cursor: Any) -> Callable[[Any], Row]:
+    """A psycopg row factory giving :class:`Row` objects."""
+    names = tuple(column.name for column in cursor.description or ())
+    kind = type("Row", (Row,), {"_names": names, "__slots__": ()})
+
+    def make(values: Any) -> Row:
+        return cast(Row, kind(values))
+
+    return make
+
+
 class QmarkConnection:
-    """A psycopg connection that takes SQL written for sqlite3 (``?`` placeholders).
+    """A psycopg connection that takes SQL written for sqlite3 (``?`` placeholders)
+    and gives rows readable by position and by name (``sqlite3.Row``).
 
     ``SessionDB._conn`` on a PostgreSQL store: code written against Hermes'
     store runs raw SQL through it. The SQL itself must be valid PostgreSQL.
@@ -395,10 +424,11 @@ class QmarkConnection:
         self._conn = conn
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        return self._conn.execute(qmark_to_format(sql), params or None)
+        cursor = self._conn.cursor(row_factory=_rows_by_name)
+        return cursor.execute(qmark_to_format(sql), params or None)
 
     def executemany(self, sql: str, rows: Any) -> Any:
-        cursor = self._conn.cursor()
+        cursor = self._conn.cursor(row_factory=_rows_by_name)
         cursor.executemany(qmark_to_format(sql), rows)
         return cursor
 

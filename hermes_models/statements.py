@@ -222,7 +222,8 @@ class Prepared:
 def many_rows(statement: Statement, n: int) -> str:
     """The SQL of a one-row ``INSERT ... VALUES (?, ...)`` for ``n`` rows at once."""
     head, values = statement.sql.rsplit(" VALUES ", 1)
-    return f"{head} VALUES {', '.join([values] * n)}"
+    values, returning, tail = values.partition(" RETURNING ")  # PostgreSQL's ids
+    return f"{head} VALUES {', '.join([values] * n)}{returning}{tail}"
 
 
 def fetch_dicts(query: Any) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from .checks import (
     check_timestamp,
 )
 from .db import HermesDatabase
-from .dialect import POSTGRESQL, on_postgresql
+from .dialect import POSTGRESQL, json_array_length, on_postgresql
 from .models import (
     ROLES,
     Message,
@@ -259,8 +259,8 @@ def counter_totals() -> Any:
         [
             ((Message.role == "tool") | Message.tool_calls.is_null(), 0),
             (
-                fn.json_valid(Message.tool_calls) & (fn.json_type(Message.tool_calls) == "array"),
-                fn.json_array_length(Message.tool_calls),
+                json_array_length(Message.tool_calls).is_null(False),
+                json_array_length(Message.tool_calls),
             ),
         ],
         1,

@@ -56,8 +56,7 @@ def test_search_cjk_role_source_and_limit(filled: Path) -> None:
         "search", "--db", str(filled), "事件循环 OR asyncio", "--source", "cli", "--limit", "1"
     ).output == (
         # One trigram pass ranks the query: the shorter message comes first.
-        "en user #1 2026-01-05 09:00 UTC cli\n"
-        "  How do I use the >>>asyncio<<< event loop?\n"
+        "en user #1 2026-01-05 09:00 UTC cli\n  How do I use the >>>asyncio<<< event loop?\n"
     )
     assert (
         invoke("search", "--db", str(filled), "asyncio", "--source", "telegram").output

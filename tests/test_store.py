@@ -659,9 +659,7 @@ def test_two_stores_in_one_process_keep_apart(
 def test_two_stores_written_from_two_threads_at_once(
     tmp_path: Path, migrated_copy: Callable[[Path], Path]
 ) -> None:
-    stores = {
-        name: SessionDB(migrated_copy(tmp_path / f"{name}.db")) for name in ("left", "right")
-    }
+    stores = {name: SessionDB(migrated_copy(tmp_path / f"{name}.db")) for name in ("left", "right")}
     for name, store in stores.items():
         store.create_session(name, "cli", started_at=T0)
     barrier = threading.Barrier(2)

@@ -6,6 +6,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 TOKENS = (
     "input_tokens",
     "output_tokens",

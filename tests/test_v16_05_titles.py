@@ -8,6 +8,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 @pytest.mark.parametrize(
     ("raw", "clean"),

@@ -17,6 +17,8 @@ import pytest
 
 from hermes_models import Session, SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 def archived(store: SessionDB) -> list[str]:
     rows = store._conn.execute("SELECT id FROM sessions WHERE archived = 1 ORDER BY id")

@@ -9,6 +9,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = time.time() - 100_000
 
 
@@ -196,6 +198,7 @@ def statements_for_replay(store: SessionDB, session_id: str) -> list[str]:
     return seen
 
 
+@pytest.mark.backends("sqlite")  # reads SQLite's own query plan or trace
 def test_replay_with_ancestors_is_one_statement_whatever_the_depth(store: SessionDB) -> None:
     previous = None
     for index in range(30):

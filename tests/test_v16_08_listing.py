@@ -8,6 +8,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = time.time() - 1_000_000
 TIP_KEYS = (
     "id",
@@ -253,6 +255,7 @@ def test_cron_job_runs_are_one_jobs_runs_newest_first(store: SessionDB) -> None:
     assert store.list_cron_job_runs("nobody") == []
 
 
+@pytest.mark.backends("sqlite")  # reads SQLite's own query plan or trace
 def test_cron_job_runs_read_the_source_and_id_index(store: SessionDB) -> None:
     plan = store._conn.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM sessions WHERE source = 'cron' AND id >= ? AND id < ?",

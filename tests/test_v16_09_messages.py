@@ -11,6 +11,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 CALL = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
 

@@ -9,6 +9,8 @@ import pytest
 from hermes_models import SessionDB
 from hermes_models.hermes_state import FTS_SQL, SCHEMA_SQL
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 TEXT = (
     "the  quick brown fox\njumps over   the lazy dog and then keeps running far beyond "

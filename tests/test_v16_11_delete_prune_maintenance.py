@@ -15,6 +15,8 @@ import pytest
 
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 DAY = 86400.0
 
 

@@ -109,6 +109,8 @@ HOLD = """
 import sys, time
 from hermes_models import CompressionLock, SessionDB
 from hermes_models.holders import local_holder
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 store = SessionDB(sys.argv[1])
 me = local_holder()
 assert store.try_acquire_compression_lock("chat", me, ttl_seconds=3600)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hermes_models import SessionDB
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 
 def test_get_and_upsert(store: SessionDB) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hermes_models import SessionDB
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 T0 = 1_700_000_000.0
 

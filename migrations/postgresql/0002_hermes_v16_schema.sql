@@ -113,3 +113,22 @@ EXCEPTION WHEN others THEN
     RETURN NULL;
 END
 $$;
+
+-- The length of a JSON array held as text (tool_calls), NULL for any other
+-- text: the tool-call counting rule reads it as the SQLite side does.
+CREATE OR REPLACE FUNCTION hermes_json_array_length(doc text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    value jsonb;
+BEGIN
+    value := doc::jsonb;
+    IF jsonb_typeof(value) = 'array' THEN
+        RETURN jsonb_array_length(value);
+    END IF;
+    RETURN NULL;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$;
