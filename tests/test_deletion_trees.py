@@ -26,6 +26,8 @@ from hermes_models import Session, SessionDB
 
 from hermes_reference import DAY, Reference, read, state_of
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 NOW = time.time()
 
 

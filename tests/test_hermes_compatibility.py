@@ -20,6 +20,8 @@ import hermes_models
 import hermes_models.hermes_state as hermes_state
 from hermes_models import SessionDB
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 HERE = Path(__file__).resolve().parent
 NAMES = HERE / "hermes_v16_public_names.txt"
 PAGE = HERE.parent / "docs" / "hermes-compatibility.md"

@@ -17,6 +17,8 @@ from hermes_models.lineage import (
     kind_of,
 )
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

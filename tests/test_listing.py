@@ -9,6 +9,8 @@ import pytest
 from hermes_models import Session, SessionDB
 from hermes_models.listing import TIP_COLUMNS, preview_text
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

@@ -14,6 +14,8 @@ from hermes_models.checks import EPOCH_MAX, EPOCH_MIN
 
 from factories import EPOCH, SessionFactory
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 def row(session_id: str) -> dict[str, Any]:
     return dict(Session.get_by_id(session_id).__data__)

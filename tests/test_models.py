@@ -31,6 +31,8 @@ from hermes_models.models import (
 
 from factories import EPOCH, MessageFactory, SessionFactory
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 #: SQLite's declared type for each peewee field class the models may use.
 DECLARED_TYPE = {
     peewee.AutoField: "INTEGER",

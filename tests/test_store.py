@@ -16,6 +16,8 @@ import pytest
 from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
 from hermes_models.store import META_FIELDS
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

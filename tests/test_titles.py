@@ -10,6 +10,8 @@ import pytest
 from hermes_models import SessionDB
 from hermes_models.titles import MAX_TITLE_LENGTH, sanitize_title, split_title
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

@@ -12,6 +12,8 @@ import pytest
 from hermes_models import Session, SessionDB
 from hermes_models.models import CONTENT_JSON_PREFIX
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

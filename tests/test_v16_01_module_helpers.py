@@ -16,6 +16,8 @@ import hermes_models.hermes_state as hermes_state
 from hermes_models import SessionDB
 from hermes_models.schema import migrations_dir
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 B_MODULE_NAMES = [
     "DEFAULT_DB_PATH",
     "DEFERRED_INDEX_SQL",

@@ -10,6 +10,8 @@ import pytest
 
 from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 def test_constructor_keywords_and_attributes(tmp_path: Path) -> None:
     store = SessionDB(db_path=tmp_path / "state.db", read_only=False)
