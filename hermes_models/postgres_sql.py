@@ -42,13 +42,183 @@ def set_search_path(path: str) -> str:
     return f"SET search_path TO {path}"
 
 
+# -- search --
+#
+# A search's SQL depends on its routes, filters and order, never on its words:
+# every value the user typed is a parameter. Words become tsquery through
+# phraseto_tsquery() calls joined by the tsquery operators (&&, ||, !!) here,
+# never through tsquery text built from user input.
+
+#: The text a message is searched in (as the indexes of migration 0003 spell it).
+SEARCH_TEXT = "hermes_search_text(m.content, m.tool_name, m.tool_calls)"
+
+#: Lexemes each text (a ``text[]``) makes as a phrase query, in order (0: none).
+TSQUERY_NODES = (
+    "SELECT numnode(phraseto_tsquery('simple', t))"
+    " FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n"
+)
+
+#: The current ``statement_timeout``, and a new one set for this transaction.
+SET_STATEMENT_TIMEOUT = (
+    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)"
+)
+#: Back to the ``statement_timeout`` the transaction had.
+RESET_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
+
+
+def phrase_query(variants: int, prefix: bool) -> str:
+    """One term as a tsquery: ``variants`` phrase queries (one ``%s`` each) joined by
+    ``||``; with ``prefix`` the last word of each is a prefix."""
+    one = "phraseto_tsquery('simple', %s)"
+    if prefix:
+        one = f"({one}::text || ':*')::tsquery"
+    return "(" + " || ".join([one] * variants) + ")"
+
+
+def words_match(tsquery: str) -> str:
+    """A message whose word index matches ``tsquery``."""
+    return f"m.search_tsv @@ {tsquery}"
+
+
+#: A message holding the substring (one ``%s``: an ``ILIKE`` pattern); the trigram
+#: index serves it from three characters on.
+SUBSTRING_MATCH = f"{SEARCH_TEXT} ILIKE %s"
+
+#: A message holding every CJK character and pair of a short term (``%s``: ``text[]``),
+#: then the substring itself (``%s``: an ``ILIKE`` pattern); the gram index serves it.
+GRAMS_MATCH = f"(hermes_cjk_grams({SEARCH_TEXT}) @> %s::text[] AND {SEARCH_TEXT} ILIKE %s)"
+
+
+def negated(condition: str) -> str:
+    """``condition`` negated."""
+    return f"NOT ({condition})"
+
+
+def all_of(conditions: list[str]) -> str:
+    """Every condition."""
+    return "(" + " AND ".join(conditions) + ")"
+
+
+def any_of(conditions: list[str]) -> str:
+    """Any condition."""
+    return "(" + " OR ".join(conditions) + ")"
+
+
+def word_rank(tsquery: str) -> str:
+    """Minus ``ts_rank`` for messages matching ``tsquery`` (lower is better, as BM25 on
+    SQLite), 0 for the others; ``tsquery``'s parameters are bound twice."""
+    return (
+        f"(CASE WHEN m.search_tsv @@ {tsquery}"
+        f" THEN -ts_rank(m.search_tsv, {tsquery})::float8 ELSE 0.0::float8 END)"
+    )
+
+
+#: Rank of hits when nothing ranks them.
+NO_RANK = "0.0::float8"
+#: Live messages only.
+ACTIVE = "m.active = 1"
+#: Filters (``%s``: a ``text[]``).
+SOURCE_IN = "s.source = ANY(%s)"
+SOURCE_NOT_IN = "NOT (s.source = ANY(%s))"
+ROLE_IN = "m.role = ANY(%s)"
+
+#: ORDER BY of a page of hits, inside and outside its ``page`` CTE, by sort.
+HIT_ORDERS = {
+    "rank": (
+        'rank, m."timestamp" DESC, m.id DESC',
+        'page.rank, page."timestamp" DESC, page.id DESC',
+    ),
+    "newest": ('m."timestamp" DESC, m.id DESC', 'page."timestamp" DESC, page.id DESC'),
+    "oldest": ('m."timestamp", m.id', 'page."timestamp", page.id'),
+}
+
+
+def hits_page(where: str, rank: str, sort: str) -> str:
+    """One page of hits (``LIMIT %s OFFSET %s`` after the parameters of ``rank`` and
+    ``where``): id, session_id, timestamp, role, content, tool_name, tool_calls,
+    source, model, session_started, rank. The page is found on narrow rows, then its
+    messages are read."""
+    inner, outer = HIT_ORDERS[sort]
+    return (
+        f'WITH page AS (SELECT m.id, m."timestamp", {rank} AS rank'
+        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        f" WHERE {where} ORDER BY {inner} LIMIT %s OFFSET %s)"
+        ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
+        " m.tool_calls, s.source, s.model, s.started_at, page.rank"
+        " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
+        f" ORDER BY {outer}"
+    )
+
+
+def hits_by_session(where: str, rank: str) -> str:
+    """For each session with hits (active messages matching ``where``): session_id,
+    its best hit's id, timestamp and rank (rank, then newest), its number of hits and
+    its latest hit's timestamp."""
+    return (
+        f'WITH hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank'
+        f" FROM messages m WHERE {where} AND {ACTIVE})"
+        ' SELECT DISTINCT ON (session_id) session_id, id, "timestamp", rank,'
+        " count(*) OVER (PARTITION BY session_id),"
+        ' max("timestamp") OVER (PARTITION BY session_id)'
+        ' FROM hits ORDER BY session_id, rank, "timestamp" DESC, id DESC'
+    )
+
+
+def _neighbour(compare: str, order: str, active: bool) -> str:
+    live = " AND x.active = 1" if active else ""
+    return (
+        "LEFT JOIN LATERAL (SELECT x.role, x.content FROM messages x"
+        " WHERE x.session_id = h.session_id"
+        f' AND (x."timestamp", x.id) {compare} (h."timestamp", h.id)'
+        f'{live} ORDER BY x."timestamp" {order}, x.id {order} LIMIT 1)'
+    )
+
+
+def hit_context(include_inactive: bool) -> str:
+    """For each hit of ``%s`` (ids, ``bigint[]``): id, role and content of the message
+    before it in its session, role and content of the one after (by time, then id)."""
+    active = not include_inactive
+    return (
+        "SELECT h.id, p.role, p.content, n.role, n.content FROM messages h "
+        + _neighbour("<", "DESC", active)
+        + " p ON true "
+        + _neighbour(">", "ASC", active)
+        + " n ON true WHERE h.id = ANY(%s)"
+    )
+
+
+#: ``(id, content, tool_name, tool_calls)`` of messages ``%s`` (ids, ``bigint[]``).
+MESSAGE_TEXTS = "SELECT id, content, tool_name, tool_calls FROM messages WHERE id = ANY(%s)"
+
 __all__ = [
+    "ACTIVE",
     "COLUMNS",
+    "GRAMS_MATCH",
+    "HIT_ORDERS",
+    "MESSAGE_TEXTS",
+    "NO_RANK",
     "READ_ONLY_SESSION",
+    "RESET_STATEMENT_TIMEOUT",
+    "ROLE_IN",
     "SCHEMA_VERSION",
+    "SEARCH_TEXT",
     "SEARCH_VECTOR_COLUMN",
+    "SET_STATEMENT_TIMEOUT",
+    "SOURCE_IN",
+    "SOURCE_NOT_IN",
+    "SUBSTRING_MATCH",
     "TABLES",
     "TRGM_SCHEMA",
+    "TSQUERY_NODES",
+    "all_of",
+    "any_of",
     "create_schema",
+    "hit_context",
+    "hits_by_session",
+    "hits_page",
+    "negated",
+    "phrase_query",
     "set_search_path",
+    "word_rank",
+    "words_match",
 ]

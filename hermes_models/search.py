@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import present, sqlite_sql
+from . import pg_search, present, sqlite_sql
 from .binding import current, newer_file
 from .checks import check_flag
 from .fts import INDEXES, available_routes, warn_once
@@ -407,6 +407,8 @@ def search_messages(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
+    if pg_search.bound_to_postgres():
+        return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
         plan = MessagePlan(parsed, shape, filters, order, limit, offset)
@@ -472,6 +474,8 @@ def search_sql(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
+    if pg_search.bound_to_postgres():
+        return pg_search.search_sql(parsed, filters, order, limit, offset)
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
         shape = shape.degraded()
@@ -533,6 +537,8 @@ def search_sessions(
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
+    if pg_search.bound_to_postgres():
+        return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)

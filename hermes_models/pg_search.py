@@ -1,0 +1,474 @@
+"""Searching messages and sessions on PostgreSQL: plan and execute.
+
+The PostgreSQL sibling of :mod:`hermes_models.plan` and the execute stage
+of :mod:`hermes_models.search`, which hands a search over here when the
+models are bound to a PostgreSQL handle. The parse stage
+(:mod:`hermes_models.query`) and the present stage
+(:mod:`hermes_models.present`) are the SQLite search's own, so a query
+means the same thing on both backends and a hit has the same keys.
+
+Each term is routed by its characters, as on SQLite, to the index that can
+serve it (migration 0003 and 0007 of ``migrations/postgresql``):
+
+- a word or phrase: the ``simple`` tsvector (``search_tsv``, GIN), as a
+  phrase query built with ``phraseto_tsquery`` from the term's text and,
+  when punctuation joins its words, from the words alone (``chat-send`` is
+  ``chat-send`` as PostgreSQL's parser reads it, or ``chat send``: FTS5's
+  reading); ``deploy*`` makes the last word a prefix. A word that makes no
+  lexeme at all is matched as a substring instead;
+- a CJK term of three characters or more: ``ILIKE`` on the searched text
+  (content, tool name and tool calls), served by the trigram index;
+- a CJK term of one or two characters: the gram index (its CJK characters
+  and adjacent pairs, ``@>``), then the substring itself.
+
+``AND``, ``OR`` and ``NOT`` combine the terms' conditions in SQL; every
+value a user typed is a parameter. Hits are ranked by ``ts_rank`` of their
+word terms (hits no word term found come after, newest first), snippets are
+made in Python (:func:`hermes_models.present.hits`), and ``search_sessions``
+counts hits per lineage root, its climb walked in Python with
+:func:`hermes_models.lineage.kind_of`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import peewee
+
+from . import postgres_sql as sql
+from . import present
+from .binding import current
+from .lineage import MAX_DEPTH, kind_of
+from .models import Session
+from .plan import Filters, trigram_servable
+from .query import TRIGRAM, WORDS, SearchQuery, Term, contains_cjk
+from .statements import fetch_dicts
+
+T = TypeVar("T")
+
+logger = logging.getLogger("hermes_models")
+
+#: Routes of a term on PostgreSQL: the word index, a substring (trigram index), or the
+#: gram index of CJK characters and pairs followed by the substring.
+PG_WORDS, PG_SUBSTRING, PG_GRAMS = "words", "substring", "grams"
+
+#: SQLSTATE of a statement cancelled by ``statement_timeout``.
+QUERY_CANCELED = "57014"
+
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
+def bound_to_postgres() -> bool:
+    """True when the models are bound to a PostgreSQL handle here."""
+    return getattr(current(), "dialect", "sqlite") == "postgresql"
+
+
+def execute(statement: str, params: list[Any]) -> Any:
+    """Run one statement on the current database; the cursor."""
+    return current().execute_sql(statement, params)
+
+
+# -- plan: routes and conditions --------------------------------------------------------------
+
+
+def cjk_grams(text: str) -> list[str]:
+    """The distinct CJK characters and adjacent CJK pairs of ``text`` (what
+    ``hermes_cjk_grams`` indexes), sorted."""
+    found = {c for c in text if contains_cjk(c)}
+    found.update(
+        text[i : i + 2]
+        for i in range(len(text) - 1)
+        if contains_cjk(text[i]) and contains_cjk(text[i + 1])
+    )
+    return sorted(found)
+
+
+def phrase_variants(term: Term) -> tuple[str, ...]:
+    """The texts a word term is looked up as: its own text, as PostgreSQL's parser
+    reads it (``P2.2`` is one lexeme), then its words alone when punctuation joins them
+    (``P2 2``: how FTS5's ``unicode61`` reads it)."""
+    words = " ".join(w for w in _SEPARATORS.split(term.text) if w)
+    return (term.text,) if not words or words == term.text else (term.text, words)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A term and how PostgreSQL finds it."""
+
+    term: Term
+    route: str
+    #: Phrase texts of a word term (each gives a ``phraseto_tsquery``).
+    variants: tuple[str, ...] = ()
+
+    def tsquery(self) -> tuple[str, list[Any]]:
+        """The term's tsquery and its parameters (a word term)."""
+        return sql.phrase_query(len(self.variants), self.term.prefix), list(self.variants)
+
+    def condition(self) -> tuple[str, list[Any]]:
+        """The SQL condition of a message holding the term, and its parameters."""
+        if self.route == PG_WORDS:
+            tsquery, params = self.tsquery()
+            return sql.words_match(tsquery), params
+        if self.route == PG_GRAMS:
+            return sql.GRAMS_MATCH, [cjk_grams(self.term.text), self.term.like()]
+        return sql.SUBSTRING_MATCH, [self.term.like()]
+
+
+@dataclass(frozen=True)
+class RoutedGroup:
+    """A group's terms, routed: all of ``include``, none of ``exclude``."""
+
+    include: tuple[Routed, ...]
+    exclude: tuple[Routed, ...] = ()
+
+
+def _lexeme_counts(texts: list[str]) -> list[int]:
+    """How many nodes each text makes as a phrase query on the server (0: no lexeme)."""
+    if not texts:
+        return []
+    try:
+        rows = execute(sql.TSQUERY_NODES, [texts]).fetchall()
+    except peewee.DatabaseError as exc:  # odd text the parser refuses: substrings then
+        logger.warning("PostgreSQL could not parse a search's words (%s); substrings used", exc)
+        return [0] * len(texts)
+    return [int(row[0]) for row in rows]
+
+
+def route(query: SearchQuery) -> tuple[RoutedGroup, ...]:
+    """Each term of ``query`` routed (one round trip asks the server which words make
+    lexemes).
+
+    As on SQLite, when a query has a CJK term of three characters or more and
+    every word of it is three or more ASCII letters and digits, those words are
+    matched as substrings too (``sqlite 数据库`` finds ``pysqlite 数据库``).
+    """
+    terms = query.terms()
+    one_pass = any(t.route == TRIGRAM for t in terms) and all(
+        trigram_servable(t) for t in terms if t.route == WORDS
+    )
+    words = [t for t in terms if t.route == WORDS and not one_pass]
+    variants = {t: phrase_variants(t) for t in words}
+    texts = [text for t in words for text in variants[t]]
+    counts = dict(zip(texts, _lexeme_counts(texts)))
+
+    def routed(term: Term) -> Routed:
+        if not term.cjk:
+            kept = tuple(v for v in variants.get(term, ()) if counts.get(v, 0) > 0)
+            return Routed(term, PG_WORDS, kept) if kept else Routed(term, PG_SUBSTRING)
+        return Routed(term, PG_SUBSTRING if term.route == TRIGRAM else PG_GRAMS)
+
+    return tuple(
+        RoutedGroup(tuple(map(routed, g.include)), tuple(map(routed, g.exclude)))
+        for g in query.groups
+    )
+
+
+def matching(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
+    """The WHERE condition of a message matching the query, and its parameters."""
+    alternatives, params = [], []
+    for group in groups:
+        conditions = []
+        for routed in group.include:
+            condition, values = routed.condition()
+            conditions.append(condition)
+            params += values
+        for routed in group.exclude:
+            condition, values = routed.condition()
+            conditions.append(sql.negated(condition))
+            params += values
+        alternatives.append(sql.all_of(conditions))
+    return sql.any_of(alternatives), params
+
+
+def ranking(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
+    """The rank of a hit (lower is better): minus ``ts_rank`` of the query's positive
+    word terms for hits they match, 0 for the others."""
+    tsqueries, params = [], []
+    for group in groups:
+        for routed in group.include:
+            if routed.route == PG_WORDS:
+                tsquery, values = routed.tsquery()
+                tsqueries.append(tsquery)
+                params += values
+    if not tsqueries:
+        return sql.NO_RANK, []
+    return sql.word_rank("(" + " || ".join(tsqueries) + ")"), params + params
+
+
+def filtering(filters: Filters) -> tuple[list[str], list[Any]]:
+    """WHERE terms of a search's filters, and their parameters."""
+    where: list[str] = [] if filters.include_inactive else [sql.ACTIVE]
+    params: list[Any] = []
+    if filters.sources is not None:
+        where.append(sql.SOURCE_IN)
+        params.append(list(filters.sources))
+    if filters.exclude:
+        where.append(sql.SOURCE_NOT_IN)
+        params.append(list(filters.exclude))
+    if filters.roles:
+        where.append(sql.ROLE_IN)
+        params.append(list(filters.roles))
+    return where, params
+
+
+def message_statement(
+    query: SearchQuery, filters: Filters, order: str, limit: int | None, offset: int
+) -> tuple[str, list[Any]]:
+    """The SQL and parameters of one page of hits (``limit`` -1: every hit)."""
+    return page_statement(route(query), filters, order, limit, offset)
+
+
+def page_statement(
+    groups: tuple[RoutedGroup, ...], filters: Filters, order: str, limit: int | None, offset: int
+) -> tuple[str, list[Any]]:
+    """The SQL and parameters of one page of hits of routed ``groups``."""
+    condition, params = matching(groups)
+    rank, rank_params = ranking(groups) if order == "rank" else (sql.NO_RANK, [])
+    where, filter_params = filtering(filters)
+    statement = sql.hits_page(sql.all_of([condition, *where]), rank, order)
+    page = [None if limit is None or limit < 0 else limit, offset]
+    return statement, [*rank_params, *params, *filter_params, *page]
+
+
+# -- execute ----------------------------------------------------------------------------------
+
+
+class OutOfTime(Exception):
+    """A search statement ran past the search's time budget."""
+
+
+def within(budget: float | None, run: Callable[[], T]) -> T:
+    """``run()`` in a transaction (a savepoint inside the caller's) whose statements
+    stop after ``budget`` seconds (None: no limit).
+
+    Raises:
+        OutOfTime: the server cancelled a statement when the budget ran out.
+    """
+    db = current()
+    try:
+        with db.atomic():
+            if budget is None:
+                return run()
+            milliseconds = max(1, round(budget * 1000))
+            (before, _) = execute(sql.SET_STATEMENT_TIMEOUT, [f"{milliseconds}ms"]).fetchone()
+            result = run()
+            execute(sql.RESET_STATEMENT_TIMEOUT, [before])
+            return result
+    except peewee.DatabaseError as exc:
+        cause = exc.args[0] if exc.args else None
+        if getattr(cause, "sqlstate", None) == QUERY_CANCELED:
+            raise OutOfTime() from None
+        raise
+
+
+def _ran_out(query: SearchQuery, budget: float | None) -> None:
+    logger.warning(
+        "PostgreSQL database %s: a search stopped after its time budget of %s s; "
+        "returning no hits (query: %.200r)",
+        current().database,
+        budget,
+        query.fts(),
+    )
+
+
+def _degraded(query: SearchQuery, run: Callable[[], T], fallback: Callable[[], T]) -> T:
+    """``run()``; when the server refuses its SQL anyway (text no check foresaw),
+    ``fallback()`` after a warning. A search never raises for query text."""
+    try:
+        return run()
+    except peewee.DatabaseError as exc:
+        if isinstance(exc, peewee.InterfaceError):
+            raise
+        logger.warning(
+            "PostgreSQL search failed (%s); searching with substrings (query: %.200r)",
+            exc,
+            query.fts(),
+        )
+        return fallback()
+
+
+def substring_groups(query: SearchQuery) -> tuple[RoutedGroup, ...]:
+    """Every term of ``query`` as a substring (``ILIKE``), the fallback's routes."""
+    return tuple(
+        RoutedGroup(
+            tuple(Routed(t, PG_SUBSTRING) for t in g.include),
+            tuple(Routed(t, PG_SUBSTRING) for t in g.exclude),
+        )
+        for g in query.groups
+    )
+
+
+def _context(ids: list[int], include_inactive: bool) -> dict[int, tuple[Any, ...]]:
+    rows = execute(sql.hit_context(include_inactive), [ids]).fetchall()
+    return {row[0]: tuple(row) for row in rows}
+
+
+def search_messages(
+    query: SearchQuery,
+    filters: Filters,
+    order: str,
+    limit: int | None,
+    offset: int,
+    budget: float | None,
+) -> list[dict[str, Any]]:
+    """Messages matching ``query`` (arguments checked by
+    :func:`hermes_models.search.search_messages`); never raises for query text."""
+
+    def page(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
+        statement, params = page_statement(groups, filters, order, limit, offset)
+        return list(execute(statement, params).fetchall())
+
+    try:
+        rows = within(
+            budget,
+            lambda: _degraded(
+                query, lambda: page(route(query)), lambda: page(substring_groups(query))
+            ),
+        )
+    except OutOfTime:
+        _ran_out(query, budget)
+        return []
+    found = present.Found(rows, {})
+    if rows:
+        found.around = _context([row[0] for row in rows], filters.include_inactive)
+    return present.hits(found, query)
+
+
+def search_sql(
+    query: SearchQuery, filters: Filters, order: str, limit: int | None, offset: int
+) -> list[tuple[str, list[Any]]]:
+    """The SQL and parameters that find the hits of :func:`search_messages`."""
+    return [message_statement(query, filters, order, limit, offset)]
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+def owners(session_ids: Iterable[str]) -> dict[str, str]:
+    """The lineage root each session's hits count for: up through compression
+    continuations and subagent runs (:func:`hermes_models.lineage.kind_of`), stopping
+    at a branch (its own row), at a session without a parent, below a parent that
+    does not exist, or before a loop; one query per level climbed."""
+    model = Session
+    owner: dict[str, str] = {}
+    # start -> (the session reached, the session below it)
+    climbing = {sid: (sid, sid) for sid in session_ids}
+    visited = {sid: {sid} for sid in climbing}
+    for _ in range(MAX_DEPTH):
+        if not climbing:
+            break
+        reached = sorted({here for here, _ in climbing.values()})
+        rows = {s.id: s for s in model.select().where(model.id.in_(reached))}
+        nxt: dict[str, tuple[str, str]] = {}
+        for start, (here, below) in climbing.items():
+            session = rows.get(here)
+            if session is None:
+                owner[start] = below
+                continue
+            parent = session.parent_session_id
+            if parent is None or parent in visited[start] or kind_of(session) == "branch":
+                owner[start] = here
+                continue
+            visited[start].add(parent)
+            nxt[start] = (parent, here)
+        climbing = nxt
+    for start, (here, _) in climbing.items():  # past the depth bound
+        owner[start] = here
+    return owner
+
+
+def search_sessions(
+    query: SearchQuery,
+    sources: tuple[str, ...] | None,
+    rank_mode: str | None,
+    limit: int | None,
+    offset: int,
+    budget: float | None,
+) -> list[dict[str, Any]]:
+    """Sessions whose messages match ``query``, one row per lineage root (arguments
+    checked by :func:`hermes_models.search.search_sessions`)."""
+
+    def per_session(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
+        condition, params = matching(groups)
+        rank, rank_params = ranking(groups)
+        statement = sql.hits_by_session(condition, rank)
+        return list(execute(statement, [*rank_params, *params]).fetchall())
+
+    try:
+        found = within(
+            budget,
+            lambda: _degraded(
+                query,
+                lambda: per_session(route(query)),
+                lambda: per_session(substring_groups(query)),
+            ),
+        )
+    except OutOfTime:
+        _ran_out(query, budget)
+        return []
+    if not found:
+        return []
+    root_of = owners(row[0] for row in found)
+    # Per root: best (rank, newest, highest id), hits, latest.
+    best: dict[str, tuple[Any, ...]] = {}
+    hits: dict[str, int] = {}
+    latest: dict[str, float] = {}
+    for session_id, best_id, timestamp, rank, count, last in found:
+        root = root_of[session_id]
+        hits[root] = hits.get(root, 0) + count
+        latest[root] = max(latest.get(root, last), last)
+        mine = (rank, -timestamp, -best_id, best_id, session_id)
+        if root not in best or mine < best[root]:
+            best[root] = mine
+    model = Session
+    query_rows = model.select().where(model.id.in_(sorted(best)))
+    if sources is not None:
+        query_rows = query_rows.where(model.source.in_(list(sources)))
+    rows = fetch_dicts(query_rows)
+    for row in rows:
+        rank, _, _, best_id, matched = best[row["id"]]
+        row.update(_best_id=best_id, _matched=matched, _rank=rank, _hits=hits[row["id"]])
+
+    def order(row: dict[str, Any]) -> tuple[Any, ...]:
+        if rank_mode == "recent":
+            return (-latest[row["id"]], row["_rank"], row["id"])
+        return (row["_rank"], -latest[row["id"]], row["id"])
+
+    rows.sort(key=order)
+    rows = rows[offset:] if limit is None or limit < 0 else rows[offset : offset + limit]
+    texts: list[tuple[Any, ...]] = []
+    if rows:
+        ids = [row["_best_id"] for row in rows]
+        texts = [tuple(r) for r in execute(sql.MESSAGE_TEXTS, [ids]).fetchall()]
+    return present.sessions(rows, texts, query)
+
+
+__all__ = [
+    "PG_GRAMS",
+    "PG_SUBSTRING",
+    "PG_WORDS",
+    "QUERY_CANCELED",
+    "OutOfTime",
+    "Routed",
+    "RoutedGroup",
+    "bound_to_postgres",
+    "cjk_grams",
+    "execute",
+    "filtering",
+    "matching",
+    "message_statement",
+    "owners",
+    "page_statement",
+    "phrase_variants",
+    "ranking",
+    "route",
+    "search_messages",
+    "search_sessions",
+    "search_sql",
+    "substring_groups",
+    "within",
+]
