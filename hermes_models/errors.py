@@ -53,6 +53,18 @@ class ImportConflictError(HermesModelsError):
     """Another import into the same file, or a session created meanwhile, stops an import."""
 
 
+class CopyError(HermesModelsError):
+    """A store cannot be copied: the source cannot be read as one, or the target refuses it."""
+
+
+class TargetNotEmptyError(CopyError):
+    """The target of a copy holds rows already (and no unfinished copy of the same source)."""
+
+
+class VerificationError(CopyError):
+    """A copied store differs from its source; the message names the table and session."""
+
+
 def is_lock_error(exc: BaseException) -> bool:
     """True when ``exc`` says another connection holds a lock."""
     if not isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)):
@@ -73,13 +85,16 @@ __all__ = [
     "BackupError",
     "BundleError",
     "CompressionInProgressError",
+    "CopyError",
     "HermesModelsError",
     "ImportConflictError",
     "MigrationError",
     "NotADatabaseError",
     "ReadOnlyDatabaseError",
     "SchemaTooNewError",
+    "TargetNotEmptyError",
     "UnsafeFileError",
+    "VerificationError",
     "WriteConflictError",
     "is_lock_error",
     "is_read_only_error",

@@ -441,6 +441,47 @@ END""",
 )
 
 
+# -- copy -------------------------------------------------------------------------------------
+# hermes_models.copy: a whole store moved to another file or server, and checked.
+
+#: Every session's id and parent (the copy orders parents before children).
+COPY_SESSION_LINKS = "SELECT id, parent_session_id FROM sessions"
+#: How many messages each session has.
+COPY_MESSAGE_COUNTS = "SELECT session_id, COUNT(*) FROM messages GROUP BY session_id"
+#: Messages whose session does not exist (a damaged file: not copied).
+COPY_ORPHAN_MESSAGES = (
+    "SELECT COUNT(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)"
+)
+#: Every ``state_meta`` row.
+COPY_META_ROWS = "SELECT key, value FROM state_meta"
+#: Every compression lock.
+COPY_LOCK_ROWS = "SELECT session_id, holder, acquired_at, expires_at FROM compression_locks"
+#: Set a session's parent (after a cycle of parent links was copied without it).
+COPY_SET_PARENT = "UPDATE sessions SET parent_session_id = ? WHERE id = ?"
+
+
+def copy_sessions_in_list(columns: Sequence[str]) -> str:
+    """``columns`` of the sessions whose ids are in a bound JSON list."""
+    names = ", ".join(quote(c) for c in columns)
+    return f"SELECT {names} FROM sessions WHERE id IN (SELECT value FROM json_each(?))"
+
+
+def copy_messages_of_sessions(columns: Sequence[str]) -> str:
+    """``columns`` of the messages of the sessions in a bound JSON list, by session and id."""
+    names = ", ".join(quote(c) for c in columns)
+    return (
+        f"SELECT {names} FROM messages WHERE session_id IN (SELECT value FROM json_each(?)) "
+        "ORDER BY session_id, id"
+    )
+
+
+def insert_or_ignore(table: str, columns: Sequence[str]) -> str:
+    """Insert one row into ``columns`` of ``table``; a row whose key is taken is skipped."""
+    marks = ", ".join("?" * len(columns))
+    names = ", ".join(quote(c) for c in columns)
+    return f"INSERT OR IGNORE INTO {quote(table)} ({names}) VALUES ({marks})"
+
+
 __all__ = [
     "APPLIED_MIGRATIONS",
     "ATTACH_SOURCE",
@@ -452,6 +493,12 @@ __all__ = [
     "CLEAR_GRAM_GONE",
     "COMMIT",
     "COMPILE_OPTIONS",
+    "COPY_LOCK_ROWS",
+    "COPY_MESSAGE_COUNTS",
+    "COPY_META_ROWS",
+    "COPY_ORPHAN_MESSAGES",
+    "COPY_SESSION_LINKS",
+    "COPY_SET_PARENT",
     "COUNT_MESSAGES",
     "COUNT_SESSIONS",
     "DEDUP_SCHEMA",
@@ -536,12 +583,15 @@ __all__ = [
     "clear_main",
     "columns_by_key",
     "copy_from_source",
+    "copy_messages_of_sessions",
+    "copy_sessions_in_list",
     "count_rows",
     "create_fts5_probe",
     "fts_integrity_check",
     "gram_candidates",
     "ids_in_list",
     "if_not_exists",
+    "insert_or_ignore",
     "messages_not_indexed",
     "multi_row_insert",
     "quote",
