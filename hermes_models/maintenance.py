@@ -32,9 +32,10 @@ from typing import Any, Protocol, cast
 import peewee
 from peewee import SQL, fn
 
-from . import grams, sqlite_sql
+from . import grams, postgres_sql, sqlite_sql
 from .binding import current, write
 from .checks import check_days, check_folder, check_text
+from .dialect import on_postgresql
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .lineage import marker
@@ -411,6 +412,11 @@ def optimize_fts() -> int:
     # used: SessionDB imports this module, and `import hermes_models` stays short.
     from .fts import present_indexes
 
+    if on_postgresql():
+        db = current()
+        for index in (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX):
+            db.execute_sql(postgres_sql.GIN_CLEAN_PENDING, (index,))
+        return len(postgres_sql.SEARCH_INDEXES)
     models = present_indexes()
     write(lambda: [model.optimize() for model in models])
     return len(models)
@@ -469,6 +475,9 @@ def vacuum() -> int:
     except (sqlite3.Error, peewee.PeeweeException) as exc:  # the compaction goes on
         logger.warning("%s: optimizing the full-text indexes failed: %s", db.path, exc)
         optimized = 0
+    if on_postgresql():
+        db.execute_sql(postgres_sql.VACUUM_ANALYZE)
+        return optimized
     db.checkpoint("TRUNCATE")
     db.execute_sql(sqlite_sql.VACUUM)
     db.checkpoint("TRUNCATE")

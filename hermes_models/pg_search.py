@@ -62,11 +62,6 @@ QUERY_CANCELED = "57014"
 _SEPARATORS = re.compile(r"[\W_]+")
 
 
-def bound_to_postgres() -> bool:
-    """True when the models are bound to a PostgreSQL handle here."""
-    return getattr(current(), "dialect", "sqlite") == "postgresql"
-
-
 def execute(statement: str, params: list[Any]) -> Any:
     """Run one statement on the current database; the cursor."""
     return current().execute_sql(statement, params)
@@ -455,7 +450,6 @@ __all__ = [
     "OutOfTime",
     "Routed",
     "RoutedGroup",
-    "bound_to_postgres",
     "cjk_grams",
     "execute",
     "filtering",

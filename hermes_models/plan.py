@@ -1112,7 +1112,7 @@ def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offse
     query = query.order_by(
         SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
     )
-    return query.limit(limit).offset(offset)
+    return query.limit(None if limit is None or limit < 0 else limit).offset(offset)
 
 
 __all__ = [

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
+import sqlite3
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +276,7 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
         )
         self.target = target
         self.read_only = read_only
+        self._thread_tokens = threading.local()
         self._search_path: str | None = None
         #: What the store holds, read at the first connection (the models select
         #: the columns it has, as they do for a file).
@@ -280,6 +285,13 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
     def _connect(self) -> Any:
         conn = super()._connect()
         adapt_text(conn)
+        # peewee keeps one connection per thread: one whose thread ended is
+        # closed when the thread's state goes away (psycopg warns of a
+        # connection left to the garbage collector), never by a forked child.
+        token = _ThreadToken()
+        finalizer = weakref.finalize(token, _close_owned, conn, os.getpid())
+        finalizer.atexit = False
+        self._thread_tokens.token = token
         return conn
 
     def _initialize_connection(self, conn: Any) -> None:
@@ -343,6 +355,21 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
     def describe(self) -> Mapping[str, Any]:
         """Where the handle points, for messages: URL without password, schema."""
         return {"url": self.target.label(), "schema": self.target.schema}
+
+
+class _ThreadToken:
+    """Lives as long as one thread's connection may (see PostgresDatabase._connect)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _close_owned(conn: Any, pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    try:
+        conn.close()
+    except Exception:
+        pass
 
 
 def _probe(conn: Any) -> FileShape:
@@ -425,11 +452,17 @@ class QmarkConnection:
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         cursor = self._conn.cursor(row_factory=_rows_by_name)
-        return cursor.execute(qmark_to_format(sql), params or None)
+        try:
+            return cursor.execute(qmark_to_format(sql), params or None)
+        except Exception as exc:
+            raise as_sqlite_error(exc) from exc
 
     def executemany(self, sql: str, rows: Any) -> Any:
         cursor = self._conn.cursor(row_factory=_rows_by_name)
-        cursor.executemany(qmark_to_format(sql), rows)
+        try:
+            cursor.executemany(qmark_to_format(sql), rows)
+        except Exception as exc:
+            raise as_sqlite_error(exc) from exc
         return cursor
 
     def commit(self) -> None:
@@ -475,6 +508,30 @@ def constraint_message(exc: BaseException) -> str | None:
     return f"{words} - {first_line}" if first_line else words
 
 
+#: sqlite3's exception classes by DB-API name.
+_SQLITE_ERRORS: dict[str, type[sqlite3.Error]] = {
+    "IntegrityError": sqlite3.IntegrityError,
+    "OperationalError": sqlite3.OperationalError,
+    "ProgrammingError": sqlite3.ProgrammingError,
+    "InterfaceError": sqlite3.InterfaceError,
+    "DataError": sqlite3.DataError,
+    "NotSupportedError": sqlite3.NotSupportedError,
+    "InternalError": sqlite3.InternalError,
+}
+
+
+def as_sqlite_error(exc: BaseException) -> BaseException:
+    """A driver error as the ``sqlite3`` exception of the same DB-API class, with
+    SQLite's wording for constraint failures (:func:`constraint_message`);
+    any other exception as it is. Code written against Hermes' store catches
+    ``sqlite3.IntegrityError`` and its kin on both backends."""
+    for kind in type(exc).__mro__:
+        target = _SQLITE_ERRORS.get(kind.__name__)
+        if target is not None and kind.__module__.split(".")[0] in ("psycopg", "peewee"):
+            return target(constraint_message(exc) or str(exc))
+    return exc
+
+
 def open_database(
     url: str, *, migrate_first: bool = True, read_only: bool = False
 ) -> PostgresDatabase:
@@ -492,6 +549,7 @@ __all__ = [
     "QmarkConnection",
     "ServerTarget",
     "adapt_text",
+    "as_sqlite_error",
     "constraint_message",
     "escape_text",
     "is_postgres_url",

@@ -274,6 +274,19 @@ def insert_or_ignore(table: str, columns: Sequence[str]) -> str:
     return f"INSERT INTO {quote(table)} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
 
 
+# -- upkeep --
+
+#: The GIN indexes standing for SQLite's two full-text tables (words, trigrams), whose
+#: pending entries ``optimize_fts`` merges (and counts, as it counts those tables).
+SEARCH_INDEXES = ("idx_messages_search_tsv", "idx_messages_search_trgm")
+#: The CJK gram index, merged with them (the SQLite gram index is not counted either).
+GRAM_INDEX = "idx_messages_cjk_grams"
+#: Merge a GIN index's pending list into the index (as FTS5's optimize merges segments).
+GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(%s::regclass)"
+#: Reclaim dead rows and refresh the planner's statistics of the store's tables.
+VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
+
+
 __all__ = [
     "ACTIVE",
     "BEGIN_SNAPSHOT",
@@ -288,7 +301,9 @@ __all__ = [
     "COPY_SESSION_LINKS",
     "COPY_SET_PARENT",
     "DELETE_META",
+    "GIN_CLEAN_PENDING",
     "GRAMS_MATCH",
+    "GRAM_INDEX",
     "HIGHEST_MESSAGE_ID",
     "HIT_ORDERS",
     "MESSAGE_SEQUENCE",
@@ -300,6 +315,7 @@ __all__ = [
     "ROLE_IN",
     "ROLLBACK",
     "SCHEMA_VERSION",
+    "SEARCH_INDEXES",
     "SEARCH_TEXT",
     "SEARCH_VECTOR_COLUMN",
     "SET_MESSAGE_SEQUENCE",
@@ -311,6 +327,7 @@ __all__ = [
     "TRGM_SCHEMA",
     "TSQUERY_NODES",
     "UPSERT_META",
+    "VACUUM_ANALYZE",
     "all_of",
     "any_of",
     "copy_into",

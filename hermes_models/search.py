@@ -36,6 +36,7 @@ import peewee
 from . import pg_search, present, sqlite_sql
 from .binding import current, newer_file
 from .checks import check_flag
+from .dialect import on_postgresql
 from .fts import INDEXES, available_routes, warn_once
 from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
 from .listing import check_page
@@ -407,7 +408,7 @@ def search_messages(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
-    if pg_search.bound_to_postgres():
+    if on_postgresql():
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
@@ -474,7 +475,7 @@ def search_sql(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
-    if pg_search.bound_to_postgres():
+    if on_postgresql():
         return pg_search.search_sql(parsed, filters, order, limit, offset)
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
@@ -537,7 +538,7 @@ def search_sessions(
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
-    if pg_search.bound_to_postgres():
+    if on_postgresql():
         return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:

@@ -135,12 +135,16 @@ class Server:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(statement)
 
-    def new_database(self, *, migrated: bool = True) -> str:
-        """URL of a new, empty database (``migrated``: with the schema applied)."""
+    def new_database(self, *, migrated: bool = True, keep: bool = False) -> str:
+        """URL of a new, empty database (``migrated``: with the schema applied).
+
+        It is dropped after the test that made it unless ``keep`` (for fixtures
+        wider than one test)."""
         name = f"hermes_test_{os.getpid()}_{next(self._names)}"
         template = self.template() if migrated else "template0"
         self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-        self.created.append(name)
+        if not keep:
+            self.created.append(name)
         return _with_database(self.admin_url, name)
 
     def drop_new(self) -> None:

@@ -361,7 +361,7 @@ def build_recall(seed: int) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def recall(pg: Server) -> Iterator[tuple[PostgresDatabase, list[dict[str, Any]]]]:
-    db = open_database(pg.new_database(), migrate_first=False)
+    db = open_database(pg.new_database(keep=True), migrate_first=False)
     with using(db):
         written = build_recall(20260105)
     yield db, written
@@ -443,7 +443,7 @@ def test_each_route_reads_its_index(recall_sized: str, query: str, index: str) -
 @pytest.fixture(scope="module")
 def recall_sized(pg: Server) -> str:
     """A store of 3,000 messages, analysed: enough for the planner to pick indexes."""
-    url = pg.new_database()
+    url = pg.new_database(keep=True)
     db = open_database(url, migrate_first=False)
     rng = random.Random(7)
     words = ["alpha", "beta", "gamma", "delta", "docker", "deploy", "数据库迁移", "数据", "①②③"]
@@ -472,7 +472,7 @@ def recall_sized(pg: Server) -> str:
 
 @pytest.fixture(scope="module")
 def small(pg: Server) -> Iterator[PostgresDatabase]:
-    db = open_database(pg.new_database(), migrate_first=False)
+    db = open_database(pg.new_database(keep=True), migrate_first=False)
     with using(db):
         fill()
     yield db

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
+from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, postgres, using
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -42,16 +42,18 @@ def test_close_twice_is_safe_and_use_after_close_is_refused(tmp_path: Path) -> N
 # -- _conn: raw SQL the way Hermes callers write it ------------------------------------------
 
 
-def test_conn_rows_are_indexed_by_name_and_by_position(store: SessionDB) -> None:
+def test_conn_rows_are_indexed_by_name_and_by_position(store: SessionDB, backend: str) -> None:
     store.create_session("s1", "telegram", model="m1")
     row = store._conn.execute(
         "SELECT id, source, model FROM sessions WHERE id = ?", ("s1",)
     ).fetchone()
-    assert isinstance(row, sqlite3.Row)
+    # On PostgreSQL _conn takes the same SQL and gives rows that read the same way.
+    assert isinstance(row, sqlite3.Row if backend == "sqlite" else postgres.Row)
     assert (row["id"], row["source"], row["model"]) == ("s1", "telegram", "m1")
     assert row[1] == "telegram"
     assert dict(row) == {"id": "s1", "source": "telegram", "model": "m1"}
-    assert store._conn.row_factory is sqlite3.Row
+    if backend == "sqlite":
+        assert store._conn.row_factory is sqlite3.Row
 
 
 def test_peewee_keeps_reading_tuples_on_the_same_connection(store: SessionDB) -> None:

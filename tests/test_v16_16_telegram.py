@@ -14,7 +14,6 @@ from hermes_models import ReadOnlyDatabaseError, SessionDB, using
 from hermes_models.schema import migrations_dir
 from hermes_models.telegram import TelegramTopicBinding, TelegramTopicMode
 
-pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 YOYO = Path(sys.executable).parent / "yoyo"
 REPO = Path(__file__).resolve().parents[1]
