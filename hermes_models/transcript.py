@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import peewee
-from peewee import SQL, Case, fn
+from peewee import SQL, Case, Value, fn
 
 from .binding import current, write
 from .checks import (
@@ -237,11 +237,11 @@ def copy_messages(source_id: str, target_id: str) -> int:
     """Copy the active messages of ``source_id`` to ``target_id`` (inside a write)."""
     columns = [Message._meta.fields[name] for name in MESSAGE_FIELDS if name != "session"]
     query = Message.insert_from(
-        Message.select(SQL("?", [target_id]), *columns)
+        Message.select(Value(target_id), *columns)
         .where(Message.session == source_id, Message.active == 1)
         .order_by(Message.id),
         [Message.session, *columns],
-    )
+    ).as_rowcount()
     return int(query.execute() or 0)
 
 

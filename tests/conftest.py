@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,3 +158,39 @@ def pg_db(pg_url: str) -> Iterator[PostgresDatabase]:
     db = open_database(pg_url, migrate_first=False)
     yield db
     db.close()
+
+
+@contextlib.contextmanager
+def plain_connection(db: Any, db_path: Path) -> Iterator[Any]:
+    """A connection of its own to the store of ``db``, outside the package: plain
+    sqlite3 to the file, or psycopg (with the package's text escaping) taking the
+    same ``?`` SQL (:class:`hermes_models.postgres.QmarkConnection`)."""
+    if db.dialect == "postgresql":
+        import psycopg
+
+        from hermes_models.postgres import QmarkConnection, adapt_text
+
+        server = psycopg.connect(db.target.url, autocommit=True)
+        adapt_text(server)
+        if db.target.schema:
+            server.execute(f"SET search_path TO {db.target.schema}, public")
+        try:
+            yield QmarkConnection(server)
+        finally:
+            server.close()
+    else:
+        conn = sqlite3.connect(db_path)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+def target_of(db: Any) -> Any:
+    """What names the store of ``db`` to ``SessionDB()``/``connect()``: the file's
+    path, or the PostgreSQL URL (with its schema)."""
+    if db.dialect == "postgresql":
+        schema = db.target.schema
+        sep = "&" if "?" in db.target.url else "?"
+        return db.target.url + (f"{sep}schema={schema}" if schema else "")
+    return db.path

@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 import pytest
+from conftest import plain_connection, target_of
 
 from hermes_models import HermesDatabase, Message, Session, SessionDB
 from hermes_models.checks import EPOCH_MAX, EPOCH_MIN
@@ -60,7 +61,7 @@ def test_every_action_leaves_the_instance_equal_to_its_row(database: HermesDatab
 
 def test_an_end_that_loses_shows_the_winner(database: HermesDatabase, db_path: Any) -> None:
     held = SessionFactory(id="chat")
-    with SessionDB(db_path) as other:
+    with SessionDB(target_of(database)) as other:
         other.end_session("chat", "user_exit")
         other.append_message("chat", "user", "from elsewhere")
     assert held.end("mine", at=EPOCH + 50) is False
@@ -72,7 +73,7 @@ def test_a_stale_instance_saved_changes_only_what_it_changed(
 ) -> None:
     parent = SessionFactory(id="parent")
     held = SessionFactory(id="child", parent=parent)
-    with SessionDB(db_path) as other:
+    with SessionDB(target_of(database)) as other:
         other.append_message("child", "user", "one")
         other.update_token_counts("child", input_tokens=10)
         other.end_session("child", "compression")
@@ -97,7 +98,7 @@ def test_refresh_keeps_unsaved_changes(database: HermesDatabase) -> None:
 
 def test_refresh_of_a_deleted_session_raises(database: HermesDatabase, db_path: Any) -> None:
     s = SessionFactory(id="chat")
-    with SessionDB(db_path) as other:
+    with SessionDB(target_of(database)) as other:
         other.delete_session("chat")
     with pytest.raises(Session.DoesNotExist, match="chat"):
         s.refresh()
@@ -137,6 +138,6 @@ def test_a_row_with_such_a_time_loads_and_saves_other_fields(
 
 @pytest.fixture
 def raw(db_path: Any, database: HermesDatabase) -> Any:
-    conn = sqlite3.connect(db_path)
-    yield conn
-    conn.close()
+    """A connection of its own to the store, for checking what was stored."""
+    with plain_connection(database, db_path) as conn:
+        yield conn

@@ -10,6 +10,7 @@ from typing import Any
 
 import peewee
 import pytest
+from conftest import plain_connection
 from playhouse.sqlite_ext import FTS5Model, RowIDField, SearchField
 
 from hermes_models import (
@@ -78,15 +79,17 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]
 
 @pytest.fixture
 def raw(database: HermesDatabase, db_path: Path) -> Any:
-    """A plain sqlite3 connection to the migrated file, for checking what was stored."""
-    conn = sqlite3.connect(db_path)
-    yield conn
-    conn.close()
+    """A connection of its own to the store, for checking what was stored."""
+    with plain_connection(database, db_path) as conn:
+        yield conn
 
 
 # -- schema mirror --------------------------------------------------------------------
 
 
+@pytest.mark.backends(
+    "sqlite"
+)  # SQLite's catalog; PostgreSQL's columns match it (test_postgres_schema)
 @pytest.mark.parametrize("table", sorted(TABLE_MODELS))
 def test_model_fields_mirror_the_migrated_columns(raw: sqlite3.Connection, table: str) -> None:
     assert model_columns(TABLE_MODELS[table]) == table_columns(raw, table)
@@ -102,6 +105,9 @@ def test_mirror_covers_the_five_hermes_tables() -> None:
     ]
 
 
+@pytest.mark.backends(
+    "sqlite"
+)  # SQLite's catalog; PostgreSQL's columns match it (test_postgres_schema)
 def test_every_plain_table_of_the_file_has_a_model(raw: sqlite3.Connection) -> None:
     tables = {
         name
@@ -115,6 +121,9 @@ def test_every_plain_table_of_the_file_has_a_model(raw: sqlite3.Connection) -> N
     assert tables == set(TABLE_MODELS)
 
 
+@pytest.mark.backends(
+    "sqlite"
+)  # SQLite's catalog; PostgreSQL's columns match it (test_postgres_schema)
 @pytest.mark.parametrize("table", sorted(TABLE_MODELS))
 def test_foreign_keys_mirror_the_schema(raw: sqlite3.Connection, table: str) -> None:
     model = TABLE_MODELS[table]
@@ -129,6 +138,9 @@ def test_foreign_keys_mirror_the_schema(raw: sqlite3.Connection, table: str) -> 
     assert in_model == in_file
 
 
+@pytest.mark.backends(
+    "sqlite"
+)  # SQLite's catalog; PostgreSQL's columns match it (test_postgres_schema)
 @pytest.mark.parametrize(
     ("model", "table", "tokenizer"),
     [

@@ -14,7 +14,6 @@ from hermes_models import ReadOnlyDatabaseError, SessionDB, using
 from hermes_models.schema import migrations_dir
 from hermes_models.telegram import TelegramTopicBinding, TelegramTopicMode
 
-
 YOYO = Path(sys.executable).parent / "yoyo"
 REPO = Path(__file__).resolve().parents[1]
 TABLES = {"telegram_dm_topic_mode", "telegram_dm_topic_bindings"}
