@@ -34,6 +34,8 @@ from .lineage import kind_of
 from .listing import ids_starting_with
 from .maintenance import describe, plan_delete, plan_prune
 from .models import Session
+from .postgres import is_postgres_url, parse_url
+from .postgres import migrate as migrate_server
 from .schema import migrate as apply_migrations
 from .store import SessionDB
 from .terminal import Clock
@@ -48,7 +50,8 @@ VACUUM_HINT_SHARE = 0.05
 logger = logging.getLogger("hermes_models")
 
 _DB_HELP = (
-    "Database file or sqlite:/// URL (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes)."
+    "Database file, sqlite:/// URL or postgresql:// URL"
+    " (default: $HERMES_HOME/state.db, HERMES_HOME=~/.hermes)."
 )
 
 
@@ -130,10 +133,27 @@ def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     source = ctx.get_parameter_source(param.name or "")
     name = "HERMES_MODELS_DB" if source is ParameterSource.ENVIRONMENT else "--db"
     try:
-        resolve_path(value, argument=name)
+        if is_postgres_url(value):
+            parse_url(value)
+        else:
+            resolve_path(value, argument=name)
     except (TypeError, ValueError) as exc:
-        raise click.UsageError(str(exc), ctx) from None
+        raise click.UsageError(
+            f"{name}: {exc}" if is_postgres_url(value) else str(exc), ctx
+        ) from None
     return value
+
+
+def _server(db_path: str | None) -> str | None:
+    """The store's ``postgresql://`` URL, or None for a file."""
+    return db_path if db_path is not None and is_postgres_url(db_path) else None
+
+
+def _file_only(db_path: str | None, what: str) -> None:
+    """Refuse a command that works on a store's file when the store is on a server."""
+    url = _server(db_path)
+    if url is not None:
+        raise click.ClickException(f"{parse_url(url).label()} is a PostgreSQL store: {what}")
 
 
 def _inherit_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -232,6 +252,14 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
     """
     if writes:
         _refuse_read_only(ctx)
+    url = _server(db_path)
+    if url is not None:
+        store = SessionDB(url, read_only=_read_only(ctx))
+        try:
+            yield store
+        finally:
+            store.close()
+        return
     path = resolve_path(db_path)
     if not path.exists():
         raise click.ClickException(
@@ -291,6 +319,10 @@ def complete_session_ids(
     logger.addHandler(quiet)
     try:
         db_path = ctx.params.get("db_path") or _root(ctx).get("db_path")
+        url = _server(db_path)
+        if url is not None:
+            with SessionDB(url, read_only=True) as store, using(store.database):
+                return [CompletionItem(i) for i in ids_starting_with(incomplete, limit=100)]
         path = resolve_path(db_path)
         if not path.is_file():
             return []
@@ -357,6 +389,12 @@ def cli(ctx: click.Context, db_path: str | None, read_only: bool, utc: bool) -> 
 def migrate(ctx: click.Context, db_path: str | None) -> None:
     """Apply pending migrations (adopting an existing Hermes database); creates the file."""
     _refuse_read_only(ctx)
+    url = _server(db_path)
+    if url is not None:
+        for migration_id in migrate_server(url):
+            terminal.say(f"applied {migration_id}")
+        terminal.say(f"{parse_url(url).label()}: schema up to date")
+        return
     path = resolve_path(db_path)
     for migration_id in apply_migrations(path):
         terminal.say(f"applied {migration_id}")
@@ -814,7 +852,8 @@ def import_(
     from .bundle import is_bundle  # loaded when used: keeps the CLI's start-up short
 
     _refuse_read_only(ctx)
-    _check_import_input(path, new_store=not resolve_path(db_path).exists())
+    new_store = _server(db_path) is None and not resolve_path(db_path).exists()
+    _check_import_input(path, new_store=new_store)
     bundle = path.is_file() and is_bundle(path)
     report: dict[str, Any]
     failed: list[dict[str, str]] = []
@@ -891,6 +930,7 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
     from .health import doctor as check  # loaded when used: the CLI starts faster
     from .health import repair  # (same)
 
+    _file_only(db_path, "doctor checks an SQLite file (the server checks its own pages)")
     path = resolve_path(db_path)
     if not path.is_file():
         raise click.ClickException(f"no database at {path}")
@@ -1152,6 +1192,7 @@ def _file_size(path: Path) -> int:
 @click.pass_context
 def vacuum(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
     """Merge the search index segments and compact the file."""
+    _file_only(db_path, "the server vacuums its own tables (VACUUM, autovacuum)")
     path = resolve_path(db_path)
     with open_store(ctx, db_path, writes=True) as store:
         before = _file_size(path)
@@ -1236,6 +1277,7 @@ def backup(
     """
     from .backup import backup as copy_store  # loaded when used: the CLI starts faster
 
+    _file_only(db_path, "back it up with the server's tools (pg_dump, base backups)")
     path = resolve_path(db_path)
     if not path.is_file():
         raise click.ClickException(f"{path} does not exist (nothing to back up)")

@@ -131,7 +131,7 @@ _migrated_servers: BoundedSet[str] = BoundedSet("migrated PostgreSQL stores", 10
 def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesDatabase:
     """:func:`connect` for a ``postgresql://`` URL."""
     try:
-        target = parse_url(url)
+        target = parse_url(url, argument="target")
         key = (target.url + "#" + (target.schema or ""), read_only)
         with _open_lock:
             db = _servers.get(key)

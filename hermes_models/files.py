@@ -70,7 +70,8 @@ def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str 
         parts = urlsplit(text)
         if parts.scheme.lower() != "sqlite":
             raise ValueError(
-                f"{argument}: unsupported URL scheme {parts.scheme!r}; only sqlite:/// is supported"
+                f"{argument}: unsupported URL scheme {parts.scheme!r};"
+                " only sqlite:/// and postgresql:// are supported"
             )
         text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not text.strip():

@@ -73,13 +73,24 @@ class ServerTarget:
         return f"postgresql://{user}{host}{port}{parts.path}{schema}"
 
 
-def parse_url(url: str) -> ServerTarget:
+def parse_url(url: str, *, argument: str | None = None) -> ServerTarget:
     """Split a store URL into the server URL and the profile schema.
+
+    ``argument``, when given, names the argument in error messages.
 
     Raises:
         ValueError: the URL is not a PostgreSQL URL, names no database, or its
             ``schema`` is not a plain lower-case identifier.
     """
+    try:
+        return _parse_url(url)
+    except ValueError as exc:
+        if argument is None:
+            raise
+        raise ValueError(f"{argument}: {exc}") from None
+
+
+def _parse_url(url: str) -> ServerTarget:
     if not is_postgres_url(url):
         raise ValueError(f"not a PostgreSQL URL (postgresql://user@host/database): {url!r}")
     parts = urlsplit(url)

@@ -521,9 +521,14 @@ def test_usage_errors_are_one_line_and_exit_with_2(capsys: pytest.CaptureFixture
         (["show"], "Missing argument 'SESSION_ID'. (see 'hermes-models show --help')"),
         (["--bogus"], "No such option '--bogus'. (see 'hermes-models --help')"),
         (
-            ["--db", "postgres://h/db", "sessions"],
-            "--db: unsupported URL scheme 'postgres'; only sqlite:/// is supported "
-            "(see 'hermes-models --help')",
+            ["--db", "mysql://h/db", "sessions"],
+            "--db: unsupported URL scheme 'mysql'; only sqlite:/// and postgresql:// are"
+            " supported (see 'hermes-models --help')",
+        ),
+        (
+            ["--db", "postgresql://h/db?schema=Work", "sessions"],
+            "--db: schema must be a lower-case identifier (letters, digits and _, at most 63),"
+            " not 'Work' (see 'hermes-models --help')",
         ),
     ):
         code, out, err = run_main(capsys, *args)

@@ -310,11 +310,15 @@ def test_db_accepts_paths_and_sqlite_urls(work: Path, spelling: str) -> None:
     ("spelling", "message"),
     [
         (
-            "postgres://user@host/db",
-            "unsupported URL scheme 'postgres'; only sqlite:/// is supported",
+            "mysql://h/db",
+            "unsupported URL scheme 'mysql'; only sqlite:/// and postgresql:// are supported",
         ),
-        ("postgresql://h/db", "unsupported URL scheme 'postgresql'; only sqlite:/// is supported"),
-        ("mysql://h/db", "unsupported URL scheme 'mysql'; only sqlite:/// is supported"),
+        ("postgresql://h/", "the PostgreSQL URL names no database: 'postgresql://h/'"),
+        (
+            "postgres://h/db?schema=a-b",
+            "schema must be a lower-case identifier (letters, digits and _, at most 63),"
+            " not 'a-b'",
+        ),
         (":memory:", "in-memory databases are not supported (WAL needs a file)"),
         ("sqlite:///:memory:", "in-memory databases are not supported (WAL needs a file)"),
         ("", "empty database path"),

@@ -304,7 +304,8 @@ def test_a_cycle_in_parent_links_hangs_nothing(cycle: SessionDB) -> None:
 def test_delete_in_a_cycle_terminates(cycle: SessionDB) -> None:
     assert cycle.delete_session("x") is True
     assert sorted(s.id for s in Session.select()) == ["y", "z"]
-    assert cycle._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    if cycle.database.dialect == "sqlite":  # PostgreSQL checks every foreign key as it writes
+        assert cycle._conn.execute("PRAGMA foreign_key_check").fetchall() == []
 
 
 # -- actions ---------------------------------------------------------------------------

@@ -52,6 +52,31 @@ def tree(store: SessionDB) -> SessionDB:
     return store
 
 
+def refuse_deleting(store: SessionDB, session_id: str) -> None:
+    """Make deleting ``session_id`` fail inside the database (a trigger of the test's own)."""
+    if store.database.dialect == "postgresql":
+        store._conn.execute(
+            "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF OLD.id = '{session_id}' THEN"
+            " RAISE EXCEPTION 'refused by test' USING ERRCODE = '23000'; END IF;"
+            " RETURN OLD; END $$"
+        )
+        store._conn.execute(
+            "CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_delete()"
+        )
+    else:
+        store._conn.execute(
+            f"CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions WHEN old.id = '{session_id}' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"
+        )
+
+
+def allow_deleting(store: SessionDB) -> None:
+    on = " ON sessions" if store.database.dialect == "postgresql" else ""
+    store._conn.execute(f"DROP TRIGGER refuse_delete{on}")
+
+
 def test_delete_takes_only_tagged_subagent_runs(tree: SessionDB) -> None:
     assert tree.delete_session("top") is True
     sessions, messages = snapshot(tree)
@@ -65,10 +90,12 @@ def test_delete_takes_only_tagged_subagent_runs(tree: SessionDB) -> None:
     ]
     assert sorted({sid for _, sid in messages}) == [s for s, _ in sessions]
     assert tree.message_count() == 2 + 1 + 1 + 3 + 1 + 1
-    assert tree._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    if tree.database.dialect == "sqlite":  # PostgreSQL checks every foreign key as it writes
+        assert tree._conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert tree.delete_session("top") is False
 
 
+@pytest.mark.backends("sqlite")  # FTS5's own tables (PostgreSQL's indexes are of messages itself)
 def test_deleted_messages_leave_the_search_indexes(tree: SessionDB) -> None:
     tree.delete_session("top")
     conn = tree._conn
@@ -98,6 +125,7 @@ def test_delete_sessions_counts_the_ones_that_existed(tree: SessionDB) -> None:
         tree.delete_sessions("other")
 
 
+@pytest.mark.backends("sqlite")  # SQLite's data_version and total_changes
 def test_deleting_nothing_touches_nothing(tree: SessionDB) -> None:
     conn = tree._conn
     before = conn.execute("PRAGMA data_version").fetchone()
@@ -110,10 +138,7 @@ def test_deleting_nothing_touches_nothing(tree: SessionDB) -> None:
 
 def test_a_failed_delete_changes_nothing(tree: SessionDB) -> None:
     before = snapshot(tree)
-    tree._conn.execute(
-        "CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions WHEN old.id = 'sub-sub' "
-        "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"
-    )
+    refuse_deleting(tree, "sub-sub")
     with pytest.raises(sqlite3.IntegrityError, match="refused by test"):
         tree.delete_session("top")
     assert snapshot(tree) == before
@@ -345,14 +370,11 @@ def test_every_deleting_method_removes_files(store: SessionDB, tmp_path: Path) -
 
 def test_files_are_removed_only_after_the_commit(tree: SessionDB, tmp_path: Path) -> None:
     folder = files(tmp_path / "sessions", "top.json")
-    tree._conn.execute(
-        "CREATE TRIGGER refuse_delete BEFORE DELETE ON sessions WHEN old.id = 'top' "
-        "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"
-    )
+    refuse_deleting(tree, "top")
     with pytest.raises(sqlite3.IntegrityError):
         tree.delete_session("top", sessions_dir=folder)
     assert os.listdir(folder) == ["top.json"]
-    tree._conn.execute("DROP TRIGGER refuse_delete")
+    allow_deleting(tree)
     db = tree.database
     with using(db), db.atomic():
         assert maintenance.delete_session("top", sessions_dir=folder) is True
@@ -427,6 +449,7 @@ def test_file_errors_are_ignored(store: SessionDB, tmp_path: Path) -> None:
 # -- compacting ------------------------------------------------------------------------------
 
 
+@pytest.mark.backends("sqlite")  # the file, its WAL and FTS5's triggers
 def test_optimize_and_vacuum_keep_everything(tree: SessionDB) -> None:
     before = snapshot(tree)
     assert tree.optimize_fts() == 2
@@ -436,6 +459,7 @@ def test_optimize_and_vacuum_keep_everything(tree: SessionDB) -> None:
     assert tree._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.backends("sqlite")  # the file, its WAL and FTS5's triggers
 def test_vacuum_counts_only_the_indexes_present(tree: SessionDB) -> None:
     conn = tree._conn
     for event in ("insert", "delete", "update"):

@@ -732,6 +732,7 @@ def test_context_manager_closes(db_path: Path, migrated_copy: Callable[[Path], P
         store.get_session("s1")
 
 
+@pytest.mark.backends("sqlite")  # sqlite3's connection and PRAGMAs (PostgreSQL: test_v16_02)
 def test_conn_is_a_dbapi_connection_for_raw_sql(store: SessionDB) -> None:
     store.create_session("s1", "cli", started_at=T0)
     conn = store._conn
