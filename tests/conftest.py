@@ -99,6 +99,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", names, indirect=True)
 
 
+#: Fixtures that reach a PostgreSQL server.
+_SERVER_FIXTURES = frozenset({"pg", "pg_url", "pg_db"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``postgresql`` every test that runs on a server (its ``backend`` is
+    PostgreSQL, or it asks for a server fixture), so that a run can choose them."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_server = callspec is not None and callspec.params.get("backend") == "postgresql"
+        if on_server or _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgresql)
+
+
 @pytest.fixture
 def database(
     backend: str, db_path: Path, migrated_template: Path, request: pytest.FixtureRequest
