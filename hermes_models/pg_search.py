@@ -59,7 +59,9 @@ PG_WORDS, PG_SUBSTRING, PG_GRAMS = "words", "substring", "grams"
 #: SQLSTATE of a statement cancelled by ``statement_timeout``.
 QUERY_CANCELED = "57014"
 
-_SEPARATORS = re.compile(r"[\W_]+")
+#: ASCII punctuation: where words split, in the index (``hermes_words`` in
+#: migrations/postgresql/0003) and in a query, as FTS5's ``unicode61`` splits them.
+_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]+")
 
 
 def execute(statement: str, params: list[Any]) -> Any:
@@ -83,11 +85,9 @@ def cjk_grams(text: str) -> list[str]:
 
 
 def phrase_variants(term: Term) -> tuple[str, ...]:
-    """The texts a word term is looked up as: its own text, as PostgreSQL's parser
-    reads it (``P2.2`` is one lexeme), then its words alone when punctuation joins them
-    (``P2 2``: how FTS5's ``unicode61`` reads it)."""
-    words = " ".join(w for w in _SEPARATORS.split(term.text) if w)
-    return (term.text,) if not words or words == term.text else (term.text, words)
+    """The text a word term is looked up as: its words split at punctuation, as the
+    index splits them (``P2.2`` is the phrase ``p2 2``, as FTS5's ``unicode61`` reads it)."""
+    return (" ".join(w for w in _PUNCTUATION.split(term.text) if w),)
 
 
 @dataclass(frozen=True)

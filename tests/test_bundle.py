@@ -21,6 +21,8 @@ from hermes_models.cli import cli
 
 import legacy
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 def _rows(path: Path, table: str) -> list[tuple[Any, ...]]:
     conn = sqlite3.connect(path)

@@ -316,8 +316,7 @@ def test_db_accepts_paths_and_sqlite_urls(work: Path, spelling: str) -> None:
         ("postgresql://h/", "the PostgreSQL URL names no database: 'postgresql://h/'"),
         (
             "postgres://h/db?schema=a-b",
-            "schema must be a lower-case identifier (letters, digits and _, at most 63),"
-            " not 'a-b'",
+            "schema must be a lower-case identifier (letters, digits and _, at most 63), not 'a-b'",
         ),
         (":memory:", "in-memory databases are not supported (WAL needs a file)"),
         ("sqlite:///:memory:", "in-memory databases are not supported (WAL needs a file)"),

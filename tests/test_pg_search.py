@@ -283,8 +283,20 @@ def test_a_loop_of_parent_links_ends_the_climb(pg_db: PostgresDatabase) -> None:
 # -- the tokenizer, as documented ------------------------------------------------------------
 
 
-def test_words_split_by_punctuation_are_found_both_ways(pg_db: PostgresDatabase) -> None:
-    texts = ["chat-send", "chat send", "P2.2", "p2 2", "sp_new", "sp new", "C++ code", "naïve café"]
+def test_words_split_at_punctuation_as_fts5_splits_them(pg_db: PostgresDatabase) -> None:
+    texts = [
+        "chat-send",
+        "chat send",
+        "P2.2",
+        "p2 2",
+        "sp_new",
+        "sp new",
+        "C++ code",
+        "naïve café",
+        "asyncio.to_thread(run)",
+        "my-app.config.ts",
+        "version 1.5",
+    ]
     with using(pg_db):
         Session.create(id="s", source="cli", started_at=1.0)
         for n, text in enumerate(texts, 1):
@@ -299,9 +311,15 @@ def test_words_split_by_punctuation_are_found_both_ways(pg_db: PostgresDatabase)
         assert found("C++") == ["C++ code"]
         assert found("café") == ["naïve café"]
         assert found("cafe") == []  # FTS5 strips diacritics; the simple configuration keeps them
-        assert found("p2") == ["p2 2"]  # PostgreSQL reads P2.2 as one word
+        assert found("p2") == ["P2.2", "p2 2"]
         assert found("chat") == ["chat send", "chat-send"]
-    assert phrase_variants(Term("chat-send")) == ("chat-send", "chat send")
+        assert found("to_thread") == ["asyncio.to_thread(run)"]
+        assert found("thread") == ["asyncio.to_thread(run)"]
+        assert found("config") == ["my-app.config.ts"]
+        assert found("app.config") == ["my-app.config.ts"]
+        assert found("1") == ["version 1.5"]
+    assert phrase_variants(Term("chat-send")) == ("chat send",)
+    assert phrase_variants(Term("my-app.config.ts")) == ("my app config ts",)
     assert phrase_variants(Term("docker")) == ("docker",)
     assert cjk_grams("a数据库") == ["库", "据", "据库", "数", "数据"]
 

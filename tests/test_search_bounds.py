@@ -19,6 +19,8 @@ from hermes_models import SessionDB, caches, grams, search, statements
 from hermes_models.plan import Shape
 from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 T0 = 1_700_000_000.0
 
 

@@ -11,6 +11,15 @@
 
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
+-- Words are split where FTS5's unicode61 splits them: at every punctuation
+-- character, not only where PostgreSQL's parser would (which keeps
+-- `asyncio.to_thread`, `my-app.config.ts` or `1.5` whole). Searches split
+-- the words of a query the same way.
+CREATE OR REPLACE FUNCTION hermes_words(t text)
+RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT regexp_replace(t, '[!-/:-@[-`{-~]+', ' ', 'g') $$;
+
 CREATE OR REPLACE FUNCTION hermes_search_text(content text, tool_name text, tool_calls text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -18,7 +27,10 @@ AS $$ SELECT coalesce(content, '') || ' ' || coalesce(tool_name, '') || ' ' || c
 
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS search_tsv tsvector
     GENERATED ALWAYS AS (
-        to_tsvector('simple'::regconfig, left(hermes_search_text(content, tool_name, tool_calls), 100000))
+        to_tsvector(
+            'simple'::regconfig,
+            hermes_words(left(hermes_search_text(content, tool_name, tool_calls), 100000))
+        )
     ) STORED;
 
 CREATE INDEX IF NOT EXISTS idx_messages_search_tsv ON messages USING gin (search_tsv);
