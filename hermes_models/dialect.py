@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peewee import Case, Expression, fn
+from peewee import Case, Expression, Value, fn
 
 from .binding import current
 
@@ -50,6 +50,17 @@ def json_text(field: Any, key: str) -> Any:
     return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
 
 
+def starts_with_nul(field: Any) -> Any:
+    """``field`` begins with a NUL character (content stored as JSON does).
+
+    SQLite reads it as a range of the text (an index could serve it);
+    PostgreSQL stores NUL escaped, and the parameter is escaped alike.
+    """
+    if on_postgresql():
+        return fn.starts_with(field, "\x00") == True  # noqa: E712 - SQL, not Python
+    return (field >= Value("\x00")) & (field < Value("\x01"))
+
+
 def position(haystack: Any, needle: Any) -> Any:
     """Where ``needle`` first starts in ``haystack`` (1-based; 0 when it does not)."""
     if on_postgresql():
@@ -81,4 +92,5 @@ __all__ = [
     "on_postgresql",
     "position",
     "starts_with",
+    "starts_with_nul",
 ]

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import peewee
-from peewee import JOIN, SQL, Value, fn
+from peewee import JOIN, SQL, fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .content import content_text
-from .dialect import limit_value, on_postgresql
+from .dialect import limit_value, on_postgresql, starts_with_nul
 from .lineage import (
     TIP_MAX_HOPS,
     compression_expr,
@@ -132,7 +132,7 @@ def _enrichment(x: Any, prefix: str) -> list[Any]:
     head = fn.SUBSTR(
         fn.REPLACE(fn.REPLACE(shown.content, "\n", " "), "\r", " "), 1, PREVIEW_SOURCE_CHARS
     )
-    stored_json = (shown.content >= Value("\x00")) & (shown.content < Value("\x01"))
+    stored_json = starts_with_nul(shown.content)
     latest = Message.alias(f"{prefix}latest")
     last_active = recency(x, latest)
     columns = [
