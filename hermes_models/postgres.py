@@ -17,11 +17,14 @@ processes opening a new database at once apply each migration once.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
+import random
 import re
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,11 +35,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import peewee
 from playhouse.postgres_ext import Psycopg3Database
 
-from . import postgres_sql
-from .errors import MigrationError, ReadOnlyDatabaseError
+from . import postgres_sql, writes
+from .errors import MigrationError, ReadOnlyDatabaseError, WriteConflictError
 from .shape import PROBED, FileShape
 
-log = logging.getLogger("hermes_models")
+logger = logging.getLogger("hermes_models")
 
 T = TypeVar("T")
 
@@ -252,7 +255,7 @@ def migrate(url: str) -> list[str]:
             pending = backend.to_apply(migrations)
             ids = [m.id for m in pending]
             if ids:
-                log.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
+                logger.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
                 backend.apply_migrations(pending)
             return ids
     except LockTimeout as exc:
@@ -322,15 +325,82 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
         return self.target.label()
 
     def write(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` in one transaction and return its result (inside an open
-        transaction: in a savepoint).
+        """Run ``fn`` in one ``SERIALIZABLE`` transaction and return its result.
+
+        Every rule the package wrote for SQLite's one writer at a time (counters,
+        unique titles, compression locks, first end wins) holds as it is: the
+        server runs concurrent writes as if one after the other, or refuses one
+        of them, which then runs again - as do writes chosen as a deadlock's
+        victim, refused a lock in time, or cut off by a lost connection (the
+        next try connects again) - after a 20-150 ms pause, until
+        :data:`~hermes_models.writes.WRITE_PATIENCE_S` (60 s) have passed.
+        ``fn`` must be safe to run again. Inside an open transaction ``fn`` runs
+        in a savepoint and the outermost write does the retrying.
 
         Raises:
             ReadOnlyDatabaseError: the handle was opened read-only.
+            WriteConflictError: still refused when the patience ran out.
         """
         self.refuse_writes()
-        with self.atomic():
-            return fn()
+        if self.in_transaction():
+            with self.atomic():
+                return fn()
+        started = time.monotonic()
+        for attempt in itertools.count(1):
+            try:
+                with self.atomic():
+                    self.execute_sql(postgres_sql.SERIALIZABLE)
+                    return fn()
+            except peewee.PeeweeException as exc:
+                why = _RETRIED.get(_sqlstate(exc) or "")
+                if why is None and self._lost(exc):
+                    why = "the connection was lost"
+                    self._reset_connection()
+                if why is None:
+                    raise
+                waited = time.monotonic() - started
+                if waited >= writes.WRITE_PATIENCE_S:
+                    raise WriteConflictError(
+                        f"{self.path}: the write was refused for {waited:.1f} s"
+                        f" ({attempt} attempts, the last: {why})"
+                    ) from exc
+                logger.debug("write retried (attempt %d): %s", attempt, why)
+                time.sleep(random.uniform(writes.WRITE_RETRY_MIN_S, writes.WRITE_RETRY_MAX_S))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def execute_sql(self, sql: str, params: Any = None, *args: Any, **options: Any) -> Any:
+        """peewee's, and a statement outside a transaction whose connection was lost
+        (the server restarted, say) runs once more on a new connection."""
+        try:
+            return super().execute_sql(sql, params, *args, **options)
+        except peewee.PeeweeException as exc:
+            if not self._lost(exc):
+                raise
+            inside = self.in_transaction()
+            self._reset_connection()
+            if inside:
+                raise  # the transaction went with the connection: write() runs it again
+            logger.info("%s: connection lost (%s); connecting again", self.path, exc)
+            return super().execute_sql(sql, params, *args, **options)
+
+    def _lost(self, exc: BaseException) -> bool:
+        """True when ``exc`` means this thread's connection is gone."""
+        state = _sqlstate(exc) or ""
+        if state.startswith("08") or state in _SERVER_GONE:
+            return True
+        conn = self._state.conn
+        return conn is not None and bool(conn.closed or getattr(conn, "broken", False))
+
+    def _reset_connection(self) -> None:
+        """Forget this thread's connection (closed if it can be), and any transaction
+        peewee kept for it: the next statement connects again."""
+        conn = self._state.conn
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._state.reset()
 
     def run(self, sql: str, params: Any) -> Any:
         """Run one statement the package rendered
@@ -517,6 +587,22 @@ def constraint_message(exc: BaseException) -> str | None:
         words += ": " + ", ".join(f"{table}.{column}" for column in columns)
     first_line = str(cause).splitlines()[0] if str(cause) else ""
     return f"{words} - {first_line}" if first_line else words
+
+
+#: SQLSTATEs after which a write runs again: SERIALIZABLE's refusal, a deadlock's
+#: victim, a lock not granted in time.
+_RETRIED = {
+    "40001": "a serialization failure",
+    "40P01": "a deadlock",
+    "55P03": "a lock not available",
+}
+#: SQLSTATEs of a server that ended the session (besides class 08, connection errors).
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    cause = getattr(exc, "orig", None) or exc
+    return getattr(cause, "sqlstate", None)
 
 
 #: sqlite3's exception classes by DB-API name.

@@ -27,6 +27,9 @@ TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = 
 #: The Hermes schema version the store holds.
 SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
 
+#: The first statement of every write transaction (see PostgresDatabase.write).
+SERIALIZABLE = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
+
 #: Transactions of a read-only handle refuse writes.
 READ_ONLY_SESSION = "SET default_transaction_read_only = on"
 
@@ -318,6 +321,7 @@ __all__ = [
     "SEARCH_INDEXES",
     "SEARCH_TEXT",
     "SEARCH_VECTOR_COLUMN",
+    "SERIALIZABLE",
     "SET_MESSAGE_SEQUENCE",
     "SET_STATEMENT_TIMEOUT",
     "SOURCE_IN",

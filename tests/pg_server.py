@@ -113,6 +113,28 @@ def _start_cluster() -> tuple[str, Path]:
     return f"postgresql://postgres@127.0.0.1:{port}/postgres", folder
 
 
+def start_private_cluster() -> tuple[str, Path]:
+    """A cluster of its own (for a test that restarts its server): server URL, folder.
+    Stopped and deleted at exit."""
+    return _start_cluster()
+
+
+def restart_cluster(folder: Path) -> None:
+    """Restart the cluster in ``folder`` (every connection to it is cut)."""
+    bin_dir = _binaries()
+    assert bin_dir is not None
+    # The new server writes to the log file: a pipe of ours would stay open.
+    argv = [str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-l", str(folder / "log")]
+    done = subprocess.run(
+        _as_cluster_owner([*argv, "-m", "fast", "-w", "restart"]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise NoServer(f"pg_ctl restart failed (exit {done.returncode}); see {folder / 'log'}")
+
+
 def _with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{name}"))
