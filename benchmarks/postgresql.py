@@ -104,9 +104,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_cluster(folder: Path) -> str:
+def start_cluster(folder: Path, leave_running: bool = False) -> str:
     """The admin URL of the benchmark cluster under ``folder`` (created once, started
-    now with default durability and stopped at exit; its databases are kept)."""
+    now with default durability and stopped at exit unless ``leave_running``; its
+    databases are kept). A cluster already running there is used as it is."""
     bin_dir = _binaries()
     folder.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
@@ -140,7 +141,8 @@ def start_cluster(folder: Path) -> str:
             check=False,
         )
 
-    atexit.register(stop)
+    if not leave_running:
+        atexit.register(stop)
     return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
@@ -645,6 +647,7 @@ ROUTES: dict[str, str] = {
     "kana 3 chars": "セッシ",
     "mixed word + CJK 4": "checkpoint 事件循环",
     "mixed word + CJK 3, no hit": "sqlite 数据库",
+    "mixed word OR CJK 4": "checkpoint OR 事件循环",
 }
 
 
@@ -795,6 +798,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, nargs="+", default=[100_000])
     parser.add_argument("--only", default=",".join(PARTS), help="hot,search,writers")
     parser.add_argument("--url", help="admin URL of an existing PostgreSQL server")
+    parser.add_argument(
+        "--leave-running", action="store_true", help="do not stop the cluster this run starts"
+    )
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where stores are kept")
     parser.add_argument("--rounds", type=int, default=400, help="hot-path rounds")
     parser.add_argument("--search-rounds", type=int, default=20)
@@ -809,7 +815,7 @@ def main() -> None:
             raise SystemExit(f"--only: unknown part {part!r} (one of {', '.join(PARTS)})")
     backends = [b for b in args.backends.split(",") if b]
     args.dir.mkdir(parents=True, exist_ok=True)
-    url = args.url or start_cluster(args.dir / "pg")
+    url = args.url or start_cluster(args.dir / "pg", args.leave_running)
     print(f"{server_facts(url)}; SQLite {sqlite3.sqlite_version}; {os.cpu_count()} cores; {load()}")
     template = Template(url)
     if "build" in parts:
