@@ -108,9 +108,13 @@ class Routed:
         if self.route == PG_WORDS:
             tsquery, params = self.tsquery()
             return sql.words_match(tsquery), params
+        # A term of CJK characters alone has no case: LIKE, much cheaper than ILIKE.
+        caseless = all(contains_cjk(c) for c in self.term.text)
         if self.route == PG_GRAMS:
-            return sql.GRAMS_MATCH, [cjk_grams(self.term.text), self.term.like()]
-        return sql.SUBSTRING_MATCH, [self.term.like()]
+            grams = sql.GRAMS_MATCH_CASELESS if caseless else sql.GRAMS_MATCH
+            return grams, [cjk_grams(self.term.text), self.term.like()]
+        substring = sql.SUBSTRING_MATCH_CASELESS if caseless else sql.SUBSTRING_MATCH
+        return substring, [self.term.like()]
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,9 @@ class OutOfTime(Exception):
 
 def within(budget: float | None, run: Callable[[], T]) -> T:
     """``run()`` in a transaction (a savepoint inside the caller's) whose statements
-    stop after ``budget`` seconds (None: no limit).
+    stop after ``budget`` seconds (None: no limit) and are planned for their own
+    values (``plan_cache_mode``: see :data:`hermes_models.postgres_sql.SET_CUSTOM_PLANS`);
+    both settings are set back afterwards.
 
     Raises:
         OutOfTime: the server cancelled a statement when the budget ran out.
@@ -247,11 +253,16 @@ def within(budget: float | None, run: Callable[[], T]) -> T:
     try:
         with db.atomic():
             if budget is None:
-                return run()
+                (plans, _) = execute(sql.SET_CUSTOM_PLANS, []).fetchone()
+                result = run()
+                execute(sql.RESET_PLAN_CACHE_MODE, [plans])
+                return result
             milliseconds = max(1, round(budget * 1000))
-            (before, _) = execute(sql.SET_STATEMENT_TIMEOUT, [f"{milliseconds}ms"]).fetchone()
+            (timeout, plans, _, _) = execute(
+                sql.SET_STATEMENT_TIMEOUT, [f"{milliseconds}ms"]
+            ).fetchone()
             result = run()
-            execute(sql.RESET_STATEMENT_TIMEOUT, [before])
+            execute(sql.RESET_STATEMENT_TIMEOUT, [timeout, plans])
             return result
     except peewee.DatabaseError as exc:
         cause = exc.args[0] if exc.args else None
