@@ -412,27 +412,35 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
     """Build a demo store in a temporary folder and show what the package does with it.
 
     HERMES_MODELS_DB is not used: the demo writes to a file of its own unless
-    --db is typed.
+    --db is typed (a new file, or a PostgreSQL store that holds no session).
     """
     from .demo import build_demo  # loaded when used: keeps the CLI's start-up short
 
     explicit = db_path if _db_given(ctx) else None
+    url = _server(explicit)
     if explicit is not None:
         _refuse_read_only(ctx)
-        target = resolve_path(explicit)
-        if target.exists() and target.stat().st_size > 0:
-            raise click.ClickException(
-                f"{target} already exists; the demo writes a new database (pick a new path)"
-            )
+        if url is None:
+            target = resolve_path(explicit)
+            if target.exists() and target.stat().st_size > 0:
+                raise click.ClickException(
+                    f"{target} already exists; the demo writes a new database (pick a new path)"
+                )
     import tempfile  # only the demo makes a scratch folder: other commands start faster
 
     out = terminal.console()
     clock = _clock(ctx)
     with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
-        path = resolve_path(explicit) if explicit is not None else Path(tmp) / "state.db"
+        explicit_file = explicit is not None and url is None
+        path = resolve_path(explicit) if explicit_file else Path(tmp) / "state.db"
         if keep and explicit is None:
             path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
-        with SessionDB(path) as store:
+        with SessionDB(path if url is None else url) as store:
+            if url is not None and store.session_count() > 0:
+                raise click.ClickException(
+                    f"{parse_url(url).label()} already holds sessions; the demo writes a new"
+                    " store (pick an empty database or schema)"
+                )
             ids = build_demo(store)
             out.rule("Sessions (as a picker lists them)")
             rows = store.list_sessions_rich(limit=None)
@@ -451,7 +459,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
             terminal.say(f"/resume {ids.compressed_root} opens {target_id}")
         if keep or explicit is not None:
             terminal.say("")
-            terminal.say(f"demo database: {path}")
+            terminal.say(f"demo database: {path if url is None else parse_url(url).label()}")
 
 
 def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
