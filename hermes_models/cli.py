@@ -1245,8 +1245,16 @@ def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | 
     """
     with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
         result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
+        where = str(store.database.path)
     if fmt:
-        terminal.write_records([{"path": str(resolve_path(db_path)), **result}], fmt)
+        terminal.write_records([{"path": where, **result}], fmt)
+        return
+    if _server(db_path) is not None:
+        terminal.say(
+            "rebuilt the gram index"
+            if result["rebuilt"]
+            else "the server keeps the gram index in step: nothing to do"
+        )
         return
     if not result["present"]:
         terminal.say("this file has no gram index (SQLite without FTS5): nothing to do")

@@ -10,10 +10,13 @@ one dialect never runs on the other. Hand-written SQL lives in
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
-from peewee import Case, Expression, Value, fn
+from peewee import SQL, Case, Expression, Value, fn
 
+from . import sqlite_sql
 from .binding import current
 
 #: The dialect names.
@@ -82,9 +85,20 @@ def json_array_length(field: Any) -> Any:
     return Case(None, [(is_array, fn.json_array_length(field))], None)
 
 
+def among(field: Any, values: Sequence[Any]) -> Expression:
+    """``field`` is one of ``values``, however many, bound as one parameter: a JSON
+    list SQLite reads with ``json_each``, an array PostgreSQL compares with ``ANY``."""
+    if on_postgresql():
+        # The converter keeps the field's own (str() of a text field) off the list.
+        array = Value(list(values), converter=list, unpack=False)
+        return Expression(field, "=", fn.ANY(array))
+    return Expression(field, "IN", SQL(sqlite_sql.JSON_LIST, [json.dumps(list(values))]))
+
+
 __all__ = [
     "POSTGRESQL",
     "SQLITE",
+    "among",
     "dialect",
     "json_array_length",
     "json_text",

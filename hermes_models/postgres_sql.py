@@ -283,6 +283,13 @@ SEARCH_INDEXES = ("idx_messages_search_tsv", "idx_messages_search_trgm")
 GRAM_INDEX = "idx_messages_cjk_grams"
 #: Merge a GIN index's pending list into the index (as FTS5's optimize merges segments).
 GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(%s::regclass)"
+
+
+def reindex(index: str) -> str:
+    """Build the index ``index`` (one of the package's names) again."""
+    return f"REINDEX INDEX {quote(index)}"
+
+
 #: Reclaim dead rows and refresh the planner's statistics of the store's tables.
 VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
 
@@ -342,6 +349,7 @@ __all__ = [
     "negated",
     "phrase_query",
     "quote",
+    "reindex",
     "set_search_path",
     "word_rank",
     "words_match",

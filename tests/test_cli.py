@@ -557,6 +557,62 @@ def test_a_missing_server_database_is_one_line(pg: Any, capsys: pytest.CaptureFi
         ), err
 
 
+@pytest.mark.backends(
+    "postgresql"
+)  # commands of a file (they work on SQLite: test_cli_maintenance)
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        (["doctor"], "doctor checks an SQLite file (the server checks its own pages)"),
+        (["vacuum"], "the server vacuums its own tables (VACUUM, autovacuum)"),
+        (["backup", "copies/"], "back it up with the server's tools (pg_dump, base backups)"),
+    ],
+)
+def test_file_commands_refuse_a_server_store_in_one_line(
+    filled: str, capsys: pytest.CaptureFixture[str], command: list[str], why: str
+) -> None:
+    for fmt in ([], ["--json"]):
+        code, out, err = run_main(capsys, *command, "--db", filled, *fmt)
+        assert_one_line_error(
+            code, out, err, f"{parse_url(filled).label()} is a PostgreSQL store: {why}"
+        )
+    assert count_sessions(filled) == 3
+
+
+@pytest.mark.backends("postgresql")  # import works on SQLite: test_bundle.py
+def test_import_refuses_a_server_store_in_one_line(
+    filled: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = tmp_path / "bundle.jsonl"
+    with SessionDB(filled) as store:
+        store.export_bundle(bundle)
+        store.delete_session("sub-run")
+    code, out, err = run_main(capsys, "import", str(bundle), "--db", filled)
+    assert_one_line_error(
+        code,
+        out,
+        err,
+        "NotImplementedError: importing into a PostgreSQL store is not supported yet (import"
+        " into an SQLite file, then: hermes-models copy FILE URL --merge)",
+    )
+    assert count_sessions(filled) == 2
+
+
+def test_optimize_says_what_it_did(filled: str) -> None:
+    done = invoke("optimize", "--db", filled)
+    rebuilt = invoke("optimize", "--db", filled, "--rebuild")
+    assert (done.exit_code, rebuilt.exit_code) == (0, 0)
+    if filled.startswith("postgresql://"):
+        assert done.output == "the server keeps the gram index in step: nothing to do\n"
+        assert rebuilt.output == "rebuilt the gram index\n"
+    else:
+        assert done.output == "indexed 0 messages; every message up to id 5 is indexed\n"
+        assert rebuilt.output == (
+            "rebuilt the index: indexed 5 messages; every message up to id 5 is indexed\n"
+        )
+    assert invoke("search", "--db", filled, "你好", "--nl").output.count("\n") == 1
+
+
 def test_usage_errors_are_one_line_and_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
     for args, message in (
         (
