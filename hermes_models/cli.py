@@ -1046,7 +1046,9 @@ def _confirm(yes: bool, plan: Any) -> None:
         raise click.ClickException("not confirmed; nothing was deleted")
 
 
-def _vacuum_hint(plan: Any) -> None:
+def _vacuum_hint(plan: Any, db_path: str | None) -> None:
+    if _server(db_path) is not None:  # the server's autovacuum reuses the space
+        return
     if plan.store_messages and plan.messages / plan.store_messages >= VACUUM_HINT_SHARE:
         share = 100 * plan.messages / plan.store_messages
         terminal.say(
@@ -1056,7 +1058,9 @@ def _vacuum_hint(plan: Any) -> None:
         )
 
 
-def _deletion_done(plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb: str) -> None:
+def _deletion_done(
+    plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb: str, db_path: str | None
+) -> None:
     if fmt:
         terminal.write_records(rows, fmt)
     else:
@@ -1065,7 +1069,7 @@ def _deletion_done(plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb:
             f"{verb} {views.plural(len(plan.deleted), 'session')} "
             f"({views.plural(plan.messages, 'message')}){kept}"
         )
-    _vacuum_hint(plan)
+    _vacuum_hint(plan, db_path)
 
 
 sessions_dir_option = click.option(
@@ -1122,7 +1126,7 @@ def delete(
             return
         _confirm(yes, plan)
         store.delete_sessions(resolved, sessions_dir=sessions_dir)
-    _deletion_done(plan, rows, fmt, "deleted")
+    _deletion_done(plan, rows, fmt, "deleted", db_path)
 
 
 @cli.command(
@@ -1182,7 +1186,7 @@ def prune(
             source=source,
             sessions_dir=sessions_dir,
         )
-    _deletion_done(plan, rows, fmt, "pruned")
+    _deletion_done(plan, rows, fmt, "pruned", db_path)
 
 
 def _file_size(path: Path) -> int:
