@@ -16,7 +16,7 @@ from typing import Any
 
 from peewee import SQL, Case, Expression, Value, fn
 
-from . import sqlite_sql
+from . import postgres_sql, sqlite_sql
 from .binding import current
 
 #: The dialect names.
@@ -49,7 +49,12 @@ def json_text(field: Any, key: str) -> Any:
     """``field``'s JSON object member ``key`` (NULL when absent, or when the text is
     not JSON: such a row is skipped, never an error)."""
     if on_postgresql():
-        return fn.hermes_json_text(field, key)
+        # A NUL in the member (a JSON escape) reads as the store's escaped NUL, so that
+        # it equals a column holding the same text (a session id, say).
+        doc = fn.regexp_replace(
+            field, postgres_sql.JSON_NUL_PATTERN, postgres_sql.JSON_NUL_REPLACEMENT, "g"
+        )
+        return fn.hermes_json_text(doc, key)
     return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
 
 

@@ -285,6 +285,13 @@ GRAM_INDEX = "idx_messages_cjk_grams"
 GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(%s::regclass)"
 
 
+#: A JSON document's ``\u0000`` escapes (not ones after an escaped backslash), and what
+#: they become for ``regexp_replace(doc, pattern, replacement, 'g')``: the JSON escape of
+#: U+E000 then ``0``, which reads as the store's escaped NUL (jsonb refuses ``\u0000``).
+JSON_NUL_PATTERN = r"(?<!\\)((?:\\\\)*)\\u0000"
+JSON_NUL_REPLACEMENT = r"\1\\ue0000"
+
+
 def reindex(index: str) -> str:
     """Build the index ``index`` (one of the package's names) again."""
     return f"REINDEX INDEX {quote(index)}"
@@ -313,6 +320,8 @@ __all__ = [
     "GRAM_INDEX",
     "HIGHEST_MESSAGE_ID",
     "HIT_ORDERS",
+    "JSON_NUL_PATTERN",
+    "JSON_NUL_REPLACEMENT",
     "MESSAGE_SEQUENCE",
     "MESSAGE_TEXTS",
     "META_VALUE",

@@ -37,14 +37,20 @@ def snapshot(path: Path, *, read_only: bool = True) -> dict[str, list[tuple[Any,
 
 def store_snapshot(target: Any) -> dict[str, list[tuple[Any, ...]]]:
     """:func:`snapshot` of a file, or of a PostgreSQL store (``target`` its URL): every
-    row of every table of its schema (through the package's text escaping)."""
+    row of every table of its schema, read through a connection of its own (with the
+    package's text escaping; the models' binding is left alone)."""
     if not is_postgres_url(target):
         return snapshot(Path(target))
-    from hermes_models import SessionDB
+    import psycopg
+
+    from hermes_models.postgres import adapt_text, parse_url
     from hermes_models.postgres_sql import TABLES
 
-    with SessionDB(target, read_only=True) as store:
-        conn = store._conn
+    where = parse_url(target)
+    with psycopg.connect(where.url, autocommit=True) as conn:
+        adapt_text(conn)
+        if where.schema:
+            conn.execute(f"SET search_path TO {where.schema}, public")
         names = sorted(row[0] for row in conn.execute(TABLES))
         return {
             name: sorted((tuple(row) for row in conn.execute(f'SELECT * FROM "{name}"')), key=repr)
