@@ -322,10 +322,14 @@ def _counters(db: HermesDatabase) -> dict[str, Any]:
 def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
     """The message id sequence: ``{"sequence", "max_id", "remaining"}`` (None before any id)."""
     db = db or current()
-    has_sequence = "sqlite_sequence" in _names(db, "table")
-    rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:  # the identity of messages.id
+        rows = _rows(db, postgres_sql.MESSAGE_SEQUENCE)
+    else:
+        has_sequence = "sqlite_sequence" in _names(db, "table")
+        rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
     sequence = int(rows[0][0]) if rows and rows[0][0] is not None else None
-    highest = _one(db, sqlite_sql.MAX_MESSAGE_ID)
+    with using(db):
+        highest = Message.select(fn.MAX(Message.id)).scalar()
     top = max(v for v in (sequence, highest, 0) if v is not None)
     return {
         "sequence": sequence,
@@ -431,6 +435,18 @@ def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
+def _lower_sequence(db: HermesDatabase, top: int) -> None:
+    """Make the message id sequence stand at ``top`` (the highest id in use, 0: none)."""
+    handle: Any = db
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        if top:
+            handle.execute_sql(postgres_sql.SET_MESSAGE_SEQUENCE, (top,))
+        else:
+            handle.execute_sql(postgres_sql.RESET_MESSAGE_SEQUENCE)
+    else:
+        handle.execute_sql(sqlite_sql.set_message_sequence(top))
+
+
 def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
@@ -452,7 +468,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             int(state["remaining"] or 0) < SEQUENCE_HEADROOM
             and INT64_MAX - top >= SEQUENCE_HEADROOM
         ):
-            _rows(db, sqlite_sql.set_message_sequence(top))
+            _lower_sequence(db, top)
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 

@@ -227,6 +227,8 @@ MESSAGE_SEQUENCE = (
 )
 #: Make the identity of ``messages.id`` hand out ids above a bound one.
 SET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), %s)"
+#: Make it hand out 1 next, as if no id had been handed out.
+RESET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), 1, false)"
 #: One ``state_meta`` value; set one; remove one.
 META_VALUE = "SELECT value FROM state_meta WHERE key = %s"
 UPSERT_META = (
@@ -327,6 +329,7 @@ __all__ = [
     "META_VALUE",
     "NO_RANK",
     "READ_ONLY_SESSION",
+    "RESET_MESSAGE_SEQUENCE",
     "RESET_STATEMENT_TIMEOUT",
     "ROLE_IN",
     "ROLLBACK",
