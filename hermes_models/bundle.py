@@ -36,8 +36,9 @@ from typing import IO, Any, cast
 import peewee
 from peewee import fn
 
-from . import jsonl, sqlite_sql
+from . import jsonl
 from .binding import current
+from .dialect import among
 from .errors import BundleError
 from .files import SCHEMA_VERSION
 from .lineage import walk_sessions
@@ -68,11 +69,10 @@ def raw(query: Any, params: Sequence[Any] | None = None) -> sqlite3.Cursor:
 
 def existing_ids(table: str, ids: Iterable[Any]) -> set[Any]:
     """Which of ``ids`` are ids of rows of ``table`` (``sessions`` or ``messages``)."""
+    model: Any = Session if table == "sessions" else Message
     found: set[Any] = set()
     for chunk in chunks(list(ids), 5000):
-        found.update(
-            row[0] for row in raw(sqlite_sql.ids_in_list(table), [json.dumps(list(chunk))])
-        )
+        found.update(row[0] for row in raw(model.select(model.id).where(among(model.id, chunk))))
     return found
 
 
@@ -152,23 +152,18 @@ def _selected(model: type[Session] | type[Message]) -> list[Any]:
     return [by_column.get(c) or peewee.Column(model, c) for c in file_columns(model)]
 
 
-def _among(ids: list[str]) -> peewee.SQL:
-    """``ids`` as one bound JSON list, for ``IN``: any number, one statement."""
-    return peewee.SQL(sqlite_sql.JSON_LIST, [json.dumps(ids)])
-
-
 def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Session rows (stored values, :func:`file_columns` order) by ``(started_at, id)``;
     None: all. Read from the cursor as they are used: memory does not grow with them."""
     query = Session.select(*_selected(Session)).order_by(Session.started_at, Session.id)
-    yield from raw(query if ids is None else query.where(Session.id.in_(_among(ids))))
+    yield from raw(query if ids is None else query.where(among(Session.id, ids)))
 
 
 def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Message rows (stored values, :func:`file_columns` order) of those sessions by id;
     None: all. Read from the cursor as they are used (SQLite sorts a selection on disk)."""
     query = Message.select(*_selected(Message)).order_by(Message.id)
-    yield from raw(query if ids is None else query.where(Message.session.in_(_among(ids))))
+    yield from raw(query if ids is None else query.where(among(Message.session, ids)))
 
 
 def session_total(ids: list[str] | None) -> int:

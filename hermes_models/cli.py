@@ -412,27 +412,35 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
     """Build a demo store in a temporary folder and show what the package does with it.
 
     HERMES_MODELS_DB is not used: the demo writes to a file of its own unless
-    --db is typed.
+    --db is typed (a new file, or a PostgreSQL store that holds no session).
     """
     from .demo import build_demo  # loaded when used: keeps the CLI's start-up short
 
     explicit = db_path if _db_given(ctx) else None
+    url = _server(explicit)
     if explicit is not None:
         _refuse_read_only(ctx)
-        target = resolve_path(explicit)
-        if target.exists() and target.stat().st_size > 0:
-            raise click.ClickException(
-                f"{target} already exists; the demo writes a new database (pick a new path)"
-            )
+        if url is None:
+            target = resolve_path(explicit)
+            if target.exists() and target.stat().st_size > 0:
+                raise click.ClickException(
+                    f"{target} already exists; the demo writes a new database (pick a new path)"
+                )
     import tempfile  # only the demo makes a scratch folder: other commands start faster
 
     out = terminal.console()
     clock = _clock(ctx)
     with tempfile.TemporaryDirectory(prefix="hermes-models-demo-") as tmp:
-        path = resolve_path(explicit) if explicit is not None else Path(tmp) / "state.db"
+        explicit_file = explicit is not None and url is None
+        path = resolve_path(explicit) if explicit_file else Path(tmp) / "state.db"
         if keep and explicit is None:
             path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
-        with SessionDB(path) as store:
+        with SessionDB(path if url is None else url) as store:
+            if url is not None and store.session_count() > 0:
+                raise click.ClickException(
+                    f"{parse_url(url).label()} already holds sessions; the demo writes a new"
+                    " store (pick an empty database or schema)"
+                )
             ids = build_demo(store)
             out.rule("Sessions (as a picker lists them)")
             rows = store.list_sessions_rich(limit=None)
@@ -451,7 +459,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
             terminal.say(f"/resume {ids.compressed_root} opens {target_id}")
         if keep or explicit is not None:
             terminal.say("")
-            terminal.say(f"demo database: {path}")
+            terminal.say(f"demo database: {path if url is None else parse_url(url).label()}")
 
 
 def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
@@ -1038,7 +1046,9 @@ def _confirm(yes: bool, plan: Any) -> None:
         raise click.ClickException("not confirmed; nothing was deleted")
 
 
-def _vacuum_hint(plan: Any) -> None:
+def _vacuum_hint(plan: Any, db_path: str | None) -> None:
+    if _server(db_path) is not None:  # the server's autovacuum reuses the space
+        return
     if plan.store_messages and plan.messages / plan.store_messages >= VACUUM_HINT_SHARE:
         share = 100 * plan.messages / plan.store_messages
         terminal.say(
@@ -1048,7 +1058,9 @@ def _vacuum_hint(plan: Any) -> None:
         )
 
 
-def _deletion_done(plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb: str) -> None:
+def _deletion_done(
+    plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb: str, db_path: str | None
+) -> None:
     if fmt:
         terminal.write_records(rows, fmt)
     else:
@@ -1057,7 +1069,7 @@ def _deletion_done(plan: Any, rows: list[dict[str, Any]], fmt: str | None, verb:
             f"{verb} {views.plural(len(plan.deleted), 'session')} "
             f"({views.plural(plan.messages, 'message')}){kept}"
         )
-    _vacuum_hint(plan)
+    _vacuum_hint(plan, db_path)
 
 
 sessions_dir_option = click.option(
@@ -1114,7 +1126,7 @@ def delete(
             return
         _confirm(yes, plan)
         store.delete_sessions(resolved, sessions_dir=sessions_dir)
-    _deletion_done(plan, rows, fmt, "deleted")
+    _deletion_done(plan, rows, fmt, "deleted", db_path)
 
 
 @cli.command(
@@ -1174,7 +1186,7 @@ def prune(
             source=source,
             sessions_dir=sessions_dir,
         )
-    _deletion_done(plan, rows, fmt, "pruned")
+    _deletion_done(plan, rows, fmt, "pruned", db_path)
 
 
 def _file_size(path: Path) -> int:
@@ -1237,8 +1249,16 @@ def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | 
     """
     with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
         result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
+        where = str(store.database.path)
     if fmt:
-        terminal.write_records([{"path": str(resolve_path(db_path)), **result}], fmt)
+        terminal.write_records([{"path": where, **result}], fmt)
+        return
+    if _server(db_path) is not None:
+        terminal.say(
+            "rebuilt the gram index"
+            if result["rebuilt"]
+            else "the server keeps the gram index in step: nothing to do"
+        )
         return
     if not result["present"]:
         terminal.say("this file has no gram index (SQLite without FTS5): nothing to do")

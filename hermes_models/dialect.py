@@ -10,10 +10,13 @@ one dialect never runs on the other. Hand-written SQL lives in
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
-from peewee import Case, Expression, Value, fn
+from peewee import SQL, Case, Expression, Value, fn
 
+from . import postgres_sql, sqlite_sql
 from .binding import current
 
 #: The dialect names.
@@ -46,7 +49,12 @@ def json_text(field: Any, key: str) -> Any:
     """``field``'s JSON object member ``key`` (NULL when absent, or when the text is
     not JSON: such a row is skipped, never an error)."""
     if on_postgresql():
-        return fn.hermes_json_text(field, key)
+        # A NUL in the member (a JSON escape) reads as the store's escaped NUL, so that
+        # it equals a column holding the same text (a session id, say).
+        doc = fn.regexp_replace(
+            field, postgres_sql.JSON_NUL_PATTERN, postgres_sql.JSON_NUL_REPLACEMENT, "g"
+        )
+        return fn.hermes_json_text(doc, key)
     return fn.json_extract(Case(None, [(fn.json_valid(field), field)], None), f"$.{key}")
 
 
@@ -82,9 +90,20 @@ def json_array_length(field: Any) -> Any:
     return Case(None, [(is_array, fn.json_array_length(field))], None)
 
 
+def among(field: Any, values: Sequence[Any]) -> Expression:
+    """``field`` is one of ``values``, however many, bound as one parameter: a JSON
+    list SQLite reads with ``json_each``, an array PostgreSQL compares with ``ANY``."""
+    if on_postgresql():
+        # The converter keeps the field's own (str() of a text field) off the list.
+        array = Value(list(values), converter=list, unpack=False)
+        return Expression(field, "=", fn.ANY(array))
+    return Expression(field, "IN", SQL(sqlite_sql.JSON_LIST, [json.dumps(list(values))]))
+
+
 __all__ = [
     "POSTGRESQL",
     "SQLITE",
+    "among",
     "dialect",
     "json_array_length",
     "json_text",

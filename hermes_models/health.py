@@ -27,10 +27,11 @@ from typing import Any, cast
 
 from peewee import JOIN, fn
 
-from . import grams, sqlite_sql
+from . import grams, postgres_sql, sqlite_sql
 from .binding import current, using
 from .checks import INT64_MAX
 from .db import HermesDatabase
+from .dialect import POSTGRESQL, SQLITE
 from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
 from .fts import present_indexes
 from .models import Message, Session
@@ -121,10 +122,40 @@ def search_indexes(db: HermesDatabase) -> dict[str, str]:
     return out
 
 
+def _server_stats(db: HermesDatabase) -> dict[str, Any]:
+    """:func:`stats` of a PostgreSQL store: the same keys; what belongs to a file (its
+    journal, sizes, FTS5 tables and layout) is None or empty, and the search indexes
+    are the server's own, kept in step by it."""
+    with using(db):
+        messages = int(Message.select().count())
+        active = int(Message.select().where(Message.active == 1).count())
+        sessions = int(Session.select().count())
+    indexes = (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX)
+    return {
+        "path": str(db.path),
+        "schema_version": int(_one(db, postgres_sql.SCHEMA_VERSION)),
+        "journal_mode": None,
+        "sessions": sessions,
+        "messages": messages,
+        "active_messages": active,
+        "inactive_messages": messages - active,
+        "file_bytes": None,
+        "wal_bytes": None,
+        "fts_rows": {},
+        "fts_in_step": None,
+        "fts_layout": None,
+        "newer_than_writes": False,
+        "search_indexes": dict.fromkeys(indexes, "used"),
+    }
+
+
 def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Counts and sizes: sessions, messages (active/inactive), file and WAL bytes, index
-    rows; the Hermes schema version, the full-text layout and which indexes are used."""
+    rows; the Hermes schema version, the full-text layout and which indexes are used.
+    (A PostgreSQL store: :func:`_server_stats`.)"""
     db = db or current()
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        return _server_stats(db)
     messages = int(_one(db, sqlite_sql.COUNT_MESSAGES))
     with using(db):  # through the model: a file without ``active`` (v2-v11) has all live
         active = int(Message.select().where(Message.active == 1).count())
@@ -291,10 +322,14 @@ def _counters(db: HermesDatabase) -> dict[str, Any]:
 def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
     """The message id sequence: ``{"sequence", "max_id", "remaining"}`` (None before any id)."""
     db = db or current()
-    has_sequence = "sqlite_sequence" in _names(db, "table")
-    rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:  # the identity of messages.id
+        rows = _rows(db, postgres_sql.MESSAGE_SEQUENCE)
+    else:
+        has_sequence = "sqlite_sequence" in _names(db, "table")
+        rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
     sequence = int(rows[0][0]) if rows and rows[0][0] is not None else None
-    highest = _one(db, sqlite_sql.MAX_MESSAGE_ID)
+    with using(db):
+        highest = Message.select(fn.MAX(Message.id)).scalar()
     top = max(v for v in (sequence, highest, 0) if v is not None)
     return {
         "sequence": sequence,
@@ -400,6 +435,18 @@ def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
+def _lower_sequence(db: HermesDatabase, top: int) -> None:
+    """Make the message id sequence stand at ``top`` (the highest id in use, 0: none)."""
+    handle: Any = db
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        if top:
+            handle.execute_sql(postgres_sql.SET_MESSAGE_SEQUENCE, (top,))
+        else:
+            handle.execute_sql(postgres_sql.RESET_MESSAGE_SEQUENCE)
+    else:
+        handle.execute_sql(sqlite_sql.set_message_sequence(top))
+
+
 def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
@@ -421,7 +468,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             int(state["remaining"] or 0) < SEQUENCE_HEADROOM
             and INT64_MAX - top >= SEQUENCE_HEADROOM
         ):
-            _rows(db, sqlite_sql.set_message_sequence(top))
+            _lower_sequence(db, top)
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 

@@ -432,6 +432,8 @@ def update_gram_index(
     Returns ``present`` (False on a file or build without the index; nothing is
     done), ``rebuilt``, ``indexed`` (messages indexed now), ``high_water`` and
     ``behind`` (messages still above the mark: 0 unless others write meanwhile).
+    On PostgreSQL the server keeps its gram index in step (no mark: ``high_water``
+    None, nothing behind); ``rebuild=True`` builds it again (``REINDEX``).
 
     Raises:
         SchemaTooNewError: the file is newer than the v16 schema this package writes.
@@ -439,6 +441,16 @@ def update_gram_index(
     """
     db = current()
     db.refuse_writes()
+    if on_postgresql():  # the server keeps its gram index (an index of messages) in step
+        if rebuild:
+            db.execute_sql(postgres_sql.reindex(postgres_sql.GRAM_INDEX))
+        return {
+            "present": True,
+            "rebuilt": bool(rebuild),
+            "indexed": 0,
+            "high_water": None,
+            "behind": 0,
+        }
     state = grams.status(db)
     if not state["present"] or not db.ensure_grams():
         nothing = {"present": False, "rebuilt": False, "indexed": 0}

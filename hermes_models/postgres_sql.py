@@ -254,6 +254,8 @@ MESSAGE_SEQUENCE = (
 )
 #: Make the identity of ``messages.id`` hand out ids above a bound one.
 SET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), %s)"
+#: Make it hand out 1 next, as if no id had been handed out.
+RESET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), 1, false)"
 #: One ``state_meta`` value; set one; remove one.
 META_VALUE = "SELECT value FROM state_meta WHERE key = %s"
 UPSERT_META = (
@@ -310,6 +312,20 @@ SEARCH_INDEXES = ("idx_messages_search_tsv", "idx_messages_search_trgm")
 GRAM_INDEX = "idx_messages_cjk_grams"
 #: Merge a GIN index's pending list into the index (as FTS5's optimize merges segments).
 GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(%s::regclass)"
+
+
+#: A JSON document's ``\u0000`` escapes (not ones after an escaped backslash), and what
+#: they become for ``regexp_replace(doc, pattern, replacement, 'g')``: the JSON escape of
+#: U+E000 then ``0``, which reads as the store's escaped NUL (jsonb refuses ``\u0000``).
+JSON_NUL_PATTERN = r"(?<!\\)((?:\\\\)*)\\u0000"
+JSON_NUL_REPLACEMENT = r"\1\\ue0000"
+
+
+def reindex(index: str) -> str:
+    """Build the index ``index`` (one of the package's names) again."""
+    return f"REINDEX INDEX {quote(index)}"
+
+
 #: Reclaim dead rows and refresh the planner's statistics of the store's tables.
 VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
 
@@ -334,11 +350,14 @@ __all__ = [
     "GRAM_INDEX",
     "HIGHEST_MESSAGE_ID",
     "HIT_ORDERS",
+    "JSON_NUL_PATTERN",
+    "JSON_NUL_REPLACEMENT",
     "MESSAGE_SEQUENCE",
     "MESSAGE_TEXTS",
     "META_VALUE",
     "NO_RANK",
     "READ_ONLY_SESSION",
+    "RESET_MESSAGE_SEQUENCE",
     "RESET_PLAN_CACHE_MODE",
     "RESET_STATEMENT_TIMEOUT",
     "ROLE_IN",
@@ -374,6 +393,7 @@ __all__ = [
     "negated",
     "phrase_query",
     "quote",
+    "reindex",
     "set_search_path",
     "word_rank",
     "words_match",

@@ -177,7 +177,6 @@ DELETE_META = "DELETE FROM state_meta WHERE key = ?"
 
 COUNT_SESSIONS = "SELECT COUNT(*) FROM sessions"
 COUNT_MESSAGES = "SELECT COUNT(*) FROM messages"
-MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
 #: The highest message id, 0 for none.
 HIGHEST_MESSAGE_ID = "SELECT COALESCE(MAX(id), 0) FROM messages"
 #: Whether a message id between two bound ids is taken.
@@ -539,7 +538,6 @@ __all__ = [
     "JOURNAL_MODE_WAL",
     "JSON_LIST",
     "LOWER_UNUSED_SEQUENCE",
-    "MAX_MESSAGE_ID",
     "MESSAGES_ABOVE",
     "MESSAGES_ABOVE_UP_TO",
     "MESSAGE_IDS_BETWEEN",

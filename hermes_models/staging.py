@@ -40,11 +40,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import SQL
-
 from . import sqlite_sql
 from .bundle import CHUNK_ROWS, chunks, existing_ids, raw
 from .db import HermesDatabase
+from .dialect import POSTGRESQL, SQLITE, among
 from .errors import ImportConflictError
 from .holders import holder_is_gone, local_holder
 from .models import Message, Session
@@ -149,6 +148,20 @@ class SessionSource:
         return cls([(s["id"], s.get("title")) for s in sessions], lambda: sessions)
 
 
+def refuse_server(db: HermesDatabase) -> None:
+    """Refuse to import into a PostgreSQL store: the steps above are SQLite's (its id
+    sequence, foreign keys off, ``PRAGMA``s), and no server way is written yet.
+
+    Raises:
+        NotImplementedError: ``db`` is a PostgreSQL store.
+    """
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        raise NotImplementedError(
+            "importing into a PostgreSQL store is not supported yet (import into an SQLite"
+            " file, then: hermes-models copy FILE URL --merge)"
+        )
+
+
 class Staging:
     """One import into the current database: use as a context manager (see the module text).
 
@@ -159,6 +172,7 @@ class Staging:
     def __init__(
         self, db: HermesDatabase, session_ids: Sequence[str], *, reserve_upto: int = 0
     ) -> None:
+        refuse_server(db)
         self.db = db
         self.session_ids = list(session_ids)
         self.token = uuid.uuid4().hex
@@ -357,9 +371,8 @@ class Staging:
         """``(message_count, tool_call_count)`` of the sessions, by the one counting rule."""
         out: dict[str, tuple[int, int]] = {}
         for chunk in chunks(self.session_ids, 5000):
-            ids = SQL(sqlite_sql.JSON_LIST, [json.dumps(list(chunk))])
             for session_id, messages, calls in raw(
-                counter_totals().where(Message.session.in_(ids))
+                counter_totals().where(among(Message.session, chunk))
             ):
                 out[session_id] = (int(messages), int(calls))
         return out
@@ -491,6 +504,7 @@ def write_at_once(
         ImportConflictError: a large import into the file is running, or one
             of the sessions appeared meanwhile.
     """
+    refuse_server(db)
     ids = [values["id"] for values in sessions]
 
     def run() -> int | None:
@@ -515,8 +529,7 @@ def write_at_once(
         insert_rows(_SESSIONS, names, [[values[c] for c in names] for values in settled])
         insert_rows(_MESSAGES, columns, rows())
         for chunk in chunks(ids, 5000):
-            found = SQL(sqlite_sql.JSON_LIST, [json.dumps(list(chunk))])
-            totals = raw(counter_totals().where(Message.session.in_(found))).fetchall()
+            totals = raw(counter_totals().where(among(Message.session, chunk))).fetchall()
             for session_id, messages, calls in totals:
                 raw(sqlite_sql.SET_SESSION_COUNTERS, [messages, calls, session_id])
         return changed

@@ -362,8 +362,11 @@ def stats_table(report: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False, show_edge=False)
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
-    table.add_row("file", report["path"])
-    schema = f"v{report['schema_version']} ({report['journal_mode']} journal)"
+    on_file = report["journal_mode"] is not None  # else a PostgreSQL store
+    table.add_row("file" if on_file else "store", report["path"])
+    schema = f"v{report['schema_version']}"
+    if on_file:
+        schema += f" ({report['journal_mode']} journal)"
     if report.get("newer_than_writes"):
         schema += ", newer than v16: read only"
     table.add_row("schema", schema)
@@ -375,8 +378,9 @@ def stats_table(report: dict[str, Any]) -> Table:
         f"{report['messages']} ({report['active_messages']} active, "
         f"{report['inactive_messages']} rewound)",
     )
-    table.add_row("file size", size(report["file_bytes"]))
-    table.add_row("WAL size", size(report["wal_bytes"]))
+    if on_file:
+        table.add_row("file size", size(report["file_bytes"]))
+        table.add_row("WAL size", size(report["wal_bytes"]))
     for name, count in report["fts_rows"].items():
         if report.get("fts_in_step") is None:
             state = "indexed as Hermes indexes it"

@@ -176,6 +176,18 @@ class Server:
             self.created.append((name, migrated))
         return _with_database(self.admin_url, name)
 
+    def copy_database(self, url: str) -> str:
+        """URL of a new database copied from the database of ``url`` (with its rows;
+        nothing may be connected to it), dropped after the test."""
+        name = f"hermes_test_{os.getpid()}_{next(self._names)}"
+        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{urlsplit(url).path.lstrip("/")}"')
+        self.created.append((name, False))
+        return _with_database(self.admin_url, name)
+
+    def drop(self, url: str) -> None:
+        """Drop the database of ``url`` (one made with ``keep=True``)."""
+        self.execute(f'DROP DATABASE IF EXISTS "{urlsplit(url).path.lstrip("/")}" WITH (FORCE)')
+
     def drop_new(self) -> None:
         """Take back the databases handed out since the last call: a migrated one whose
         structure the test left as it was is emptied for the next test (a tenth of the

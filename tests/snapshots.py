@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_models.files import sqlite_uri
+from hermes_models.postgres import is_postgres_url
 
 
 def snapshot(path: Path, *, read_only: bool = True) -> dict[str, list[tuple[Any, ...]]]:
@@ -32,3 +33,26 @@ def snapshot(path: Path, *, read_only: bool = True) -> dict[str, list[tuple[Any,
         }
     finally:
         conn.close()
+
+
+def store_snapshot(target: Any) -> dict[str, list[tuple[Any, ...]]]:
+    """:func:`snapshot` of a file, or of a PostgreSQL store (``target`` its URL): every
+    row of every table of its schema, read through a connection of its own (with the
+    package's text escaping; the models' binding is left alone)."""
+    if not is_postgres_url(target):
+        return snapshot(Path(target))
+    import psycopg
+
+    from hermes_models.postgres import adapt_text, parse_url
+    from hermes_models.postgres_sql import TABLES
+
+    where = parse_url(target)
+    with psycopg.connect(where.url, autocommit=True) as conn:
+        adapt_text(conn)
+        if where.schema:
+            conn.execute(f"SET search_path TO {where.schema}, public")
+        names = sorted(row[0] for row in conn.execute(TABLES))
+        return {
+            name: sorted((tuple(row) for row in conn.execute(f'SELECT * FROM "{name}"')), key=repr)
+            for name in names
+        }

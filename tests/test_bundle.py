@@ -734,6 +734,50 @@ def test_cli_import_of_a_bad_bundle_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_export_of_a_selection_carries_its_ancestors(store: SessionDB, tmp_path: Path) -> None:
+    store.create_session("root", "cli", started_at=1_700_000_000.0)
+    store.append_message("root", "user", "first", timestamp=1_700_000_001.0)
+    store.end_session("root", "compression")
+    store.create_session("cont", "cli", parent_session_id="root", started_at=1_700_000_010.0)
+    store.append_message("cont", "user", "second", timestamp=1_700_000_011.0)
+    store.create_session("other", "telegram", started_at=1_700_000_020.0)
+    store.append_message("other", "user", "third", timestamp=1_700_000_021.0)
+    out = tmp_path / "part.jsonl"
+    assert store.export_bundle(out, session_id="cont") == {"sessions": 2, "messages": 2}
+    assert [(line["type"], line["id"]) for line in _lines(out)[1:]] == [
+        ("session", "root"),
+        ("session", "cont"),
+        ("message", 1),
+        ("message", 2),
+    ]
+    assert store.export_bundle(out, source="telegram", overwrite=True) == {
+        "sessions": 1,
+        "messages": 1,
+    }
+    assert [(line["type"], line["id"]) for line in _lines(out)[1:]] == [
+        ("session", "other"),
+        ("message", 3),
+    ]
+
+
+@pytest.mark.backends("postgresql")  # import into a file: the tests above
+def test_import_into_a_server_store_is_refused_and_writes_nothing(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    store.create_session("s", "cli", started_at=1_700_000_000.0)
+    store.append_message("s", "user", "hello", timestamp=1_700_000_001.0)
+    out = tmp_path / "all.jsonl"
+    store.export_bundle(out)
+    store.delete_session("s")
+    with pytest.raises(NotImplementedError) as caught:
+        store.import_bundle(out)
+    assert str(caught.value) == (
+        "importing into a PostgreSQL store is not supported yet (import into an SQLite file,"
+        " then: hermes-models copy FILE URL --merge)"
+    )
+    assert (store.session_count(), store.message_count()) == (0, 0)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "name"),
     [

@@ -10,16 +10,20 @@ import re
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import plain_connection, target_of
 
 import hermes_models.history
 from hermes_models import SessionDB
 from hermes_models.cli import cli, main
+from hermes_models.postgres import parse_url
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 T0 = 1_767_603_600.0  # 2026-01-05 09:00 UTC
 MIGRATIONS = [
@@ -60,40 +64,44 @@ def words(output: str) -> list[list[str]]:
     return [line.split() for line in output.splitlines()]
 
 
+def where(store: SessionDB) -> str:
+    """What ``--db`` names the store of ``store`` with: its file, or its URL."""
+    return str(target_of(store.database))
+
+
 @pytest.fixture
-def filled(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
-    """A file with a titled session (3 messages, one rewound), an untitled one and a child."""
-    with SessionDB(migrated_copy(db_path)) as store:
-        store.create_session("20260105_090000_aaaa1111", "cli", model="model-a", started_at=T0)
-        store.append_message("20260105_090000_aaaa1111", "user", "Hello there", timestamp=T0 + 1)
-        store.append_message(
-            "20260105_090000_aaaa1111",
-            "assistant",
-            None,
-            tool_calls=[{"id": "c1", "type": "function"}],
-            timestamp=T0 + 2,
-        )
-        store.append_message(
-            "20260105_090000_aaaa1111", "tool", "42", tool_name="calc", timestamp=T0 + 3
-        )
-        late = store.append_message(
-            "20260105_090000_aaaa1111", "user", "rewound question", timestamp=T0 + 4
-        )
-        store.rewind_to_message("20260105_090000_aaaa1111", late)
-        store.set_session_title("20260105_090000_aaaa1111", "greetings")
-        store.update_token_counts("20260105_090000_aaaa1111", input_tokens=120, output_tokens=30)
-        store.create_session("20260105_100000_bbbb2222", "telegram", started_at=T0 + 3600)
-        store.append_message(
-            "20260105_100000_bbbb2222", "user", "你好，世界\nsecond line", timestamp=T0 + 3601
-        )
-        store.create_session(
-            "sub-run",
-            "delegate",
-            parent_session_id="20260105_100000_bbbb2222",
-            model_config={"_delegate_from": "20260105_100000_bbbb2222"},
-            started_at=T0 + 3700,
-        )
-    return db_path
+def filled(store: SessionDB) -> str:
+    """A store with a titled session (3 messages, one rewound), an untitled one and a child."""
+    store.create_session("20260105_090000_aaaa1111", "cli", model="model-a", started_at=T0)
+    store.append_message("20260105_090000_aaaa1111", "user", "Hello there", timestamp=T0 + 1)
+    store.append_message(
+        "20260105_090000_aaaa1111",
+        "assistant",
+        None,
+        tool_calls=[{"id": "c1", "type": "function"}],
+        timestamp=T0 + 2,
+    )
+    store.append_message(
+        "20260105_090000_aaaa1111", "tool", "42", tool_name="calc", timestamp=T0 + 3
+    )
+    late = store.append_message(
+        "20260105_090000_aaaa1111", "user", "rewound question", timestamp=T0 + 4
+    )
+    store.rewind_to_message("20260105_090000_aaaa1111", late)
+    store.set_session_title("20260105_090000_aaaa1111", "greetings")
+    store.update_token_counts("20260105_090000_aaaa1111", input_tokens=120, output_tokens=30)
+    store.create_session("20260105_100000_bbbb2222", "telegram", started_at=T0 + 3600)
+    store.append_message(
+        "20260105_100000_bbbb2222", "user", "你好，世界\nsecond line", timestamp=T0 + 3601
+    )
+    store.create_session(
+        "sub-run",
+        "delegate",
+        parent_session_id="20260105_100000_bbbb2222",
+        model_config={"_delegate_from": "20260105_100000_bbbb2222"},
+        started_at=T0 + 3700,
+    )
+    return where(store)
 
 
 # -- help --------------------------------------------------------------------------------
@@ -163,6 +171,21 @@ def test_migrate_creates_and_then_reports_up_to_date(tmp_path: Path) -> None:
     assert (again.exit_code, again.output) == (0, f"{path}: schema up to date\n")
 
 
+def test_migrate_a_database_on_a_server(pg: Any) -> None:
+    url = pg.new_database(migrated=False)
+    label = parse_url(url).label()
+    first = invoke("migrate", "--db", url)
+    assert first.exit_code == 0, first.output
+    assert first.output.splitlines() == [
+        *(f"applied {name}" for name in MIGRATIONS),
+        f"{label}: schema up to date",
+    ]
+    with SessionDB(url) as store:
+        assert store._conn.execute("SELECT version FROM schema_version").fetchall() == [(16,)]
+    again = invoke("--db", url, "migrate")
+    assert (again.exit_code, again.output) == (0, f"{label}: schema up to date\n")
+
+
 def test_migrate_uses_hermes_home_by_default(tmp_path: Path) -> None:
     home = tmp_path / "hermes-home"
     result = invoke("migrate")
@@ -184,8 +207,8 @@ def test_db_from_environment_and_command_option_wins(tmp_path: Path) -> None:
 # -- sessions ----------------------------------------------------------------------------
 
 
-def test_sessions_table(filled: Path) -> None:
-    result = invoke("sessions", "--db", str(filled))
+def test_sessions_table(filled: str) -> None:
+    result = invoke("sessions", "--db", filled)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         "ID                        Source    Msgs  Last active (UTC)  Title / preview",
@@ -195,17 +218,15 @@ def test_sessions_table(filled: Path) -> None:
     ]
 
 
-def test_sessions_of_an_empty_store(tmp_path: Path) -> None:
-    path = tmp_path / "empty.db"
-    invoke("migrate", "--db", str(path))
-    assert invoke("sessions", "--db", str(path)).output == "no sessions\n"
-    assert invoke("sessions", "--db", str(path), "--json").output == "[]\n"
-    assert invoke("sessions", "--db", str(path), "--nl").output == ""
+def test_sessions_of_an_empty_store(store: SessionDB) -> None:
+    assert invoke("sessions", "--db", where(store)).output == "no sessions\n"
+    assert invoke("sessions", "--db", where(store), "--json").output == "[]\n"
+    assert invoke("sessions", "--db", where(store), "--nl").output == ""
 
 
-def test_sessions_options(filled: Path) -> None:
+def test_sessions_options(filled: str) -> None:
     def ids(*args: str) -> list[str]:
-        result = invoke("sessions", "--db", str(filled), "--nl", *args)
+        result = invoke("sessions", "--db", filled, "--nl", *args)
         assert result.exit_code == 0, result.output
         return [json.loads(line)["id"] for line in result.output.splitlines()]
 
@@ -216,12 +237,11 @@ def test_sessions_options(filled: Path) -> None:
     assert ids("--archived") == []
 
 
-def test_limit_0_means_no_limit(tmp_path: Path, migrated_copy: Callable[[Path], Path]) -> None:
-    path = migrated_copy(tmp_path / "many.db")
-    with SessionDB(path) as store:
-        for index in range(30):
-            store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
-            store.append_message(f"s{index:02d}", "user", f"needle {index}", timestamp=T0 + index)
+def test_limit_0_means_no_limit(store: SessionDB) -> None:
+    for index in range(30):
+        store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
+        store.append_message(f"s{index:02d}", "user", f"needle {index}", timestamp=T0 + index)
+    path = where(store)
     for args, count in (
         (["sessions"], 20),
         (["sessions", "--limit", "0"], 30),
@@ -229,7 +249,7 @@ def test_limit_0_means_no_limit(tmp_path: Path, migrated_copy: Callable[[Path], 
         (["search", "needle", "--limit", "0"], 30),
         (["search", "needle", "--sessions", "--limit", "0"], 30),
     ):
-        result = invoke(*args, "--db", str(path), "--json")
+        result = invoke(*args, "--db", path, "--json")
         assert result.exit_code == 0, result.output
         assert len(json.loads(result.output)) == count, args
 
@@ -238,35 +258,31 @@ def test_limit_0_means_no_limit(tmp_path: Path, migrated_copy: Callable[[Path], 
 
 
 def test_times_are_local_with_their_zone_or_utc(
-    filled: Path, monkeypatch: pytest.MonkeyPatch
+    filled: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TZ", "XST-3")  # a fixed zone three hours east of UTC, named XST
     time.tzset()
-    local = invoke("sessions", "--db", str(filled)).output.splitlines()
+    local = invoke("sessions", "--db", filled).output.splitlines()
     assert local[0].split()[3:6] == ["Last", "active", "(XST)"]
     assert local[1].split()[3:5] == ["2026-01-05", "13:00"]
     for args in (["--utc", "sessions"], ["sessions", "--utc"]):
-        utc = invoke(*args, "--db", str(filled)).output.splitlines()
+        utc = invoke(*args, "--db", filled).output.splitlines()
         assert utc[0].split()[3:6] == ["Last", "active", "(UTC)"]
         assert utc[1].split()[3:5] == ["2026-01-05", "10:00"]
-    shown = invoke("show", "--db", str(filled), "greetings").output.splitlines()
+    shown = invoke("show", "--db", filled, "greetings").output.splitlines()
     assert shown[1] == "source cli · model model-a · started 2026-01-05 12:00 XST · ended -"
     assert shown[4] == "user  2026-01-05 12:00 XST"
-    hit = invoke("search", "--db", str(filled), "hello", "--utc").output.splitlines()
+    hit = invoke("search", "--db", filled, "hello", "--utc").output.splitlines()
     assert hit[0] == "20260105_090000_aaaa1111 user #1 2026-01-05 09:00 UTC cli"
 
 
-def test_a_time_python_cannot_show_is_printed_as_stored(
-    db_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
-    with SessionDB(migrated_copy(db_path)) as store:
-        store.create_session("far", "cli", started_at=T0)
-        store.append_message("far", "user", "hello", timestamp=T0)
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE messages SET timestamp = 1e300")
-    conn.commit()
-    conn.close()
-    result = invoke("show", "--db", str(db_path), "far")
+def test_a_time_python_cannot_show_is_printed_as_stored(store: SessionDB, db_path: Path) -> None:
+    store.create_session("far", "cli", started_at=T0)
+    store.append_message("far", "user", "hello", timestamp=T0)
+    with plain_connection(store.database, db_path) as conn:
+        conn.execute("UPDATE messages SET timestamp = 1e300")
+        conn.commit()
+    result = invoke("show", "--db", where(store), "far")
     assert result.exit_code == 0, result.output
     assert "user  1e+300" in result.output.splitlines()
 
@@ -292,14 +308,14 @@ SHOWN = [
 
 
 @pytest.mark.parametrize("key", ["20260105_090000_aaaa1111", "20260105_09", "greetings"])
-def test_show_by_id_prefix_or_title(filled: Path, key: str) -> None:
-    result = invoke("show", "--db", str(filled), key)
+def test_show_by_id_prefix_or_title(filled: str, key: str) -> None:
+    result = invoke("show", "--db", filled, key)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == SHOWN
 
 
-def test_show_all_includes_rewound_messages(filled: Path) -> None:
-    result = invoke("show", "--db", str(filled), "--all", "greetings")
+def test_show_all_includes_rewound_messages(filled: str) -> None:
+    result = invoke("show", "--db", filled, "--all", "greetings")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         *SHOWN,
@@ -309,9 +325,9 @@ def test_show_all_includes_rewound_messages(filled: Path) -> None:
     ]
 
 
-def test_show_limit_and_tail(filled: Path) -> None:
+def test_show_limit_and_tail(filled: str) -> None:
     def roles(*args: str) -> list[str]:
-        result = invoke("show", "--db", str(filled), "greetings", "--all", "--nl", *args)
+        result = invoke("show", "--db", filled, "greetings", "--all", "--nl", *args)
         assert result.exit_code == 0, result.output
         return [json.loads(line)["role"] for line in result.output.splitlines()]
 
@@ -322,16 +338,13 @@ def test_show_limit_and_tail(filled: Path) -> None:
     assert roles("--limit", "3", "--tail", "1") == ["tool"]
 
 
-def test_show_summarises_list_content_as_search_does(
-    db_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_show_summarises_list_content_as_search_does(store: SessionDB) -> None:
     picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5000}}
-    with SessionDB(migrated_copy(db_path)) as store:
-        store.create_session("pic", "cli", started_at=T0)
-        store.append_message(
-            "pic", "user", [{"type": "text", "text": "what is this?"}, picture], timestamp=T0
-        )
-    result = invoke("show", "--db", str(db_path), "pic")
+    store.create_session("pic", "cli", started_at=T0)
+    store.append_message(
+        "pic", "user", [{"type": "text", "text": "what is this?"}, picture], timestamp=T0
+    )
+    result = invoke("show", "--db", where(store), "pic")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[4:7] == [
         "user  2026-01-05 09:00 UTC",
@@ -339,40 +352,37 @@ def test_show_summarises_list_content_as_search_does(
         "",
     ]
     assert "base64" not in result.output
-    raw = json.loads(invoke("show", "--db", str(db_path), "pic", "--json").output)
+    raw = json.loads(invoke("show", "--db", where(store), "pic", "--json").output)
     assert raw[0]["content"][1] == picture
 
 
-def test_show_with_ancestors_replays_a_compression_chain(demo_db: Path) -> None:
-    alone = invoke("show", "--db", str(demo_db), "demo-retries-2", "--nl").output
+def test_show_with_ancestors_replays_a_compression_chain(demo_db: str) -> None:
+    alone = invoke("show", "--db", demo_db, "demo-retries-2", "--nl").output
     assert [json.loads(line)["session_id"] for line in alone.splitlines()] == ["demo-retries-2"] * 2
-    chained = invoke("show", "--db", str(demo_db), "demo-retries-2", "--with-ancestors", "--nl")
+    chained = invoke("show", "--db", demo_db, "demo-retries-2", "--with-ancestors", "--nl")
     assert [json.loads(line)["session_id"] for line in chained.output.splitlines()] == [
         *["demo-retries"] * 4,
         *["demo-retries-2"] * 2,
     ]
-    text = invoke("show", "--db", str(demo_db), "demo-retries-2", "--with-ancestors").output
+    text = invoke("show", "--db", demo_db, "demo-retries-2", "--with-ancestors").output
     rules = [line.strip("─ ") for line in text.splitlines() if line.startswith("─")]
     assert rules == ["demo-retries (continued below)", "demo-retries-2"]
     assert text.index("Let's design the retry policy") < text.index("[Summary of the earlier")
 
 
-def test_show_prefers_the_exact_title_over_a_continuation(filled: Path) -> None:
+def test_show_prefers_the_exact_title_over_a_continuation(filled: str) -> None:
     with SessionDB(filled) as store:
         store.create_session("later", "cli", started_at=T0 + 7200)
         store.set_session_title("later", "greetings #2")
-    shown = invoke("show", "--db", str(filled), "greetings").output.splitlines()
+    shown = invoke("show", "--db", filled, "greetings").output.splitlines()
     assert shown[0] == "20260105_090000_aaaa1111  greetings"
-    assert invoke("show", "--db", str(filled), "greetings #2").output.startswith("later  ")
+    assert invoke("show", "--db", filled, "greetings #2").output.startswith("later  ")
 
 
-def test_show_prints_markup_and_cjk_literally(
-    db_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
-    with SessionDB(migrated_copy(db_path)) as store:
-        store.create_session("s[bold]1", "cli", started_at=T0)
-        store.append_message("s[bold]1", "user", "[red]not red[/red] 事件循环 🦄", timestamp=T0)
-    result = invoke("show", "--db", str(db_path), "s[bold]1")
+def test_show_prints_markup_and_cjk_literally(store: SessionDB) -> None:
+    store.create_session("s[bold]1", "cli", started_at=T0)
+    store.append_message("s[bold]1", "user", "[red]not red[/red] 事件循环 🦄", timestamp=T0)
+    result = invoke("show", "--db", where(store), "s[bold]1")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == "s[bold]1"
@@ -383,14 +393,19 @@ def test_show_prints_markup_and_cjk_literally(
 
 
 @pytest.fixture
-def demo_db(tmp_path: Path) -> Path:
-    path = tmp_path / "demo.db"
-    assert invoke("demo", "--db", str(path)).exit_code == 0
+def demo_db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """The demo store: a new file, or a new (empty) PostgreSQL database."""
+    if backend == "postgresql":
+        path = request.getfixturevalue("pg").new_database()
+    else:
+        path = str(tmp_path / "demo.db")
+    result = invoke("demo", "--db", path)
+    assert result.exit_code == 0, result.output
     return path
 
 
-def test_lineage_tree_puts_the_markers_first(demo_db: Path) -> None:
-    result = invoke("lineage", "--db", str(demo_db), "demo-subagent")
+def test_lineage_tree_puts_the_markers_first(demo_db: str) -> None:
+    result = invoke("lineage", "--db", demo_db, "demo-subagent")
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         "demo-retries  root  'writer retry policy'  4 msgs  ended: compression",
@@ -399,8 +414,8 @@ def test_lineage_tree_puts_the_markers_first(demo_db: Path) -> None:
     ]
 
 
-def test_lineage_records(demo_db: Path) -> None:
-    rows = json.loads(invoke("lineage", "--db", str(demo_db), "demo-retries", "--json").output)
+def test_lineage_records(demo_db: str) -> None:
+    rows = json.loads(invoke("lineage", "--db", demo_db, "demo-retries", "--json").output)
     assert [
         (r["id"], r["parent_session_id"], r["depth"], r["kind"], r["resume_target"], r["asked"])
         for r in rows
@@ -447,22 +462,41 @@ def test_demo_into_a_new_file_keeps_it(tmp_path: Path) -> None:
         assert store.resolve_resume_session_id("demo-retries") == "demo-retries-2"
 
 
-def count_sessions(path: Path) -> tuple[int]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
-    finally:
-        conn.close()
+def test_demo_into_a_new_database_on_a_server_keeps_it(pg: Any) -> None:
+    url = pg.new_database(migrated=False)
+    result = invoke("demo", "--db", url)
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith(f"\ndemo database: {parse_url(url).label()}\n")
+    with SessionDB(url) as store:
+        assert store.session_count() == 6
+        assert store.resolve_resume_session_id("demo-retries") == "demo-retries-2"
 
 
-def test_demo_refuses_an_existing_database(filled: Path) -> None:
+def count_sessions(target: str) -> int:
+    with SessionDB(target, read_only=True) as store:
+        return store.session_count()
+
+
+@pytest.mark.backends("sqlite")  # an existing file: a store on a server is below
+def test_demo_refuses_an_existing_database(filled: str) -> None:
     before = count_sessions(filled)
-    result = invoke("demo", "--db", str(filled))
+    result = invoke("demo", "--db", filled)
     assert result.exit_code == 1
     assert result.output == (
         f"Error: {filled} already exists; the demo writes a new database (pick a new path)\n"
     )
     assert count_sessions(filled) == before
+
+
+@pytest.mark.backends("postgresql")  # a store on a server that holds sessions (a file: above)
+def test_demo_refuses_a_server_store_that_holds_sessions(filled: str) -> None:
+    result = invoke("demo", "--db", filled)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: {parse_url(filled).label()} already holds sessions; the demo writes a new"
+        " store (pick an empty database or schema)\n"
+    )
+    assert count_sessions(filled) == 3
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -473,9 +507,9 @@ def assert_one_line_error(code: int, out: str, err: str, expected: str, status: 
     assert err == f"Error: {expected}\n"
 
 
-def test_unknown_session(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_session(filled: str, capsys: pytest.CaptureFixture[str]) -> None:
     for key in ("nope", "2026x", ""):
-        code, out, err = run_main(capsys, "show", "--db", str(filled), key)
+        code, out, err = run_main(capsys, "show", "--db", filled, key)
         assert_one_line_error(code, out, err, f"no session matches {key!r}")
 
 
@@ -510,6 +544,75 @@ def test_a_missing_file_is_refused_and_not_created(
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_a_missing_server_database_is_one_line(pg: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    url = pg.new_database() + "_typo"
+    name = url.rsplit("/", 1)[1]
+    for command in (["sessions"], ["show", "x"], ["search", "x"], ["stats"]):
+        code, out, err = run_main(capsys, *command, "--db", url)
+        assert (code, out) == (1, "")
+        assert re.fullmatch(
+            rf"Error: OperationalError: connection failed: .* FATAL: database \"{name}\""
+            r" does not exist\n",
+            err,
+        ), err
+
+
+@pytest.mark.backends(
+    "postgresql"
+)  # commands of a file (they work on SQLite: test_cli_maintenance)
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        (["doctor"], "doctor checks an SQLite file (the server checks its own pages)"),
+        (["vacuum"], "the server vacuums its own tables (VACUUM, autovacuum)"),
+        (["backup", "copies/"], "back it up with the server's tools (pg_dump, base backups)"),
+    ],
+)
+def test_file_commands_refuse_a_server_store_in_one_line(
+    filled: str, capsys: pytest.CaptureFixture[str], command: list[str], why: str
+) -> None:
+    for fmt in ([], ["--json"]):
+        code, out, err = run_main(capsys, *command, "--db", filled, *fmt)
+        assert_one_line_error(
+            code, out, err, f"{parse_url(filled).label()} is a PostgreSQL store: {why}"
+        )
+    assert count_sessions(filled) == 3
+
+
+@pytest.mark.backends("postgresql")  # import works on SQLite: test_bundle.py
+def test_import_refuses_a_server_store_in_one_line(
+    filled: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = tmp_path / "bundle.jsonl"
+    with SessionDB(filled) as store:
+        store.export_bundle(bundle)
+        store.delete_session("sub-run")
+    code, out, err = run_main(capsys, "import", str(bundle), "--db", filled)
+    assert_one_line_error(
+        code,
+        out,
+        err,
+        "NotImplementedError: importing into a PostgreSQL store is not supported yet (import"
+        " into an SQLite file, then: hermes-models copy FILE URL --merge)",
+    )
+    assert count_sessions(filled) == 2
+
+
+def test_optimize_says_what_it_did(filled: str) -> None:
+    done = invoke("optimize", "--db", filled)
+    rebuilt = invoke("optimize", "--db", filled, "--rebuild")
+    assert (done.exit_code, rebuilt.exit_code) == (0, 0)
+    if filled.startswith("postgresql://"):
+        assert done.output == "the server keeps the gram index in step: nothing to do\n"
+        assert rebuilt.output == "rebuilt the gram index\n"
+    else:
+        assert done.output == "indexed 0 messages; every message up to id 5 is indexed\n"
+        assert rebuilt.output == (
+            "rebuilt the index: indexed 5 messages; every message up to id 5 is indexed\n"
+        )
+    assert invoke("search", "--db", filled, "你好", "--nl").output.count("\n") == 1
+
+
 def test_usage_errors_are_one_line_and_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
     for args, message in (
         (
@@ -536,18 +639,19 @@ def test_usage_errors_are_one_line_and_exit_with_2(capsys: pytest.CaptureFixture
 
 
 def test_an_unexpected_error_is_one_line(
-    filled: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    filled: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("something\nunexpected")
 
     monkeypatch.setattr(hermes_models.history, "display_messages", broken)
-    code, out, err = run_main(capsys, "show", "--db", str(filled), "greetings")
+    code, out, err = run_main(capsys, "show", "--db", filled, "greetings")
     assert_one_line_error(code, out, err, "RuntimeError: something unexpected")
 
 
+@pytest.mark.backends("sqlite")  # drops an FTS5 table of the file
 def test_library_warnings_are_one_line_on_stderr(
-    filled: Path, capsys: pytest.CaptureFixture[str]
+    filled: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     logger = logging.getLogger("hermes_models")
     before = list(logger.handlers)
@@ -556,7 +660,7 @@ def test_library_warnings_are_one_line_on_stderr(
     conn.commit()
     conn.close()
     # Read-only: a writable open would rebuild the missing index first.
-    code, out, err = run_main(capsys, "--read-only", "search", "--db", str(filled), "你好，世界")
+    code, out, err = run_main(capsys, "--read-only", "search", "--db", filled, "你好，世界")
     assert (code, out.splitlines()[0]) == (
         0,
         "20260105_100000_bbbb2222 user #5 2026-01-05 10:00 UTC telegram",

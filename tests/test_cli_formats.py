@@ -9,16 +9,21 @@ import io
 import json
 import re
 import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_script import build_demo_store, run
+from pg_server import Server
 
 from hermes_models import SessionDB
 from hermes_models.cli import cli
+from hermes_models.demo import build_demo
+from hermes_models.postgres import parse_url
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite", "postgresql")]
 
 # (command line, whether it changes the store)
 COMMANDS = {
@@ -43,6 +48,11 @@ COMMANDS = {
 FLAGS = ("--json", "--nl", "--csv", "--tsv")
 
 
+#: Commands that work on an SQLite file (on PostgreSQL they refuse: test_cli.py), and
+#: import, which PostgreSQL does not have yet (it refuses: test_bundle.py).
+SQLITE_COMMANDS = {"doctor", "vacuum", "backup", "import"}
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("formats")
@@ -52,21 +62,70 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
-def records(command: str, flag: str, template: Path, tmp_path: Path) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def server_demo(pg: Server) -> Iterator[str]:
+    """The demo store in a PostgreSQL database of this module (copied for each change)."""
+    url = pg.new_database(keep=True)
+    with SessionDB(url) as store:
+        build_demo(store)
+    yield url
+    pg.drop(url)
+
+
+@dataclass
+class Stores:
+    """The demo store of the test's backend, and the folder the script runs in."""
+
+    template: Path
+    tmp_path: Path
+    server: Server | None = None
+    demo_url: str = ""
+
+    def demo(self, changes: bool) -> tuple[Path, str]:
+        """The folder to run in and the ``--db`` of the demo store: the module's own, or,
+        for a command that changes it, a fresh copy (at the same path each time)."""
+        work = self.template
+        if changes:
+            work = self.tmp_path / "work"
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(self.template, work)
+        if self.server is None:
+            return work, "demo.db"
+        return work, self.server.copy_database(self.demo_url) if changes else self.demo_url
+
+    def empty(self) -> str:
+        """The ``--db`` of a store to import into: a new file, or an empty database."""
+        return "fresh.db" if self.server is None else self.server.new_database()
+
+    def library(self) -> SessionDB:
+        """The demo store, read-only, through the library."""
+        if self.server is None:
+            return SessionDB(self.template / "demo.db", read_only=True)
+        return SessionDB(self.demo_url, read_only=True)
+
+
+@pytest.fixture
+def stores(backend: str, template: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Stores:
+    if backend == "postgresql":
+        server = request.getfixturevalue("pg")
+        return Stores(template, tmp_path, server, request.getfixturevalue("server_demo"))
+    return Stores(template, tmp_path)
+
+
+def records(command: str, flag: str, stores: Stores) -> list[dict[str, Any]]:
     """What ``command`` prints with ``flag``; a command that changes the store runs on a
-    fresh copy of it, at the same path each time."""
+    fresh copy of it."""
     args, changes = COMMANDS[command]
-    work = template
-    if changes:
-        work = tmp_path / "work"
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(template, work)
-    db = "fresh.db" if command == "import" else "demo.db"
+    work, db = stores.demo(changes)
+    if command == "import":
+        db = stores.empty()
     result = run(*args, "--db", db, flag, cwd=work)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     # A backup is named after the second it was made in.
     text = re.sub(r"demo-\d{8}T\d{6}Z", "demo-<time>", result.stdout)
+    if changes and stores.server is not None:  # each fresh copy is a database of a new name
+        text = text.replace(parse_url(db).label(), "<copy>")
     if flag == "--json":
         assert text.startswith("[") and text.endswith("]\n")
         rows = json.loads(text)
@@ -90,16 +149,26 @@ def as_cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [{key: cell(row.get(key)) for key in columns} for row in rows]
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_the_four_formats_carry_the_same_records(
-    command: str, template: Path, tmp_path: Path
-) -> None:
-    found = {flag: records(command, flag, template, tmp_path) for flag in FLAGS}
+def same_records_in_four_formats(command: str, stores: Stores) -> None:
+    found = {flag: records(command, flag, stores) for flag in FLAGS}
     assert found["--json"], f"{command} printed no records"
     assert found["--nl"] == found["--json"]
     cells = as_cells(found["--json"])
     assert found["--csv"] == cells
     assert found["--tsv"] == cells
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - SQLITE_COMMANDS))
+def test_the_four_formats_carry_the_same_records(command: str, stores: Stores) -> None:
+    same_records_in_four_formats(command, stores)
+
+
+@pytest.mark.backends("sqlite")  # commands of a file, and import (refused on a server)
+@pytest.mark.parametrize("command", sorted(SQLITE_COMMANDS))
+def test_the_sqlite_commands_carry_the_same_records_in_four_formats(
+    command: str, stores: Stores
+) -> None:
+    same_records_in_four_formats(command, stores)
 
 
 def test_every_listing_or_report_command_has_the_four_flags() -> None:
@@ -111,6 +180,7 @@ def test_every_listing_or_report_command_has_the_four_flags() -> None:
     }
     assert with_formats == {
         "backup",
+        "copy",
         "delete",
         "doctor",
         "export",
@@ -126,11 +196,11 @@ def test_every_listing_or_report_command_has_the_four_flags() -> None:
     }
 
 
-def test_records_are_what_the_library_returns(template: Path, tmp_path: Path) -> None:
+def test_records_are_what_the_library_returns(stores: Stores) -> None:
     def get(command: str) -> list[dict[str, Any]]:
-        return records(command, "--json", template, tmp_path)
+        return records(command, "--json", stores)
 
-    with SessionDB(template / "demo.db", read_only=True) as store:
+    with stores.library() as store:
         assert get("sessions") == store.list_sessions_rich(limit=None)
         assert get("search") == store.search_messages("asyncio OR 事件循环")
         assert get("search --sessions") == store.search_sessions("checkpoint OR jitter")
@@ -143,28 +213,36 @@ def test_records_are_what_the_library_returns(template: Path, tmp_path: Path) ->
         "demo-retries-2",
         "demo-subagent",
     ]
-    assert [(row["name"], row["ok"]) for row in get("doctor")][-2:] == [
-        ("session counters", True),
-        ("message id sequence", True),
-    ]
     [report] = get("stats")
     assert (report["sessions"], report["messages"]) == (6, 22)
     assert [(row["id"], row["effect"]) for row in get("delete --dry-run")] == [
         ("demo-asyncio", "deleted"),
         ("demo-asyncio-branch", "kept as a root"),
     ]
-    [imported] = get("import")
-    assert (imported["sessions_added"], imported["messages_added"]) == (6, 22)
     [exported] = get("export")
     assert (exported["sessions"], exported["messages"], exported["format"]) == (6, 22, "jsonl")
+
+
+@pytest.mark.backends("sqlite")  # commands of a file, and import (refused on a server)
+def test_sqlite_command_records_are_what_the_library_returns(stores: Stores) -> None:
+    def get(command: str) -> list[dict[str, Any]]:
+        return records(command, "--json", stores)
+
+    assert [(row["name"], row["ok"]) for row in get("doctor")][-2:] == [
+        ("session counters", True),
+        ("message id sequence", True),
+    ]
+    [imported] = get("import")
+    assert (imported["sessions_added"], imported["messages_added"]) == (6, 22)
     [copied] = get("backup")
     assert copied["integrity"] == "ok" and copied["removed"] == []
     [vacuumed] = get("vacuum")
     assert vacuumed["indexes_optimized"] == 2
 
 
-def test_export_to_standard_output_has_no_summary_to_format(template: Path) -> None:
-    result = run("export", "--db", "demo.db", "--json", cwd=template)
+def test_export_to_standard_output_has_no_summary_to_format(stores: Stores) -> None:
+    work, db = stores.demo(changes=False)
+    result = run("export", "--db", db, "--json", cwd=work)
     assert result.returncode == 2
     assert result.stderr == (
         "Error: --json describes the file written with --output "
@@ -172,9 +250,10 @@ def test_export_to_standard_output_has_no_summary_to_format(template: Path) -> N
     )
 
 
-def test_an_empty_result_is_an_empty_array(template: Path) -> None:
-    result = run("search", "--db", "demo.db", "zebra", "--json", cwd=template)
+def test_an_empty_result_is_an_empty_array(stores: Stores) -> None:
+    work, db = stores.demo(changes=False)
+    result = run("search", "--db", db, "zebra", "--json", cwd=work)
     assert (result.returncode, result.stdout) == (0, "[]\n")
     for flag in ("--nl", "--csv", "--tsv"):
-        result = run("search", "--db", "demo.db", "zebra", flag, cwd=template)
+        result = run("search", "--db", db, "zebra", flag, cwd=work)
         assert (result.returncode, result.stdout) == (0, "")

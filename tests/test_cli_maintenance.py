@@ -9,48 +9,54 @@ import stat
 from pathlib import Path
 
 import pytest
-from console_script import build_demo_store, environment, run
+from conftest import target_of
+from console_script import environment, run
 
 from hermes_models import SessionDB, views
+from hermes_models.demo import build_demo
 
-from snapshots import snapshot
+from snapshots import snapshot, store_snapshot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite", "postgresql")]
 
 T0 = 1_767_603_600.0
 
 
 @pytest.fixture
-def demo_db(tmp_path: Path) -> Path:
-    return build_demo_store(tmp_path / "demo.db")
+def demo_db(store: SessionDB) -> str:
+    """The demo store (its ``--db``: a file or a PostgreSQL URL)."""
+    build_demo(store)
+    return str(target_of(store.database))
 
 
-def ids(path: Path) -> list[str]:
+def ids(path: str) -> list[str]:
     with SessionDB(path, read_only=True) as store:
         return sorted(s["id"] for s in store.list_sessions(limit=None, include_archived=True))
 
 
-def test_archive_hides_the_whole_chain_and_undo_brings_it_back(demo_db: Path) -> None:
-    result = run("archive", "--db", str(demo_db), "writer retry policy", cwd=demo_db.parent)
+def test_archive_hides_the_whole_chain_and_undo_brings_it_back(
+    demo_db: str, tmp_path: Path
+) -> None:
+    result = run("archive", "--db", demo_db, "writer retry policy", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "archived demo-retries\n")
     with SessionDB(demo_db) as store:
         every = store.list_sessions(limit=None, include_archived=True)
         assert sorted(s["id"] for s in every if s["archived"]) == ["demo-retries", "demo-retries-2"]
-    result = run("archive", "--db", str(demo_db), "--undo", "demo-retries-2", cwd=demo_db.parent)
+    result = run("archive", "--db", demo_db, "--undo", "demo-retries-2", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "unarchived demo-retries-2\n")
     with SessionDB(demo_db) as store:
         assert [s["id"] for s in store.list_sessions(limit=None) if s["archived"]] == []
 
 
-def test_delete_takes_subagent_runs_and_keeps_branches(demo_db: Path) -> None:
+def test_delete_takes_subagent_runs_and_keeps_branches(demo_db: str, tmp_path: Path) -> None:
     result = run(
         "delete",
         "--db",
-        str(demo_db),
+        demo_db,
         "--yes",
         "demo-retries-2",
         "demo-asyncio",
-        cwd=demo_db.parent,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "deleted 3 sessions (8 messages); 1 child kept as a root\n"
@@ -59,9 +65,9 @@ def test_delete_takes_subagent_runs_and_keeps_branches(demo_db: Path) -> None:
         assert store.get_session("demo-asyncio-branch")["parent_session_id"] is None
 
 
-def test_the_question_names_what_goes_and_no_changes_nothing(demo_db: Path) -> None:
-    before = snapshot(demo_db)
-    result = run("delete", "--db", str(demo_db), "demo-retries-2", cwd=demo_db.parent, stdin="n\n")
+def test_the_question_names_what_goes_and_no_changes_nothing(demo_db: str, tmp_path: Path) -> None:
+    before = store_snapshot(demo_db)
+    result = run("delete", "--db", demo_db, "demo-retries-2", cwd=tmp_path, stdin="n\n")
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
@@ -73,17 +79,17 @@ def test_the_question_names_what_goes_and_no_changes_nothing(demo_db: Path) -> N
         "Delete 2 sessions and 4 messages? [y/N]: ",
         "Error: not confirmed; nothing was deleted",
     ]
-    assert snapshot(demo_db) == before
-    yes = run("delete", "--db", str(demo_db), "demo-retries-2", cwd=demo_db.parent, stdin="y\n")
+    assert store_snapshot(demo_db) == before
+    yes = run("delete", "--db", demo_db, "demo-retries-2", cwd=tmp_path, stdin="y\n")
     assert yes.returncode == 0
     assert yes.stdout == "deleted 2 sessions (4 messages)\n"
 
 
-def test_prune_dry_run_names_what_would_go_and_changes_nothing(demo_db: Path) -> None:
-    before = snapshot(demo_db)
-    result = run(
-        "prune", "--db", str(demo_db), "--older-than", "0", "--dry-run", cwd=demo_db.parent
-    )
+def test_prune_dry_run_names_what_would_go_and_changes_nothing(
+    demo_db: str, tmp_path: Path
+) -> None:
+    before = store_snapshot(demo_db)
+    result = run("prune", "--db", demo_db, "--older-than", "0", "--dry-run", cwd=tmp_path)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [
         "would delete 3 sessions (10 messages); 2 children stay as roots:",
@@ -98,9 +104,7 @@ def test_prune_dry_run_names_what_would_go_and_changes_nothing(demo_db: Path) ->
         "                                                       writer retry policy #2",
         "demo-subagent        delegate     2  2026-01-05 09:31  deleted",
     ]
-    records = run(
-        "prune", "--db", str(demo_db), "--older-than", "0", "--dry-run", "--nl", cwd=demo_db.parent
-    )
+    records = run("prune", "--db", demo_db, "--older-than", "0", "--dry-run", "--nl", cwd=tmp_path)
     assert [(r["id"], r["effect"]) for r in map(json.loads, records.stdout.splitlines())] == [
         ("demo-asyncio", "deleted"),
         ("demo-asyncio-branch", "kept as a root"),
@@ -108,24 +112,22 @@ def test_prune_dry_run_names_what_would_go_and_changes_nothing(demo_db: Path) ->
         ("demo-retries-2", "kept as a root"),
         ("demo-subagent", "deleted"),
     ]
-    nothing = run(
-        "prune", "--db", str(demo_db), "--older-than", "99999", "--dry-run", cwd=demo_db.parent
-    )
+    nothing = run("prune", "--db", demo_db, "--older-than", "99999", "--dry-run", cwd=tmp_path)
     assert (nothing.returncode, nothing.stdout) == (0, "nothing to prune\n")
-    assert snapshot(demo_db) == before
+    assert store_snapshot(demo_db) == before
 
 
-def test_prune_deletes_what_the_dry_run_named(demo_db: Path) -> None:
+def test_prune_deletes_what_the_dry_run_named(demo_db: str, tmp_path: Path) -> None:
     result = run(
         "prune",
         "--db",
-        str(demo_db),
+        demo_db,
         "--older-than",
         "30",
         "--source",
         "cli",
         "--yes",
-        cwd=demo_db.parent,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "pruned 2 sessions (8 messages); 2 children kept as roots\n"
@@ -137,20 +139,25 @@ def test_prune_deletes_what_the_dry_run_named(demo_db: Path) -> None:
     ]
 
 
-def test_a_large_deletion_suggests_vacuum_and_a_small_one_does_not(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
-    with SessionDB(path) as store:
-        for index in range(40):
-            store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
-            store.append_message(f"s{index:02d}", "user", "hello", timestamp=T0 + index)
-    small = run("delete", "--db", str(path), "-y", "s00", cwd=tmp_path)
+def test_a_large_deletion_suggests_vacuum_and_a_small_one_does_not(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    for index in range(40):
+        store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
+        store.append_message(f"s{index:02d}", "user", "hello", timestamp=T0 + index)
+    path = str(target_of(store.database))
+    small = run("delete", "--db", path, "-y", "s00", cwd=tmp_path)
     assert (small.returncode, small.stderr) == (0, "")
-    large = run("delete", "--db", str(path), "-y", "s01", "s02", "s03", cwd=tmp_path)
+    large = run("delete", "--db", path, "-y", "s01", "s02", "s03", cwd=tmp_path)
     assert large.returncode == 0
-    assert large.stderr == (
-        "hint: 8% of the messages went; `hermes-models vacuum` gives the space back to the "
-        "file system\n"
-    )
+    if store.database.dialect == "postgresql":  # vacuum is for files; autovacuum reuses it
+        assert large.stderr == ""
+    else:
+        assert large.stderr == (
+            "hint: 8% of the messages went; `hermes-models vacuum` gives the space back to the "
+            "file system\n"
+        )
+    assert store.session_count() == 36
 
 
 def forced_terminal(tmp_path: Path) -> dict[str, str]:
@@ -158,40 +165,41 @@ def forced_terminal(tmp_path: Path) -> dict[str, str]:
     return environment(tmp_path, TTY_COMPATIBLE="1", TTY_INTERACTIVE="1")
 
 
-def test_vacuum_shows_its_steps_while_it_works(demo_db: Path) -> None:
+@pytest.mark.backends("sqlite")  # vacuum compacts a file (a server store refuses: test_cli.py)
+def test_vacuum_shows_its_steps_while_it_works(demo_db: str, tmp_path: Path) -> None:
+    demo_path = Path(demo_db)
     with SessionDB(demo_db) as store:
         before = store.message_count(include_inactive=True)
-    wal = demo_db.with_name(demo_db.name + "-wal")
-    size = views.size(demo_db.stat().st_size + (wal.stat().st_size if wal.exists() else 0))
-    result = run(
-        "vacuum", "--db", str(demo_db), cwd=demo_db.parent, env=forced_terminal(demo_db.parent)
-    )
+    wal = demo_path.with_name(demo_path.name + "-wal")
+    size = views.size(demo_path.stat().st_size + (wal.stat().st_size if wal.exists() else 0))
+    result = run("vacuum", "--db", demo_db, cwd=tmp_path, env=forced_terminal(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "merging search index segments" in result.stderr
     assert f"compacting {size}" in result.stderr
     assert " ".join(result.stdout.split()).startswith(
         f"optimized 2 search indexes; {demo_db}: {size} -> "
     )
-    quiet = run("vacuum", "--db", str(demo_db), cwd=demo_db.parent)
+    quiet = run("vacuum", "--db", demo_db, cwd=tmp_path)
     assert (quiet.returncode, quiet.stderr) == (0, "")
     with SessionDB(demo_db) as store:
         assert store.message_count(include_inactive=True) == before
 
 
-def test_backup_from_the_command_line(demo_db: Path, tmp_path: Path) -> None:
+@pytest.mark.backends("sqlite")  # a copy of the file (a server store refuses: test_cli.py)
+def test_backup_from_the_command_line(demo_db: str, tmp_path: Path) -> None:
     folder = tmp_path / "copies"
     first = run(
-        "backup", "--db", str(demo_db), f"{folder}/", cwd=tmp_path, env=forced_terminal(tmp_path)
+        "backup", "--db", demo_db, f"{folder}/", cwd=tmp_path, env=forced_terminal(tmp_path)
     )
     assert first.returncode == 0, first.stderr
     assert "backing up" in first.stderr
     [copy] = list(folder.iterdir())
     assert stat.S_IMODE(copy.stat().st_mode) == 0o600
-    assert snapshot(copy) == snapshot(demo_db)
+    assert snapshot(copy) == snapshot(Path(demo_db))
     for _ in range(3):
         again = run(
-            "--read-only", "backup", "--db", str(demo_db), str(folder), "--keep", "2", cwd=tmp_path
+            "--read-only", "backup", "--db", demo_db, str(folder), "--keep", "2", cwd=tmp_path
         )
         assert again.returncode == 0, again.stderr
     assert len(list(folder.iterdir())) == 2
-    assert again.stdout.splitlines()[-1].startswith(f"removed old copy {folder}/demo-")
+    assert again.stdout.splitlines()[-1].startswith(f"removed old copy {folder}/state-")

@@ -9,11 +9,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import plain_connection, target_of
 from console_script import environment, make_read_only, run, run_unprivileged
 
 import hermes_models
@@ -21,6 +21,8 @@ from hermes_models import Message, SessionDB, health, write
 from hermes_models.checks import INT64_MAX
 
 import legacy
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 CHECKS = [
     "schema_version",
@@ -236,12 +238,73 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
 
 
 @pytest.fixture
-def store(db_path: Path, migrated_copy: Callable[[Path], Path]) -> Iterator[SessionDB]:
-    with SessionDB(migrated_copy(db_path)) as session_db:
-        session_db.create_session("kept", "cli", started_at=1_767_603_600.0)
-        session_db.append_message("kept", "user", "hello")
-        session_db.append_message("kept", "assistant", None, tool_calls=[{"id": "a"}, {"id": "b"}])
-        yield session_db
+def store(store: SessionDB) -> SessionDB:
+    """The backend's store (conftest) holding a session with two messages."""
+    store.create_session("kept", "cli", started_at=1_767_603_600.0)
+    store.append_message("kept", "user", "hello")
+    store.append_message("kept", "assistant", None, tool_calls=[{"id": "a"}, {"id": "b"}])
+    return store
+
+
+def _raw(store: SessionDB, db_path: Path, *statements: str) -> None:
+    """Run ``statements`` on the store through a connection of the test's own."""
+    with plain_connection(store.database, db_path) as conn:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+
+
+def _set_sequence(store: SessionDB, db_path: Path, value: int) -> None:
+    """Stand the message id sequence at ``value``, behind the package's back."""
+    if store.database.dialect == "postgresql":
+        _raw(store, db_path, f"SELECT setval(pg_get_serial_sequence('messages', 'id'), {value})")
+    else:
+        _raw(store, db_path, f"UPDATE sqlite_sequence SET seq = {value} WHERE name = 'messages'")
+
+
+def _on_file(store: SessionDB) -> bool:
+    """True on SQLite: ``doctor`` checks files (a server store refuses it: test_cli.py)."""
+    return bool(store.database.dialect == "sqlite")
+
+
+@pytest.mark.backends("postgresql")  # a server store (a file's stats: above)
+def test_stats_of_a_server_store_count_and_name_the_servers_indexes(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    late = store.append_message("kept", "user", "rewound")
+    store.rewind_to_message("kept", late)
+    target = str(target_of(store.database))
+    expected = {
+        "path": store.database.path,
+        "schema_version": 16,
+        "journal_mode": None,
+        "sessions": 1,
+        "messages": 3,
+        "active_messages": 2,
+        "inactive_messages": 1,
+        "file_bytes": None,
+        "wal_bytes": None,
+        "fts_rows": {},
+        "fts_in_step": None,
+        "fts_layout": None,
+        "newer_than_writes": False,
+        "search_indexes": {
+            "idx_messages_search_tsv": "used",
+            "idx_messages_search_trgm": "used",
+            "idx_messages_cjk_grams": "used",
+        },
+    }
+    assert health.stats(store.database) == expected
+    records = run("stats", "--db", target, "--json", cwd=tmp_path)
+    assert (records.returncode, json.loads(records.stdout)) == (0, [expected])
+    table = run("stats", "--db", target, cwd=tmp_path, env=environment(tmp_path, COLUMNS="200"))
+    assert (table.returncode, table.stderr) == (0, "")
+    assert [" ".join(line.split()) for line in table.stdout.splitlines()] == [
+        f"store {store.database.path}",
+        "schema v16",
+        "sessions 1",
+        "messages 3 (2 active, 1 rewound)",
+    ]
 
 
 def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
@@ -252,15 +315,20 @@ def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
     assert health.counter_mismatches(store.database) == [
         {"id": "kept", "message_count": 2, "messages": 3, "tool_call_count": 2, "tool_calls": 2}
     ]
-    assert _failed(_doctor(db_path)) == {
-        "session counters": "1 session(s) disagree with their messages: kept (message_count 2, "
-        "3 messages; tool_call_count 2, 2 tool calls) (`hermes-models doctor --fix` recounts them)"
-    }
+    if _on_file(store):
+        assert _failed(_doctor(db_path)) == {
+            "session counters": "1 session(s) disagree with their messages: kept (message_count"
+            " 2, 3 messages; tool_call_count 2, 2 tool calls) (`hermes-models doctor --fix`"
+            " recounts them)"
+        }
     assert health.repair(store.database) == {"recounted": ["kept"], "sequence": None}
     assert store.get_session("kept")["message_count"] == 3
-    assert _doctor(db_path)["ok"] is True
+    assert health.counter_mismatches(store.database) == []
+    if _on_file(store):
+        assert _doctor(db_path)["ok"] is True
 
 
+@pytest.mark.backends("sqlite")  # the words of doctor, which checks files
 def test_many_wrong_counters_are_named_five_at_a_time(store: SessionDB, db_path: Path) -> None:
     for index in range(7):
         store.create_session(f"s{index}", "cli")
@@ -271,29 +339,49 @@ def test_many_wrong_counters_are_named_five_at_a_time(store: SessionDB, db_path:
 
 
 def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_path: Path) -> None:
-    _sql(db_path, f"UPDATE sqlite_sequence SET seq = {INT64_MAX - 10} WHERE name = 'messages'")
-    assert _failed(_doctor(db_path)) == {
-        "message id sequence": f"at {INT64_MAX - 10}: only 10 ids left before 2**63-1, after "
-        "which no message can be appended (`hermes-models doctor --fix` lowers it to the "
-        "highest id in use)"
+    _set_sequence(store, db_path, INT64_MAX - 10)
+    assert health.message_sequence(store.database) == {
+        "sequence": INT64_MAX - 10,
+        "max_id": 2,
+        "remaining": 10,
     }
+    if _on_file(store):
+        assert _failed(_doctor(db_path)) == {
+            "message id sequence": f"at {INT64_MAX - 10}: only 10 ids left before 2**63-1, after"
+            " which no message can be appended (`hermes-models doctor --fix` lowers it to the "
+            "highest id in use)"
+        }
     assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 2]}
     assert store.append_message("kept", "user", "appends again") == 3
-    assert _doctor(db_path)["ok"] is True
+    assert health.message_sequence(store.database) == {
+        "sequence": 3,
+        "max_id": 3,
+        "remaining": INT64_MAX - 3,
+    }
+    if _on_file(store):
+        assert _doctor(db_path)["ok"] is True
+
+
+def test_a_sequence_lowered_with_no_message_left_starts_again_at_1(
+    store: SessionDB, db_path: Path
+) -> None:
+    store.delete_session("kept")
+    _set_sequence(store, db_path, INT64_MAX - 10)
+    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 0]}
+    store.create_session("again", "cli")
+    assert store.append_message("again", "user", "first again") == 1
 
 
 def test_a_sequence_the_messages_themselves_exhaust_is_not_lowered(
     store: SessionDB, db_path: Path
 ) -> None:
-    _sql(
-        db_path,
-        f"UPDATE messages SET id = {INT64_MAX - 5} WHERE id = 2",
-        f"UPDATE sqlite_sequence SET seq = {INT64_MAX - 5} WHERE name = 'messages'",
-    )
-    detail = _failed(_doctor(db_path))["message id sequence"]
-    assert detail.endswith(
-        "(the highest message id itself is that close: the messages must be renumbered)"
-    )
+    _raw(store, db_path, f"UPDATE messages SET id = {INT64_MAX - 5} WHERE id = 2")
+    _set_sequence(store, db_path, INT64_MAX - 5)
+    if _on_file(store):
+        detail = _failed(_doctor(db_path))["message id sequence"]
+        assert detail.endswith(
+            "(the highest message id itself is that close: the messages must be renumbered)"
+        )
     assert health.repair(store.database) == {"recounted": [], "sequence": None}
     assert health.message_sequence(store.database)["sequence"] == INT64_MAX - 5
 
@@ -325,6 +413,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     ]
 
 
+@pytest.mark.backends("sqlite")  # doctor checks files (a server store refuses it: test_cli.py)
 def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path) -> None:
     write(lambda: Message.create(session="kept", role="user", content="by hand", timestamp=1.0))
     store.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import peewee
 import pytest
+from conftest import target_of
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,9 @@ from hermes_models.cli import main
 from hermes_models.titles import MAX_TITLE_LENGTH, sanitize_title
 from hermes_models.transcript import recount
 
-from snapshots import snapshot
+from snapshots import store_snapshot
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 T0 = 1_700_000_000.0
 HUGE = 2**63
@@ -48,11 +51,9 @@ def nested(depth: int, leaf: Any = "leaf") -> Any:
     return value
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A file with a titled session, a compression chain, metadata and a held lock."""
-    path = tmp_path_factory.mktemp("hostile") / "template.db"
-    with SessionDB(path) as store:
+def fill(target: Any) -> None:
+    """A titled session, a compression chain, metadata and a held lock."""
+    with SessionDB(target) as store:
         store.create_session("s1", "cli", model="m", started_at=T0)
         store.append_message("s1", "user", "hello", timestamp=T0 + 1)
         store.append_message("s1", "assistant", None, tool_calls=[CALL], timestamp=T0 + 2)
@@ -65,17 +66,44 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         store.append_message("c2", "user", "after compression")
         store.set_meta("k", "v")
         assert store.try_acquire_compression_lock("c2", "holder-0", ttl_seconds=3600)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file :func:`fill` filled."""
+    path = tmp_path_factory.mktemp("hostile") / "template.db"
+    fill(path)
     return path
 
 
+@pytest.fixture(scope="module")
+def server_template(pg: Any) -> Iterator[str]:
+    """A PostgreSQL database :func:`fill` filled (copied for each test)."""
+    url = pg.new_database(keep=True)
+    fill(url)
+    yield url
+    pg.drop(url)
+
+
 @pytest.fixture
-def seeded(template: Path, tmp_path: Path) -> Iterator[SessionDB]:
+def seeded(
+    backend: str, template: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[SessionDB]:
     """A fresh copy of the template, open (the models are bound to it too)."""
-    path = tmp_path / "state.db"
-    shutil.copy(template, path)
-    store = SessionDB(path)
+    if backend == "postgresql":
+        pg = request.getfixturevalue("pg")
+        target: Any = pg.copy_database(request.getfixturevalue("server_template"))
+    else:
+        target = tmp_path / "state.db"
+        shutil.copy(template, target)
+    store = SessionDB(target)
     yield store
     store.close()
+
+
+def snapshot(store: SessionDB) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the store (FTS5's and yoyo's tables included)."""
+    return store_snapshot(target_of(store.database))
 
 
 def assert_names(exc: BaseException, error: type[Exception], argument: str) -> None:
@@ -519,11 +547,11 @@ def test_session_db_refuses_bad_arguments_by_name_and_changes_nothing(
     error: type[Exception],
     argument: str,
 ) -> None:
-    before = snapshot(seeded.db_path)
+    before = snapshot(seeded)
     with pytest.raises((TypeError, ValueError)) as caught:
         getattr(seeded, method)(*args, **kwargs)
     assert_names(caught.value, error, argument)
-    assert snapshot(seeded.db_path) == before
+    assert snapshot(seeded) == before
 
 
 ACCEPTED = [
@@ -619,9 +647,9 @@ ACCEPTED = [
 def test_odd_but_valid_arguments_get_the_right_answer_and_change_nothing(
     seeded: SessionDB, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any
 ) -> None:
-    before = snapshot(seeded.db_path)
+    before = snapshot(seeded)
     assert getattr(seeded, method)(*args, **kwargs) == expected
-    assert snapshot(seeded.db_path) == before
+    assert snapshot(seeded) == before
 
 
 # -- the models -------------------------------------------------------------------------
@@ -733,11 +761,14 @@ MODEL_REJECTED: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
 def test_models_refuse_bad_arguments_by_name_and_change_nothing(
     seeded: SessionDB, build: Callable[[], Any], error: type[Exception], argument: str
 ) -> None:
-    before = snapshot(seeded.db_path)
+    before = snapshot(seeded)
     with pytest.raises(error) as caught:
         build()
+    if argument == "UNIQUE" and seeded.database.dialect == "postgresql":
+        # The models raise the server's own words (docs/postgresql.md: constraint failures).
+        argument = "duplicate key value violates unique constraint"
     assert_names(caught.value, error, argument)
-    assert snapshot(seeded.db_path) == before
+    assert snapshot(seeded) == before
 
 
 # -- exact round trips ---------------------------------------------------------------------
@@ -851,10 +882,10 @@ def test_deep_json_up_to_the_limit_round_trips_and_beyond_is_refused(seeded: Ses
     )
     assert json.loads(message["reasoning_details"]) == deepest
     assert seeded.get_session("s1")["tool_call_count"] == 2  # type: ignore[index]
-    before = snapshot(seeded.db_path)
+    before = snapshot(seeded)
     with pytest.raises(ValueError, match=rf"^tool_calls is nested more than {MAX_JSON_DEPTH}"):
         seeded.append_message("s1", "assistant", None, tool_calls=[[deepest]])
-    assert snapshot(seeded.db_path) == before
+    assert snapshot(seeded) == before
 
 
 def test_counters_agree_with_a_recount_for_every_accepted_tool_calls_value(
@@ -926,10 +957,10 @@ def test_ten_megabytes_in_every_large_text_argument_round_trip(seeded: SessionDB
 
 
 def test_a_failed_compress_releases_its_lock_and_writes_nothing(seeded: SessionDB) -> None:
-    before = snapshot(seeded.db_path)
+    before = snapshot(seeded)
     with pytest.raises(ValueError, match=r"^summary_messages\[1\]: timestamp must be finite"):
         s1().compress([{"role": "user", "content": "ok"}, {"role": "user", "timestamp": NAN}])
-    assert snapshot(seeded.db_path) == before
+    assert snapshot(seeded) == before
     assert seeded.get_compression_lock_holder("s1") is None
 
 
@@ -1088,13 +1119,13 @@ def test_cli_answers_bad_input_in_one_line_with_a_failure_status(
     status: int,
     message: str,
 ) -> None:
-    path = seeded.db_path
+    path = str(target_of(seeded.database))
+    before = snapshot(seeded)
     seeded.close()
-    before = snapshot(path)
-    code = main([*args[:1], "--db", str(path), *args[1:]])
+    code = main([*args[:1], "--db", path, *args[1:]])
     out, err = capsys.readouterr()
     assert (code, out) == (status, "")
     assert err.count("\n") == 1 and err.startswith("Error: "), err
     assert re.search(message, err), err
     assert "Traceback" not in err
-    assert snapshot(path) == before
+    assert store_snapshot(path) == before
