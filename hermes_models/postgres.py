@@ -375,7 +375,13 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
             return super().execute_sql(sql, params, *args, **options)
         except peewee.PeeweeException as exc:
             if not self._lost(exc):
-                raise
+                worded = constraint_message(exc)
+                if worded is None:
+                    raise
+                # SQLite's words for a constraint failure, as callers match them.
+                again = type(exc)(worded)
+                again.orig = getattr(exc, "orig", None)  # type: ignore[attr-defined]
+                raise again from exc
             inside = self.in_transaction()
             self._reset_connection()
             if inside:
