@@ -154,6 +154,7 @@ class Server:
     #: Migrated databases emptied after their test, ready to be handed out again.
     _spare: list[str] = field(default_factory=list)
     _clean: tuple[object, ...] | None = None
+    _dumps: dict[str, dict[str, tuple[str, bytes]] | None] = field(default_factory=dict)
 
     def execute(self, statement: str) -> None:
         import psycopg
@@ -177,12 +178,62 @@ class Server:
         return _with_database(self.admin_url, name)
 
     def copy_database(self, url: str) -> str:
-        """URL of a new database copied from the database of ``url`` (with its rows;
-        nothing may be connected to it), dropped after the test."""
-        name = f"hermes_test_{os.getpid()}_{next(self._names)}"
-        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{urlsplit(url).path.lstrip("/")}"')
-        self.created.append((name, False))
-        return _with_database(self.admin_url, name)
+        """URL of a database holding the rows of the (migrated) database of ``url``,
+        taken back after the test.
+
+        The rows are copied into a spare migrated database (``COPY`` of each store
+        table, read from ``url`` once), a tenth of the time a new copy takes;
+        when ``url``'s structure is not the template's, a whole copy is made
+        (nothing may be connected to ``url`` then)."""
+        source = urlsplit(url).path.lstrip("/")
+        tables = self._rows_of(url)
+        if tables is None:
+            name = f"hermes_test_{os.getpid()}_{next(self._names)}"
+            self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+            self.created.append((name, False))
+            return _with_database(self.admin_url, name)
+        target = self.new_database()
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn, conn.transaction():
+            for table, (columns, data) in tables.items():
+                with conn.cursor().copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                    copy.write(data)
+            conn.execute(
+                "SELECT setval(pg_get_serial_sequence('messages', 'id'),"
+                " greatest((SELECT max(id) FROM messages), 1))"
+            )
+        return target
+
+    def _rows_of(self, url: str) -> dict[str, tuple[str, bytes]] | None:
+        """The store tables' rows of ``url`` as COPY data (None: its structure is not
+        the template's), read once per URL."""
+        if url not in self._dumps:
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                if _fingerprint(conn) != self._clean_fingerprint():
+                    self._dumps[url] = None
+                    return None
+                tables: dict[str, tuple[str, bytes]] = {}
+                for table in ("sessions", "messages", "state_meta", "compression_locks"):
+                    names = [
+                        row[0]
+                        for row in conn.execute(
+                            "SELECT column_name FROM information_schema.columns"
+                            " WHERE table_schema = 'public' AND table_name = %s"
+                            " AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                            (table,),
+                        )
+                    ]
+                    columns = ", ".join(f'"{n}"' for n in names)
+                    data = bytearray()
+                    with conn.cursor().copy(f"COPY {table} ({columns}) TO STDOUT") as copy:
+                        for block in copy:
+                            data += block
+                    tables[table] = (columns, bytes(data))
+                self._dumps[url] = tables
+        return self._dumps[url]
 
     def drop(self, url: str) -> None:
         """Drop the database of ``url`` (one made with ``keep=True``)."""
