@@ -82,7 +82,14 @@ def error_line(stderr: str) -> str:
 CASES = [
     ("migrate: creates a file", ["migrate", "--db", "new/state.db"], "", 0, "schema up to date"),
     ("migrate: not a database", ["migrate", "--db", "junk.db"], "", 1, "not an SQLite database"),
-    ("migrate: unknown URL", ["migrate", "--db", "postgres://h/db"], "", 2, "'postgres'"),
+    ("migrate: unknown URL", ["migrate", "--db", "mysql://h/db"], "", 2, "'mysql'"),
+    (
+        "migrate: no server",
+        ["migrate", "--db", "postgresql://postgres@127.0.0.1:1/db"],
+        "",
+        1,
+        "Connection refused",
+    ),
     ("migrate: read-only", ["--read-only", "migrate", "--db", "demo.db"], "", 2, "--read-only"),
     ("sessions: rows", ["sessions", "--db", "demo.db"], "", 0, "demo-chinese"),
     ("sessions: none", ["sessions", "--db", "empty.db"], "", 0, "no sessions"),
@@ -107,6 +114,9 @@ CASES = [
     ("export: unknown", ["export", "--db", "demo.db", "--session", "nope"], "", 1, "no session"),
     ("export: bad format", ["export", "--db", "demo.db", "--format", "xml"], "", 2, "--format"),
     ("export: bad folder", ["export", "--db", "demo.db", "-o", "no/dir/x.jsonl"], "", 1, "Error"),
+    ("copy: to a file", ["copy", "demo.db", "copied.db"], "", 0, "verified: 6 sessions"),
+    ("copy: no source", ["copy", "missing.db", "copied.db"], "", 1, "does not exist"),
+    ("copy: no target", ["copy", "demo.db"], "", 2, "Missing argument 'DST'"),
     ("import: a bundle", ["import", "bundle.jsonl", "--db", "copy.db"], "", 0, "imported 6"),
     (
         "import: again",

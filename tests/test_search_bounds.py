@@ -256,6 +256,7 @@ def _distinct_queries(count: int) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.backends("sqlite")  # SQLite's search plans and their statement cache
 def test_five_thousand_distinct_queries_keep_every_cache_within_its_bound(
     store: SessionDB,
 ) -> None:

@@ -23,6 +23,8 @@ import pytest
 from hermes_models import CompressionInProgressError, Session, SessionDB
 from hermes_models.holders import holder_is_gone, local_holder, namespace
 
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
+
 
 def expires_at(store: SessionDB, session_id: str) -> float:
     return float(
@@ -85,10 +87,20 @@ def test_empty_ids_and_missing_locks(store: SessionDB) -> None:
 
 
 def test_a_database_error_fails_closed(store: SessionDB, caplog: pytest.LogCaptureFixture) -> None:
-    store._conn.execute(
-        "CREATE TRIGGER refuse_lock BEFORE INSERT ON compression_locks"
-        " BEGIN SELECT RAISE(ABORT, 'no locks today'); END"
-    )
+    if store.database.dialect == "postgresql":
+        store._conn.execute(
+            "CREATE FUNCTION refuse_lock() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'no locks today'; END $$"
+        )
+        store._conn.execute(
+            "CREATE TRIGGER refuse_lock BEFORE INSERT ON compression_locks"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_lock()"
+        )
+    else:
+        store._conn.execute(
+            "CREATE TRIGGER refuse_lock BEFORE INSERT ON compression_locks"
+            " BEGIN SELECT RAISE(ABORT, 'no locks today'); END"
+        )
     store._conn.commit()
     caplog.set_level(logging.WARNING, logger="hermes_models")
     assert store.try_acquire_compression_lock("s1", "a:1:1") is False
@@ -110,7 +122,6 @@ import sys, time
 from hermes_models import CompressionLock, SessionDB
 from hermes_models.holders import local_holder
 
-pytestmark = pytest.mark.backends("sqlite", "postgresql")
 store = SessionDB(sys.argv[1])
 me = local_holder()
 assert store.try_acquire_compression_lock("chat", me, ttl_seconds=3600)
