@@ -144,6 +144,16 @@ def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[st
     elif _up_to_date(path, folder):
         return []
     migrations = _migrations()
+    # A migration that another process's lock request interrupts ("database is
+    # locked" inside its transaction: SQLite refuses to wait there, to avoid a
+    # deadlock) was rolled back whole; the pending work is decided again.
+    done = retry_locked(lambda: _apply_under_lock(path, migrations))
+    secure_files(path, create=False)
+    return done
+
+
+def _apply_under_lock(path: Path, migrations: Any) -> list[str]:
+    """Apply what is pending under yoyo's lock (see :func:`apply_pending`)."""
     with _process_lock, _backend(path) as backend, _locked(backend):
         applied = set(backend.get_applied_migration_hashes())
         baseline = [m for m in migrations if m.id in BASELINE]
@@ -160,7 +170,6 @@ def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[st
         todo = backend.to_apply(migrations)
         backend.apply_migrations(todo)
         done.extend(m.id for m in todo)
-    secure_files(path, create=False)
     return done
 
 
