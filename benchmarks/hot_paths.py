@@ -105,6 +105,12 @@ def plain_get_messages(conn: sqlite3.Connection, session_id: str) -> list[dict[s
     cursor = conn.execute(
         "SELECT * FROM messages WHERE session_id = ? AND active = 1 ORDER BY id", (session_id,)
     )
+    return decoded_rows(cursor)
+
+
+def decoded_rows(cursor: Any) -> list[dict[str, Any]]:
+    """A cursor's message rows as dicts, content and JSON columns decoded as
+    ``get_messages`` decodes them (any DB-API cursor)."""
     names = [column[0] for column in cursor.description]
     rows = []
     for values in cursor.fetchall():

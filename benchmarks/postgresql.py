@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import json
 import multiprocessing
 import os
 import pwd
@@ -60,11 +59,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from grams import index as build_gram_index
-from hot_paths import median_pair
+from hot_paths import decoded_rows, median_pair
 from search import build as build_corpus
 
 from hermes_models import SessionDB
-from hermes_models.models import decode_content
 from hermes_models.postgres import adapt_text
 from hermes_models.postgres import migrate as pg_migrate
 
@@ -299,7 +297,6 @@ MESSAGE_COLUMNS = (
     " token_count, finish_reason, reasoning, reasoning_content, reasoning_details,"
     " codex_reasoning_items, codex_message_items, platform_message_id, observed, active"
 )
-JSON_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
 APPEND_SQL = (
     "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls,"
     " tool_name, timestamp, token_count, finish_reason, reasoning, reasoning_content,"
@@ -411,21 +408,7 @@ class Plain:
             raise
 
     def get_messages(self, session_id: str) -> list[dict[str, Any]]:
-        cursor = self.conn.execute(self.messages_sql, (session_id,))
-        names = [column[0] for column in cursor.description]
-        fetched = cursor.fetchall()
-        rows = []
-        for values in fetched:
-            row = dict(zip(names, values))
-            row["content"] = decode_content(row["content"])
-            for column in JSON_COLUMNS:
-                if row[column] is not None:
-                    try:
-                        row[column] = json.loads(row[column])
-                    except ValueError:
-                        pass
-            rows.append(row)
-        return rows
+        return decoded_rows(self.conn.execute(self.messages_sql, (session_id,)))
 
     def resolve_by_title(self, title: str) -> str | None:
         """Hermes' lookup: the newest numbered variant, else the exact title."""

@@ -81,7 +81,21 @@ def is_read_only_error(exc: BaseException) -> bool:
     return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc).lower()
 
 
+#: sqlite3's exception classes by DB-API name: what a driver's or peewee's error of
+#: that class becomes for code written against Hermes' store.
+SQLITE_ERRORS: dict[str, type[sqlite3.Error]] = {
+    "IntegrityError": sqlite3.IntegrityError,
+    "OperationalError": sqlite3.OperationalError,
+    "ProgrammingError": sqlite3.ProgrammingError,
+    "InterfaceError": sqlite3.InterfaceError,
+    "DataError": sqlite3.DataError,
+    "NotSupportedError": sqlite3.NotSupportedError,
+    "InternalError": sqlite3.InternalError,
+}
+
+
 __all__ = [
+    "SQLITE_ERRORS",
     "BackupError",
     "BundleError",
     "CompressionInProgressError",

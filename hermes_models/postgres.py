@@ -22,7 +22,6 @@ import logging
 import os
 import random
 import re
-import sqlite3
 import threading
 import time
 import weakref
@@ -36,7 +35,7 @@ import peewee
 from playhouse.postgres_ext import Psycopg3Database
 
 from . import postgres_sql, writes
-from .errors import MigrationError, ReadOnlyDatabaseError, WriteConflictError
+from .errors import SQLITE_ERRORS, MigrationError, ReadOnlyDatabaseError, WriteConflictError
 from .shape import PROBED, FileShape
 
 logger = logging.getLogger("hermes_models")
@@ -611,25 +610,13 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None)
 
 
-#: sqlite3's exception classes by DB-API name.
-_SQLITE_ERRORS: dict[str, type[sqlite3.Error]] = {
-    "IntegrityError": sqlite3.IntegrityError,
-    "OperationalError": sqlite3.OperationalError,
-    "ProgrammingError": sqlite3.ProgrammingError,
-    "InterfaceError": sqlite3.InterfaceError,
-    "DataError": sqlite3.DataError,
-    "NotSupportedError": sqlite3.NotSupportedError,
-    "InternalError": sqlite3.InternalError,
-}
-
-
 def as_sqlite_error(exc: BaseException) -> BaseException:
     """A driver error as the ``sqlite3`` exception of the same DB-API class, with
     SQLite's wording for constraint failures (:func:`constraint_message`);
     any other exception as it is. Code written against Hermes' store catches
     ``sqlite3.IntegrityError`` and its kin on both backends."""
     for kind in type(exc).__mro__:
-        target = _SQLITE_ERRORS.get(kind.__name__)
+        target = SQLITE_ERRORS.get(kind.__name__)
         if target is not None and kind.__module__.split(".")[0] in ("psycopg", "peewee"):
             return target(constraint_message(exc) or str(exc))
     return exc

@@ -42,6 +42,7 @@ from .children import (
 )
 from .connection import connect
 from .db import HermesDatabase
+from .errors import SQLITE_ERRORS
 from .files import resolve_path
 from .maintenance import AUTO_PRUNE_KEY
 from .models import (
@@ -59,15 +60,6 @@ logger = logging.getLogger("hermes_models")
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-_SQLITE_ERRORS = {
-    "IntegrityError": sqlite3.IntegrityError,
-    "OperationalError": sqlite3.OperationalError,
-    "ProgrammingError": sqlite3.ProgrammingError,
-    "InterfaceError": sqlite3.InterfaceError,
-    "DataError": sqlite3.DataError,
-    "NotSupportedError": sqlite3.NotSupportedError,
-    "InternalError": sqlite3.InternalError,
-}
 
 
 def _named_arguments(
@@ -101,7 +93,7 @@ def _api(method: F) -> F:
             original = getattr(exc, "orig", None)
             if isinstance(original, sqlite3.Error):
                 raise original from None
-            kind = _SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
+            kind = SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
             raise kind(constraint_message(exc) or str(exc)) from exc
         except UnicodeEncodeError:
             # Text with a lone surrogate reached SQLite; the write was rolled back.
