@@ -513,6 +513,30 @@ def _migrate_together(path: str, barrier: Any, results: Any) -> None:
         results.put(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def test_migrations_committed_before_a_lock_interruption_are_reported(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process's lock request interrupts the fourth migration once
+    # (SQLite's immediate "database is locked" inside a transaction): the
+    # three before it stay committed, the rest are applied on the retry, and
+    # migrate() names all eight, each once.
+    real_apply_one = DatabaseBackend.apply_one
+    calls: list[str] = []
+
+    def interrupted(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(migration.id)
+        if len(calls) == 4:
+            raise sqlite3.OperationalError("database is locked")
+        return real_apply_one(self, migration, *args, **kwargs)
+
+    monkeypatch.setattr(DatabaseBackend, "apply_one", interrupted)
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
+    assert calls == [*MIGRATIONS[:4], *MIGRATIONS[3:]]
+    assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
+        (name,) for name in MIGRATIONS
+    ]
+
+
 @pytest.mark.slow
 def test_eight_processes_migrating_one_fresh_file_apply_each_migration_once(db_path: Path) -> None:
     workers = 8
