@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ENV_URL = "HERMES_TEST_PG_URL"
@@ -31,6 +32,18 @@ ENV_URL = "HERMES_TEST_PG_URL"
 
 class NoServer(RuntimeError):
     """No PostgreSQL could be found or started (the message says what was tried)."""
+
+
+def connect(url: str, *, autocommit: bool = False) -> Any:
+    """A plain psycopg connection to ``url``, bypassing the package.
+
+    psycopg is imported here, not at the top of the test modules: the envs that
+    run only the SQLite tests install the test extra without psycopg, and they
+    still collect every module.
+    """
+    import psycopg
+
+    return psycopg.connect(url, autocommit=autocommit)
 
 
 def _binaries() -> Path | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
+import pg_server
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -427,7 +427,7 @@ def test_cjk_session_hit_counts_are_exact(
 
 
 def explain(url: str, statement: str, params: list[Any]) -> str:
-    with psycopg.connect(parse_url(url).url) as conn:
+    with pg_server.connect(parse_url(url).url) as conn:
         # Small data: plain scans of other indexes would do; GIN serves bitmap scans.
         conn.execute("SET enable_seqscan = off")
         conn.execute("SET enable_indexscan = off")
@@ -480,7 +480,7 @@ def recall_sized(pg: Server) -> str:
             ]
         ).execute()
     db.close()
-    with psycopg.connect(parse_url(url).url, autocommit=True) as conn:
+    with pg_server.connect(parse_url(url).url, autocommit=True) as conn:
         conn.execute("ANALYZE messages")
     return url
 

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 
 import peewee
-import psycopg
+import pg_server
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.postgresql
 
 
 def rows(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
-    with psycopg.connect(parse_url(url).url) as conn:
+    with pg_server.connect(parse_url(url).url) as conn:
         return list(conn.execute(sql, params).fetchall())
 
 
@@ -218,7 +218,7 @@ TEXT = st.text(
 def test_the_cjk_gram_function_holds_what_the_sqlite_gram_index_holds(
     pg: Server, content: str | None, tool_name: str | None, tool_calls: str | None
 ) -> None:
-    with psycopg.connect(pg.template_url()) as conn:
+    with pg_server.connect(pg.template_url()) as conn:
         (got,) = conn.execute(
             "SELECT hermes_cjk_grams(hermes_search_text(%s, %s, %s))",
             (content, tool_name, tool_calls),

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pg_server
-import psycopg
 import pytest
 
 from hermes_models import SessionDB
@@ -55,7 +54,7 @@ def race(n: int, work: Callable[[int], Any]) -> list[Any]:
 
 
 def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(parse_url(url).url) as conn:
+    with pg_server.connect(parse_url(url).url) as conn:
         adapt_text(conn)
         return list(conn.execute(sql).fetchall())
 
@@ -139,7 +138,7 @@ def test_processes_appending_to_one_session_lose_nothing(pg_url: str) -> None:
 @pytest.mark.slow
 def test_a_restarted_server_costs_callers_nothing() -> None:
     server_url, folder = pg_server.start_private_cluster()
-    with psycopg.connect(server_url, autocommit=True) as conn:
+    with pg_server.connect(server_url, autocommit=True) as conn:
         conn.execute("CREATE DATABASE restarted")
     url = server_url.rsplit("/", 1)[0] + "/restarted"
     with SessionDB(url) as store:
