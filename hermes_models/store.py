@@ -61,7 +61,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-
 def _named_arguments(
     signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
