@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -416,20 +417,21 @@ def test_a_tampered_sqlite_target_fails_the_check(tmp_path: Path, migrated_copy:
     source = rich_store(tmp_path / "rich.db", migrated_copy)
     target = tmp_path / "copy.db"
     copy_store(source, target)
+    verify_copy(source, target)
+    # Each tampering starts from a verified copy (a copy of the copied file).
+    for name in ("copy2.db", "copy3.db", "copy4.db"):
+        shutil.copyfile(target, tmp_path / name)
     sqlite_execute(target, "DELETE FROM messages WHERE id = 9")
     with pytest.raises(VerificationError, match="number of messages of session 'grandchild'"):
         verify_copy(source, target)
-    copy_store(source, tmp_path / "copy2.db")
     sqlite_execute(
         tmp_path / "copy2.db", "UPDATE sessions SET archived = 0 WHERE id = 'grandchild'"
     )
     with pytest.raises(VerificationError, match="sessions: the row of session 'grandchild'"):
         verify_copy(source, tmp_path / "copy2.db")
-    copy_store(source, tmp_path / "copy3.db")
     sqlite_execute(tmp_path / "copy3.db", "DELETE FROM compression_locks")
     with pytest.raises(VerificationError, match="compression_locks: session_id 'root' is missing"):
         verify_copy(source, tmp_path / "copy3.db")
-    copy_store(source, tmp_path / "copy4.db")
     sqlite_execute(tmp_path / "copy4.db", "UPDATE messages SET id = 99 WHERE id = 10")
     with pytest.raises(VerificationError, match="session 'cjk-会话'"):
         verify_copy(source, tmp_path / "copy4.db")

@@ -542,6 +542,8 @@ def locked_by_another_process(path: Path) -> Iterator[None]:
     assert holder.exitcode == 0
 
 
+# The patience itself is timed fast in test_db.py; here a second process holds the lock.
+@pytest.mark.slow
 def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
     filled: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:

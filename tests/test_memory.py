@@ -152,6 +152,7 @@ def test_an_import_compiles_few_distinct_inserts(
 # -- what the import keeps: no session rows, no message rows ------------------------------------
 
 
+@pytest.mark.slow
 def test_import_memory_does_not_grow_with_the_sessions_or_their_messages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_copy: Callable[[Path], Path]
 ) -> None:
@@ -260,6 +261,7 @@ def _fill(path: Path, sessions: int, per_session: int) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["bundle", "markdown"])
 def test_export_memory_does_not_grow_with_the_store(
     tmp_path: Path, kind: str, migrated_copy: Callable[[Path], Path]

@@ -122,11 +122,27 @@ READ_COMMANDS = (
 )
 
 
-@pytest.mark.parametrize("shape", LONG_CLI_SHAPES)
-def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shape: str) -> None:
+#: One of each kind of read (list, show, search, stats, doctor, export), for the fast run.
+SOME_READ_COMMANDS = tuple(READ_COMMANDS[i] for i in (0, 5, 9, 13, 14, 16))
+
+#: Every shape with every read command in the full run; v30 with some of them in
+#: the fast one (each command is a console-script process, 0.2 s).
+READ_CASES = [
+    pytest.param("v30", SOME_READ_COMMANDS, id="v30-some"),
+    *(
+        pytest.param(shape, READ_COMMANDS, id=f"{shape}-all", marks=pytest.mark.slow)
+        for shape in newer.SHAPES
+    ),
+]
+
+
+@pytest.mark.parametrize(("shape", "commands"), READ_CASES)
+def test_the_cli_read_commands_change_no_byte_of_the_file(
+    store_file: Path, shape: str, commands: tuple[tuple[str, ...], ...]
+) -> None:
     before = files(store_file)
     env = environment(store_file.parent.parent)
-    for command in READ_COMMANDS:
+    for command in commands:
         result = run(
             *command[:1], "--db", str(store_file), *command[1:], cwd=store_file.parent, env=env
         )
@@ -293,7 +309,7 @@ for i in range(count):
 """
 
 
-@pytest.mark.parametrize("shape", ["v30", "v31"])
+@pytest.mark.parametrize("shape", ["v30", pytest.param("v31", marks=pytest.mark.slow)])
 def test_reading_while_a_hermes_process_keeps_appending(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:
@@ -336,7 +352,14 @@ def test_reading_while_a_hermes_process_keeps_appending(
         assert found == {row["id"] for row in rows if str(row["content"]).startswith("appended")}
 
 
-@pytest.mark.parametrize("shape", ["v30", pytest.param("v31", marks=pytest.mark.slow), "fork33"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "v30",
+        pytest.param("v31", marks=pytest.mark.slow),
+        pytest.param("fork33", marks=pytest.mark.slow),
+    ],
+)
 def test_reads_beside_an_open_hermes_connection_change_no_byte_of_wal_or_shm(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:
