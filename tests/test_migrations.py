@@ -643,16 +643,16 @@ def test_a_lock_held_too_long_gives_up_with_migration_error(
 def test_migrations_are_applied_while_holding_the_yoyo_lock(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[list[str], list[tuple[Any, ...]]]] = []
-    real = DatabaseBackend.apply_migrations
+    seen: list[tuple[str, list[tuple[Any, ...]]]] = []
+    real = DatabaseBackend.apply_one
 
-    def spy(self: Any, migrations: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(([m.id for m in migrations], _query(db_path, "SELECT pid FROM yoyo_lock")))
-        return real(self, migrations, *args, **kwargs)
+    def spy(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append((migration.id, _query(db_path, "SELECT pid FROM yoyo_lock")))
+        return real(self, migration, *args, **kwargs)
 
-    monkeypatch.setattr(DatabaseBackend, "apply_migrations", spy)
+    monkeypatch.setattr(DatabaseBackend, "apply_one", spy)
     assert hermes_models.migrate(db_path) == list(MIGRATIONS)
-    assert seen == [(list(MIGRATIONS), [(os.getpid(),)])]
+    assert seen == [(name, [(os.getpid(),)]) for name in MIGRATIONS]
     assert _query(db_path, "SELECT pid FROM yoyo_lock") == []
 
 
