@@ -221,16 +221,59 @@ def message_statement(
     return page_statement(route(query), filters, order, limit, offset)
 
 
+#: How many of the newest messages a search walks first, in time order, for a
+#: page whose order is time (newest or oldest first, or ranked with nothing to
+#: rank by): when hits are common the walk fills the page after a few hundred
+#: rows, where the indexes would hand over every hit to be sorted (PostgreSQL
+#: cannot count a substring's hits in advance: its estimate for ``LIKE
+#: '%...%'`` is a guess). A walk that does not fill the page costs about 1 us a
+#: message (10 ms at most here); the indexes answer then.
+WALK_FIRST = 10_000
+
+
+def walk_first(
+    groups: tuple[RoutedGroup, ...], order: str, limit: int | None, offset: int
+) -> int | None:
+    """The number of messages to walk before the indexes (:data:`WALK_FIRST`), or
+    None when a walk cannot answer the page (ranked word hits; every hit wanted; a
+    page deeper than the walk)."""
+    if limit is None or limit <= 0 or offset + limit > WALK_FIRST // 10:
+        return None
+    if order == "rank" and ranking(groups)[0] != sql.NO_RANK:
+        return None
+    return WALK_FIRST
+
+
 def page_statement(
-    groups: tuple[RoutedGroup, ...], filters: Filters, order: str, limit: int | None, offset: int
+    groups: tuple[RoutedGroup, ...],
+    filters: Filters,
+    order: str,
+    limit: int | None,
+    offset: int,
+    walk: int | None = None,
 ) -> tuple[str, list[Any]]:
-    """The SQL and parameters of one page of hits of routed ``groups``."""
+    """The SQL and parameters of one page of hits of routed ``groups`` (among the
+    ``walk`` messages first in time order when given: :func:`walk_first`)."""
     condition, params = matching(groups)
     rank, rank_params = ranking(groups) if order == "rank" else (sql.NO_RANK, [])
     where, filter_params = filtering(filters)
-    statement = sql.hits_page(sql.all_of([condition, *where]), rank, order)
+    sort = order if walk is None or order != "rank" else "newest"
+    statement = sql.hits_page(sql.all_of([condition, *where]), rank, sort, walk)
     page = [None if limit is None or limit < 0 else limit, offset]
     return statement, [*rank_params, *params, *filter_params, *page]
+
+
+def page_statements(
+    groups: tuple[RoutedGroup, ...], filters: Filters, order: str, limit: int | None, offset: int
+) -> list[tuple[str, list[Any]]]:
+    """The statements that find a page, in the order they run: a walk over the
+    newest messages when one can answer (its page is the answer when full), then
+    the statement over every message."""
+    statements = [page_statement(groups, filters, order, limit, offset)]
+    walk = walk_first(groups, order, limit, offset)
+    if walk is not None:
+        statements.insert(0, page_statement(groups, filters, order, limit, offset, walk))
+    return statements
 
 
 # -- execute ----------------------------------------------------------------------------------
@@ -325,7 +368,11 @@ def search_messages(
     :func:`hermes_models.search.search_messages`); never raises for query text."""
 
     def page(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
-        statement, params = page_statement(groups, filters, order, limit, offset)
+        *walks, (statement, params) = page_statements(groups, filters, order, limit, offset)
+        for walk, walk_params in walks:
+            rows = list(execute(walk, walk_params).fetchall())
+            if len(rows) == limit:  # a full page of the first messages in time order
+                return rows
         return list(execute(statement, params).fetchall())
 
     try:
@@ -347,8 +394,9 @@ def search_messages(
 def search_sql(
     query: SearchQuery, filters: Filters, order: str, limit: int | None, offset: int
 ) -> list[tuple[str, list[Any]]]:
-    """The SQL and parameters that find the hits of :func:`search_messages`."""
-    return [message_statement(query, filters, order, limit, offset)]
+    """The SQL and parameters that find the hits of :func:`search_messages`, in the
+    order they run (:func:`page_statements`)."""
+    return page_statements(route(query), filters, order, limit, offset)
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -458,6 +506,7 @@ __all__ = [
     "PG_SUBSTRING",
     "PG_WORDS",
     "QUERY_CANCELED",
+    "WALK_FIRST",
     "OutOfTime",
     "Routed",
     "RoutedGroup",
@@ -468,6 +517,7 @@ __all__ = [
     "message_statement",
     "owners",
     "page_statement",
+    "page_statements",
     "phrase_variants",
     "ranking",
     "route",
@@ -475,5 +525,6 @@ __all__ = [
     "search_sessions",
     "search_sql",
     "substring_groups",
+    "walk_first",
     "within",
 ]

@@ -162,15 +162,28 @@ HIT_ORDERS = {
 }
 
 
-def hits_page(where: str, rank: str, sort: str) -> str:
+#: The newest (or oldest) messages a walk passes at most, in time order, read
+#: lazily: the walk stops as soon as its page is full.
+_RECENT = {
+    "newest": '(SELECT * FROM messages ORDER BY "timestamp" DESC, id DESC LIMIT {n})',
+    "oldest": '(SELECT * FROM messages ORDER BY "timestamp", id LIMIT {n})',
+}
+
+
+def hits_page(where: str, rank: str, sort: str, walk: int | None = None) -> str:
     """One page of hits (``LIMIT %s OFFSET %s`` after the parameters of ``rank`` and
     ``where``): id, session_id, timestamp, role, content, tool_name, tool_calls,
     source, model, session_started, rank. The page is found on narrow rows, then its
-    messages are read."""
+    messages are read.
+
+    With ``walk``, only the ``walk`` messages first in the page's time order
+    (``sort`` ``"newest"`` or ``"oldest"``) are looked at, walking the time index.
+    """
     inner, outer = HIT_ORDERS[sort]
+    source = "messages" if walk is None else _RECENT[sort].format(n=int(walk))
     return (
         f'WITH page AS (SELECT m.id, m."timestamp", {rank} AS rank'
-        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        f" FROM {source} m JOIN sessions s ON s.id = m.session_id"
         f" WHERE {where} ORDER BY {inner} LIMIT %s OFFSET %s)"
         ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
         " m.tool_calls, s.source, s.model, s.started_at, page.rank"

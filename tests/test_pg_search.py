@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from pg_server import Server
 from test_search_recall import ALPHABETS, expected, haystacks, queries
 
-from hermes_models import Message, Session
+from hermes_models import Message, Session, pg_search
 from hermes_models.binding import using
 from hermes_models.db import HermesDatabase
 from hermes_models.models import encode_content
-from hermes_models.pg_search import cjk_grams, phrase_variants
+from hermes_models.pg_search import WALK_FIRST, cjk_grams, phrase_variants
 from hermes_models.postgres import PostgresDatabase, open_database, parse_url
 from hermes_models.query import Term
 from hermes_models.search import search_messages, search_sessions, search_sql
@@ -450,12 +450,84 @@ def test_each_route_reads_its_index(recall_sized: str, query: str, index: str) -
     db = open_database(recall_sized, migrate_first=False)
     try:
         with using(db):
-            ((statement, params),) = search_sql(query, limit=20)
+            # The statement over every message is the last (a walk may come first).
+            *_, (statement, params) = search_sql(query, limit=20)
     finally:
         db.close()
     plan = explain(recall_sized, statement, params)
     assert index in plan, plan
     assert "Seq Scan on messages" not in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("query", "sort", "direction"),
+    [("数据", "rank", "Backward"), ("①②③", "newest", "Backward"), ("docker", "oldest", "")],
+)
+def test_a_walk_reads_messages_in_time_order(
+    recall_sized: str, query: str, sort: str, direction: str
+) -> None:
+    db = open_database(recall_sized, migrate_first=False)
+    try:
+        with using(db):
+            statements = search_sql(query, sort=sort, limit=20)
+    finally:
+        db.close()
+    assert len(statements) == 2
+    (walk, params), _ = statements
+    assert f"LIMIT {WALK_FIRST})" in walk
+    with pg_server.connect(parse_url(recall_sized).url) as conn:
+        # 3,000 rows are fewer than the walk's bound: sorting them all would do.
+        conn.execute("SET enable_seqscan = off")
+        conn.execute("SET enable_sort = off")
+        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + walk, params).fetchall())
+    scan = "Index Scan Backward" if direction else "Index Scan"
+    assert f"{scan} using idx_messages_time on messages" in plan, plan
+
+
+def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDatabase) -> None:
+    with using(small):
+        assert len(search_sql("docker", limit=20)) == 1  # ranked by ts_rank
+        assert len(search_sql("docker", sort="newest", limit=20)) == 2
+        assert len(search_sql("数据", sort="newest", limit=None)) == 1  # every hit
+        deep = WALK_FIRST // 10
+        assert len(search_sql("数据", sort="newest", limit=20, offset=deep)) == 1
+        assert len(search_sql("数据", sort="newest", limit=20, offset=deep - 20)) == 2
+
+
+@pytest.mark.parametrize("walk", [0, 40, 200, 10_000])
+def test_pages_are_the_same_whether_a_walk_answers_or_not(
+    pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, walk: int
+) -> None:
+    # 600 messages; "数" in every 7th, "docker" in every 50th: a walk of 40
+    # messages fills a page of 4 of the first, never one of the second.
+    monkeypatch.setattr(pg_search, "WALK_FIRST", walk)
+    rows = [
+        {
+            "session": f"s{n % 3}",
+            "role": "user",
+            "content": ("数 " if n % 7 == 0 else "") + ("docker " if n % 50 == 0 else "") + "text",
+            "timestamp": float(n // 2),  # ties: pairs share a time
+        }
+        for n in range(600)
+    ]
+    with using(pg_db):
+        for sid in ("s0", "s1", "s2"):
+            Session.create(id=sid, source="cli", started_at=0.0)
+        Message.insert_many(rows).execute()
+        written = list(Message.select().order_by(Message.id))
+        for term, every in (("数", 7), ("docker", 50)):
+            hits = [
+                m for m in written if m.content.startswith(("数", "docker")) and term in m.content
+            ]
+            assert len(hits) == len(range(0, 600, every))
+            newest = [m.id for m in sorted(hits, key=lambda m: (-m.timestamp, -m.id))]
+            oldest = [m.id for m in sorted(hits, key=lambda m: (m.timestamp, m.id))]
+            for offset in (0, 2, 5):
+                for sort, want in (("newest", newest), ("oldest", oldest), ("rank", newest)):
+                    if sort == "rank" and term == "docker":
+                        continue  # ranked by ts_rank: never walked
+                    got = search_messages(term, sort=sort, limit=4, offset=offset)
+                    assert [h["id"] for h in got] == want[offset : offset + 4], (term, sort)
 
 
 @pytest.fixture(scope="module")
@@ -612,12 +684,16 @@ def _root(session_id: str) -> str:
 
 def test_search_sql_gives_the_statement_a_search_runs(small: PostgresDatabase) -> None:
     with using(small):
-        ((statement, params),) = search_sql("数据 OR docker", sort="newest", limit=5)
+        # A walk over the newest messages first, then the statement over every
+        # message: on this small store both find the page.
+        statements = search_sql("数据 OR docker", sort="newest", limit=5)
         want = [h["id"] for h in search_messages("数据 OR docker", sort="newest", limit=5)]
-        assert [row[0] for row in small.execute_sql(statement, params).fetchall()] == want
+        assert len(statements) == 2
+        for statement, params in statements:
+            assert [row[0] for row in small.execute_sql(statement, params).fetchall()] == want
+            assert "phraseto_tsquery('simple', %s)" in statement
+            assert "docker" not in statement and "数据" not in statement
         assert search_sql("   ") == []
-    assert "phraseto_tsquery('simple', %s)" in statement
-    assert "docker" not in statement and "数据" not in statement
 
 
 def test_message_search_on_the_model_uses_the_server(small: PostgresDatabase) -> None:
