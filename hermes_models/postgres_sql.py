@@ -192,6 +192,25 @@ def hits_page(where: str, rank: str, sort: str, walk: int | None = None) -> str:
     )
 
 
+def ranked_window_page(where: str, rank: str, window: int) -> str:
+    """One page of hits ranked among the ``window`` newest hits (``LIMIT %s OFFSET
+    %s`` after the parameters of ``where``, then of ``rank``); the columns of
+    :func:`hits_page`. Ranking reads each ranked hit's tsvector: the window
+    bounds that work for a word most messages hold."""
+    inner, outer = HIT_ORDERS["rank"]
+    return (
+        'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv'
+        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        f' WHERE {where} ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
+        f' page AS (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
+        f" ORDER BY {inner} LIMIT %s OFFSET %s)"
+        ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
+        " m.tool_calls, s.source, s.model, s.started_at, page.rank"
+        " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
+        f" ORDER BY {outer}"
+    )
+
+
 def hits_by_session(where: str, rank: str) -> str:
     """For each session with hits (active messages matching ``where``): session_id,
     its best hit's id, timestamp and rank (rank, then newest), its number of hits and
@@ -406,6 +425,7 @@ __all__ = [
     "negated",
     "phrase_query",
     "quote",
+    "ranked_window_page",
     "reindex",
     "set_search_path",
     "word_rank",

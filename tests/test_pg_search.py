@@ -494,6 +494,45 @@ def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDataba
         assert len(search_sql("数据", sort="newest", limit=20, offset=deep - 20)) == 2
 
 
+@pytest.mark.parametrize("window", [30, 100, 10_000])
+def test_a_ranked_page_is_the_best_of_the_newest_hits(
+    pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    # 300 messages, "docker" in 120 of them, once to four times (ts_rank
+    # differs); the page is the best of the newest `window` hits by the
+    # server's own ts_rank, ties newest first, whatever the window.
+    monkeypatch.setattr(pg_search, "RANK_WINDOW", window)
+    rng = random.Random(window)
+    rows = [
+        {
+            "session": "s",
+            "role": "user",
+            "content": " ".join(["docker"] * rng.randint(1, 4) + ["text"] * rng.randint(1, 30))
+            if n % 5 < 2
+            else "plain text",
+            "timestamp": float(n // 3),
+        }
+        for n in range(300)
+    ]
+    with using(pg_db):
+        Session.create(id="s", source="cli", started_at=0.0)
+        Message.insert_many(rows).execute()
+        scored = pg_db.execute_sql(
+            "SELECT id, \"timestamp\", -ts_rank(search_tsv, phraseto_tsquery('simple', 'docker'))"
+            " FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', 'docker')"
+        ).fetchall()
+        assert len(scored) == 120
+        newest = sorted(scored, key=lambda r: (-r[1], -r[0]))
+        for offset, limit in ((0, 10), (15, 10), (25, 10), (110, 20)):
+            kept = newest[: max(window, offset + limit)]
+            want = [r[0] for r in sorted(kept, key=lambda r: (r[2], -r[1], -r[0]))]
+            got = search_messages("docker", limit=limit, offset=offset)
+            assert [h["id"] for h in got] == want[offset : offset + limit], (offset, limit)
+        # Every hit wanted: every hit ranked.
+        every = [r[0] for r in sorted(scored, key=lambda r: (r[2], -r[1], -r[0]))]
+        assert [h["id"] for h in search_messages("docker", limit=None)] == every
+
+
 @pytest.mark.parametrize("walk", [0, 40, 200, 10_000])
 def test_pages_are_the_same_whether_a_walk_answers_or_not(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, walk: int
