@@ -415,12 +415,41 @@ def search_sql(
 # -- sessions ---------------------------------------------------------------------------------
 
 
+#: Session ids per ``IN (...)`` list: a statement takes at most 65,535
+#: parameters, and a common word has hits in more sessions than that.
+IDS_PER_STATEMENT = 10_000
+
+
+def _batched(ids: list[str], read: Callable[[list[str]], Iterable[T]]) -> list[T]:
+    """``read`` applied to ``ids`` in batches of :data:`IDS_PER_STATEMENT`, joined."""
+    found: list[T] = []
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        found.extend(read(ids[start : start + IDS_PER_STATEMENT]))
+    return found
+
+
+def _parents(ids: list[str]) -> dict[str, str | None]:
+    """The parent of each existing session of ``ids`` (None: a session without one)."""
+    model = Session
+
+    def read(batch: list[str]) -> Iterable[tuple[str, str | None]]:
+        return model.select(model.id, model.parent_session_id).where(model.id.in_(batch)).tuples()
+
+    return dict(_batched(ids, read))
+
+
+def _sessions_among(ids: list[str]) -> list[Session]:
+    """The sessions of ``ids``, read in batches."""
+    model = Session
+    return _batched(ids, lambda batch: model.select().where(model.id.in_(batch)))
+
+
 def owners(session_ids: Iterable[str]) -> dict[str, str]:
     """The lineage root each session's hits count for: up through compression
     continuations and subagent runs (:func:`hermes_models.lineage.kind_of`), stopping
     at a branch (its own row), at a session without a parent, below a parent that
-    does not exist, or before a loop; one query per level climbed."""
-    model = Session
+    does not exist, or before a loop; one query per level climbed (whole rows are
+    read only for sessions with a parent, whose kind decides)."""
     owner: dict[str, str] = {}
     # start -> (the session reached, the session below it)
     climbing = {sid: (sid, sid) for sid in session_ids}
@@ -429,15 +458,16 @@ def owners(session_ids: Iterable[str]) -> dict[str, str]:
         if not climbing:
             break
         reached = sorted({here for here, _ in climbing.values()})
-        rows = {s.id: s for s in model.select().where(model.id.in_(reached))}
+        parents = _parents(reached)
+        children = sorted(sid for sid, parent in parents.items() if parent is not None)
+        rows = {s.id: s for s in _sessions_among(children)}
         nxt: dict[str, tuple[str, str]] = {}
         for start, (here, below) in climbing.items():
-            session = rows.get(here)
-            if session is None:
+            if here not in parents:
                 owner[start] = below
                 continue
-            parent = session.parent_session_id
-            if parent is None or parent in visited[start] or kind_of(session) == "branch":
+            parent = parents[here]
+            if parent is None or parent in visited[start] or kind_of(rows[here]) == "branch":
                 owner[start] = here
                 continue
             visited[start].add(parent)
@@ -491,22 +521,31 @@ def search_sessions(
         mine = (rank, -timestamp, -best_id, best_id, session_id)
         if root not in best or mine < best[root]:
             best[root] = mine
+    # The order needs no session row: only the page's rows are read (and, with
+    # a source filter, each root's source).
+    if rank_mode == "recent":
+        ordered = sorted(best, key=lambda root: (-latest[root], best[root][0], root))
+    else:
+        ordered = sorted(best, key=lambda root: (best[root][0], -latest[root], root))
     model = Session
-    query_rows = model.select().where(model.id.in_(sorted(best)))
     if sources is not None:
-        query_rows = query_rows.where(model.source.in_(list(sources)))
-    rows = fetch_dicts(query_rows)
+        wanted = list(sources)
+        kept = set(
+            _batched(
+                ordered,
+                lambda batch: model.select(model.id)
+                .where(model.id.in_(batch) & model.source.in_(wanted))
+                .tuples(),
+            )
+        )
+        ordered = [root for root in ordered if (root,) in kept]
+    page = ordered[offset:] if limit is None or limit < 0 else ordered[offset : offset + limit]
+    position = {root: n for n, root in enumerate(page)}
+    rows = _batched(page, lambda batch: fetch_dicts(model.select().where(model.id.in_(batch))))
+    rows.sort(key=lambda row: position[row["id"]])
     for row in rows:
         rank, _, _, best_id, matched = best[row["id"]]
         row.update(_best_id=best_id, _matched=matched, _rank=rank, _hits=hits[row["id"]])
-
-    def order(row: dict[str, Any]) -> tuple[Any, ...]:
-        if rank_mode == "recent":
-            return (-latest[row["id"]], row["_rank"], row["id"])
-        return (row["_rank"], -latest[row["id"]], row["id"])
-
-    rows.sort(key=order)
-    rows = rows[offset:] if limit is None or limit < 0 else rows[offset : offset + limit]
     texts: list[tuple[Any, ...]] = []
     if rows:
         ids = [row["_best_id"] for row in rows]
@@ -515,6 +554,7 @@ def search_sessions(
 
 
 __all__ = [
+    "IDS_PER_STATEMENT",
     "PG_GRAMS",
     "PG_SUBSTRING",
     "PG_WORDS",

@@ -270,6 +270,61 @@ def test_sessions_keep_sqlite_keys_pages_and_sources(both: tuple[Any, Any]) -> N
     assert row["score"] > 0
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_sessions_read_in_small_batches_give_the_same_rows(
+    both: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    lite, pg = both
+    monkeypatch.setattr(pg_search, "IDS_PER_STATEMENT", batch)
+    for query in ("数据", "数"):  # unranked on both backends: the same rows
+        for kwargs in ({}, {"source": "telegram"}, {"limit": 1, "offset": 1}, {"limit": None}):
+            assert run(pg, search_sessions, query, **kwargs) == run(
+                lite, search_sessions, query, **kwargs
+            ), (query, kwargs)
+    (row,) = run(pg, search_sessions, "subagent")
+    assert (row["id"], row["matched_session_id"], row["hits"]) == ("root", "sub", 1)
+
+
+@pytest.mark.slow
+def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
+    pg_db: PostgresDatabase,
+) -> None:
+    # 70,000 sessions with a hit each, a tenth of them continuations: the
+    # climb and the page read more ids than one statement may bind (65,535).
+    n = 70_000
+    sessions = [
+        {
+            "id": f"s{i:05d}",
+            "source": "cli" if i % 2 else "telegram",
+            "started_at": float(i),
+            # Every tenth continues the one before it, which ended by compression.
+            "ended_at": float(i) + 0.5 if i % 10 == 8 else None,
+            "end_reason": "compression" if i % 10 == 8 else None,
+            "parent_session_id": f"s{i - 1:05d}" if i % 10 == 9 else None,
+        }
+        for i in range(n)
+    ]
+    messages = [
+        {"session": f"s{i:05d}", "role": "user", "content": "needle", "timestamp": i + 0.1}
+        for i in range(n)
+    ]
+    with using(pg_db), pg_db.atomic():
+        for start in range(0, n, 1_000):  # a statement binds at most 65,535 values
+            Session.insert_many(sessions[start : start + 1_000]).execute()
+            Message.insert_many(messages[start : start + 1_000]).execute()
+    with using(pg_db):
+        rows = search_sessions("needle", limit=None)
+        assert len(rows) == n - n // 10
+        assert sum(row["hits"] for row in rows) == n
+        assert {row["id"]: row["hits"] for row in rows if row["hits"] == 2} == {
+            f"s{i - 1:05d}": 2 for i in range(9, n, 10)
+        }
+        page = search_sessions("needle", limit=5, rank_mode="recent", source="cli")
+        # Roots from "cli" (odd numbers), newest hit first; s69999 and s69989
+        # count for their telegram parents.
+        assert [row["id"] for row in page] == ["s69997", "s69995", "s69993", "s69991", "s69987"]
+
+
 def test_a_loop_of_parent_links_ends_the_climb(pg_db: PostgresDatabase) -> None:
     with using(pg_db):
         Session.create(id="x", source="cli", started_at=1.0)
