@@ -95,6 +95,9 @@ CREATE INDEX IF NOT EXISTS idx_messages_session_active
 CREATE INDEX IF NOT EXISTS idx_messages_platform_msg_id
     ON messages(session_id, platform_message_id)
     WHERE platform_message_id IS NOT NULL;
+-- The key a distributed PostgreSQL would place messages by. SQLite needs no
+-- such index: the rowid (the id) ends every index of a table there.
+CREATE INDEX IF NOT EXISTS idx_messages_session_id ON messages(session_id, id);
 CREATE INDEX IF NOT EXISTS idx_compression_locks_expires ON compression_locks(expires_at);
 
 DELETE FROM schema_version;
