@@ -123,9 +123,10 @@ def _add_sessions(
     if parents:
         raw(postgres_sql.SET_PARENTS, [list(parents), list(parents.values())])
     moved = sorted(row[0] for row in raw(postgres_sql.STAGED_CLASHING_SESSIONS).fetchall())
+    # Appenders, and the fresh ids below, take ids after every id kept.
+    raw(postgres_sql.SEQUENCE_PAST_STAGED)
     fresh = int(raw(postgres_sql.STAGED_NEEDING_IDS, [moved]).fetchone()[0])
     if fresh:
-        raw(postgres_sql.SEQUENCE_PAST_STAGED)
         raw(postgres_sql.RENUMBER_STAGED, [moved, fresh])
     if columns_staged:
         staged = [c for c in columns_staged if c != "id"]
