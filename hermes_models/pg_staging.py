@@ -84,7 +84,8 @@ def _insert(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -
         )
 
 
-def _stage(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def stage_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Add message rows to the import's staging table (inside a write)."""
     _insert(postgres_sql.STAGED_MESSAGES, columns, rows)
 
 
@@ -224,7 +225,7 @@ class ServerStaging:
             nonlocal batch, size, total
             self._same_connection()
             rows_now = batch
-            self.db.write(lambda: _stage(columns, rows_now))
+            self.db.write(lambda: stage_rows(columns, rows_now))
             total += len(rows_now)
             if done is not None:
                 done(len(rows_now))
@@ -302,7 +303,7 @@ def write_at_once_server(
         raw(postgres_sql.DROP_STAGED_MESSAGES)
         raw(postgres_sql.create_staged_messages(STAGED_COLUMNS, at_commit_drop=True))
         raw(postgres_sql.ADD_STAGED_ORDER)
-        _stage(columns, rows())
+        stage_rows(columns, rows())
         ids = [values["id"] for values in sessions]
         return _add_sessions(SessionSource.of(sessions), ids, columns, rename_titles)
 
@@ -310,4 +311,11 @@ def write_at_once_server(
     return result
 
 
-__all__ = ["LOCK_WAIT_SECONDS", "STAGED_COLUMNS", "ServerStaging", "write_at_once_server"]
+__all__ = [
+    "LOCK_WAIT_SECONDS",
+    "STAGED_COLUMNS",
+    "ServerStaging",
+    "refuse_present_here",
+    "stage_rows",
+    "write_at_once_server",
+]
