@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from . import sqlite_sql
@@ -134,6 +134,7 @@ def _import_on_server(
     new: list[str],
     sessions: SessionSource,
     counts: dict[str, int],
+    step: Callable[[int], None],
 ) -> None:
     """Write the new sessions into a PostgreSQL store (:mod:`hermes_models.pg_staging`):
     message ids are kept, and the rows of a session with a taken id are renumbered as
@@ -147,12 +148,14 @@ def _import_on_server(
         renamed, renumbered = write_at_once_server(
             db, list(sessions.rows()), MESSAGE_COLUMNS, lambda: rows, rename_titles=True
         )
+        step(len(new) + len(rows))
     else:
         reserve = plan.last_id if counts["messages_added"] else 0
         with ServerStaging(db, new, reserve_upto=reserve) as staging:
-            staging.insert_messages(_server_rows(reader, new_ids), MESSAGE_COLUMNS)
+            staging.insert_messages(_server_rows(reader, new_ids), MESSAGE_COLUMNS, step)
             renamed = staging.finish(sessions, rename_titles=True)
             renumbered = staging.renumbered
+        step(len(new))
     counts["titles_renamed"] = renamed
     counts["messages_renumbered"] = renumbered
 
@@ -199,8 +202,7 @@ def import_bundle(
 
         sessions = _sessions(keep, plan, new)
         if getattr(db, "dialect", None) == POSTGRESQL:
-            _import_on_server(db, reader, plan, new, sessions, counts)
-            step(total)
+            _import_on_server(db, reader, plan, new, sessions, counts, step)
             return counts
         if adding <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:
             rows = list(_rows(reader, new_ids, set(), 0))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import postgres_sql
 from .binding import current
@@ -57,6 +57,8 @@ from .staging import (
 from .transcript import counter_totals
 
 logger = logging.getLogger("hermes_models")
+
+T = TypeVar("T")
 
 _SESSIONS = Session._meta.table_name
 #: The columns of ``messages`` the staging table has (a PostgreSQL store's: v16).
@@ -193,6 +195,16 @@ class ServerStaging:
     def _backend(self) -> int:
         return int(raw(postgres_sql.BACKEND_PID).fetchone()[0])
 
+    def _write(self, fn: Callable[[], T]) -> T:
+        """``fn`` in a write on the connection the import began on (a write run again on
+        a new connection, after the old one was lost, finds no staged rows there)."""
+
+        def run() -> T:
+            self._same_connection()
+            return fn()
+
+        return self.db.write(run)
+
     def _same_connection(self) -> None:
         if self._backend() != self._pid:
             raise ImportConflictError(
@@ -223,9 +235,8 @@ class ServerStaging:
 
         def flush() -> None:
             nonlocal batch, size, total
-            self._same_connection()
             rows_now = batch
-            self.db.write(lambda: stage_rows(columns, rows_now))
+            self._write(lambda: stage_rows(columns, rows_now))
             total += len(rows_now)
             if done is not None:
                 done(len(rows_now))
@@ -246,8 +257,7 @@ class ServerStaging:
         """Add the sessions and their staged messages in one transaction (see the module
         text); returns how many titles changed."""
         source = sessions if isinstance(sessions, SessionSource) else SessionSource.of(sessions)
-        self._same_connection()
-        changed, self.renumbered = self.db.write(
+        changed, self.renumbered = self._write(
             lambda: _add_sessions(source, self.session_ids, self._columns, rename_titles)
         )
         self._sequence = None

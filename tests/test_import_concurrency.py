@@ -467,6 +467,58 @@ def test_a_failure_midway_removes_every_row_written_and_the_id_reservation(
         assert _import_locks(path) == 0
 
 
+def test_an_import_in_steps_reports_progress_up_to_the_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
+) -> None:
+    monkeypatch.setattr(staging, "BATCH_ROWS", 200)
+    monkeypatch.setattr(pg_staging, "BATCH_ROWS", 200)
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=3, per_session=1000)
+    seen: list[tuple[int, int]] = []
+    with SessionDB(path) as store:
+        store.import_bundle(bundle, progress=lambda done, total: seen.append((done, total)))
+    assert {total for _, total in seen} == {3003}
+    assert [done for done, _ in seen] == sorted({done for done, _ in seen})
+    assert (len(seen) > 2, seen[-1]) == (True, (3003, 3003))
+
+
+@pytest.mark.backends("postgresql")  # a file has no connection to lose
+def test_an_import_whose_connection_is_lost_midway_stops_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
+) -> None:
+    from hermes_models.binding import current  # the handle the import runs on
+
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=3, per_session=1000)
+    with SessionDB(path) as store:
+        store.create_session("mine", "cli")
+        store.append_message("mine", "user", "mine")
+    before = store_snapshot(path)
+    seen: list[int] = []
+
+    def lose_connection_after_first_batch(done: int, total: int) -> None:
+        seen.append(done)
+        if len(seen) == 1:
+            pid = current().execute_sql("SELECT pg_backend_pid()").fetchone()[0]
+            with pg_server.connect(path, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    monkeypatch.setattr(pg_staging, "BATCH_ROWS", 500)
+    with SessionDB(path) as store:
+        with pytest.raises(ImportConflictError) as caught:
+            store.import_bundle(bundle, progress=lose_connection_after_first_batch)
+    assert str(caught.value).endswith(
+        ": the connection to the server was lost during the import; nothing was imported"
+        " - run the import again"
+    )
+    assert seen == [500]  # the next batch ran again on a new connection, and stopped
+    assert store_snapshot(path) == before
+    assert _import_locks(path) == 0
+    with SessionDB(path) as store:
+        report = store.import_bundle(bundle)
+        after = store.append_message("mine", "user", "next")
+    # Message id 1 is taken, so imp-0's 1,000 messages take 3001-4000.
+    assert (report["messages_added"], report["messages_renumbered"], after) == (3000, 1000, 4001)
+
+
 @pytest.mark.slow
 def test_memory_of_an_import_does_not_grow_with_the_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, request: pytest.FixtureRequest
