@@ -686,6 +686,26 @@ def test_a_legacy_transcript_becomes_a_session(tmp_path: Path, target: Any) -> N
     )
 
 
+def test_a_long_transcript_is_written_in_steps_in_file_order(
+    tmp_path: Path, target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(staging, "BATCH_ROWS", 500)
+    monkeypatch.setattr(pg_staging, "BATCH_ROWS", 500)
+    lines = [{"role": "user", "content": f"line {n}", "timestamp": 10 + n} for n in range(1500)]
+    file = _write_transcript(tmp_path / "long.jsonl", lines)
+    with SessionDB(target) as store:
+        store.create_session("mine", "cli")
+        first = store.append_message("mine", "user", "mine")
+        report = store.import_transcripts(file)
+        messages = store.get_messages("long")
+        after = store.append_message("mine", "user", "after")
+        count = store.get_session("long")["message_count"]
+    assert (report["sessions_added"], report["messages_added"], count) == (1, 1500, 1500)
+    assert [m["content"] for m in messages] == [f"line {n}" for n in range(1500)]
+    assert [m["id"] for m in messages] == list(range(first + 1, first + 1501))
+    assert after == first + 1501
+
+
 def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(
     tmp_path: Path, target: Any
 ) -> None:
