@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from . import sqlite_sql
 from .binding import current
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
 from .bundle_reader import Scan, Source, kept_sessions, message_rows, open_source, scan
+from .dialect import POSTGRESQL
 from .errors import BundleError
+from .pg_staging import ServerStaging, write_at_once_server
 from .staging import SMALL_IMPORT, SessionSource, Staging, write_at_once
 
 
@@ -107,6 +109,57 @@ def _renumber(rows: list[Any], moved: set[str]) -> list[Any]:
     return out
 
 
+def _refuse_binary(where: str, kind: str, columns: Sequence[str], values: Sequence[Any]) -> None:
+    """A PostgreSQL store's columns are text: a ``$base64`` value cannot go in."""
+    for column, value in zip(columns, values):
+        if type(value) is bytes:
+            raise BundleError(
+                f"{where}: {kind} {column} holds binary data ($base64), which a PostgreSQL"
+                " store cannot hold (its columns are text); nothing was imported"
+            )
+
+
+def _server_rows(source: Source, new_ids: set[str]) -> Iterator[Any]:
+    """The message rows to insert, in bundle order, refused if one holds binary data."""
+    for where, values in message_rows(source):
+        if values[1] in new_ids:
+            _refuse_binary(where, "message", MESSAGE_COLUMNS, values)
+            yield values
+
+
+def _import_on_server(
+    db: Any,
+    reader: Source,
+    plan: Scan,
+    new: list[str],
+    sessions: SessionSource,
+    counts: dict[str, int],
+    step: Callable[[int], None],
+) -> None:
+    """Write the new sessions into a PostgreSQL store (:mod:`hermes_models.pg_staging`):
+    message ids are kept, and the rows of a session with a taken id are renumbered as
+    they are added."""
+    new_ids = set(new)
+    for values in sessions.rows():
+        where = f"{plan.origin}:{plan.lines[values['id']]}"
+        _refuse_binary(where, "session", list(values), list(values.values()))
+    if counts["messages_added"] <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:
+        rows = list(_server_rows(reader, new_ids))
+        renamed, renumbered = write_at_once_server(
+            db, list(sessions.rows()), MESSAGE_COLUMNS, lambda: rows, rename_titles=True
+        )
+        step(len(new) + len(rows))
+    else:
+        reserve = plan.last_id if counts["messages_added"] else 0
+        with ServerStaging(db, new, reserve_upto=reserve) as staging:
+            staging.insert_messages(_server_rows(reader, new_ids), MESSAGE_COLUMNS, step)
+            renamed = staging.finish(sessions, rename_titles=True)
+            renumbered = staging.renumbered
+        step(len(new))
+    counts["titles_renamed"] = renamed
+    counts["messages_renumbered"] = renumbered
+
+
 def import_bundle(
     source: str | os.PathLike[str] | IO[str], progress: Progress | None = None
 ) -> dict[str, int]:
@@ -148,6 +201,9 @@ def import_bundle(
                 progress(done, total)
 
         sessions = _sessions(keep, plan, new)
+        if getattr(db, "dialect", None) == POSTGRESQL:
+            _import_on_server(db, reader, plan, new, sessions, counts, step)
+            return counts
         if adding <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:
             rows = list(_rows(reader, new_ids, set(), 0))
             moved: set[str] = set()

@@ -335,6 +335,118 @@ def insert_or_ignore(table: str, columns: Sequence[str]) -> str:
     return f"INSERT INTO {quote(table)} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
 
 
+# -- import --
+# hermes_models.pg_staging: a bundle or transcripts added while other clients write.
+
+#: The advisory lock of the import running on this store (the current schema: profiles
+#: sharing a database import independently). A large import holds it for its connection's
+#: session; a small import takes it shared for its transaction.
+_IMPORT_LOCK_KEY = "hashtext('hermes_models.import:' || current_schema())"
+TRY_IMPORT_LOCK = f"SELECT pg_try_advisory_lock({_IMPORT_LOCK_KEY})"
+IMPORT_UNLOCK = f"SELECT pg_advisory_unlock({_IMPORT_LOCK_KEY})"
+TRY_IMPORT_LOCK_SHARED = f"SELECT pg_try_advisory_xact_lock_shared({_IMPORT_LOCK_KEY})"
+#: The server process of this connection (a staging table lives as long as it does).
+BACKEND_PID = "SELECT pg_backend_pid()"
+#: The staging table of an import: this connection's own, gone with it.
+STAGED_MESSAGES = "pg_temp.hermes_import_messages"
+DROP_STAGED_MESSAGES = f"DROP TABLE IF EXISTS {STAGED_MESSAGES}"
+#: The column of the staging table that keeps the order rows were staged in.
+STAGED_ORDER = "hermes_order"
+
+
+def create_staged_messages(columns: Sequence[str], *, at_commit_drop: bool) -> str:
+    """A staging table of ``messages``' ``columns`` (no constraints, no indexes) and
+    :data:`STAGED_ORDER`; with ``at_commit_drop`` it goes when the transaction ends."""
+    names = ", ".join(quote(c) for c in columns)
+    drop = " ON COMMIT DROP" if at_commit_drop else ""
+    return (
+        f"CREATE TEMP TABLE hermes_import_messages{drop} AS"
+        f" SELECT {names} FROM messages WITH NO DATA"
+    )
+
+
+#: :data:`STAGED_ORDER`, numbered as rows arrive.
+ADD_STAGED_ORDER = (
+    f"ALTER TABLE {STAGED_MESSAGES} ADD COLUMN {STAGED_ORDER} bigint GENERATED ALWAYS AS IDENTITY"
+)
+
+
+def multi_row_insert(table: str, columns: Sequence[str], rows: int) -> str:
+    """A multi-row ``INSERT`` of ``rows`` rows into ``columns`` of ``table`` (a table of
+    the store, or :data:`STAGED_MESSAGES`)."""
+    marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    names = ", ".join(quote(c) for c in columns)
+    target = table if table == STAGED_MESSAGES else quote(table)
+    return f"INSERT INTO {target} ({names}) VALUES " + ", ".join([marks] * rows)
+
+
+#: Sessions of staged rows whose message id the store already uses.
+STAGED_CLASHING_SESSIONS = (
+    f"SELECT DISTINCT t.session_id FROM {STAGED_MESSAGES} t JOIN messages m ON m.id = t.id"
+)
+#: Move the identity of ``messages.id`` past every staged id and every stored one, when
+#: it is not past them already (fresh ids then follow every id either uses).
+SEQUENCE_PAST_STAGED = (
+    "SELECT setval(pg_get_serial_sequence('messages', 'id'), v.top)"
+    f" FROM (SELECT greatest((SELECT coalesce(max(id), 0) FROM {STAGED_MESSAGES}),"
+    " (SELECT coalesce(max(id), 0) FROM messages)) AS top) v"
+    " WHERE v.top > coalesce(pg_sequence_last_value("
+    "pg_get_serial_sequence('messages', 'id')::regclass), 0)"
+)
+#: How many staged rows take a fresh id: those without one, and those of the
+#: sessions of a bound list (``text[]``).
+STAGED_NEEDING_IDS = (
+    f"SELECT count(*) FROM {STAGED_MESSAGES} WHERE id IS NULL OR session_id = ANY(%s)"
+)
+#: Give those rows fresh ids of the identity of ``messages.id``, in the order they were
+#: staged: ``%s`` (the sessions, ``text[]``), then ``%s`` (how many ids). The ids are
+#: taken in one call of ``nextval`` each and matched to the rows by rank, so the
+#: order holds whatever order the server evaluates the calls in.
+RENUMBER_STAGED = (
+    f"UPDATE {STAGED_MESSAGES} t SET id = n.new_id"
+    f" FROM (SELECT {STAGED_ORDER}, row_number() OVER (ORDER BY {STAGED_ORDER}) AS k"
+    f" FROM {STAGED_MESSAGES} WHERE id IS NULL OR session_id = ANY(%s)) o"
+    " JOIN (SELECT new_id, row_number() OVER (ORDER BY new_id) AS k"
+    " FROM (SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS new_id"
+    " FROM generate_series(1, %s)) g) n ON n.k = o.k"
+    f" WHERE t.{STAGED_ORDER} = o.{STAGED_ORDER}"
+)
+
+
+def move_staged_messages(columns: Sequence[str]) -> str:
+    """Copy the staged rows' ``columns`` into ``messages``, in the order they were staged."""
+    names = ", ".join(quote(c) for c in columns)
+    return (
+        f"INSERT INTO messages ({names}) SELECT {names} FROM {STAGED_MESSAGES}"
+        f" ORDER BY {STAGED_ORDER}"
+    )
+
+
+#: Set the parents of sessions: ``%s`` ids and ``%s`` parents (``text[]`` each).
+SET_PARENTS = (
+    "UPDATE sessions s SET parent_session_id = p.parent"
+    " FROM unnest(%s::text[], %s::text[]) AS p(id, parent) WHERE s.id = p.id"
+)
+#: Set the counters of sessions: ids, message counts, tool call counts (three arrays).
+SET_COUNTERS = (
+    "UPDATE sessions s SET message_count = c.messages, tool_call_count = c.calls"
+    " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS c(id, messages, calls)"
+    " WHERE s.id = c.id"
+)
+#: The titles at or after each title of a bound list (``text[]``), up to its numbered
+#: variants (``title #2``): ranges of the unique title index, as titles.py reads them.
+TITLES_FROM_LIST = (
+    "SELECT s.title FROM unnest(%s::text[]) AS w(value) JOIN sessions s"
+    " ON s.title >= w.value AND s.title < w.value || ' $'"
+)
+#: Move the identity of ``messages.id`` back to ``%s`` (``%s``: whether that id was
+#: handed out) if the last id handed out is still ``%s`` (what the import set it to).
+RESTORE_MESSAGE_SEQUENCE = (
+    "SELECT setval(pg_get_serial_sequence('messages', 'id'), %s, %s)"
+    " WHERE pg_sequence_last_value(pg_get_serial_sequence('messages', 'id')::regclass) = %s"
+)
+
+
 # -- upkeep --
 
 #: The GIN indexes standing for SQLite's two full-text tables (words, trigrams), whose
@@ -364,6 +476,8 @@ VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_l
 
 __all__ = [
     "ACTIVE",
+    "ADD_STAGED_ORDER",
+    "BACKEND_PID",
     "BEGIN_SNAPSHOT",
     "COLUMNS",
     "COMMIT",
@@ -376,12 +490,14 @@ __all__ = [
     "COPY_SESSION_LINKS",
     "COPY_SET_PARENT",
     "DELETE_META",
+    "DROP_STAGED_MESSAGES",
     "GIN_CLEAN_PENDING",
     "GRAMS_MATCH",
     "GRAMS_MATCH_CASELESS",
     "GRAM_INDEX",
     "HIGHEST_MESSAGE_ID",
     "HIT_ORDERS",
+    "IMPORT_UNLOCK",
     "JSON_NUL_PATTERN",
     "JSON_NUL_REPLACEMENT",
     "MESSAGE_SEQUENCE",
@@ -389,25 +505,37 @@ __all__ = [
     "META_VALUE",
     "NO_RANK",
     "READ_ONLY_SESSION",
+    "RENUMBER_STAGED",
     "RESET_MESSAGE_SEQUENCE",
     "RESET_PLAN_CACHE_MODE",
     "RESET_STATEMENT_TIMEOUT",
+    "RESTORE_MESSAGE_SEQUENCE",
     "ROLE_IN",
     "ROLLBACK",
     "SCHEMA_VERSION",
     "SEARCH_INDEXES",
     "SEARCH_TEXT",
     "SEARCH_VECTOR_COLUMN",
+    "SEQUENCE_PAST_STAGED",
     "SERIALIZABLE",
+    "SET_COUNTERS",
     "SET_CUSTOM_PLANS",
     "SET_MESSAGE_SEQUENCE",
+    "SET_PARENTS",
     "SET_STATEMENT_TIMEOUT",
     "SOURCE_IN",
     "SOURCE_NOT_IN",
+    "STAGED_CLASHING_SESSIONS",
+    "STAGED_MESSAGES",
+    "STAGED_NEEDING_IDS",
+    "STAGED_ORDER",
     "SUBSTRING_MATCH",
     "SUBSTRING_MATCH_CASELESS",
     "TABLES",
+    "TITLES_FROM_LIST",
     "TRGM_SCHEMA",
+    "TRY_IMPORT_LOCK",
+    "TRY_IMPORT_LOCK_SHARED",
     "TSQUERY_NODES",
     "UPSERT_META",
     "VACUUM_ANALYZE",
@@ -418,10 +546,13 @@ __all__ = [
     "copy_sessions_in_list",
     "count_rows",
     "create_schema",
+    "create_staged_messages",
     "hit_context",
     "hits_by_session",
     "hits_page",
     "insert_or_ignore",
+    "move_staged_messages",
+    "multi_row_insert",
     "negated",
     "phrase_query",
     "quote",

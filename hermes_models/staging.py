@@ -40,10 +40,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import sqlite_sql
+from . import postgres_sql, sqlite_sql
 from .bundle import CHUNK_ROWS, chunks, existing_ids, raw
 from .db import HermesDatabase
-from .dialect import POSTGRESQL, SQLITE, among
+from .dialect import POSTGRESQL, SQLITE, among, on_postgresql
 from .errors import ImportConflictError
 from .holders import holder_is_gone, local_holder
 from .models import Message, Session
@@ -149,16 +149,17 @@ class SessionSource:
 
 
 def refuse_server(db: HermesDatabase) -> None:
-    """Refuse to import into a PostgreSQL store: the steps above are SQLite's (its id
-    sequence, foreign keys off, ``PRAGMA``s), and no server way is written yet.
+    """Refuse to run the steps above on a PostgreSQL store: they are SQLite's (its id
+    sequence, foreign keys off, ``PRAGMA``s); :mod:`hermes_models.pg_staging` is the
+    server's way.
 
     Raises:
         NotImplementedError: ``db`` is a PostgreSQL store.
     """
     if getattr(db, "dialect", SQLITE) == POSTGRESQL:
         raise NotImplementedError(
-            "importing into a PostgreSQL store is not supported yet (import into an SQLite"
-            " file, then: hermes-models copy FILE URL --merge)"
+            "staging.Staging writes into SQLite files; a PostgreSQL store imports through"
+            " hermes_models.pg_staging"
         )
 
 
@@ -395,7 +396,7 @@ class Staging:
             raw(sqlite_sql.DEFER_FOREIGN_KEYS_ON)
             self._renew()
             self._refuse_present(self.session_ids)
-            titles, changed = _title_changes(source.titles, rename_titles)
+            titles, changed = title_changes(source.titles, rename_titles)
             batch: list[list[Any]] = []
             columns: list[str] = []
             for row in source.rows():
@@ -542,7 +543,7 @@ def write_at_once(
     return changed
 
 
-def _title_changes(
+def title_changes(
     titles: Sequence[tuple[str, str | None]], rename: bool
 ) -> tuple[dict[str, str | None], int]:
     """The new title (or None) of each session whose title another session holds, by id,
@@ -550,7 +551,10 @@ def _title_changes(
     wanted = [title for _, title in titles if title is not None]
     if not wanted:
         return {}, 0
-    found = raw(sqlite_sql.TITLES_FROM_LIST, [json.dumps(sorted(set(wanted)))]).fetchall()
+    if on_postgresql():
+        found = raw(postgres_sql.TITLES_FROM_LIST, [sorted(set(wanted))]).fetchall()
+    else:
+        found = raw(sqlite_sql.TITLES_FROM_LIST, [json.dumps(sorted(set(wanted)))]).fetchall()
     taken = {title for (title,) in found}
     used = set(wanted)
     out: dict[str, str | None] = {}
@@ -571,7 +575,7 @@ def _settle_titles(
     sessions: list[dict[str, Any]], rename: bool
 ) -> tuple[list[dict[str, Any]], int]:
     """The sessions with titles other sessions hold renamed (or dropped); how many changed."""
-    changes, changed = _title_changes([(s["id"], s.get("title")) for s in sessions], rename)
+    changes, changed = title_changes([(s["id"], s.get("title")) for s in sessions], rename)
     out = []
     for session in sessions:
         values = dict(session)
@@ -591,6 +595,8 @@ __all__ = [
     "SessionSource",
     "Staging",
     "insert_rows",
+    "refuse_present",
     "statement_sizes",
+    "title_changes",
     "write_at_once",
 ]

@@ -33,9 +33,11 @@ from . import jsonl, titles, transcript
 from .binding import current
 from .bundle import Progress
 from .checks import EPOCH_MAX, EPOCH_MIN
+from .dialect import POSTGRESQL
 from .errors import BundleError
 from .models import ROLES, Message, Session
 from .output import file_path
+from .pg_staging import ServerStaging, write_at_once_server
 from .staging import SMALL_IMPORT, Staging, write_at_once
 
 _COLUMNS = [Message._meta.fields[name].column_name for name in transcript.MESSAGE_FIELDS]
@@ -224,7 +226,15 @@ def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
     row = _session_row(session_id, meta, messages, source, mtime)
     rows = _message_rows(session_id, path, messages, row["started_at"])
     small = len(rows) <= SMALL_IMPORT
-    if (
+    db = current()
+    if getattr(db, "dialect", None) == POSTGRESQL:
+        if small:
+            write_at_once_server(db, [row], _COLUMNS, lambda: rows, rename_titles=False)
+        else:
+            with ServerStaging(db, [session_id]) as server_staging:
+                server_staging.insert_messages(rows, _COLUMNS)
+                server_staging.finish([row], rename_titles=False)
+    elif (
         not small
         or write_at_once(current(), [row], _COLUMNS, lambda: rows, rename_titles=False) is None
     ):

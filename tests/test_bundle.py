@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from hermes_models import BundleError, SessionDB, staging
+import hermes_models
+from hermes_models import BundleError, SessionDB, pg_staging, staging
 from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.cli import cli
 
@@ -33,6 +34,26 @@ def _rows(path: Path, table: str) -> list[tuple[Any, ...]]:
         return conn.execute(f"SELECT {names} FROM {table} ORDER BY {order}").fetchall()
     finally:
         conn.close()
+
+
+def _stored(target: Any, table: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` of the store ``target`` (a file or a server URL), in order."""
+    db = hermes_models.connect(target)
+    try:
+        if table == "state_meta":
+            names, order = "key, value", "key"
+        else:
+            columns = SESSION_COLUMNS if table == "sessions" else MESSAGE_COLUMNS
+            names = ", ".join(f'"{c}"' for c in columns)
+            order = "started_at, id" if table == "sessions" else "id"
+        return [tuple(r) for r in db.execute_sql(f"SELECT {names} FROM {table} ORDER BY {order}")]
+    finally:
+        db.close()
+
+
+def _dump(target: Any) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of the store's tables an import writes."""
+    return {table: _stored(target, table) for table in ("sessions", "messages", "state_meta")}
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -59,11 +80,32 @@ def source_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def source_db(source_template: Path, tmp_path: Path) -> Path:
-    """A copy of the source template, for one test."""
+def source_db(source_template: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A copy of the source template, for one test; without its BLOB when the test
+    imports into a PostgreSQL store (whose text columns refuse one:
+    test_binary_data_is_refused_by_a_server_store)."""
     path = tmp_path / "source.db"
     shutil.copy2(source_template, path)
+    if "backend" in request.fixturenames and request.getfixturevalue("backend") == "postgresql":
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE messages SET reasoning_details = 'raw' WHERE id = 2")
+        conn.commit()
+        conn.close()
     return path
+
+
+@pytest.fixture
+def target(
+    backend: str,
+    tmp_path: Path,
+    migrated_copy: Callable[[Path], Path],
+    request: pytest.FixtureRequest,
+) -> Any:
+    """A migrated store to import into, on the test's backend: a file's path, or a
+    PostgreSQL URL."""
+    if backend == "postgresql":
+        return request.getfixturevalue("pg").new_database()
+    return migrated_copy(tmp_path / "target.db")
 
 
 def _export(path: Path, out: Path, **options: Any) -> dict[str, int]:
@@ -71,7 +113,7 @@ def _export(path: Path, out: Path, **options: Any) -> dict[str, int]:
         return store.export_bundle(out, **options)
 
 
-def _import(path: Path, bundle: Path) -> dict[str, int]:
+def _import(path: Any, bundle: Path) -> dict[str, int]:
     with SessionDB(path) as store:
         return store.import_bundle(bundle)
 
@@ -108,11 +150,10 @@ def test_bundle_holds_every_column_of_every_row_in_order(source_db: Path, tmp_pa
 
 
 def test_export_import_export_is_byte_identical(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any
 ) -> None:
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     _export(source_db, first)
-    target = migrated_copy(tmp_path / "target.db")
     assert _import(target, first) == {
         "sessions_added": 8,
         "sessions_skipped": 0,
@@ -123,35 +164,35 @@ def test_export_import_export_is_byte_identical(
     }
     _export(target, second)
     assert second.read_bytes() == first.read_bytes()
-    assert _rows(target, "sessions") == _rows(source_db, "sessions")
-    assert _rows(target, "messages") == _rows(source_db, "messages")
+    assert _stored(target, "sessions") == _rows(source_db, "sessions")
+    assert _stored(target, "messages") == _rows(source_db, "messages")
 
 
 def test_imported_messages_are_searchable_and_the_file_is_sound(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any, backend: str
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
-    conn = sqlite3.connect(target)
-    try:
-        assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
-        assert legacy.fts_ids(conn, "messages_fts", "uvloop") == [9, 10]
-        assert legacy.fts_ids(conn, "messages_fts_trigram", "线程池") == [17, 18]
-        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    finally:
-        conn.close()
+    with SessionDB(target) as store:
+        assert sorted(hit["id"] for hit in store.search_messages("uvloop")) == [9, 10]
+        assert sorted(hit["id"] for hit in store.search_messages("线程池")) == [17, 18]
+    if backend == "sqlite":  # FTS5's own tables and the file's foreign key check
+        conn = sqlite3.connect(target)
+        try:
+            assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
+            assert legacy.fts_ids(conn, "messages_fts", "uvloop") == [9, 10]
+            assert legacy.fts_ids(conn, "messages_fts_trigram", "线程池") == [17, 18]
+            assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        finally:
+            conn.close()
 
 
-def test_importing_twice_is_the_same_as_once(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_importing_twice_is_the_same_as_once(source_db: Path, tmp_path: Path, target: Any) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
-    before = legacy.dump(target)
+    before = _dump(target)
     assert _import(target, out) == {
         "sessions_added": 0,
         "sessions_skipped": 8,
@@ -160,17 +201,16 @@ def test_importing_twice_is_the_same_as_once(
         "messages_renumbered": 0,
         "titles_renamed": 0,
     }
-    assert legacy.dump(target) == before
+    assert _dump(target) == before
 
 
 def test_one_session_travels_with_its_ancestors_and_descendants(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any
 ) -> None:
     out = tmp_path / "one.jsonl"
     assert _export(source_db, out, session_id="cont-1") == {"sessions": 4, "messages": 11}
     sessions = [line["id"] for line in _lines(out) if line.get("type") == "session"]
     assert sessions == ["root-en", "cont-1", "cont-2", "sub-2"]
-    target = migrated_copy(tmp_path / "target.db")
     _import(target, out)
     with SessionDB(target) as store:
         assert store.get_compression_tip("root-en") == "cont-2"
@@ -194,11 +234,10 @@ def test_source_export_keeps_parents_of_another_source(
 
 
 def test_clashing_message_ids_are_renumbered_per_session_in_order(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any, backend: str
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("mine", "cli", started_at=1.0)
         store.append_message("mine", "user", "first", timestamp=2.0)
@@ -213,20 +252,22 @@ def test_clashing_message_ids_are_renumbered_per_session_in_order(
     assert kept == [7, 8]
     assert appended == 23
     assert contents == [r[3] for r in _rows(source_db, "messages") if r[1] == "root-en"]
-    conn = sqlite3.connect(target)
-    try:
-        assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
-        assert legacy.fts_ids(conn, "messages_fts", "web_search") == [20, 21]
-    finally:
-        conn.close()
+    with SessionDB(target) as store:
+        assert sorted(hit["id"] for hit in store.search_messages("web_search")) == [20, 21]
+    if backend == "sqlite":  # FTS5's own tables
+        conn = sqlite3.connect(target)
+        try:
+            assert legacy.fts_integrity(conn) == list(legacy.FTS_TABLES)
+            assert legacy.fts_ids(conn, "messages_fts", "web_search") == [20, 21]
+        finally:
+            conn.close()
 
 
 def test_a_session_already_present_is_left_as_it_is(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("root-zh", "discord", started_at=5.0)
         store.append_message("root-zh", "user", "mine, not theirs", timestamp=6.0)
@@ -239,11 +280,10 @@ def test_a_session_already_present_is_left_as_it_is(
 
 
 def test_a_title_already_taken_gets_the_next_number(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     with SessionDB(target) as store:
         store.create_session("mine", "cli", started_at=1.0)
         store.set_session_title("mine", "Asyncio notes")
@@ -260,45 +300,64 @@ def test_a_title_already_taken_gets_the_next_number(
 
 
 def test_a_failed_import_writes_nothing(
-    source_db: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    migrated_copy: Callable[[Path], Path],
+    source_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: Any
 ) -> None:
     out = tmp_path / "all.jsonl"
     _export(source_db, out)
-    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
-    before = legacy.dump(target)
-    real = staging.insert_rows
+    before = _dump(target)
+    # The messages are written after the sessions (PostgreSQL: staged, then moved).
+    real, real_move = staging.insert_rows, pg_staging.postgres_sql.move_staged_messages
 
     def fail_on_messages(table: str, *args: Any, **kwargs: Any) -> int:
         if table == "messages":
             raise sqlite3.OperationalError("disk I/O error")
         return real(table, *args, **kwargs)
 
+    def fail_move(columns: Any) -> str:
+        raise sqlite3.OperationalError("disk I/O error")
+
     monkeypatch.setattr(staging, "insert_rows", fail_on_messages)
+    monkeypatch.setattr(pg_staging.postgres_sql, "move_staged_messages", fail_move)
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
         _import(target, out)
-    assert legacy.dump(target) == before
+    assert _dump(target) == before
+    monkeypatch.setattr(pg_staging.postgres_sql, "move_staged_messages", real_move)
+    monkeypatch.setattr(staging, "insert_rows", real)
+    assert _import(target, out)["sessions_added"] == 8
 
 
-def test_progress_is_reported_up_to_the_total(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+@pytest.mark.backends("postgresql")  # a file holds the BLOB: the tests above
+def test_binary_data_is_refused_by_a_server_store(
+    source_template: Path, tmp_path: Path, target: Any
 ) -> None:
+    out = tmp_path / "all.jsonl"
+    _export(source_template, out)
+    line = next(n for n, r in enumerate(_lines(out), 1) if r.get("id") == 2 and "role" in r)
+    before = _dump(target)
+    with pytest.raises(BundleError) as caught:
+        _import(target, out)
+    assert str(caught.value) == (
+        f"{out}:{line}: message reasoning_details holds binary data ($base64), which a"
+        " PostgreSQL store cannot hold (its columns are text); nothing was imported"
+    )
+    assert _dump(target) == before
+
+
+def test_progress_is_reported_up_to_the_total(source_db: Path, tmp_path: Path, target: Any) -> None:
     out = tmp_path / "all.jsonl"
     seen: list[tuple[int, int]] = []
     with SessionDB(source_db) as store:
         store.export_bundle(out, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(18, 18)]
     seen.clear()
-    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
+    with SessionDB(target) as store:
         store.import_bundle(out, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(26, 26)]  # a small import is one write
 
 
 def test_export_to_a_stream_and_import_from_one(
-    source_db: Path, tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    source_db: Path, tmp_path: Path, target: Any
 ) -> None:
     stream = io.StringIO()
     with SessionDB(source_db) as store:
@@ -306,7 +365,7 @@ def test_export_to_a_stream_and_import_from_one(
     file = tmp_path / "all.jsonl"
     _export(source_db, file)
     assert stream.getvalue() == file.read_text(encoding="utf-8")
-    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
+    with SessionDB(target) as store:
         assert store.import_bundle(io.StringIO(stream.getvalue()))["messages_added"] == 18
 
 
@@ -387,40 +446,34 @@ BAD = [
 
 @pytest.mark.parametrize(("text", "error"), BAD)
 def test_bad_bundles_are_refused_before_any_write(
-    tmp_path: Path, text: str, error: str, migrated_copy: Callable[[Path], Path]
+    tmp_path: Path, text: str, error: str, target: Any
 ) -> None:
     bundle = tmp_path / "bad.jsonl"
     bundle.write_text(text, encoding="utf-8")
-    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
-    before = legacy.dump(target)
+    before = _dump(target)
     with pytest.raises(BundleError, match=error):
         _import(target, bundle)
-    assert legacy.dump(target) == before
+    assert _dump(target) == before
 
 
-def test_a_child_whose_parent_is_nowhere_is_refused(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_a_child_whose_parent_is_nowhere_is_refused(tmp_path: Path, target: Any) -> None:
     bundle = tmp_path / "orphan.jsonl"
     bundle.write_text(_bundle({**SESSION, "parent_session_id": "ghost"}, MESSAGE), encoding="utf-8")
-    target = migrated_copy(tmp_path / "target.db")
     SessionDB(target).close()
-    before = legacy.dump(target)
+    before = _dump(target)
     with pytest.raises(
         BundleError,
         match=r"orphan.jsonl:2: session 's1' has parent 'ghost', which neither the bundle nor",
     ):
         _import(target, bundle)
-    assert legacy.dump(target) == before
+    assert _dump(target) == before
 
 
-def test_hand_written_lines_take_the_schema_defaults(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_hand_written_lines_take_the_schema_defaults(tmp_path: Path, target: Any) -> None:
     bundle = tmp_path / "small.jsonl"
     bundle.write_text(_bundle(SESSION, MESSAGE), encoding="utf-8")
-    with SessionDB(migrated_copy(tmp_path / "target.db")) as store:
+    with SessionDB(target) as store:
         store.import_bundle(bundle)
         session = store.get_session("s1")
         message = store.get_messages("s1")[0]
@@ -582,12 +635,10 @@ TRANSCRIPT = [
 ]
 
 
-def test_a_legacy_transcript_becomes_a_session(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_a_legacy_transcript_becomes_a_session(tmp_path: Path, target: Any) -> None:
     file = _write_transcript(tmp_path / "20240301_100000_ab12cd.jsonl", TRANSCRIPT)
     local = datetime.fromisoformat("2024-03-01T10:00:00").timestamp()
-    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
+    with SessionDB(target) as store:
         report = store.import_transcripts(file)
         session = store.get_session("20240301_100000_ab12cd")
         messages = store.get_messages("20240301_100000_ab12cd")
@@ -635,8 +686,28 @@ def test_a_legacy_transcript_becomes_a_session(
     )
 
 
+def test_a_long_transcript_is_written_in_steps_in_file_order(
+    tmp_path: Path, target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(staging, "BATCH_ROWS", 500)
+    monkeypatch.setattr(pg_staging, "BATCH_ROWS", 500)
+    lines = [{"role": "user", "content": f"line {n}", "timestamp": 10 + n} for n in range(1500)]
+    file = _write_transcript(tmp_path / "long.jsonl", lines)
+    with SessionDB(target) as store:
+        store.create_session("mine", "cli")
+        first = store.append_message("mine", "user", "mine")
+        report = store.import_transcripts(file)
+        messages = store.get_messages("long")
+        after = store.append_message("mine", "user", "after")
+        count = store.get_session("long")["message_count"]
+    assert (report["sessions_added"], report["messages_added"], count) == (1, 1500, 1500)
+    assert [m["content"] for m in messages] == [f"line {n}" for n in range(1500)]
+    assert [m["id"] for m in messages] == list(range(first + 1, first + 1501))
+    assert after == first + 1501
+
+
 def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    tmp_path: Path, target: Any
 ) -> None:
     folder = tmp_path / "sessions"
     folder.mkdir()
@@ -646,7 +717,7 @@ def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(
     )
     _write_transcript(folder / "c.jsonl", [{"role": "user", "content": "world", "timestamp": 20}])
     (folder / "notes.txt").write_text("not a transcript")
-    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
+    with SessionDB(target) as store:
         first = store.import_transcripts(folder, source="discord")
         second = store.import_transcripts(folder)
         sessions = {s["id"]: s["source"] for s in store.list_sessions(limit=None)}
@@ -668,11 +739,9 @@ def test_a_folder_of_transcripts_is_imported_once_with_failures_reported(
     assert sessions == {"a": "discord", "c": "discord"}
 
 
-def test_a_single_bad_transcript_raises_and_writes_nothing(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
-) -> None:
+def test_a_single_bad_transcript_raises_and_writes_nothing(tmp_path: Path, target: Any) -> None:
     file = _write_transcript(tmp_path / "s.jsonl", [{"role": "user", "content": "ok"}, "[1, 2]"])
-    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
+    with SessionDB(target) as store:
         with pytest.raises(BundleError, match=r"s.jsonl:2: a line must be a JSON object"):
             store.import_transcripts(file)
         with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -683,14 +752,13 @@ def test_a_single_bad_transcript_raises_and_writes_nothing(
 # -- the command line -----------------------------------------------------------------------
 
 
-def test_cli_export_then_import_round_trips(source_db: Path, tmp_path: Path) -> None:
+def test_cli_export_then_import_round_trips(source_db: Path, tmp_path: Path, target: Any) -> None:
     runner = CliRunner()
     out = tmp_path / "all.jsonl"
     result = runner.invoke(cli, ["export", "--db", str(source_db), "-o", str(out)])
     assert (result.exit_code, result.output) == (0, f"wrote 8 sessions and 18 messages to {out}\n")
     stdout = runner.invoke(cli, ["export", "--db", str(source_db)])
     assert stdout.stdout_bytes == out.read_bytes()
-    target = tmp_path / "target.db"
     result = runner.invoke(cli, ["import", "--db", str(target), str(out)])
     assert (result.exit_code, result.output) == (
         0,
@@ -710,12 +778,14 @@ def test_cli_exports_one_session_as_markdown(source_db: Path) -> None:
     assert headings == ["## 事件循环讨论", "## sub-3", "## 事件循环讨论 (分支)"]
 
 
-def test_cli_imports_a_transcript_folder_and_fails_on_a_bad_file(tmp_path: Path) -> None:
+def test_cli_imports_a_transcript_folder_and_fails_on_a_bad_file(
+    tmp_path: Path, target: Any
+) -> None:
     folder = tmp_path / "sessions"
     folder.mkdir()
     _write_transcript(folder / "good.jsonl", [{"role": "user", "content": "hi", "timestamp": 1}])
     _write_transcript(folder / "bad.jsonl", ["{oops"])
-    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.db"), str(folder)])
+    result = CliRunner().invoke(cli, ["import", "--db", str(target), str(folder)])
     assert result.exit_code == 1
     assert result.stdout == (
         "imported 1 session and 1 message from 2 transcript files (0 already present, "
@@ -724,10 +794,10 @@ def test_cli_imports_a_transcript_folder_and_fails_on_a_bad_file(tmp_path: Path)
     assert result.stderr == f"failed: {folder / 'bad.jsonl'}:1: not valid JSON\n"
 
 
-def test_cli_import_of_a_bad_bundle_is_one_line(tmp_path: Path) -> None:
+def test_cli_import_of_a_bad_bundle_is_one_line(tmp_path: Path, target: Any) -> None:
     bundle = tmp_path / "b.jsonl"
     bundle.write_text(_bundle(SESSION), encoding="utf-8")
-    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.db"), str(bundle)])
+    result = CliRunner().invoke(cli, ["import", "--db", str(target), str(bundle)])
     assert result.exit_code == 1
     assert result.stderr == (
         f"Error: {bundle}: the header announces 1 messages but the file holds 0 (truncated?)\n"
@@ -760,24 +830,6 @@ def test_export_of_a_selection_carries_its_ancestors(store: SessionDB, tmp_path:
     ]
 
 
-@pytest.mark.backends("postgresql")  # import into a file: the tests above
-def test_import_into_a_server_store_is_refused_and_writes_nothing(
-    store: SessionDB, tmp_path: Path
-) -> None:
-    store.create_session("s", "cli", started_at=1_700_000_000.0)
-    store.append_message("s", "user", "hello", timestamp=1_700_000_001.0)
-    out = tmp_path / "all.jsonl"
-    store.export_bundle(out)
-    store.delete_session("s")
-    with pytest.raises(NotImplementedError) as caught:
-        store.import_bundle(out)
-    assert str(caught.value) == (
-        "importing into a PostgreSQL store is not supported yet (import into an SQLite file,"
-        " then: hermes-models copy FILE URL --merge)"
-    )
-    assert (store.session_count(), store.message_count()) == (0, 0)
-
-
 @pytest.mark.parametrize(
     ("call", "error", "name"),
     [
@@ -799,14 +851,14 @@ def test_export_and_import_paths_expand_the_home_folder(
     store: SessionDB,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    migrated_copy: Callable[[Path], Path],
+    target: Any,
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     store.create_session("s", "cli", started_at=1_700_000_000.0)
     store.append_message("s", "user", "hello", timestamp=1_700_000_001.0)
     assert store.export_bundle("~/backup.jsonl") == {"sessions": 1, "messages": 1}
     assert (tmp_path / "backup.jsonl").exists()
-    other = SessionDB(migrated_copy(tmp_path / "other.db"))
+    other = SessionDB(target)
     try:
         result = other.import_bundle("~/backup.jsonl")
         assert other.get_messages("s")[0]["content"] == "hello"

@@ -17,7 +17,9 @@ from hermes_models import BundleError, SessionDB, jsonl, transcript
 from hermes_models.bundle import FORMAT
 from hermes_models.transcript_files import parse_iso
 
-import legacy
+from snapshots import store_snapshot
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 
 def _header(sessions: int, messages: int) -> dict[str, Any]:
@@ -55,24 +57,37 @@ def _write(path: Path, *records: Any) -> Path:
 
 
 @pytest.fixture
-def target(tmp_path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
-    path = migrated_copy(tmp_path / "target.db")
-    with SessionDB(path) as store:
+def empty_target(
+    backend: str,
+    tmp_path: Path,
+    migrated_copy: Callable[[Path], Path],
+    request: pytest.FixtureRequest,
+) -> Any:
+    """A migrated store on the test's backend: a file's path, or a PostgreSQL URL."""
+    if backend == "postgresql":
+        return request.getfixturevalue("pg").new_database()
+    return migrated_copy(tmp_path / "target.db")
+
+
+@pytest.fixture
+def target(empty_target: Any) -> Any:
+    """:func:`empty_target` holding one session with one message."""
+    with SessionDB(empty_target) as store:
         store.create_session("here", "cli")
         store.append_message("here", "user", "already here")
-    return path
+    return empty_target
 
 
-def _refused(target: Path, bundle: Path, line: int | None) -> str:
-    """Import ``bundle``, expect a BundleError naming it (and ``line``); the file unchanged."""
-    before = legacy.dump(target)
+def _refused(target: Any, bundle: Path, line: int | None) -> str:
+    """Import ``bundle``, expect a BundleError naming it (and ``line``); the store unchanged."""
+    before = store_snapshot(target)
     with SessionDB(target) as store:
         with pytest.raises(BundleError) as caught:
             store.import_bundle(bundle)
     message = str(caught.value)
     prefix = f"{bundle}:{line}: " if line is not None else f"{bundle}: "
     assert message.startswith(prefix), message
-    assert legacy.dump(target) == before
+    assert store_snapshot(target) == before
     return message[len(prefix) :]
 
 
@@ -156,7 +171,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("line", "expected"), BAD_VALUES)
 def test_a_bad_message_value_is_refused_by_file_line_and_column(
-    target: Path, tmp_path: Path, line: Any, expected: str
+    target: Any, tmp_path: Path, line: Any, expected: str
 ) -> None:
     bundle = _write(tmp_path / "bad.jsonl", _session(), line)
     assert _refused(target, bundle, 3).startswith(expected)
@@ -210,14 +225,14 @@ BAD_SESSIONS = [
 
 @pytest.mark.parametrize(("line", "expected"), BAD_SESSIONS)
 def test_a_bad_session_value_is_refused_by_file_line_and_column(
-    target: Path, tmp_path: Path, line: Any, expected: str
+    target: Any, tmp_path: Path, line: Any, expected: str
 ) -> None:
     bundle = _write(tmp_path / "bad.jsonl", line)
     assert _refused(target, bundle, 2).startswith(expected)
 
 
 def test_a_message_id_at_the_int64_limit_no_longer_bricks_the_store(
-    target: Path, tmp_path: Path
+    target: Any, tmp_path: Path
 ) -> None:
     bundle = _write(tmp_path / "brick.jsonl", _session(), _message(2**63 - 1))
     _refused(target, bundle, 3)
@@ -228,7 +243,7 @@ def test_a_message_id_at_the_int64_limit_no_longer_bricks_the_store(
         assert store.append_message("here", "user", "and after a delete") == 52
 
 
-def test_parent_cycles_inside_a_bundle_are_refused(target: Path, tmp_path: Path) -> None:
+def test_parent_cycles_inside_a_bundle_are_refused(target: Any, tmp_path: Path) -> None:
     bundle = _write(
         tmp_path / "cycle.jsonl",
         _session("a", parent_session_id="c"),
@@ -241,7 +256,7 @@ def test_parent_cycles_inside_a_bundle_are_refused(target: Path, tmp_path: Path)
     )
 
 
-def test_duplicate_titles_and_ids_inside_a_bundle_are_refused(target: Path, tmp_path: Path) -> None:
+def test_duplicate_titles_and_ids_inside_a_bundle_are_refused(target: Any, tmp_path: Path) -> None:
     bundle = _write(
         tmp_path / "titles.jsonl", _session("a", title="Notes"), _session("b", title="Notes")
     )
@@ -253,7 +268,7 @@ def test_duplicate_titles_and_ids_inside_a_bundle_are_refused(target: Path, tmp_
 
 
 def test_messages_must_follow_their_sessions_in_increasing_id_order(
-    target: Path, tmp_path: Path
+    target: Any, tmp_path: Path
 ) -> None:
     bundle = _write(tmp_path / "order.jsonl", _session(), _message(5), _message(5))
     assert _refused(target, bundle, 4) == (
@@ -268,7 +283,7 @@ def test_messages_must_follow_their_sessions_in_increasing_id_order(
     )
 
 
-def test_counters_are_recomputed_from_the_imported_rows(target: Path, tmp_path: Path) -> None:
+def test_counters_are_recomputed_from_the_imported_rows(target: Any, tmp_path: Path) -> None:
     calls = json.dumps([{"id": "c1"}, {"id": "c2"}])
     bundle = _write(
         tmp_path / "counters.jsonl",
@@ -295,12 +310,12 @@ def test_counters_are_recomputed_from_the_imported_rows(target: Path, tmp_path: 
 # -- files that crash readers --------------------------------------------------------------
 
 
-def test_a_json_bomb_is_a_bundle_error_with_file_and_line(target: Path, tmp_path: Path) -> None:
+def test_a_json_bomb_is_a_bundle_error_with_file_and_line(target: Any, tmp_path: Path) -> None:
     bundle = _write(tmp_path / "bomb.jsonl", _session(), "[" * 100_000 + "]" * 100_000)
     assert _refused(target, bundle, 3) == "JSON nested too deeply to read"
 
 
-def test_a_byte_that_is_not_utf8_is_a_bundle_error(target: Path, tmp_path: Path) -> None:
+def test_a_byte_that_is_not_utf8_is_a_bundle_error(target: Any, tmp_path: Path) -> None:
     bundle = _write(tmp_path / "latin1.jsonl", _session(), _message(content="caf\u00e9"))
     bundle.write_bytes(bundle.read_bytes().replace(b"caf\\u00e9", b"caf\xe9"))
     byte = bundle.read_bytes().splitlines()[2].index(b"\xe9") + 1
@@ -308,7 +323,7 @@ def test_a_byte_that_is_not_utf8_is_a_bundle_error(target: Path, tmp_path: Path)
 
 
 def test_an_integer_beyond_python_s_digit_limit_is_a_bundle_error(
-    target: Path, tmp_path: Path
+    target: Any, tmp_path: Path
 ) -> None:
     line = '{"type":"message","id":' + "1" * 5000 + ',"session_id":"s1"}'
     bundle = _write(tmp_path / "digits.jsonl", _session(), line)
@@ -316,7 +331,7 @@ def test_an_integer_beyond_python_s_digit_limit_is_a_bundle_error(
 
 
 def test_an_over_long_line_is_refused_without_reading_it_whole(
-    target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 1024 * 1024)
     bundle = _write(tmp_path / "long.jsonl", _session(), _message(content="x" * 60_000_000))
@@ -334,7 +349,7 @@ def test_the_line_cap_is_64_mib_and_a_line_of_exactly_that_is_read() -> None:
     assert jsonl.MAX_LINE_BYTES == 64 * 1024 * 1024
 
 
-def test_a_cap_sized_line_is_accepted(target: Path, tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_cap_sized_line_is_accepted(target: Any, tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 4096)
     record = json.dumps(_message(content=""))
     content = "y" * (4096 - len(record))
@@ -349,7 +364,7 @@ def test_a_cap_sized_line_is_accepted(target: Path, tmp_path: Path, monkeypatch:
 
 
 def test_a_folder_import_records_every_bad_file_and_imports_the_rest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_copy: Callable[[Path], Path]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_target: Any
 ) -> None:
     monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 1024 * 1024)
     folder = tmp_path / "sessions"
@@ -370,7 +385,7 @@ def test_a_folder_import_records_every_bad_file_and_imports_the_rest(
             (folder / f"{name}.jsonl").write_bytes(b'{"role": "user", "content": "caf\xe9"}\n')
         else:
             (folder / f"{name}.jsonl").write_text(text, encoding="utf-8")
-    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
+    with SessionDB(empty_target) as store:
         report = store.import_transcripts(folder)
         ids = sorted(s["id"] for s in store.list_sessions(limit=None))
     errors = {Path(f["file"]).stem: f["error"] for f in report["failed"]}
@@ -425,7 +440,7 @@ def test_text_that_is_not_an_iso_date_is_refused(text: str) -> None:
 
 
 def test_a_transcript_with_five_fractional_digits_imports(
-    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+    tmp_path: Path, empty_target: Any
 ) -> None:
     file = tmp_path / "s5.jsonl"
     file.write_text(
@@ -433,14 +448,14 @@ def test_a_transcript_with_five_fractional_digits_imports(
         + "\n",
         encoding="utf-8",
     )
-    with SessionDB(migrated_copy(tmp_path / "state.db")) as store:
+    with SessionDB(empty_target) as store:
         assert store.import_transcripts(file)["sessions_added"] == 1
         stamp = store.get_messages("s5")[0]["timestamp"]
     assert stamp == datetime(2024, 3, 1, 10, 0, 0, 123450, tzinfo=timezone.utc).timestamp()
 
 
 def test_a_bundle_read_from_a_stream_that_cannot_rewind_is_imported(
-    target: Path, tmp_path: Path
+    target: Any, tmp_path: Path
 ) -> None:
     bundle = _write(tmp_path / "b.jsonl", _session(), _message(1, content="through a pipe"))
 
@@ -464,12 +479,12 @@ def test_a_bundle_read_from_a_stream_that_cannot_rewind_is_imported(
 
 @pytest.mark.parametrize("small", [True, False], ids=["one write", "in steps"])
 def test_a_bundle_changed_between_its_two_reads_is_undone(
-    target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
+    target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
 ) -> None:
     from hermes_models import importer
 
     bundle = _write(tmp_path / "b.jsonl", _session(), _message(1, content="first"))
-    before = legacy.dump(target)
+    before = store_snapshot(target)
     real = importer.scan
 
     def scan_then_edit(*args: Any) -> Any:
@@ -482,10 +497,12 @@ def test_a_bundle_changed_between_its_two_reads_is_undone(
     with SessionDB(target) as store:
         with pytest.raises(BundleError, match="the file changed while it was being imported"):
             store.import_bundle(bundle)
-    assert legacy.dump(target) == before
+    assert store_snapshot(target) == before
 
 
-def test_sqlite_refuses_nothing_the_checks_let_through(target: Path, tmp_path: Path) -> None:
+def test_the_store_refuses_nothing_the_checks_let_through(
+    target: Any, tmp_path: Path, backend: str
+) -> None:
     """The extremes the checks accept are stored and read back exactly."""
     bundle = _write(
         tmp_path / "edges.jsonl",
@@ -506,8 +523,9 @@ def test_sqlite_refuses_nothing_the_checks_let_through(target: Path, tmp_path: P
         assert store.get_messages("edge")[0]["id"] == 2**62
         assert store.append_message("edge", "user", "room left") == 2**62 + 1
     assert (session["input_tokens"], session["output_tokens"]) == (2**63 - 1, -(2**63))
-    conn = sqlite3.connect(target)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    finally:
-        conn.close()
+    if backend == "sqlite":  # the file's own check
+        conn = sqlite3.connect(target)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        finally:
+            conn.close()

@@ -48,9 +48,8 @@ COMMANDS = {
 FLAGS = ("--json", "--nl", "--csv", "--tsv")
 
 
-#: Commands that work on an SQLite file (on PostgreSQL they refuse: test_cli.py), and
-#: import, which PostgreSQL does not have yet (it refuses: test_bundle.py).
-SQLITE_COMMANDS = {"doctor", "vacuum", "backup", "import"}
+#: Commands that work on an SQLite file (on PostgreSQL they refuse: test_cli.py).
+SQLITE_COMMANDS = {"doctor", "vacuum", "backup"}
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +162,7 @@ def test_the_four_formats_carry_the_same_records(command: str, stores: Stores) -
     same_records_in_four_formats(command, stores)
 
 
-@pytest.mark.backends("sqlite")  # commands of a file, and import (refused on a server)
+@pytest.mark.backends("sqlite")  # commands of a file
 @pytest.mark.parametrize("command", sorted(SQLITE_COMMANDS))
 def test_the_sqlite_commands_carry_the_same_records_in_four_formats(
     command: str, stores: Stores
@@ -221,9 +220,11 @@ def test_records_are_what_the_library_returns(stores: Stores) -> None:
     ]
     [exported] = get("export")
     assert (exported["sessions"], exported["messages"], exported["format"]) == (6, 22, "jsonl")
+    [imported] = get("import")
+    assert (imported["sessions_added"], imported["messages_added"]) == (6, 22)
 
 
-@pytest.mark.backends("sqlite")  # commands of a file, and import (refused on a server)
+@pytest.mark.backends("sqlite")  # commands of a file
 def test_sqlite_command_records_are_what_the_library_returns(stores: Stores) -> None:
     def get(command: str) -> list[dict[str, Any]]:
         return records(command, "--json", stores)
@@ -232,8 +233,6 @@ def test_sqlite_command_records_are_what_the_library_returns(stores: Stores) -> 
         ("session counters", True),
         ("message id sequence", True),
     ]
-    [imported] = get("import")
-    assert (imported["sessions_added"], imported["messages_added"]) == (6, 22)
     [copied] = get("backup")
     assert copied["integrity"] == "ok" and copied["removed"] == []
     [vacuumed] = get("vacuum")
