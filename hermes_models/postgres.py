@@ -272,11 +272,26 @@ def search_path(target: ServerTarget, extension_schema: str | None) -> str | Non
     return ", ".join(path)
 
 
-def migrate(url: str) -> list[str]:
+def optional_migrations_dir(name: str) -> Path:
+    """The folder of the opt-in PostgreSQL migration set ``name``
+    (``migrations/postgresql/<name>``, the same ids as SQLite's ``migrations/<name>``).
+
+    Raises:
+        MigrationError: there is no such set in this installation.
+    """
+    folder = migrations_dir() / name
+    if not folder.is_dir():
+        raise MigrationError(f"no opt-in PostgreSQL migration set {name!r} in this installation")
+    return folder
+
+
+def migrate(url: str, *, optional: str | None = None) -> list[str]:
     """Apply the pending PostgreSQL migrations to the store ``url``; returns
     the ids applied (``[]`` when it is up to date).
 
-    The profile schema is created first when the URL names one.
+    The profile schema is created first when the URL names one. With
+    ``optional``, the opt-in set of that name (:func:`optional_migrations_dir`)
+    is applied instead; it builds on the baseline's tables.
 
     Raises:
         ValueError: the URL is not a usable PostgreSQL URL.
@@ -284,6 +299,7 @@ def migrate(url: str) -> list[str]:
             or yoyo's lock could not be taken.
     """
     target = parse_url(url)
+    folder = migrations_dir() if optional is None else optional_migrations_dir(optional)
     from yoyo import get_backend, read_migrations  # loaded when used: migrating is rare
     from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
 
@@ -298,7 +314,7 @@ def migrate(url: str) -> list[str]:
     yoyo_url = urlunsplit(("postgresql+psycopg", parts.netloc, parts.path, urlencode(query), ""))
     backend = get_backend(yoyo_url)
     try:
-        migrations = read_migrations(str(migrations_dir()))
+        migrations = read_migrations(str(folder))
         with backend.lock(timeout=600):
             pending = backend.to_apply(migrations)
             ids = [m.id for m in pending]
@@ -514,6 +530,15 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
     def path(self) -> str:
         """Where the store is, for messages (the URL without its password)."""
         return self.target.label()
+
+    @property
+    def url(self) -> str:
+        """The store's URL (its schema included; the pool's settings left out), as
+        :func:`migrate` takes it."""
+        if self.target.schema is None:
+            return self.target.url
+        sep = "&" if urlsplit(self.target.url).query else "?"
+        return f"{self.target.url}{sep}schema={self.target.schema}"
 
     def write(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` in one ``SERIALIZABLE`` transaction and return its result.
@@ -885,6 +910,7 @@ __all__ = [
     "migrate",
     "migrations_dir",
     "open_database",
+    "optional_migrations_dir",
     "parse_url",
     "qmark_to_format",
     "search_path",
