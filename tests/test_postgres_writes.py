@@ -121,18 +121,21 @@ def test_the_first_end_wins(pg_url: str) -> None:
 # -- the pool ---------------------------------------------------------------------------------
 
 
-def with_pool(url: str, **settings: Any) -> str:
+def with_pool(url: str, app: str, **settings: Any) -> str:
+    """``url`` with pool settings, its connections named ``app`` (libpq's
+    application_name), so that the server counts this handle's alone: handles of
+    earlier tests may still hold idle connections to a database handed out again."""
+    settings["application_name"] = app
     return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in settings.items())
 
 
-def server_connections(url: str) -> int:
-    """Connections to the database of ``url`` now, besides the one asking."""
-    found = rows(
-        url,
-        "SELECT count(*) FROM pg_stat_activity"
-        " WHERE datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    return int(found[0][0])
+def count_named(app: str) -> str:
+    return f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"
+
+
+def server_connections(url: str, app: str) -> int:
+    """Connections named ``app`` on the server of ``url`` now."""
+    return int(rows(url, count_named(app))[0][0])
 
 
 def backend_pid(store: SessionDB) -> int:
@@ -147,15 +150,10 @@ def test_sixteen_threads_share_a_pool_of_four(pg_url: str) -> None:
     def count() -> None:
         with pg_server.connect(parse_url(pg_url).url, autocommit=True) as conn:
             while not done.is_set():
-                seen.append(
-                    conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                    ).fetchone()[0]
-                )
+                seen.append(conn.execute(count_named("sixteen")).fetchone()[0])
                 time.sleep(0.002)
 
-    with SessionDB(with_pool(pg_url, max_connections=4)) as store:
+    with SessionDB(with_pool(pg_url, "sixteen", max_connections=4)) as store:
         store.create_session("s", "cli")
 
         def calls(i: int) -> int:
@@ -178,11 +176,11 @@ def test_sixteen_threads_share_a_pool_of_four(pg_url: str) -> None:
         assert 2 <= max(seen) <= 4, max(seen)
         status = store.database.pool_status()  # type: ignore[attr-defined]
         assert status["in_use"] == 0 and status["idle"] <= 4 and status["max"] == 4
-        assert server_connections(pg_url) == status["idle"]
+        assert server_connections(pg_url, "sixteen") == status["idle"]
 
 
 def test_a_thread_that_ends_holding_a_connection_hands_it_back(pg_url: str) -> None:
-    with SessionDB(with_pool(pg_url, max_connections=1, pool_timeout=0.5)) as store:
+    with SessionDB(with_pool(pg_url, "ends", max_connections=1, pool_timeout=0.5)) as store:
         store.create_session("s", "cli")
         held: list[int] = []
         # Raw SQL through _conn keeps the thread's connection until the thread ends.
@@ -193,11 +191,11 @@ def test_a_thread_that_ends_holding_a_connection_hands_it_back(pg_url: str) -> N
         assert backend_pid(store) == held[0]  # the one connection, handed back
         assert time.monotonic() - started < 0.5
         assert store.get_session("s") is not None
-        assert server_connections(pg_url) == 1
+        assert server_connections(pg_url, "ends") == 1
 
 
 def test_a_thread_waits_for_a_connection_no_longer_than_pool_timeout(pg_url: str) -> None:
-    with SessionDB(with_pool(pg_url, max_connections=1, pool_timeout=0.3)) as store:
+    with SessionDB(with_pool(pg_url, "waits", max_connections=1, pool_timeout=0.3)) as store:
         store.create_session("s", "cli")
         backend_pid(store)  # this thread holds the only connection
         failed: list[BaseException] = []
@@ -223,7 +221,7 @@ def test_a_thread_waits_for_a_connection_no_longer_than_pool_timeout(pg_url: str
 
 
 def test_a_stale_connection_is_replaced(pg_url: str) -> None:
-    with SessionDB(with_pool(pg_url, stale_timeout=1)) as store:
+    with SessionDB(with_pool(pg_url, "stale", stale_timeout=1)) as store:
         store.create_session("s", "cli")
         first = backend_pid(store)
         store.database.release()  # type: ignore[attr-defined]
@@ -265,7 +263,7 @@ def test_a_restarted_server_costs_callers_nothing() -> None:
     with pg_server.connect(server_url, autocommit=True) as conn:
         conn.execute("CREATE DATABASE restarted")
     url = server_url.rsplit("/", 1)[0] + "/restarted"
-    with SessionDB(with_pool(url, max_connections=4)) as store:
+    with SessionDB(with_pool(url, "restarted", max_connections=4)) as store:
         store.create_session("s", "cli")
         store.append_message("s", "user", "before")
         seen: list[Any] = []
@@ -291,7 +289,7 @@ def test_a_restarted_server_costs_callers_nothing() -> None:
         results = race(8, lambda i: store.append_message("s", "user", f"thread {i}"))
         assert all(isinstance(r, int) for r in results), results
         assert store.message_count("s") == 10
-        assert server_connections(url) <= 4
+        assert server_connections(url, "restarted") <= 4
 
 
 KILLED_WRITER = textwrap.dedent(
