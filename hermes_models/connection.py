@@ -132,7 +132,7 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
     """:func:`connect` for a ``postgresql://`` URL."""
     try:
         target = parse_url(url, argument="target")
-        key = (target.url + "#" + (target.schema or ""), read_only)
+        key = (target.key(), read_only)
         with _open_lock:
             db = _servers.get(key)
             if db is None:
@@ -140,7 +140,8 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
                     postgres.migrate(url)
                     _migrated_servers.add(key[0])
                 db = postgres.open_database(url, migrate_first=False, read_only=read_only)
-                db.connect(reuse_if_open=True)
+                db.connect(reuse_if_open=True)  # the server answers (and the store's shape)
+                db.release()
                 _servers[key] = db
     except Exception as exc:
         record_init_error(exc)
@@ -230,6 +231,8 @@ def _require_store(db: HermesDatabase) -> None:
 def _after_fork_in_child() -> None:
     for db in list(_databases.values()):
         db.forget_connections()
+    for server in list(_servers.values()):
+        server.forget_connections()
 
 
 if hasattr(os, "register_at_fork"):

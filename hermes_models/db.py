@@ -321,6 +321,10 @@ class HermesDatabase(peewee.SqliteDatabase):
             self.checkpoint("TRUNCATE")
         return bool(super().close())
 
+    def release(self) -> None:
+        """Nothing to do: each thread keeps its own connection to the file (a pool
+        is for a server; see :meth:`hermes_models.postgres.PostgresDatabase.release`)."""
+
     def forget_connections(self) -> None:
         """Drop, without closing them, the connections a forked child inherited.
 

@@ -23,6 +23,11 @@ class WriteConflictError(HermesModelsError, sqlite3.OperationalError):
     """A write stayed locked out by other writers for the whole retry budget."""
 
 
+class PoolTimeoutError(HermesModelsError, sqlite3.OperationalError):
+    """Every connection of a PostgreSQL handle's pool stayed in use for the whole
+    ``pool_timeout`` (the server's counterpart of a file locked too long)."""
+
+
 class ReadOnlyDatabaseError(HermesModelsError, sqlite3.OperationalError):
     """A write was refused: the handle is read-only, or the file or its folder is."""
 
@@ -104,6 +109,7 @@ __all__ = [
     "ImportConflictError",
     "MigrationError",
     "NotADatabaseError",
+    "PoolTimeoutError",
     "ReadOnlyDatabaseError",
     "SchemaTooNewError",
     "TargetNotEmptyError",

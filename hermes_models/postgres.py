@@ -16,6 +16,7 @@ processes opening a new database at once apply each migration once.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import logging
@@ -32,10 +33,17 @@ from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import peewee
+from playhouse.pool import MaxConnectionsExceeded, PooledDatabase
 from playhouse.postgres_ext import Psycopg3Database
 
 from . import postgres_sql, writes
-from .errors import SQLITE_ERRORS, MigrationError, ReadOnlyDatabaseError, WriteConflictError
+from .errors import (
+    SQLITE_ERRORS,
+    MigrationError,
+    PoolTimeoutError,
+    ReadOnlyDatabaseError,
+    WriteConflictError,
+)
 from .shape import PROBED, FileShape
 
 logger = logging.getLogger("hermes_models")
@@ -64,6 +72,18 @@ class ServerTarget:
 
     url: str
     schema: str | None
+    #: The pool of the handle (URL parameters ``max_connections``, ``stale_timeout``,
+    #: ``pool_timeout``; see :class:`PostgresDatabase`).
+    max_connections: int = 8
+    stale_timeout: int = 300
+    pool_timeout: float = 60.0
+
+    def key(self) -> str:
+        """What tells one store and pool apart (one handle per key and mode)."""
+        return (
+            f"{self.url}#{self.schema or ''}"
+            f"#{self.max_connections},{self.stale_timeout},{self.pool_timeout}"
+        )
 
     def label(self) -> str:
         """The URL without its password, for messages and logs."""
@@ -108,9 +128,38 @@ def _parse_url(url: str) -> ServerTarget:
             "schema must be a lower-case identifier (letters, digits and _, at most 63)"
             f", not {schema!r}"
         )
-    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    pool: dict[str, Any] = {}
+    for name, (kind, low, high) in POOL_PARAMETERS.items():
+        given = [value for key, value in query if key == name]
+        if len(given) > 1:
+            raise ValueError(f"{name} is given {len(given)} times in {url!r}")
+        if given:
+            pool[name] = _pool_number(name, given[0], kind, low, high)
+    ours = {"schema", *POOL_PARAMETERS}
+    rest = urlencode([(key, value) for key, value in query if key not in ours])
     server = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
-    return ServerTarget(server, schema)
+    return ServerTarget(server, schema, **pool)
+
+
+#: The pool's URL parameters: their type, smallest and largest value.
+POOL_PARAMETERS: dict[str, tuple[type, float, float]] = {
+    "max_connections": (int, 1, 10_000),
+    "stale_timeout": (int, 0, 86_400),
+    "pool_timeout": (float, 0, 86_400),
+}
+
+
+def _pool_number(name: str, text: str, kind: type, low: float, high: float) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value != value or not low <= value <= high:
+        raise ValueError(
+            f"{name} must be {'an integer' if kind is int else 'a number'}"
+            f" from {kind(low)} to {kind(high)}, not {text!r}"
+        )
+    return value
 
 
 def migrations_dir() -> Path:
@@ -223,11 +272,26 @@ def search_path(target: ServerTarget, extension_schema: str | None) -> str | Non
     return ", ".join(path)
 
 
-def migrate(url: str) -> list[str]:
+def optional_migrations_dir(name: str) -> Path:
+    """The folder of the opt-in PostgreSQL migration set ``name``
+    (``migrations/postgresql/<name>``, the same ids as SQLite's ``migrations/<name>``).
+
+    Raises:
+        MigrationError: there is no such set in this installation.
+    """
+    folder = migrations_dir() / name
+    if not folder.is_dir():
+        raise MigrationError(f"no opt-in PostgreSQL migration set {name!r} in this installation")
+    return folder
+
+
+def migrate(url: str, *, optional: str | None = None) -> list[str]:
     """Apply the pending PostgreSQL migrations to the store ``url``; returns
     the ids applied (``[]`` when it is up to date).
 
-    The profile schema is created first when the URL names one.
+    The profile schema is created first when the URL names one. With
+    ``optional``, the opt-in set of that name (:func:`optional_migrations_dir`)
+    is applied instead; it builds on the baseline's tables.
 
     Raises:
         ValueError: the URL is not a usable PostgreSQL URL.
@@ -235,6 +299,7 @@ def migrate(url: str) -> list[str]:
             or yoyo's lock could not be taken.
     """
     target = parse_url(url)
+    folder = migrations_dir() if optional is None else optional_migrations_dir(optional)
     from yoyo import get_backend, read_migrations  # loaded when used: migrating is rare
     from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
 
@@ -249,7 +314,7 @@ def migrate(url: str) -> list[str]:
     yoyo_url = urlunsplit(("postgresql+psycopg", parts.netloc, parts.path, urlencode(query), ""))
     backend = get_backend(yoyo_url)
     try:
-        migrations = read_migrations(str(migrations_dir()))
+        migrations = read_migrations(str(folder))
         with backend.lock(timeout=600):
             pending = backend.to_apply(migrations)
             ids = [m.id for m in pending]
@@ -269,59 +334,211 @@ def migrate(url: str) -> list[str]:
         backend.connection.close()
 
 
-class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
-    """A handle on a PostgreSQL store (psycopg 3). Each connection uses the
-    profile's schema and, for a read-only handle, read-only transactions; the
-    first one reads what the store holds (:attr:`shape`)."""
+class _Connections(Psycopg3Database):  # type: ignore[misc]
+    """Psycopg3Database whose new connections are made ready once, when made:
+    text escaping, the profile's search path, read-only transactions for a
+    read-only handle, and (the first time) the probe of what the store holds.
+    A connection handed out again by the pool needs none of it again."""
+
+    target: ServerTarget
+    read_only: bool
+    shape: FileShape | None
+    _search_path: str | None
+    _registry: _Registry
+
+    def _connect(self) -> Any:
+        conn = super()._connect()
+        self._registry.conns[id(conn)] = conn
+        try:
+            adapt_text(conn)
+            if self.target.schema is not None:
+                if self._search_path is None:
+                    path = search_path(self.target, _extension_schema(conn))
+                    self._search_path = path or self.target.schema
+                conn.execute(postgres_sql.set_search_path(self._search_path))
+            if self.read_only:
+                conn.execute(postgres_sql.READ_ONLY_SESSION)
+            if self.shape is None:
+                self.shape = _probe(conn)
+        except Exception:
+            self._registry.conns.pop(id(conn), None)
+            conn.close()
+            raise
+        return conn
+
+
+class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
+    """A handle on a PostgreSQL store (psycopg 3) with a bounded pool of connections.
+
+    peewee's pool (:class:`playhouse.pool.PooledDatabase`): a thread takes a
+    connection when it runs its first statement and keeps it until it hands it
+    back (:meth:`release`, which every ``SessionDB`` method does when it returns,
+    or ``close()``), or until the thread ends. At most ``max_connections``
+    connections are open (URL parameter, default 8); a thread that finds them all
+    taken waits up to ``pool_timeout`` seconds (default 60) for one, then
+    :class:`~hermes_models.errors.PoolTimeoutError`. A connection older than
+    ``stale_timeout`` seconds (default 300; 0: never) is closed instead of being
+    handed out again. A connection the server dropped (a restart) is replaced:
+    see :meth:`execute_sql` and :meth:`write`.
+
+    Each connection uses the profile's schema and, for a read-only handle,
+    read-only transactions; the first one reads what the store holds
+    (:attr:`shape`).
+    """
 
     dialect = "postgresql"
 
     def __init__(self, target: ServerTarget, *, read_only: bool = False) -> None:
         parts = urlsplit(target.url)
         options: dict[str, Any] = dict(parse_qsl(parts.query))
+        self.target = target
+        self.read_only = read_only
+        self._search_path = None
+        #: What the store holds, read at the first connection (the models select
+        #: the columns it has, as they do for a file).
+        self.shape = None
+        self._registry = _Registry()
+        self._thread_tokens = threading.local()
+        #: Which check-out of a connection is current (by ``id()``): a thread that
+        #: ended hands back only the connection it still holds.
+        self._checkouts: dict[int, int] = {}
+        self._serials = itertools.count(1)
+        #: Connections of threads that ended, to hand back (see :func:`_orphaned`).
+        self._orphans: collections.deque[tuple[Any, int]] = collections.deque()
         super().__init__(
             parts.path.lstrip("/"),
+            max_connections=target.max_connections,
+            stale_timeout=target.stale_timeout,
+            # peewee's 0 means "wait for ever", None "do not wait".
+            timeout=target.pool_timeout or None,
             user=parts.username,
             password=parts.password,
             host=parts.hostname,
             port=parts.port,
             **options,
         )
-        self.target = target
-        self.read_only = read_only
-        self._thread_tokens = threading.local()
-        self._search_path: str | None = None
-        #: What the store holds, read at the first connection (the models select
-        #: the columns it has, as they do for a file).
-        self.shape: FileShape | None = None
+        # Connections still open when the handle goes away (or the program ends)
+        # are closed, by the process that opened them only.
+        weakref.finalize(self, _close_registered, self._registry)
+
+    # -- the pool ------------------------------------------------------------
+
+    def connect(self, reuse_if_open: bool = False) -> bool:
+        """Take a connection from the pool for this thread (peewee's ``connect``).
+
+        Raises:
+            PoolTimeoutError: every connection stayed taken for ``pool_timeout`` s.
+        """
+        try:
+            return bool(super().connect(reuse_if_open))
+        except MaxConnectionsExceeded as exc:
+            raise PoolTimeoutError(
+                f"{self.path}: all {self.target.max_connections} connections of the pool"
+                f" stayed in use for {self.target.pool_timeout:g} s"
+                " (raise max_connections in the URL, or hand connections back sooner)"
+            ) from exc
 
     def _connect(self) -> Any:
-        conn = super()._connect()
-        adapt_text(conn)
-        # peewee keeps one connection per thread: one whose thread ended is
-        # closed when the thread's state goes away (psycopg warns of a
-        # connection left to the garbage collector), never by a forked child.
+        self._take_back_orphans()
+        conn = super()._connect()  # the pool's: an idle connection, or a new one
+        serial = next(self._serials)
+        with self._pool_lock:
+            self._checkouts[id(conn)] = serial
+        # A thread that ends holding the connection hands it back: its token goes
+        # away with the thread's state, and the finalizer queues the connection.
         token = _ThreadToken()
-        finalizer = weakref.finalize(token, _close_owned, conn, os.getpid())
+        finalizer = weakref.finalize(
+            token, _orphaned, self._orphans, conn, serial, self._registry.pid
+        )
         finalizer.atexit = False
         self._thread_tokens.token = token
+        self._thread_tokens.finalizer = finalizer
         return conn
 
-    def _initialize_connection(self, conn: Any) -> None:
-        if self.target.schema is not None:
-            if self._search_path is None:
-                path = search_path(self.target, _extension_schema(conn))
-                self._search_path = path or self.target.schema
-            conn.execute(postgres_sql.set_search_path(self._search_path))
-        if self.read_only:
-            conn.execute(postgres_sql.READ_ONLY_SESSION)
-        if self.shape is None:
-            self.shape = _probe(conn)
+    def _take_back_orphans(self) -> None:
+        """Hand back to the pool the connections of threads that ended holding one."""
+        while self._orphans:
+            try:
+                conn, serial = self._orphans.popleft()
+            except IndexError:
+                return
+            with self._pool_lock:
+                if self._checkouts.get(id(conn)) == serial:
+                    self._close(conn)
+
+    def _is_closed(self, conn: Any) -> bool:
+        # Asked of an idle connection before it is handed out. A look at the
+        # connection's own state, no round trip: a connection the server dropped
+        # while idle fails at its first statement, and execute_sql() and write()
+        # run that statement again on a new one.
+        if conn.closed or conn.broken or conn.pgconn.transaction_status not in _REUSABLE:
+            self._close_raw(conn)
+            return True
+        return False
+
+    def _can_reuse(self, conn: Any) -> bool:
+        # Asked when a connection is handed back: an open transaction is rolled
+        # back; a broken connection is not pooled.
+        if conn.closed or conn.broken:
+            return False
+        try:
+            if conn.pgconn.transaction_status != _IDLE:
+                conn.rollback()
+        except Exception:
+            return False
+        return bool(conn.pgconn.transaction_status == _IDLE)
+
+    def _close(self, conn: Any, close_conn: bool = False) -> None:
+        with self._pool_lock:
+            self._checkouts.pop(id(conn), None)
+            super()._close(conn, close_conn)
+
+    def _close_raw(self, conn: Any) -> None:
+        self._registry.conns.pop(id(conn), None)
+        super()._close_raw(conn)
+
+    def close(self) -> bool:
+        """Hand this thread's connection back to the pool (peewee's ``close``)."""
+        closed = bool(super().close())
+        finalizer = getattr(self._thread_tokens, "finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
+            self._thread_tokens.finalizer = None
+        return closed
+
+    def release(self) -> None:
+        """Hand this thread's connection back to the pool, unless a transaction is
+        open on it (the package's, or one of the caller's through ``_conn``) or the
+        thread holds it on purpose (peewee's ``connection_context()``).
+        ``SessionDB`` does this after each method, so threads share the pool."""
+        conn = self._state.conn
+        if conn is None or self._state.ctx or self.in_transaction():
+            return
+        if conn.closed or conn.pgconn.transaction_status == _IDLE:
+            self.close()
+
+    def pool_status(self) -> dict[str, int]:
+        """The connections of the pool now: ``in_use``, ``idle`` and ``max``."""
+        with self._pool_lock:
+            return {
+                "in_use": len(self._in_use),
+                "idle": len(self._connections),
+                "max": self.target.max_connections,
+            }
 
     @property
     def path(self) -> str:
         """Where the store is, for messages (the URL without its password)."""
         return self.target.label()
+
+    @property
+    def url(self) -> str:
+        """The store's URL (its schema included; the pool's settings left out), as
+        :func:`migrate` takes it."""
+        if self.target.schema is None:
+            return self.target.url
+        sep = "&" if urlsplit(self.target.url).query else "?"
+        return f"{self.target.url}{sep}schema={self.target.schema}"
 
     def write(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` in one ``SERIALIZABLE`` transaction and return its result.
@@ -397,15 +614,18 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
         return conn is not None and bool(conn.closed or getattr(conn, "broken", False))
 
     def _reset_connection(self) -> None:
-        """Forget this thread's connection (closed if it can be), and any transaction
-        peewee kept for it: the next statement connects again."""
+        """Close this thread's connection and forget any transaction peewee kept for
+        it: the next statement takes another. A lost connection seldom comes alone
+        (a server restart drops them all), so the idle ones are closed too."""
         conn = self._state.conn
         if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+            self._close(conn, close_conn=True)
         self._state.reset()
+        finalizer = getattr(self._thread_tokens, "finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
+            self._thread_tokens.finalizer = None
+        self.close_idle()
 
     def run(self, sql: str, params: Any) -> Any:
         """Run one statement the package rendered
@@ -434,9 +654,23 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
 
     def forget_connections(self) -> None:
         """Drop, without closing them, the connections a forked child inherited
-        (closing one would end the parent's session on the server)."""
+        (closing one, or letting it be collected, would end the parent's session on
+        the server), and start an empty pool with locks of its own."""
         handle: Any = self
+        _abandoned.append(
+            (handle._state, handle._connections, handle._in_use, self._registry.conns)
+        )
         handle._state = peewee._ConnectionLocal()
+        handle._lock = threading.RLock()
+        handle._pool_lock = threading.RLock()
+        handle._pool_available = threading.Condition(handle._pool_lock)
+        handle._connections = []
+        handle._in_use = {}
+        self._checkouts = {}
+        self._orphans = collections.deque()
+        self._thread_tokens = threading.local()
+        self._registry.conns = {}
+        self._registry.pid = os.getpid()
 
     def describe(self) -> Mapping[str, Any]:
         """Where the handle points, for messages: URL without password, schema."""
@@ -444,18 +678,48 @@ class PostgresDatabase(Psycopg3Database):  # type: ignore[misc]
 
 
 class _ThreadToken:
-    """Lives as long as one thread's connection may (see PostgresDatabase._connect)."""
+    """Lives as long as one thread holds a connection (see PostgresDatabase._connect)."""
 
     __slots__ = ("__weakref__",)
 
 
-def _close_owned(conn: Any, pid: int) -> None:
-    if os.getpid() != pid:
+class _Registry:
+    """Every connection a handle opened and has not closed, and the process that
+    opened them (closed when the handle goes away: see PostgresDatabase)."""
+
+    __slots__ = ("conns", "pid")
+
+    def __init__(self) -> None:
+        self.conns: dict[int, Any] = {}
+        self.pid = os.getpid()
+
+
+def _orphaned(
+    orphans: collections.deque[tuple[Any, int]], conn: Any, serial: int, pid: int
+) -> None:
+    # Runs where a thread's state goes away: queue only, the pool's locks are not
+    # taken here. The next check-out hands the connection back.
+    if os.getpid() == pid:
+        orphans.append((conn, serial))
+
+
+def _close_registered(registry: _Registry) -> None:
+    if os.getpid() != registry.pid:
         return
-    try:
-        conn.close()
-    except Exception:
-        pass
+    conns, registry.conns = registry.conns, {}
+    for conn in conns.values():
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
+#: Connections a forked child inherited: kept, never closed nor collected there.
+_abandoned: list[Any] = []
+
+#: Transaction states of a connection that may be handed out / is idle.
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE
+_REUSABLE = frozenset({_IDLE})
 
 
 def _probe(conn: Any) -> FileShape:
@@ -646,6 +910,7 @@ __all__ = [
     "migrate",
     "migrations_dir",
     "open_database",
+    "optional_migrations_dir",
     "parse_url",
     "qmark_to_format",
     "search_path",

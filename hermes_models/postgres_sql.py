@@ -474,9 +474,19 @@ def reindex(index: str) -> str:
 VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
 
 
+# -- opt-in migration sets --
+# hermes_models.telegram: whether an opt-in set (migrations/postgresql/<name>) was applied.
+
+#: Which of the given yoyo migration hashes (``%s``: ``text[]``) are recorded as applied.
+APPLIED_MIGRATIONS_AMONG = (
+    "SELECT migration_hash FROM _yoyo_migration WHERE migration_hash = ANY(%s::text[])"
+)
+
+
 __all__ = [
     "ACTIVE",
     "ADD_STAGED_ORDER",
+    "APPLIED_MIGRATIONS_AMONG",
     "BACKEND_PID",
     "BEGIN_SNAPSHOT",
     "COLUMNS",

@@ -2,10 +2,12 @@
 
 The two tables exist only once topic mode was first used: they come from
 the opt-in migration set ``migrations/telegram_topics`` (see
-:func:`hermes_models.schema.migrate_optional`), which :func:`apply`
-applies. Enabling topic mode and binding a topic apply it first; every
-read works on a file without the tables and answers "nothing" (None,
-``[]``, False), and disabling is then a no-op.
+:func:`hermes_models.schema.migrate_optional`), or on a PostgreSQL store
+``migrations/postgresql/telegram_topics`` (the same id and tables, see
+:func:`hermes_models.postgres.migrate`), which :func:`apply` applies.
+Enabling topic mode and binding a topic apply it first; every read works on
+a store without the tables and answers "nothing" (None, ``[]``, False), and
+disabling is then a no-op.
 
 A session is bound to at most one (chat, thread); binding it elsewhere is
 refused. Deleting a session drops its binding (``ON DELETE CASCADE``).
@@ -15,19 +17,23 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
+from . import postgres, postgres_sql
 from .binding import current, write
 from .checks import check_flag, check_int64, check_key
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .listing import enriched_sessions
 from .models import BaseModel, Session
-from .schema import TELEGRAM_TOPICS, migrate_optional
+from .schema import TELEGRAM_TOPICS, migrate_optional, migration_hash, migration_ids
 from .statements import fetch_dicts
+
+T = TypeVar("T")
 
 
 class TelegramTopicMode(BaseModel):
@@ -69,10 +75,32 @@ class TelegramTopicBinding(BaseModel):
 ALREADY_LINKED = "session is already linked to another Telegram topic"
 
 
+#: PostgreSQL's SQLSTATE for a table that does not exist (undefined_table).
+_UNDEFINED_TABLE = "42P01"
+
+
 def _missing_table(exc: BaseException) -> bool:
+    """True when ``exc`` says the topic tables were never created: SQLite's "no
+    such table", PostgreSQL's undefined_table."""
+    if isinstance(exc, peewee.ProgrammingError):
+        return getattr(getattr(exc, "orig", None), "sqlstate", None) == _UNDEFINED_TABLE
     return isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)) and (
         "no such table" in str(exc)
     )
+
+
+#: What a read of the tables may raise when they do not exist (on either backend).
+_READ_ERRORS = (sqlite3.OperationalError, peewee.OperationalError, peewee.ProgrammingError)
+
+
+def _read(fn: Callable[[], T]) -> T:
+    """``fn()``; inside a transaction on PostgreSQL, in a savepoint, so that a
+    missing table fails the read alone, not the caller's transaction."""
+    db = current()
+    if db.dialect == "postgresql" and db.in_transaction():
+        with db.atomic():
+            return fn()
+    return fn()
 
 
 def _flag(value: Any, argument: str) -> int | None:
@@ -90,7 +118,25 @@ def apply() -> list[str]:
     refuse_newer_schema(db.path, db.shape, "setting up topic mode")
     if db.read_only:
         raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; topic mode cannot be set up")
+    if isinstance(db, postgres.PostgresDatabase):
+        if _applied_on_server(db):
+            return []
+        return postgres.migrate(db.url, optional=TELEGRAM_TOPICS)
     return migrate_optional(db.path, TELEGRAM_TOPICS)
+
+
+def _applied_on_server(db: Any) -> bool:
+    """True when the store on a server has every migration of the topic set: one
+    read, where applying takes yoyo's lock and two connections of its own."""
+    folder = postgres.optional_migrations_dir(TELEGRAM_TOPICS)
+    wanted = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
+    try:
+        found = _read(
+            lambda: db.execute_sql(postgres_sql.APPLIED_MIGRATIONS_AMONG, (wanted,)).fetchall()
+        )
+    except _READ_ERRORS:
+        return False
+    return len(found) == len(wanted)
 
 
 def enable(
@@ -144,7 +190,7 @@ def disable(chat_id: Any, clear_bindings: bool = True) -> None:
 
     try:
         write(run)
-    except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+    except _READ_ERRORS as exc:
         if not _missing_table(exc):
             raise
 
@@ -152,14 +198,12 @@ def disable(chat_id: Any, clear_bindings: bool = True) -> None:
 def is_enabled(chat_id: Any, user_id: Any) -> bool:
     """True when the chat turned topic mode on and the user matches."""
     chat, user = check_key(chat_id, "chat_id"), check_key(user_id, "user_id")
+    query = TelegramTopicMode.select(TelegramTopicMode.enabled).where(
+        TelegramTopicMode.chat_id == chat, TelegramTopicMode.user_id == user
+    )
     try:
-        row = (
-            TelegramTopicMode.select(TelegramTopicMode.enabled)
-            .where(TelegramTopicMode.chat_id == chat, TelegramTopicMode.user_id == user)
-            .tuples()
-            .first()
-        )
-    except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+        row = _read(query.tuples().first)
+    except _READ_ERRORS as exc:
         if _missing_table(exc):
             return False
         raise
@@ -171,8 +215,8 @@ def _bindings(*conditions: Any, order: Any = None) -> list[dict[str, Any]]:
     if order is not None:
         query = query.order_by(order)
     try:
-        return fetch_dicts(query)
-    except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+        return _read(lambda: fetch_dicts(query))
+    except _READ_ERRORS as exc:
         if _missing_table(exc):
             return []
         raise
@@ -284,8 +328,8 @@ def unlinked_sessions(chat_id: Any, user_id: Any, limit: int = 10) -> list[dict[
         return (SQL('"last_active"').desc(), s.started_at.desc(), s.id.desc())
 
     try:
-        return enriched_sessions(lambda s: terms(s, True), order=order, limit=limit)
-    except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+        return _read(lambda: enriched_sessions(lambda s: terms(s, True), order=order, limit=limit))
+    except _READ_ERRORS as exc:
         if not _missing_table(exc):
             raise
     return enriched_sessions(lambda s: terms(s, False), order=order, limit=limit)

