@@ -598,12 +598,23 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
                 again = type(exc)(worded)
                 again.orig = getattr(exc, "orig", None)  # type: ignore[attr-defined]
                 raise again from exc
-            inside = self.in_transaction()
+            if self.in_transaction():
+                # The transaction went with the connection: the transactions
+                # peewee keeps for it end as the exception leaves them (their
+                # rollback has nothing to do, see rollback()), and write()
+                # takes a new connection and runs the write again.
+                raise
             self._reset_connection()
-            if inside:
-                raise  # the transaction went with the connection: write() runs it again
             logger.info("%s: connection lost (%s); connecting again", self.path, exc)
             return super().execute_sql(sql, params, *args, **options)
+
+    def rollback(self) -> None:
+        """peewee's; nothing to do when this thread's connection was lost (the
+        server rolled its transaction back as the connection ended)."""
+        conn = self._state.conn
+        if conn is not None and (conn.closed or getattr(conn, "broken", False)):
+            return
+        super().rollback()
 
     def _lost(self, exc: BaseException) -> bool:
         """True when ``exc`` means this thread's connection is gone."""

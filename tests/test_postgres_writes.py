@@ -118,6 +118,33 @@ def test_the_first_end_wins(pg_url: str) -> None:
         assert session["end_reason"] == f"reason-{results.index(True)}"
 
 
+def test_a_connection_lost_inside_a_write_runs_the_write_again(pg_url: str) -> None:
+    # The server ends this connection's backend in the middle of a write (as a
+    # restart or an idle-session killer would): the write runs again on a new
+    # connection, once, and nothing of the first attempt stays.
+    store = SessionDB(pg_url)
+    store.create_session("s", source="cli")
+    db = store.database
+    attempts: list[int] = []
+
+    def append_twice() -> None:
+        attempts.append(int(db.execute_sql("SELECT pg_backend_pid()").fetchone()[0]))
+        db.execute_sql(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (%s, %s, %s, %s)",
+            ("s", "user", f"attempt {len(attempts)}", 1.0),
+        )
+        if len(attempts) == 1:
+            with pg_server.connect(parse_url(pg_url).url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (attempts[0],))
+        db.execute_sql("SELECT 1")
+
+    store.database.write(append_twice)
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    assert rows(pg_url, "SELECT content FROM messages ORDER BY id") == [("attempt 2",)]
+    assert store.get_session("s") is not None  # the handle goes on working
+    store.close()
+
+
 # -- the pool ---------------------------------------------------------------------------------
 
 
