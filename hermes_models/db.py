@@ -111,14 +111,16 @@ _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", 
 
 
 class HermesDatabase(peewee.SqliteDatabase):
-    #: The SQL dialect (:mod:`hermes_models.dialect`).
-    dialect = "sqlite"
-
     """An SQLite file shared by several processes, set up the Hermes way.
 
     Use :func:`hermes_models.connect` rather than building one directly: it migrates the
     file first and keeps one handle per file per process.
     """
+
+    #: The SQL dialect (:mod:`hermes_models.dialect`).
+    dialect = "sqlite"
+    #: Whether connections come from a pool that :meth:`release` hands them back to.
+    pooled = False
 
     def __init__(
         self, path: Path, *, read_only: bool = False, params: dict[str, str] | None = None

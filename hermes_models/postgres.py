@@ -387,6 +387,7 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
     """
 
     dialect = "postgresql"
+    pooled = True
 
     def __init__(self, target: ServerTarget, *, read_only: bool = False) -> None:
         parts = urlsplit(target.url)

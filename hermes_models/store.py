@@ -101,8 +101,8 @@ def _api(method: F) -> F:
             raise unencodable_error(named) from None
         finally:
             unbind(token)
-            # On a server, the thread's connection goes back to the pool.
-            db.release()
+            if db.pooled:  # on a server, the thread's connection goes back to the pool
+                db.release()
 
     bind, unbind = bind_current, unbind_current  # looked up once, not per call
     return cast(F, wrapper)
