@@ -58,6 +58,10 @@ INT64_MAX = 2**63 - 1
 SCAN_FROM = 3
 #: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
 PREFILTER_GROUPS = 2
+#: Hits of a query ranked by the word index beyond which only the newest are ranked
+#: (:attr:`Shape.window`; None: every hit is ranked). BM25 scores every hit before
+#: the best come out: a word found in most of 500,000 messages took seconds.
+RANK_WINDOW: int | None = 20_000
 
 # -- routes: what a statement's SQL depends on -------------------------------------------
 
@@ -94,6 +98,11 @@ class Shape:
     #: True when only the newest messages (slot ``budget``: how many) are looked at, a
     #: first try that finds a page of a common query in a bounded number of rows.
     walk: bool = False
+    #: True when only the newest hits are ranked: those above the id of the
+    #: ``window + 1``-th newest hit of the groups the word index decides alone (slots
+    #: ``wq``, their FTS5 expression, and ``window``), when there are that many; every
+    #: hit otherwise (:func:`windowed`).
+    window: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -150,6 +159,28 @@ class Shape:
         """The index that ranks a mixed query: words if it has any, else trigrams."""
         positive = {r for g in self.groups for r in g.include}
         return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
+
+    @property
+    def word_groups(self) -> tuple[int, ...]:
+        """The groups (by position) whose terms all go to the word index."""
+        return tuple(
+            i
+            for i, g in enumerate(self.groups)
+            if all(route == WORDS for route in (*g.include, *g.exclude))
+        )
+
+    @property
+    def windowable(self) -> bool:
+        """True when the word index ranks the query and decides a group alone, so that
+        the newest :data:`RANK_WINDOW` hits of those groups can be told from it."""
+        return self.rank_route == WORDS and bool(self.word_groups)
+
+    @property
+    def floored(self) -> bool:
+        """True when the newest hits are those above a floor the word index tells (the
+        ``newest`` CTE); a windowed query its scan decides alone keeps the newest hits
+        by id instead."""
+        return self.window and not self.all_like
 
     @property
     def scanned(self) -> bool:
@@ -385,8 +416,67 @@ def filter_terms(shape: FilterShape, m: Any, s: Any) -> list[peewee.Node]:
 NUL = "\x00"
 
 
-def _rowids(index: type[FTS5Model], value: Any) -> Any:
-    return index.select(index.rowid).where(index.match(value))
+def _rowids(index: type[FTS5Model], value: Any, window: bool = False) -> Any:
+    """Rowids of ``index`` matching ``value``; with ``window``, only those above the
+    floor of the ``newest`` CTE (:func:`newest_cte`)."""
+    query = index.select(index.rowid).where(index.match(value))
+    return query.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR)) if window else query
+
+
+def windowed(shape: Shape, order: str, limit: int | None, *, scanned: bool = False) -> Shape:
+    """``shape``, ranking only the newest hits (:attr:`Shape.window`) when it is ranked
+    by the word index and a page of it is wanted (``limit`` not None); with
+    ``scanned``, also when its scan decides it alone (a session search counts every
+    hit it reads)."""
+    if RANK_WINDOW is None or order != "rank" or limit is None or limit < 0:
+        return shape
+    if not (shape.windowable or (scanned and shape.all_like)):
+        return shape
+    return dataclasses.replace(shape, window=True)
+
+
+def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
+    """The slots of the ``newest`` CTE: ``wq``, the groups the word index decides alone,
+    and ``window``, how many of their newest hits are ranked (at least ``upto``, the
+    end of the page)."""
+    if not shape.window:
+        return {}
+    groups = [query.groups[i] for i in shape.word_groups]
+    return {
+        "wq": " OR ".join(f"({group.fts()})" for group in groups) or '""',
+        "window": max(RANK_WINDOW or 0, upto),
+    }
+
+
+def newest_cte(filters: FilterShape) -> Any:
+    """``newest(floor)``: the id of the ``window + 1``-th newest message the ``wq``
+    groups match among those ``filters`` let through, or 0 when there are no more than
+    ``window`` of them.
+
+    The word index hands its matches over newest first without ranking them,
+    so this stops after ``window`` rows; the join to the messages (for the
+    filters) is only made when the index alone matches more than ``window``.
+    """
+    index = MessageIndex
+    bare = (
+        index.select(index.rowid)
+        .where(index.match(slot("wq")))
+        .order_by(index.rowid.desc())
+        .limit(1)
+        .offset(slot("window"))
+    )
+    m, s = Message.alias("wm"), Session.alias("ws")
+    shown = index.select(m.id).join(m, on=(m.id == index.rowid))
+    if filters.sources is not None or filters.exclude:
+        shown = shown.join(s, on=(s.id == m.session))
+    shown = (
+        shown.where(index.match(slot("wq")), *filter_terms(filters, m, s))
+        .order_by(index.rowid.desc())
+        .limit(1)
+        .offset(slot("window"))
+    )
+    floor = peewee.Case(None, [(peewee.NodeList((bare, SQL("IS NULL"))), 0)], fn.COALESCE(shown, 0))
+    return peewee.Select(columns=[floor]).cte("newest", columns=("floor",))
 
 
 def _starts_with_nul(m: Any) -> Any:
@@ -447,7 +537,7 @@ def _found(m: Any, k: int, v: Valuer) -> Any:
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
     if route == WORDS:
-        return m.id.in_(_rowids(MessageIndex, v(f"t{k}")))
+        return m.id.in_(_rowids(MessageIndex, v(f"t{k}"), shape.floored))
     if route == LIKE:
         return _found(m, k, v) if scanned else _like(m, k, v)
     trigram = m.id.in_(_rowids(MessageTrigramIndex, v(f"t{k}")))
@@ -667,6 +757,7 @@ class MessagePlan:
             "upto": min(upto, INT64_MAX),
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
+            **window_values(self.query, self.shape, max(upto, 0)),
         }
 
     def snippets(self, ids: list[int]) -> tuple[Statement, dict[str, Any]] | None:
@@ -706,6 +797,7 @@ class SessionPlan:
             **{f"s{i}": item for i, item in enumerate(self.sources or ())},
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
+            **window_values(self.query, self.shape, 0),
         }
 
 
@@ -792,6 +884,8 @@ def _one_index(
         .where(index.match(slot("q")), *where)
     )
     if single != TRIGRAM:
+        if shape.floored:
+            query = query.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
         return query, None
     gap = _trigram_gap(m, shape)
     if gap is not None:
@@ -860,9 +954,19 @@ def hits_query(
     candidates = m.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "cand"]))
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
+        if shape.window:
+            return (
+                m.select(*_columns(m, s, Value(0.0), slim))
+                .join(s, on=(s.id == m.session))
+                .where(candidates, *where)
+                .order_by(m.id.desc())
+                .limit(slot("window"))
+            )
         matching = [candidates, *where]
     else:
         matching = [predicate(m, shape), *where]
+    if shape.floored:
+        matching.append(m.id > SQL(sqlite_sql.NEWEST_FLOOR))
     if shape.walk:
         recent = Message.alias("recent")
         newest = recent.select(recent.id).order_by(recent.timestamp.desc(), recent.id.desc())
@@ -879,6 +983,8 @@ def hits_query(
     index = INDEXES[route]
     found = slot(f"any_{route}")
     ranked_rows = [index.match(found)]
+    if shape.floored:
+        ranked_rows.append(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
     if shape.driven(False):
         # Every hit holds a positive LIKE term: rank only the rows the scan found.
         ranked_rows.append(SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "cand"]))
@@ -894,7 +1000,7 @@ def hits_query(
         .join(s, on=(s.id == m.session))
         .where(*matching)
     )
-    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found)))
+    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found, shape.floored)))
     return with_rank.union_all(others)
 
 
@@ -927,6 +1033,8 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         # rows and the snippets are made right here, for those rows only.
         snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
         query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
+        if shape.floored:
+            query = query.with_cte(newest_cte(filters))
         return render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
     ctes: tuple[Any, ...] = ()
     if sort == "rank" and shape.single == TRIGRAM:
@@ -947,7 +1055,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(*ctes, page)
+        .with_cte(*([newest_cte(filters)] if shape.floored else []), *ctes, page)
     )
     return render(query)
 
@@ -1088,7 +1196,14 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
         )
         .join(ranked, on=(ranked.c.root_id == s.id))
         .where(ranked.c.rn == 1)
-        .with_cte(hits, starts, climb, owners, ranked)
+        .with_cte(
+            *([newest_cte(Filters().shape())] if shape.floored else []),
+            hits,
+            starts,
+            climb,
+            owners,
+            ranked,
+        )
     )
     if n_sources is not None:
         query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
@@ -1119,6 +1234,7 @@ __all__ = [
     "HIT_COLUMNS",
     "NUL",
     "PREFILTER_GROUPS",
+    "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",
     "FileRules",
@@ -1141,6 +1257,7 @@ __all__ = [
     "ids_values",
     "json_narrowing",
     "matching_query",
+    "newest_cte",
     "predicate",
     "render_search",
     "render_snippets",
@@ -1153,5 +1270,7 @@ __all__ = [
     "term_values",
     "trigram_servable",
     "visible",
+    "window_values",
+    "windowed",
     "written_out",
 ]

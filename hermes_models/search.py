@@ -56,6 +56,7 @@ from .plan import (
     ids_values,
     matching_query,
     scan_plan,
+    windowed,
     written_out,
 )
 from .query import LIKE, Matcher, SearchQuery, parse
@@ -412,7 +413,7 @@ def search_messages(
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
-        plan = MessagePlan(parsed, shape, filters, order, limit, offset)
+        plan = MessagePlan(parsed, windowed(shape, order, limit), filters, order, limit, offset)
         try:
             common = _common(plan, deadline)
         except _OutOfTime:  # while counting: no hit found yet
@@ -480,6 +481,7 @@ def search_sql(
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
         shape = shape.degraded()
+    shape = windowed(shape, order, limit)
     return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset))]
 
 
@@ -542,7 +544,9 @@ def search_sessions(
         return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
-        plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
+        plan = SessionPlan(
+            parsed, windowed(shape, "rank", limit, scanned=True), sources, rank_mode, limit, offset
+        )
         try:
             names, found = _run(plan, deadline)
         except _OutOfTime as exc:

@@ -297,6 +297,9 @@ ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
 #: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
 #: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).
 REST_LIMIT = '(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM "first")) END)'
+#: The id above which a search ranks its hits: the floor of its ``newest`` CTE
+#: (:func:`hermes_models.plan.newest_cte`; 0 when every hit is ranked).
+NEWEST_FLOOR = '(SELECT "floor" FROM "newest")'
 
 
 # -- the gram index and the TEMP triggers that keep it in step ---------------------------------
@@ -543,6 +546,7 @@ __all__ = [
     "MESSAGE_IDS_BETWEEN",
     "MESSAGE_SEQUENCE",
     "META_VALUE",
+    "NEWEST_FLOOR",
     "OPEN_GRAM_TABLE",
     "PAGE_COUNT",
     "READ_SCHEMA",
