@@ -98,11 +98,16 @@ class Shape:
     #: True when only the newest messages (slot ``budget``: how many) are looked at, a
     #: first try that finds a page of a common query in a bounded number of rows.
     walk: bool = False
-    #: True when only the newest hits are ranked: those above the id of the
-    #: ``window + 1``-th newest hit of the groups the word index decides alone (slots
-    #: ``wq``, their FTS5 expression, and ``window``), when there are that many; every
-    #: hit otherwise (:func:`windowed`).
+    #: True when only the newest hits (slot ``window``: how many) are ranked, when
+    #: there are more (:func:`windowed`): those above the id of the ``window + 1``-th
+    #: newest hit of the groups the word index decides alone (slot ``wq``: their
+    #: FTS5 expression; see :func:`newest_cte`); a session search of a query the
+    #: word index decides alone reads them newest first (:func:`newest_words`).
     window: bool = False
+    #: True when a group the word index decides alone has a prefix term, which costs
+    #: FTS5 a merge of every word it starts on each lookup: the floor is then found
+    #: in one pass over the hits, not after a first count of the index's matches.
+    prefixes: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -178,8 +183,8 @@ class Shape:
     @property
     def floored(self) -> bool:
         """True when the newest hits are those above a floor the word index tells (the
-        ``newest`` CTE); a windowed query its scan decides alone keeps the newest hits
-        by id instead."""
+        ``newest`` CTE); a windowed query its scan decides alone keeps the newest
+        hits by id instead."""
         return self.window and not self.all_like
 
     @property
@@ -423,7 +428,9 @@ def _rowids(index: type[FTS5Model], value: Any, window: bool = False) -> Any:
     return query.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR)) if window else query
 
 
-def windowed(shape: Shape, order: str, limit: int | None, *, scanned: bool = False) -> Shape:
+def windowed(
+    shape: Shape, query: SearchQuery, order: str, limit: int | None, *, scanned: bool = False
+) -> Shape:
     """``shape``, ranking only the newest hits (:attr:`Shape.window`) when it is ranked
     by the word index and a page of it is wanted (``limit`` not None); with
     ``scanned``, also when its scan decides it alone (a session search counts every
@@ -432,7 +439,8 @@ def windowed(shape: Shape, order: str, limit: int | None, *, scanned: bool = Fal
         return shape
     if not (shape.windowable or (scanned and shape.all_like)):
         return shape
-    return dataclasses.replace(shape, window=True)
+    prefixes = any(t.prefix for i in shape.word_groups for t in query.groups[i].include)
+    return dataclasses.replace(shape, window=True, prefixes=prefixes)
 
 
 def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
@@ -448,23 +456,19 @@ def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]
     }
 
 
-def newest_cte(filters: FilterShape) -> Any:
+def newest_cte(filters: FilterShape, joined: bool = False) -> Any:
     """``newest(floor)``: the id of the ``window + 1``-th newest message the ``wq``
     groups match among those ``filters`` let through, or 0 when there are no more than
     ``window`` of them.
 
     The word index hands its matches over newest first without ranking them,
     so this stops after ``window`` rows; the join to the messages (for the
-    filters) is only made when the index alone matches more than ``window``.
+    filters) is only made when the index alone matches more than ``window``
+    (unless ``joined``: then at once).
     """
     index = MessageIndex
-    bare = (
-        index.select(index.rowid)
-        .where(index.match(slot("wq")))
-        .order_by(index.rowid.desc())
-        .limit(1)
-        .offset(slot("window"))
-    )
+    # Oldest first: FTS5 reads its lists forwards faster, and this only counts.
+    bare = index.select(index.rowid).where(index.match(slot("wq"))).limit(1).offset(slot("window"))
     m, s = Message.alias("wm"), Session.alias("ws")
     shown = index.select(m.id).join(m, on=(m.id == index.rowid))
     if filters.sources is not None or filters.exclude:
@@ -475,7 +479,9 @@ def newest_cte(filters: FilterShape) -> Any:
         .limit(1)
         .offset(slot("window"))
     )
-    floor = peewee.Case(None, [(peewee.NodeList((bare, SQL("IS NULL"))), 0)], fn.COALESCE(shown, 0))
+    floor: Any = fn.COALESCE(shown, 0)
+    if not joined:
+        floor = peewee.Case(None, [(peewee.NodeList((bare, SQL("IS NULL"))), 0)], floor)
     return peewee.Select(columns=[floor]).cte("newest", columns=("floor",))
 
 
@@ -1034,7 +1040,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
         query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
         if shape.floored:
-            query = query.with_cte(newest_cte(filters))
+            query = query.with_cte(newest_cte(filters, shape.prefixes))
         return render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
     ctes: tuple[Any, ...] = ()
     if sort == "rank" and shape.single == TRIGRAM:
@@ -1055,9 +1061,22 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(*([newest_cte(filters)] if shape.floored else []), *ctes, page)
+        .with_cte(*([newest_cte(filters, shape.prefixes)] if shape.floored else []), *ctes, page)
     )
     return render(query)
+
+
+def newest_words(shape: Shape, filters: FilterShape) -> Any:
+    """The newest ``window`` hits of a query the word index decides alone, with their
+    rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
+    scores only those read (for a session search, which reads every hit it ranks)."""
+    every = dataclasses.replace(shape, window=False)
+    return (
+        hits_query(every, filters, slim=True)
+        .order_by(MessageIndex.rowid.desc())
+        .limit(slot("window"))
+        .cte("newest_hits", columns=("id", "session_id", "timestamp", "rank"))
+    )
 
 
 def snippet_statement(route: str) -> Statement:
@@ -1164,9 +1183,15 @@ def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | Non
 
 
 def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
-    hits = hits_query(shape, Filters().shape(), slim=True).cte(
-        "hits", columns=("id", "session_id", "timestamp", "rank")
-    )
+    floor: list[Any] = []
+    if shape.window and shape.single == WORDS:
+        hits = newest_words(shape, Filters().shape())
+    else:
+        hits = hits_query(shape, Filters().shape(), slim=True).cte(
+            "hits", columns=("id", "session_id", "timestamp", "rank")
+        )
+        if shape.floored:
+            floor.append(newest_cte(Filters().shape(), shape.prefixes))
     starts, climb, owners = _owners(hits)
     root = owners.c.root_id
     ranked = (
@@ -1197,7 +1222,7 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
         .join(ranked, on=(ranked.c.root_id == s.id))
         .where(ranked.c.rn == 1)
         .with_cte(
-            *([newest_cte(Filters().shape())] if shape.floored else []),
+            *floor,
             hits,
             starts,
             climb,

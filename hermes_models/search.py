@@ -413,7 +413,9 @@ def search_messages(
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
-        plan = MessagePlan(parsed, windowed(shape, order, limit), filters, order, limit, offset)
+        plan = MessagePlan(
+            parsed, windowed(shape, parsed, order, limit), filters, order, limit, offset
+        )
         try:
             common = _common(plan, deadline)
         except _OutOfTime:  # while counting: no hit found yet
@@ -481,7 +483,7 @@ def search_sql(
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
         shape = shape.degraded()
-    shape = windowed(shape, order, limit)
+    shape = windowed(shape, parsed, order, limit)
     return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset))]
 
 
@@ -545,7 +547,12 @@ def search_sessions(
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         plan = SessionPlan(
-            parsed, windowed(shape, "rank", limit, scanned=True), sources, rank_mode, limit, offset
+            parsed,
+            windowed(shape, parsed, "rank", limit, scanned=True),
+            sources,
+            rank_mode,
+            limit,
+            offset,
         )
         try:
             names, found = _run(plan, deadline)

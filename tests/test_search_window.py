@@ -240,3 +240,26 @@ def test_sessions_of_a_scanned_query_count_the_newest_hits(
         every = store.search_sessions("数据", limit=None)
     assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == expected
     assert sum(r["hits"] for r in every) == len(hits)
+
+
+def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    expected = _best(hits[:window], _ranks(path, '"alph"*'))[:5]
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alph*", limit=5)
+    assert _ids(found) == expected
+    assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
+        1 + (i - 1) % 3 for i in expected
+    ]
+
+
+def test_snippets_of_a_windowed_page_mark_every_match(corpus: Any, window: int) -> None:
+    path, written = corpus
+    expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alpha"'))[:5]
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha", limit=5)
+    assert _ids(found) == expected
+    assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
+        1 + (i - 1) % 3 for i in expected
+    ]
