@@ -771,7 +771,8 @@ class MessagePlan:
         single = self.shape.single
         if single is None:
             return None
-        return snippet_statement(single), {"q": self.query.fts(), "ids": json.dumps(ids)}
+        values = {"q": self.query.fts(), "ids": json.dumps(ids), "low": min(ids)}
+        return snippet_statement(single, self.shape.window), values
 
 
 @dataclass
@@ -1034,6 +1035,8 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     (other searches get theirs from :func:`snippet_statement`).
     """
     limit, offset = slot("limit"), slot("offset")
+    if sort == "rank" and shape.single == WORDS and shape.window and shape.prefixes:
+        return _newest_words_page(shape, filters)
     if sort == "rank" and shape.single == WORDS:
         # FTS5 hands rows over in rank order, so the page stops after ``limit``
         # rows and the snippets are made right here, for those rows only.
@@ -1079,22 +1082,49 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
     )
 
 
-def snippet_statement(route: str) -> Statement:
+def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
+    """A ranked page of a windowed word query with a prefix term: the best of its
+    newest hits, read in one pass (snippets come from :func:`snippet_statement`)."""
+    newest = newest_words(shape, filters)
+    columns = ("id", "session_id", "timestamp", "rank")
+    page = (
+        newest.select_from(*(newest.c[c] for c in columns))
+        .order_by(*_order("rank", newest))
+        .limit(slot("limit"))
+        .offset(slot("offset"))
+        .cte("page", columns=columns)
+    )
+    m, s = Message, Session
+    query = (
+        m.select(*_columns(m, s, page.c.rank, slim=False))
+        .from_(page)
+        .join(m, on=(m.id == page.c.id))
+        .join(s, on=(s.id == m.session))
+        .order_by(*_order("rank", page))
+        .with_cte(newest, page)
+    )
+    return render(query)
+
+
+def snippet_statement(route: str, above: bool = False) -> Statement:
     """FTS5 snippets of hits (cached; see :func:`render_snippets`)."""
-    return cached(("snippets", route), lambda: render_snippets(route))
+    return cached(("snippets", route, above), lambda: render_snippets(route, above))
 
 
-def render_snippets(route: str) -> Statement:
+def render_snippets(route: str, above: bool = False) -> Statement:
     """FTS5 snippets of the hits whose ids are the JSON array ``ids`` (slot ``q``: the query).
 
     ``+rowid`` keeps FTS5 from running the query once per id: the matches are
-    read once and filtered.
+    read once and filtered; with ``above``, only from the lowest of the ids on
+    (slot ``low``), which FTS5 skips to.
     """
     index = INDEXES[route]
     ids = SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "ids"])
     query = index.select(
         index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
     ).where(index.match(slot("q")), ids)
+    if above:
+        query = query.where(index.rowid >= slot("low"))
     return render(query)
 
 
