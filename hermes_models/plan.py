@@ -99,10 +99,10 @@ class Shape:
     #: first try that finds a page of a common query in a bounded number of rows.
     walk: bool = False
     #: True when only the newest hits (slot ``window``: how many) are ranked, when
-    #: there are more (:func:`windowed`): those above the id of the ``window + 1``-th
-    #: newest hit of the groups the word index decides alone (slot ``wq``: their
-    #: FTS5 expression; see :func:`newest_cte`); a session search of a query the
-    #: word index decides alone reads them newest first (:func:`newest_words`).
+    #: there are more (:func:`windowed`): a query the word index decides alone reads
+    #: them newest first (:func:`newest_words`); another, those above the id of the
+    #: ``window + 1``-th newest hit of its groups the word index decides alone (slot
+    #: ``wq``: their FTS5 expression; see :func:`newest_cte`).
     window: bool = False
     #: True when a group the word index decides alone has a prefix term, which costs
     #: FTS5 a merge of every word it starts on each lookup: the floor is then found
@@ -183,9 +183,8 @@ class Shape:
     @property
     def floored(self) -> bool:
         """True when the newest hits are those above a floor the word index tells (the
-        ``newest`` CTE); a windowed query its scan decides alone keeps the newest
-        hits by id instead."""
-        return self.window and not self.all_like
+        ``newest`` CTE): a windowed query of several routes."""
+        return self.window and not self.all_like and self.single != WORDS
 
     @property
     def scanned(self) -> bool:
@@ -1035,7 +1034,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     (other searches get theirs from :func:`snippet_statement`).
     """
     limit, offset = slot("limit"), slot("offset")
-    if sort == "rank" and shape.single == WORDS and shape.window and shape.prefixes:
+    if sort == "rank" and shape.single == WORDS and shape.window:
         return _newest_words_page(shape, filters)
     if sort == "rank" and shape.single == WORDS:
         # FTS5 hands rows over in rank order, so the page stops after ``limit``
@@ -1072,7 +1071,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
 def newest_words(shape: Shape, filters: FilterShape) -> Any:
     """The newest ``window`` hits of a query the word index decides alone, with their
     rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
-    scores only those read (for a session search, which reads every hit it ranks)."""
+    scores only those read. With no more hits than that, every hit, ranked."""
     every = dataclasses.replace(shape, window=False)
     return (
         hits_query(every, filters, slim=True)
@@ -1083,7 +1082,7 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
 
 
 def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
-    """A ranked page of a windowed word query with a prefix term: the best of its
+    """A ranked page of a windowed query the word index decides alone: the best of its
     newest hits, read in one pass (snippets come from :func:`snippet_statement`)."""
     newest = newest_words(shape, filters)
     columns = ("id", "session_id", "timestamp", "rank")

@@ -263,3 +263,11 @@ def test_snippets_of_a_windowed_page_mark_every_match(corpus: Any, window: int) 
     assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
         1 + (i - 1) % 3 for i in expected
     ]
+
+
+def test_mixed_query_with_a_prefix_term_ranks_the_newest_window(corpus: Any, window: int) -> None:
+    path, written = corpus
+    expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alph"*'))
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alph* OR 数据", limit=10, offset=40)
+    assert _ids(found) == expected[40:50]
