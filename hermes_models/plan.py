@@ -105,8 +105,7 @@ class Shape:
     #: ``wq``: their FTS5 expression; see :func:`newest_cte`).
     window: bool = False
     #: True when a group the word index decides alone has a prefix term, which costs
-    #: FTS5 a merge of every word it starts on each lookup: the floor is then found
-    #: in one pass over the hits, not after a first count of the index's matches.
+    #: FTS5 a merge of every word it starts on each lookup.
     prefixes: bool = False
 
     @classmethod
@@ -455,19 +454,12 @@ def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]
     }
 
 
-def newest_cte(filters: FilterShape, joined: bool = False) -> Any:
+def newest_cte(filters: FilterShape) -> Any:
     """``newest(floor)``: the id of the ``window + 1``-th newest message the ``wq``
     groups match among those ``filters`` let through, or 0 when there are no more than
-    ``window`` of them.
-
-    The word index hands its matches over newest first without ranking them,
-    so this stops after ``window`` rows; the join to the messages (for the
-    filters) is only made when the index alone matches more than ``window``
-    (unless ``joined``: then at once).
-    """
+    ``window`` of them (the word index hands its matches over newest first without
+    ranking them, so this stops after ``window`` rows)."""
     index = MessageIndex
-    # Oldest first: FTS5 reads its lists forwards faster, and this only counts.
-    bare = index.select(index.rowid).where(index.match(slot("wq"))).limit(1).offset(slot("window"))
     m, s = Message.alias("wm"), Session.alias("ws")
     shown = index.select(m.id).join(m, on=(m.id == index.rowid))
     if filters.sources is not None or filters.exclude:
@@ -478,10 +470,7 @@ def newest_cte(filters: FilterShape, joined: bool = False) -> Any:
         .limit(1)
         .offset(slot("window"))
     )
-    floor: Any = fn.COALESCE(shown, 0)
-    if not joined:
-        floor = peewee.Case(None, [(peewee.NodeList((bare, SQL("IS NULL"))), 0)], floor)
-    return peewee.Select(columns=[floor]).cte("newest", columns=("floor",))
+    return peewee.Select(columns=[fn.COALESCE(shown, 0)]).cte("newest", columns=("floor",))
 
 
 def _starts_with_nul(m: Any) -> Any:
@@ -890,8 +879,6 @@ def _one_index(
         .where(index.match(slot("q")), *where)
     )
     if single != TRIGRAM:
-        if shape.floored:
-            query = query.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
         return query, None
     gap = _trigram_gap(m, shape)
     if gap is not None:
@@ -1041,8 +1028,6 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         # rows and the snippets are made right here, for those rows only.
         snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
         query = hits_query(shape, filters).select_extend(snippet.alias("snippet"))
-        if shape.floored:
-            query = query.with_cte(newest_cte(filters, shape.prefixes))
         return render(query.order_by(SQL('"rank"')).limit(limit).offset(offset))
     ctes: tuple[Any, ...] = ()
     if sort == "rank" and shape.single == TRIGRAM:
@@ -1063,7 +1048,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(*([newest_cte(filters, shape.prefixes)] if shape.floored else []), *ctes, page)
+        .with_cte(*([newest_cte(filters)] if shape.floored else []), *ctes, page)
     )
     return render(query)
 
@@ -1220,7 +1205,7 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
             "hits", columns=("id", "session_id", "timestamp", "rank")
         )
         if shape.floored:
-            floor.append(newest_cte(Filters().shape(), shape.prefixes))
+            floor.append(newest_cte(Filters().shape()))
     starts, climb, owners = _owners(hits)
     root = owners.c.root_id
     ranked = (

@@ -299,10 +299,10 @@ def ranked_within(
     scanned: bool = False,
 ) -> Shape:
     """``shape`` ranking only the newest hits (:func:`hermes_models.plan.windowed`) when
-    that can change what is read: a query the word index decides alone (without a
-    prefix term) is windowed only once the index matches more than the window (a
-    quick count, oldest first), since with fewer hits the window holds them all and
-    ranking through FTS5's own order costs less.
+    that can change what is read: once the index matches the groups it decides alone
+    more often than the window holds (a quick count, oldest first), since with fewer
+    hits the window holds them all and ranking them all costs less. A query of words
+    alone with a prefix term is windowed without counting.
 
     ``page``: ``(limit, offset)``; ``scanned`` as in :func:`~hermes_models.plan.windowed`.
 
@@ -311,7 +311,9 @@ def ranked_within(
     """
     limit, offset = page
     bounded = windowed(shape, query, order, limit, scanned=scanned)
-    if not bounded.window or bounded.single != WORDS or bounded.prefixes:
+    if not bounded.window or bounded.all_like:
+        return bounded
+    if bounded.single == WORDS and bounded.prefixes:
         # A prefix term costs FTS5 a merge of every word it starts on each lookup:
         # one pass over the newest hits costs less than a count, then a ranking.
         return bounded
