@@ -17,7 +17,9 @@ rendered once (:mod:`hermes_models.statements`).
 Every term is one lookup: a word in ``messages_fts``, a substring in
 ``messages_fts_trigram`` (plus the rows stored behind a NUL, which that index
 cannot read), or a NUL-safe ``LIKE`` over content, tool name and tool calls.
-A query on one index alone is one ``MATCH`` ordered by rank instead.
+A query on one index alone is one ``MATCH`` ordered by rank instead. A
+ranked query whose word-only groups match more than :data:`RANK_WINDOW`
+messages ranks only their newest hits (:attr:`Shape.window`).
 :func:`written_out` plans a search whose scanned terms are each written as
 the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 """
