@@ -12,8 +12,13 @@ For each query ``search_messages`` (first page of 20, no time budget) and
 the same task on a second connection: one ``MATCH`` ordered by rank when
 every term goes to one index, otherwise one ``SELECT`` over ``messages``
 whose ``WHERE`` has a ``LIKE`` (or an index lookup) per term, newest first.
-Ours and plain alternate round by round; medians are printed, then the
-worst times. A plain run slower than 5 s is timed once.
+For a query of words alone, "plain N" is the simplest SQL that ranks only
+the newest hits as ours does (the newest ``RANK_WINDOW`` active matches in
+rowid order, then the best 20 of them by rank); the ratio is against it
+there. Both searches are also timed with every hit ranked (``plan.RANK_WINDOW =
+None``: the statements the package ran before it ranked only the newest
+hits of a query with many). All of them alternate round by round; medians
+are printed, then the worst times. A plain run slower than 5 s is timed once.
 
 Run: python benchmarks/search_worst.py [--db PATH] [--messages N] [--rounds N]
 """
@@ -31,8 +36,9 @@ from typing import Any
 
 from search import HAN, HANGUL, KANA, WORDS, build
 
-from hermes_models import SessionDB
+from hermes_models import SessionDB, plan
 from hermes_models.query import LIKE, TRIGRAM, parse
+from hermes_models.query import WORDS as WORD_ROUTE
 
 DEFAULT_DB = Path("/tmp/hermes-search-worst/state.db")
 
@@ -100,28 +106,52 @@ def plain_search(conn: sqlite3.Connection, text: str) -> Callable[[], Any]:
     return lambda: conn.execute(sql, params).fetchall()
 
 
+def plain_window(conn: sqlite3.Connection, text: str) -> Callable[[], Any] | None:
+    """The simplest SQL ranking only the newest hits of a query of words alone, as a
+    callable returning the first 20 ids (None for other queries)."""
+    parsed = parse(text)
+    if {t.route for t in parsed.terms()} != {WORD_ROUTE}:
+        return None
+    sql = (
+        "SELECT rid FROM (SELECT f.rowid AS rid, rank AS r FROM messages_fts f "
+        "JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? AND m.active = 1 "
+        "ORDER BY f.rowid DESC LIMIT ?) ORDER BY r LIMIT 20"
+    )
+    params = [parsed.fts(), plan.RANK_WINDOW]
+    return lambda: conn.execute(sql, params).fetchall()
+
+
 def timed(call: Callable[[], Any]) -> float:
     start = time.perf_counter()
     call()
     return time.perf_counter() - start
 
 
-def measure(rounds: int, ours: Callable[[], Any], plain: Callable[[], Any]) -> tuple[float, float]:
-    """Medians of ours and plain, alternating; a plain call over 5 s is run once."""
-    first = timed(plain)
-    timed(ours)
-    a: list[float] = []
-    b: list[float] = [] if first < 5 else [first]
+def every_hit_ranked(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` run with every hit ranked (no window of newest hits)."""
+
+    def run() -> Any:
+        window, plan.RANK_WINDOW = plan.RANK_WINDOW, None
+        try:
+            return call()
+        finally:
+            plan.RANK_WINDOW = window
+
+    return run
+
+
+def measure(rounds: int, calls: list[Callable[[], Any]]) -> list[float]:
+    """Medians of ``calls``, each round in another order (a call over 5 s the first
+    time is not run again)."""
+    first = [timed(call) for call in calls]
+    times: list[list[float]] = [[] if t < 5 else [t] for t in first]
     for n in range(rounds):
-        if n % 2:
-            a.append(timed(ours))
-            if first < 5:
-                b.append(timed(plain))
-        else:
-            if first < 5:
-                b.append(timed(plain))
-            a.append(timed(ours))
-    return statistics.median(a), statistics.median(b)
+        order = list(range(len(calls)))
+        order = order[n % len(order) :] + order[: n % len(order)]
+        for i in order:
+            if first[i] < 5:
+                times[i].append(timed(calls[i]))
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -143,27 +173,43 @@ def main() -> None:
         )
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     print(f"{count:,} messages; SQLite {sqlite3.sqlite_version}; medians of {args.rounds} rounds")
+    print(
+        f"'all': every hit ranked (RANK_WINDOW=None); window {plan.RANK_WINDOW:,}; "
+        "ratio: messages / plain N, else / plain"
+    )
     header = (
-        f"{'query':<32} {'terms':>5} {'messages':>10} {'sessions':>10} {'plain':>10} {'ratio':>6}"
+        f"{'query':<32} {'terms':>5} {'msgs all':>10} {'messages':>10} {'sess all':>10} "
+        f"{'sessions':>10} {'plain':>10} {'plain N':>10} {'ratio':>6}"
     )
     print(header)
     print("-" * len(header))
     worst: list[tuple[float, str]] = []
     for name, text in queries().items():
         terms = len(parse(text).terms())
-        ours, plain = measure(
-            args.rounds,
-            lambda text=text: store.search_messages(text, time_budget=None),
+
+        def messages(text: str = text) -> Any:
+            return store.search_messages(text, time_budget=None)
+
+        def sessions(text: str = text) -> Any:
+            return store.search_sessions(text, time_budget=None)
+
+        calls = [
+            messages,
+            every_hit_ranked(messages),
+            sessions,
+            every_hit_ranked(sessions),
             plain_search(conn, text),
-        )
-        sessions = statistics.median(
-            timed(lambda text=text: store.search_sessions(text, time_budget=None))
-            for _ in range(args.rounds)
-        )
-        worst.append((max(ours, sessions), name))
+        ]
+        window = plain_window(conn, text)
+        if window is not None:
+            calls.append(window)
+        ours, before, found, found_before, plain, *rest = measure(args.rounds, calls)
+        worst.append((max(ours, found), name))
+        plain_n = f"{rest[0] * 1e3:8.0f}ms" if rest else f"{'':>10}"
         print(
-            f"{name:<32} {terms:>5} {ours * 1e3:8.0f}ms {sessions * 1e3:8.0f}ms "
-            f"{plain * 1e3:8.0f}ms {ours / plain:6.2f}",
+            f"{name:<32} {terms:>5} {before * 1e3:8.0f}ms {ours * 1e3:8.0f}ms "
+            f"{found_before * 1e3:8.0f}ms {found * 1e3:8.0f}ms "
+            f"{plain * 1e3:8.0f}ms {plain_n} {ours / (rest[0] if rest else plain):6.2f}",
             flush=True,
         )
     print()

@@ -17,7 +17,9 @@ rendered once (:mod:`hermes_models.statements`).
 Every term is one lookup: a word in ``messages_fts``, a substring in
 ``messages_fts_trigram`` (plus the rows stored behind a NUL, which that index
 cannot read), or a NUL-safe ``LIKE`` over content, tool name and tool calls.
-A query on one index alone is one ``MATCH`` ordered by rank instead.
+A query on one index alone is one ``MATCH`` ordered by rank instead. A
+ranked query whose word-only groups match more than :data:`RANK_WINDOW`
+messages ranks only their newest hits (:attr:`Shape.window`).
 :func:`written_out` plans a search whose scanned terms are each written as
 the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 """
@@ -58,6 +60,10 @@ INT64_MAX = 2**63 - 1
 SCAN_FROM = 3
 #: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
 PREFILTER_GROUPS = 2
+#: Hits of a query ranked by the word index beyond which only the newest are ranked
+#: (:attr:`Shape.window`; None: every hit is ranked). BM25 scores every hit before
+#: the best come out: a word found in most of 500,000 messages took seconds.
+RANK_WINDOW: int | None = 20_000
 
 # -- routes: what a statement's SQL depends on -------------------------------------------
 
@@ -94,6 +100,15 @@ class Shape:
     #: True when only the newest messages (slot ``budget``: how many) are looked at, a
     #: first try that finds a page of a common query in a bounded number of rows.
     walk: bool = False
+    #: True when only the newest hits (slot ``window``: how many) are ranked, when
+    #: there are more (:func:`windowed`): a query the word index decides alone reads
+    #: them newest first (:func:`newest_words`); another, those above the id of the
+    #: ``window + 1``-th newest hit of its groups the word index decides alone (slot
+    #: ``wq``: their FTS5 expression; see :func:`newest_cte`).
+    window: bool = False
+    #: True when a group the word index decides alone has a prefix term, which costs
+    #: FTS5 a merge of every word it starts on each lookup.
+    prefixes: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -150,6 +165,27 @@ class Shape:
         """The index that ranks a mixed query: words if it has any, else trigrams."""
         positive = {r for g in self.groups for r in g.include}
         return next((r for r in (WORDS, TRIGRAM) if r in positive), None)
+
+    @property
+    def word_groups(self) -> tuple[int, ...]:
+        """The groups (by position) whose terms all go to the word index."""
+        return tuple(
+            i
+            for i, g in enumerate(self.groups)
+            if all(route == WORDS for route in (*g.include, *g.exclude))
+        )
+
+    @property
+    def windowable(self) -> bool:
+        """True when the word index ranks the query and decides a group alone, so that
+        the newest :data:`RANK_WINDOW` hits of those groups can be told from it."""
+        return self.rank_route == WORDS and bool(self.word_groups)
+
+    @property
+    def floored(self) -> bool:
+        """True when the newest hits are those above a floor the word index tells (the
+        ``newest`` CTE): a windowed query of several routes."""
+        return self.window and not self.all_like and self.single != WORDS
 
     @property
     def scanned(self) -> bool:
@@ -385,8 +421,58 @@ def filter_terms(shape: FilterShape, m: Any, s: Any) -> list[peewee.Node]:
 NUL = "\x00"
 
 
-def _rowids(index: type[FTS5Model], value: Any) -> Any:
-    return index.select(index.rowid).where(index.match(value))
+def _rowids(index: type[FTS5Model], value: Any, window: bool = False) -> Any:
+    """Rowids of ``index`` matching ``value``; with ``window``, only those above the
+    floor of the ``newest`` CTE (:func:`newest_cte`)."""
+    query = index.select(index.rowid).where(index.match(value))
+    return query.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR)) if window else query
+
+
+def windowed(
+    shape: Shape, query: SearchQuery, order: str, limit: int | None, *, scanned: bool = False
+) -> Shape:
+    """``shape``, ranking only the newest hits (:attr:`Shape.window`) when it is ranked
+    by the word index and a page of it is wanted (``limit`` not None); with
+    ``scanned``, also when its scan decides it alone (a session search counts every
+    hit it reads)."""
+    if RANK_WINDOW is None or order != "rank" or limit is None or limit < 0:
+        return shape
+    if not (shape.windowable or (scanned and shape.all_like)):
+        return shape
+    prefixes = any(t.prefix for i in shape.word_groups for t in query.groups[i].include)
+    return dataclasses.replace(shape, window=True, prefixes=prefixes)
+
+
+def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
+    """The slots of the ``newest`` CTE: ``wq``, the groups the word index decides alone,
+    and ``window``, how many of their newest hits are ranked (at least ``upto``, the
+    end of the page)."""
+    if not shape.window:
+        return {}
+    groups = [query.groups[i] for i in shape.word_groups]
+    return {
+        "wq": " OR ".join(f"({group.fts()})" for group in groups) or '""',
+        "window": max(RANK_WINDOW or 0, upto),
+    }
+
+
+def newest_cte(filters: FilterShape) -> Any:
+    """``newest(floor)``: the id of the ``window + 1``-th newest message the ``wq``
+    groups match among those ``filters`` let through, or 0 when there are no more than
+    ``window`` of them (the word index hands its matches over newest first without
+    ranking them, so this stops after ``window`` rows)."""
+    index = MessageIndex
+    m, s = Message.alias("wm"), Session.alias("ws")
+    shown = index.select(m.id).join(m, on=(m.id == index.rowid))
+    if filters.sources is not None or filters.exclude:
+        shown = shown.join(s, on=(s.id == m.session))
+    shown = (
+        shown.where(index.match(slot("wq")), *filter_terms(filters, m, s))
+        .order_by(index.rowid.desc())
+        .limit(1)
+        .offset(slot("window"))
+    )
+    return peewee.Select(columns=[fn.COALESCE(shown, 0)]).cte("newest", columns=("floor",))
 
 
 def _starts_with_nul(m: Any) -> Any:
@@ -447,7 +533,7 @@ def _found(m: Any, k: int, v: Valuer) -> Any:
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
     if route == WORDS:
-        return m.id.in_(_rowids(MessageIndex, v(f"t{k}")))
+        return m.id.in_(_rowids(MessageIndex, v(f"t{k}"), shape.floored))
     if route == LIKE:
         return _found(m, k, v) if scanned else _like(m, k, v)
     trigram = m.id.in_(_rowids(MessageTrigramIndex, v(f"t{k}")))
@@ -667,6 +753,7 @@ class MessagePlan:
             "upto": min(upto, INT64_MAX),
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
+            **window_values(self.query, self.shape, max(upto, 0)),
         }
 
     def snippets(self, ids: list[int]) -> tuple[Statement, dict[str, Any]] | None:
@@ -674,7 +761,8 @@ class MessagePlan:
         single = self.shape.single
         if single is None:
             return None
-        return snippet_statement(single), {"q": self.query.fts(), "ids": json.dumps(ids)}
+        values = {"q": self.query.fts(), "ids": json.dumps(ids), "low": min(ids)}
+        return snippet_statement(single, self.shape.window), values
 
 
 @dataclass
@@ -706,6 +794,7 @@ class SessionPlan:
             **{f"s{i}": item for i, item in enumerate(self.sources or ())},
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
+            **window_values(self.query, self.shape, 0),
         }
 
 
@@ -860,9 +949,19 @@ def hits_query(
     candidates = m.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "cand"]))
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
+        if shape.window:
+            return (
+                m.select(*_columns(m, s, Value(0.0), slim))
+                .join(s, on=(s.id == m.session))
+                .where(candidates, *where)
+                .order_by(m.id.desc())
+                .limit(slot("window"))
+            )
         matching = [candidates, *where]
     else:
         matching = [predicate(m, shape), *where]
+    if shape.floored:
+        matching.append(m.id > SQL(sqlite_sql.NEWEST_FLOOR))
     if shape.walk:
         recent = Message.alias("recent")
         newest = recent.select(recent.id).order_by(recent.timestamp.desc(), recent.id.desc())
@@ -879,6 +978,8 @@ def hits_query(
     index = INDEXES[route]
     found = slot(f"any_{route}")
     ranked_rows = [index.match(found)]
+    if shape.floored:
+        ranked_rows.append(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
     if shape.driven(False):
         # Every hit holds a positive LIKE term: rank only the rows the scan found.
         ranked_rows.append(SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "cand"]))
@@ -894,7 +995,7 @@ def hits_query(
         .join(s, on=(s.id == m.session))
         .where(*matching)
     )
-    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found)))
+    others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found, shape.floored)))
     return with_rank.union_all(others)
 
 
@@ -922,6 +1023,8 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     (other searches get theirs from :func:`snippet_statement`).
     """
     limit, offset = slot("limit"), slot("offset")
+    if sort == "rank" and shape.single == WORDS and shape.window:
+        return _newest_words_page(shape, filters)
     if sort == "rank" and shape.single == WORDS:
         # FTS5 hands rows over in rank order, so the page stops after ``limit``
         # rows and the snippets are made right here, for those rows only.
@@ -947,27 +1050,67 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(*ctes, page)
+        .with_cte(*([newest_cte(filters)] if shape.floored else []), *ctes, page)
     )
     return render(query)
 
 
-def snippet_statement(route: str) -> Statement:
+def newest_words(shape: Shape, filters: FilterShape) -> Any:
+    """The newest ``window`` hits of a query the word index decides alone, with their
+    rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
+    scores only those read. With no more hits than that, every hit, ranked."""
+    every = dataclasses.replace(shape, window=False)
+    return (
+        hits_query(every, filters, slim=True)
+        .order_by(MessageIndex.rowid.desc())
+        .limit(slot("window"))
+        .cte("newest_hits", columns=("id", "session_id", "timestamp", "rank"))
+    )
+
+
+def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
+    """A ranked page of a windowed query the word index decides alone: the best of its
+    newest hits, read in one pass (snippets come from :func:`snippet_statement`)."""
+    newest = newest_words(shape, filters)
+    columns = ("id", "session_id", "timestamp", "rank")
+    page = (
+        newest.select_from(*(newest.c[c] for c in columns))
+        .order_by(*_order("rank", newest))
+        .limit(slot("limit"))
+        .offset(slot("offset"))
+        .cte("page", columns=columns)
+    )
+    m, s = Message, Session
+    query = (
+        m.select(*_columns(m, s, page.c.rank, slim=False))
+        .from_(page)
+        .join(m, on=(m.id == page.c.id))
+        .join(s, on=(s.id == m.session))
+        .order_by(*_order("rank", page))
+        .with_cte(newest, page)
+    )
+    return render(query)
+
+
+def snippet_statement(route: str, above: bool = False) -> Statement:
     """FTS5 snippets of hits (cached; see :func:`render_snippets`)."""
-    return cached(("snippets", route), lambda: render_snippets(route))
+    return cached(("snippets", route, above), lambda: render_snippets(route, above))
 
 
-def render_snippets(route: str) -> Statement:
+def render_snippets(route: str, above: bool = False) -> Statement:
     """FTS5 snippets of the hits whose ids are the JSON array ``ids`` (slot ``q``: the query).
 
     ``+rowid`` keeps FTS5 from running the query once per id: the matches are
-    read once and filtered.
+    read once and filtered; with ``above``, only from the lowest of the ids on
+    (slot ``low``), which FTS5 skips to.
     """
     index = INDEXES[route]
     ids = SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "ids"])
     query = index.select(
         index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
     ).where(index.match(slot("q")), ids)
+    if above:
+        query = query.where(index.rowid >= slot("low"))
     return render(query)
 
 
@@ -1056,9 +1199,15 @@ def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | Non
 
 
 def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
-    hits = hits_query(shape, Filters().shape(), slim=True).cte(
-        "hits", columns=("id", "session_id", "timestamp", "rank")
-    )
+    floor: list[Any] = []
+    if shape.window and shape.single == WORDS:
+        hits = newest_words(shape, Filters().shape())
+    else:
+        hits = hits_query(shape, Filters().shape(), slim=True).cte(
+            "hits", columns=("id", "session_id", "timestamp", "rank")
+        )
+        if shape.floored:
+            floor.append(newest_cte(Filters().shape()))
     starts, climb, owners = _owners(hits)
     root = owners.c.root_id
     ranked = (
@@ -1088,7 +1237,14 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
         )
         .join(ranked, on=(ranked.c.root_id == s.id))
         .where(ranked.c.rn == 1)
-        .with_cte(hits, starts, climb, owners, ranked)
+        .with_cte(
+            *floor,
+            hits,
+            starts,
+            climb,
+            owners,
+            ranked,
+        )
     )
     if n_sources is not None:
         query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
@@ -1119,6 +1275,7 @@ __all__ = [
     "HIT_COLUMNS",
     "NUL",
     "PREFILTER_GROUPS",
+    "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",
     "FileRules",
@@ -1141,6 +1298,7 @@ __all__ = [
     "ids_values",
     "json_narrowing",
     "matching_query",
+    "newest_cte",
     "predicate",
     "render_search",
     "render_snippets",
@@ -1153,5 +1311,7 @@ __all__ = [
     "term_values",
     "trigram_servable",
     "visible",
+    "window_values",
+    "windowed",
     "written_out",
 ]

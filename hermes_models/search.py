@@ -56,9 +56,11 @@ from .plan import (
     ids_values,
     matching_query,
     scan_plan,
+    window_values,
+    windowed,
     written_out,
 )
-from .query import LIKE, Matcher, SearchQuery, parse
+from .query import LIKE, WORDS, Matcher, SearchQuery, parse
 from .statements import Statement, fetch_dicts
 
 T = TypeVar("T")
@@ -283,6 +285,43 @@ def _run(
     return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
 
 
+#: Whether the word index matches more than a number of messages.
+WORD_MATCHES_BEYOND_SQL = sqlite_sql.WORD_MATCHES_BEYOND
+
+
+def ranked_within(
+    query: SearchQuery,
+    shape: Shape,
+    order: str,
+    page: tuple[int | None, int],
+    deadline: float | None,
+    *,
+    scanned: bool = False,
+) -> Shape:
+    """``shape`` ranking only the newest hits (:func:`hermes_models.plan.windowed`) when
+    that can change what is read: once the index matches the groups it decides alone
+    more often than the window holds (a quick count, oldest first), since with fewer
+    hits the window holds them all and ranking them all costs less. A query of words
+    alone with a prefix term is windowed without counting.
+
+    ``page``: ``(limit, offset)``; ``scanned`` as in :func:`~hermes_models.plan.windowed`.
+
+    Raises:
+        _OutOfTime: the deadline passed while counting.
+    """
+    limit, offset = page
+    bounded = windowed(shape, query, order, limit, scanned=scanned)
+    if not bounded.window or bounded.all_like:
+        return bounded
+    if bounded.single == WORDS and bounded.prefixes:
+        # A prefix term costs FTS5 a merge of every word it starts on each lookup:
+        # one pass over the newest hits costs less than a count, then a ranking.
+        return bounded
+    values = window_values(query, bounded, (limit or 0) + offset)
+    rows = fetch_within(WORD_MATCHES_BEYOND_SQL, [values["wq"], values["window"]], deadline)[1]
+    return bounded if rows else shape
+
+
 def _rows(statement: Statement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
     return list(execute(statement.sql, statement.bind(values)).fetchall())
 
@@ -412,8 +451,9 @@ def search_messages(
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
-        plan = MessagePlan(parsed, shape, filters, order, limit, offset)
         try:
+            shape = ranked_within(parsed, shape, order, (limit, offset), deadline)
+            plan = MessagePlan(parsed, shape, filters, order, limit, offset)
             common = _common(plan, deadline)
         except _OutOfTime:  # while counting: no hit found yet
             _ran_out(parsed, budget, 0)
@@ -480,6 +520,7 @@ def search_sql(
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
         shape = shape.degraded()
+    shape = ranked_within(parsed, shape, order, (limit, offset), None)
     return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset))]
 
 
@@ -542,8 +583,9 @@ def search_sessions(
         return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
-        plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
         try:
+            shape = ranked_within(parsed, shape, "rank", (limit, 0), deadline, scanned=True)
+            plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
             names, found = _run(plan, deadline)
         except _OutOfTime as exc:
             _ran_out(parsed, budget, len(exc.rows))

@@ -297,6 +297,13 @@ ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
 #: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
 #: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).
 REST_LIMIT = '(CASE WHEN ? < 0 THEN -1 ELSE max(0, ? - (SELECT count(*) FROM "first")) END)'
+#: 1 when the word index matches more than a number of messages (parameters: the
+#: FTS5 expression, the number), nothing otherwise; oldest first, which FTS5 reads
+#: fastest, and stopping there.
+WORD_MATCHES_BEYOND = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT 1 OFFSET ?"
+#: The id above which a search ranks its hits: the floor of its ``newest`` CTE
+#: (:func:`hermes_models.plan.newest_cte`; 0 when every hit is ranked).
+NEWEST_FLOOR = '(SELECT "floor" FROM "newest")'
 
 
 # -- the gram index and the TEMP triggers that keep it in step ---------------------------------
@@ -543,6 +550,7 @@ __all__ = [
     "MESSAGE_IDS_BETWEEN",
     "MESSAGE_SEQUENCE",
     "META_VALUE",
+    "NEWEST_FLOOR",
     "OPEN_GRAM_TABLE",
     "PAGE_COUNT",
     "READ_SCHEMA",
@@ -575,6 +583,7 @@ __all__ = [
     "VACUUM",
     "WAL_CHECKPOINT_PASSIVE",
     "WAL_CHECKPOINT_TRUNCATE",
+    "WORD_MATCHES_BEYOND",
     "WRITABLE_SCHEMA_OFF",
     "WRITABLE_SCHEMA_ON",
     "YOYO_LOCK_PID",

@@ -1,0 +1,273 @@
+"""A query the word index ranks and that matches more than ``plan.RANK_WINDOW`` messages
+has only its newest hits ranked: the page is exactly the best-ranked among them, and a
+query with fewer hits ranks exactly as every hit ranked."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_models import SessionDB, plan, search
+from hermes_models.binding import using
+
+T0 = 1_700_000_000.0
+MESSAGES = 400
+WINDOW = 50
+
+
+def _text(i: int) -> str:
+    """Message ``i``: ``alpha`` in two of five (1-3 times), ``beta`` in one of 25,
+    ``数据`` in one of 20 (never beside ``alpha``), filled up to a length no other
+    message has, so that no two hits of a term score alike."""
+    words = []
+    if i % 5 in (0, 2):
+        words += ["alpha"] * (1 + i % 3)
+    if i % 25 == 0:
+        words.append("beta")
+    if i % 20 == 9:
+        words.append("数据")
+    length = 10 + (i * 7919) % 401
+    words += [f"w{j}" for j in range(length - len(words))]
+    return " ".join(words)
+
+
+def _source(session: int) -> str:
+    return "telegram" if session % 2 == 0 else "cli"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """40 sessions of 10 messages, ids in time order; every 17th message soft-deleted;
+    every other session from telegram."""
+    path = tmp_path_factory.mktemp("window") / "state.db"
+    written: list[dict[str, Any]] = []
+    with SessionDB(path) as store:
+        for n in range(40):
+            store.create_session(f"s{n:02}", _source(n), started_at=T0 + n)
+        for i in range(MESSAGES):
+            sid = f"s{i % 40:02}"
+            message_id = store.append_message(sid, "user", _text(i), timestamp=T0 + 100 + i)
+            written.append(
+                {
+                    "id": message_id,
+                    "session_id": sid,
+                    "text": _text(i),
+                    "timestamp": T0 + 100 + i,
+                    "source": _source(i % 40),
+                    "active": i % 17 != 0,
+                }
+            )
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE messages SET active = 0 WHERE (id - 1) % 17 = 0")
+    assert [m["id"] for m in written] == list(range(1, MESSAGES + 1))
+    return path, written
+
+
+@pytest.fixture
+def window(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
+    return WINDOW
+
+
+def _ranks(path: Path, fts: str) -> dict[int, float]:
+    """BM25 of every message the word index matches, all of them ranked (plain sqlite3)."""
+    with closing(sqlite3.connect(path)) as conn:
+        sql = "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+        return dict(conn.execute(sql, [fts]).fetchall())
+
+
+def _hits(written: list[dict[str, Any]], word: str, sources: set[str] | None = None) -> list[int]:
+    """Ids of the active messages holding ``word`` (of ``sources``), newest first."""
+    return sorted(
+        (
+            m["id"]
+            for m in written
+            if m["active"]
+            and word in m["text"].split()
+            and (sources is None or m["source"] in sources)
+        ),
+        reverse=True,
+    )
+
+
+def _best(ids: list[int], ranks: dict[int, float]) -> list[int]:
+    return sorted(ids, key=lambda i: (ranks[i], -i))
+
+
+def _ids(rows: list[dict[str, Any]]) -> list[int]:
+    return [row["id"] for row in rows]
+
+
+def test_many_hits_rank_only_the_newest_window(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    ranks = _ranks(path, '"alpha"')
+    assert len(hits) > 2 * window
+    expected = _best(hits[:window], ranks)
+    # The window changes the answer: the best of all hits are not all among the newest.
+    assert expected[:10] != _best(hits, ranks)[:10]
+    with SessionDB(path, read_only=True) as store:
+        assert _ids(store.search_messages("alpha", limit=10)) == expected[:10]
+        assert _ids(store.search_messages("alpha", limit=window)) == expected
+        assert _ids(store.search_messages("alpha", limit=10, offset=30)) == expected[30:40]
+
+
+def test_a_page_beyond_the_window_widens_it(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    ranks = _ranks(path, '"alpha"')
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha", limit=20, offset=window + 10)
+    assert _ids(found) == _best(hits[: window + 30], ranks)[window + 10 :]
+
+
+def test_the_window_counts_hits_the_filters_let_through(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha", {"telegram"})
+    ranks = _ranks(path, '"alpha"')
+    assert len(hits) > window
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha", source_filter="telegram", limit=window)
+    assert _ids(found) == _best(hits[:window], ranks)
+
+
+def test_few_hits_rank_as_every_hit_ranked(
+    corpus: Any, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, written = corpus
+    hits = _hits(written, "beta")
+    assert 0 < len(hits) < window
+    expected = _best(hits, _ranks(path, '"beta"'))
+    with SessionDB(path, read_only=True) as store:
+        windowed = store.search_messages("beta", limit=100)
+        monkeypatch.setattr(plan, "RANK_WINDOW", None)
+        every = store.search_messages("beta", limit=100)
+    assert _ids(windowed) == expected
+    assert windowed == every
+
+
+def test_without_a_window_every_hit_is_ranked(corpus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, written = corpus
+    monkeypatch.setattr(plan, "RANK_WINDOW", None)
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha", limit=10)
+    assert _ids(found) == _best(_hits(written, "alpha"), _ranks(path, '"alpha"'))[:10]
+
+
+def test_newest_and_oldest_pages_are_never_windowed(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    with SessionDB(path, read_only=True) as store:
+        oldest = store.search_messages("alpha", sort="oldest", limit=5)
+        every = store.search_messages("alpha", limit=None)
+    assert _ids(oldest) == sorted(hits)[:5]
+    assert _ids(every) == _best(hits, _ranks(path, '"alpha"'))
+
+
+def test_mixed_query_ranks_the_newest_hits_of_its_word_groups(corpus: Any, window: int) -> None:
+    # The window holds ``window`` hits of the word group, all ranked, so a page within
+    # it never reaches the hits only the other group finds (they rank after).
+    path, written = corpus
+    words = _hits(written, "alpha")
+    cjk = [m["id"] for m in written if m["active"] and "数据" in m["text"]]
+    assert cjk and not set(cjk) & set(words)
+    expected = _best(words[:window], _ranks(path, '"alpha"'))
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha OR 数据", limit=20, offset=20)
+        every = store.search_messages("alpha OR 数据", limit=None)
+    assert _ids(found) == expected[20:40]
+    assert sorted(_ids(every)) == sorted(words + cjk)
+
+
+def test_search_sql_runs_the_same_window_in_plain_sqlite(corpus: Any, window: int) -> None:
+    path, _ = corpus
+    with SessionDB(path, read_only=True) as store, using(store.database):
+        found = _ids(search.search_messages("alpha OR beta", limit=15))
+        statements = search.search_sql("alpha OR beta", limit=15)
+    with closing(sqlite3.connect(path)) as conn:
+        for sql, params in statements:
+            rows = conn.execute(sql, params).fetchall()
+    assert "newest" in statements[-1][0]
+    assert [row[0] for row in rows] == found
+
+
+def _session_rows(
+    hits: list[int], ranks: dict[int, float], written: list[dict[str, Any]]
+) -> list[tuple[str, int, str]]:
+    """``(id, hits, matched_session_id)`` of each session holding ``hits``, best first."""
+    by_id = {m["id"]: m for m in written}
+    best: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for i in hits:
+        sid = by_id[i]["session_id"]
+        count[sid] = count.get(sid, 0) + 1
+        if sid not in best or (ranks[i], -i) < (ranks[best[sid]], -best[sid]):
+            best[sid] = i
+    order = sorted(
+        best,
+        key=lambda sid: (
+            ranks[best[sid]],
+            -max(i for i in hits if by_id[i]["session_id"] == sid),
+            sid,
+        ),
+    )
+    return [(sid, count[sid], sid) for sid in order]
+
+
+def test_sessions_count_and_rank_the_newest_window(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")[:window]
+    expected = _session_rows(hits, _ranks(path, '"alpha"'), written)
+    with SessionDB(path, read_only=True) as store:
+        rows = store.search_sessions("alpha", limit=100)
+    assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == expected
+
+
+def test_sessions_of_a_scanned_query_count_the_newest_hits(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, written = corpus
+    monkeypatch.setattr(plan, "RANK_WINDOW", 8)
+    hits = sorted((m["id"] for m in written if m["active"] and "数据" in m["text"]), reverse=True)
+    assert len(hits) > 8
+    expected = _session_rows(hits[:8], dict.fromkeys(hits, 0.0), written)
+    with SessionDB(path, read_only=True) as store:
+        rows = store.search_sessions("数据", limit=100)
+        every = store.search_sessions("数据", limit=None)
+    assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == expected
+    assert sum(r["hits"] for r in every) == len(hits)
+
+
+def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, window: int) -> None:
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    expected = _best(hits[:window], _ranks(path, '"alph"*'))[:5]
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alph*", limit=5)
+    assert _ids(found) == expected
+    assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
+        1 + (i - 1) % 3 for i in expected
+    ]
+
+
+def test_snippets_of_a_windowed_page_mark_every_match(corpus: Any, window: int) -> None:
+    path, written = corpus
+    expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alpha"'))[:5]
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alpha", limit=5)
+    assert _ids(found) == expected
+    assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
+        1 + (i - 1) % 3 for i in expected
+    ]
+
+
+def test_mixed_query_with_a_prefix_term_ranks_the_newest_window(corpus: Any, window: int) -> None:
+    path, written = corpus
+    expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alph"*'))
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("alph* OR 数据", limit=10, offset=40)
+    assert _ids(found) == expected[40:50]
