@@ -573,6 +573,7 @@ def test_a_write_locked_out_past_the_retry_budget_raises_write_conflict(
     assert sound(filled.db_path) == SOUND
 
 
+@pytest.mark.slow  # a second process; POSIX locks behave alike on every Python
 def test_a_second_handle_opened_in_this_process_keeps_its_sqlite_locks(
     filled: SessionDB,
 ) -> None:

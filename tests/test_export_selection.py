@@ -92,6 +92,7 @@ def test_selection_matches_the_parent_links(
         assert got == expected(parents, sources, session_id, source)
 
 
+@pytest.mark.slow  # the property test above draws chains past the bound too
 def test_a_chain_deeper_than_the_walk_bound_is_exported_whole(store: SessionDB) -> None:
     depth = MAX_DEPTH + 50
     parents: dict[str, str | None] = {

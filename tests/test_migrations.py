@@ -617,6 +617,7 @@ def test_live_lock_makes_migrate_wait_until_released(db_path: Path) -> None:
     assert _query(db_path, "SELECT count(*) FROM yoyo_lock") == [(0,)]
 
 
+@pytest.mark.slow  # a spawned holder; the reclaim of a stale lock stays fast
 def test_a_lock_held_too_long_gives_up_with_migration_error(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
