@@ -244,10 +244,15 @@ def walk_first(
 ) -> int | None:
     """The number of messages to walk before the indexes (:data:`WALK_FIRST`), or
     None when a walk cannot answer the page (ranked word hits; every hit wanted; a
-    page deeper than the walk)."""
+    page deeper than the walk) or is not needed (words alone)."""
     if limit is None or limit <= 0 or offset + limit > WALK_FIRST // 10:
         return None
     if order == "rank" and ranking(groups)[0] != sql.NO_RANK:
+        return None
+    terms = [routed for group in groups for routed in (*group.include, *group.exclude)]
+    if all(routed.route == PG_WORDS for routed in terms):
+        # The planner knows how many messages hold a word (the tsvector's
+        # statistics) and walks the time index by itself when they are many.
         return None
     return WALK_FIRST
 
