@@ -244,15 +244,10 @@ def walk_first(
 ) -> int | None:
     """The number of messages to walk before the indexes (:data:`WALK_FIRST`), or
     None when a walk cannot answer the page (ranked word hits; every hit wanted; a
-    page deeper than the walk) or is not needed (words alone)."""
+    page deeper than the walk)."""
     if limit is None or limit <= 0 or offset + limit > WALK_FIRST // 10:
         return None
     if order == "rank" and ranking(groups)[0] != sql.NO_RANK:
-        return None
-    terms = [routed for group in groups for routed in (*group.include, *group.exclude)]
-    if all(routed.route == PG_WORDS for routed in terms):
-        # The planner knows how many messages hold a word (the tsvector's
-        # statistics) and walks the time index by itself when they are many.
         return None
     return WALK_FIRST
 
@@ -264,9 +259,12 @@ def page_statement(
     limit: int | None,
     offset: int,
     walk: int | None = None,
+    after_walk: bool = False,
 ) -> tuple[str, list[Any]]:
     """The SQL and parameters of one page of hits of routed ``groups`` (among the
-    ``walk`` messages first in time order when given: :func:`walk_first`)."""
+    ``walk`` messages first in time order when given: :func:`walk_first`; found
+    through the search indexes, not the time index, ``after_walk`` that did not
+    fill the page)."""
     condition, params = matching(groups)
     rank, rank_params = ranking(groups) if order == "rank" else (sql.NO_RANK, [])
     where, filter_params = filtering(filters)
@@ -277,7 +275,9 @@ def page_statement(
         statement = sql.ranked_window_page(sql.all_of([condition, *where]), rank, window)
         return statement, [*params, *filter_params, *rank_params, *page]
     sort = order if walk is None or order != "rank" else "newest"
-    statement = sql.hits_page(sql.all_of([condition, *where]), rank, sort, walk)
+    statement = sql.hits_page(
+        sql.all_of([condition, *where]), rank, sort, walk, by_time_index=not after_walk
+    )
     return statement, [*rank_params, *params, *filter_params, *page]
 
 
@@ -287,11 +287,17 @@ def page_statements(
     """The statements that find a page, in the order they run: a walk over the
     newest messages when one can answer (its page is the answer when full), then
     the statement over every message."""
-    statements = [page_statement(groups, filters, order, limit, offset)]
     walk = walk_first(groups, order, limit, offset)
-    if walk is not None:
-        statements.insert(0, page_statement(groups, filters, order, limit, offset, walk))
-    return statements
+    if walk is None:
+        return [page_statement(groups, filters, order, limit, offset)]
+    # A walk that does not fill the page says the hits are rare (fewer than
+    # the page in the newest WALK_FIRST messages): the search indexes then find
+    # them all and they are sorted, never walked for in time order again (the
+    # planner's guess for a phrase or a substring can be far too many).
+    return [
+        page_statement(groups, filters, order, limit, offset, walk),
+        page_statement(groups, filters, order, limit, offset, after_walk=True),
+    ]
 
 
 # -- execute ----------------------------------------------------------------------------------

@@ -170,7 +170,9 @@ _RECENT = {
 }
 
 
-def hits_page(where: str, rank: str, sort: str, walk: int | None = None) -> str:
+def hits_page(
+    where: str, rank: str, sort: str, walk: int | None = None, by_time_index: bool = True
+) -> str:
     """One page of hits (``LIMIT %s OFFSET %s`` after the parameters of ``rank`` and
     ``where``): id, session_id, timestamp, role, content, tool_name, tool_calls,
     source, model, session_started, rank. The page is found on narrow rows, then its
@@ -178,8 +180,13 @@ def hits_page(where: str, rank: str, sort: str, walk: int | None = None) -> str:
 
     With ``walk``, only the ``walk`` messages first in the page's time order
     (``sort`` ``"newest"`` or ``"oldest"``) are looked at, walking the time index.
+    Without ``by_time_index`` the hits are ordered by an expression no index
+    holds, so the planner finds them through the search indexes and sorts them
+    (after a walk that found too few: the hits are rare).
     """
     inner, outer = HIT_ORDERS[sort]
+    if not by_time_index:
+        inner = inner.replace('m."timestamp"', '(m."timestamp" + 0)')
     source = "messages" if walk is None else _RECENT[sort].format(n=int(walk))
     return (
         f'WITH page AS (SELECT m.id, m."timestamp", {rank} AS rank'

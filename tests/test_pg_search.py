@@ -542,8 +542,7 @@ def test_a_walk_reads_messages_in_time_order(
 def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDatabase) -> None:
     with using(small):
         assert len(search_sql("docker", limit=20)) == 1  # ranked by ts_rank
-        # Words alone: the planner counts their hits and walks by itself.
-        assert len(search_sql("docker", sort="newest", limit=20)) == 1
+        assert len(search_sql("docker", sort="newest", limit=20)) == 2
         assert len(search_sql("docker OR 数据", sort="newest", limit=20)) == 2
         assert len(search_sql("数据", sort="newest", limit=None)) == 1  # every hit
         deep = WALK_FIRST // 10
