@@ -9,6 +9,7 @@ usual bound.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import fresh_store_file
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 from hermes_models import Session, SessionDB
 from hermes_models.bundle import selection
 from hermes_models.lineage import MAX_DEPTH
+
+pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 IDS = [f"s{n}" for n in range(12)]
 SOURCES = ["cli", "telegram"]
@@ -53,12 +56,16 @@ def expected(
 def build(store: SessionDB, parents: dict[str, str | None], sources: dict[str, str]) -> None:
     for n, sid in enumerate(parents):
         store.create_session(sid, sources[sid], started_at=1_700_000_000.0 + n)
-    # Raw parent links, as an old or damaged file may hold them: loops, and ids
-    # of sessions that do not exist.
-    store.database.execute_sql("PRAGMA foreign_keys = OFF")
+    # Raw parent links, as an old or damaged file may hold them: loops, and (on
+    # SQLite, whose foreign keys can be turned off) ids of sessions that do not
+    # exist. A PostgreSQL server checks every link: loops only.
+    sqlite = store.database.dialect == "sqlite"
+    if sqlite:
+        store.database.execute_sql("PRAGMA foreign_keys = OFF")
     for sid, pid in parents.items():
         Session.update(parent=pid).where(Session.id == sid).execute()
-    store.database.execute_sql("PRAGMA foreign_keys = ON")
+    if sqlite:
+        store.database.execute_sql("PRAGMA foreign_keys = ON")
 
 
 graphs = st.dictionaries(
@@ -75,15 +82,24 @@ graphs = st.dictionaries(
 def test_selection_matches_the_parent_links(
     graph: dict[str, tuple[str | None, str]],
     data: st.DataObject,
+    backend: str,
+    request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     migrated_template: Path,
 ) -> None:
     parents = {sid: pid for sid, (pid, _) in graph.items()}
+    if backend == "postgresql":  # the server refuses a link to no session
+        parents = {sid: (pid if pid in graph else None) for sid, pid in parents.items()}
     sources = {sid: src for sid, (_, src) in graph.items()}
     session_id = data.draw(st.none() | st.sampled_from(sorted(graph)))
     source = data.draw(st.none() | st.sampled_from(SOURCES))
-    path = tmp_path_factory.mktemp("selection") / "state.db"
-    with SessionDB(fresh_store_file(migrated_template, path)) as store:
+    if backend == "postgresql":
+        target: Any = request.getfixturevalue("pg").new_database()
+    else:
+        target = fresh_store_file(
+            migrated_template, tmp_path_factory.mktemp("selection") / "state.db"
+        )
+    with SessionDB(target) as store:
         build(store, parents, sources)
         got = selection(session_id, source)
     if session_id is None and source is None:
