@@ -218,13 +218,17 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     )
 
 
-def hits_by_session(where: str, rank: str) -> str:
-    """For each session with hits (active messages matching ``where``): session_id,
-    its best hit's id, timestamp and rank (rank, then newest), its number of hits and
-    its latest hit's timestamp."""
+def hits_by_session(where: str, rank: str, window: int) -> str:
+    """For each session with hits among the ``window`` newest hits (active messages
+    matching ``where``; its parameters come first, then those of ``rank``):
+    session_id, its best hit's id, timestamp and rank (rank, then newest), its
+    number of hits and its latest hit's timestamp. ``rank`` is computed for the
+    window's hits only."""
     return (
-        f'WITH hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank'
-        f" FROM messages m WHERE {where} AND {ACTIVE})"
+        'WITH recent AS MATERIALIZED (SELECT m.id, m.session_id, m."timestamp",'
+        f" m.search_tsv FROM messages m WHERE {where} AND {ACTIVE}"
+        f' ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
+        f' hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank FROM recent m)'
         ' SELECT DISTINCT ON (session_id) session_id, id, "timestamp", rank,'
         " count(*) OVER (PARTITION BY session_id),"
         ' max("timestamp") OVER (PARTITION BY session_id)'

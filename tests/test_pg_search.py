@@ -270,6 +270,31 @@ def test_sessions_keep_sqlite_keys_pages_and_sources(both: tuple[Any, Any]) -> N
     assert row["score"] > 0
 
 
+@pytest.mark.parametrize("window", [1, 5, 12, 1_000])
+def test_a_session_search_groups_the_newest_hits(
+    pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    # 30 messages over 4 sessions, "数据" in 12 of them: the sessions and their
+    # hit counts are those of the `window` newest hits.
+    monkeypatch.setattr(pg_search, "SESSION_WINDOW", window)
+    with using(pg_db):
+        for n in range(4):
+            Session.create(id=f"s{n}", source="cli", started_at=float(n))
+        for n in range(30):
+            Message.create(
+                session=f"s{n % 4}",
+                role="user",
+                content="数据 here" if n % 5 < 2 else "nothing",
+                timestamp=100.0 + n,
+            )
+        hits = [m for m in Message.select() if "数据" in m.content]
+        assert len(hits) == 12
+        newest = sorted(hits, key=lambda m: (-m.timestamp, -m.id))[:window]
+        want = Counter(m.session_id for m in newest)
+        rows = search_sessions("数据", limit=None)
+        assert {row["id"]: row["hits"] for row in rows} == dict(want)
+
+
 @pytest.mark.parametrize("batch", [1, 2, 3])
 def test_sessions_read_in_small_batches_give_the_same_rows(
     both: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, batch: int
@@ -287,11 +312,12 @@ def test_sessions_read_in_small_batches_give_the_same_rows(
 
 @pytest.mark.slow
 def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
-    pg_db: PostgresDatabase,
+    pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 70,000 sessions with a hit each, a tenth of them continuations: the
     # climb and the page read more ids than one statement may bind (65,535).
     n = 70_000
+    monkeypatch.setattr(pg_search, "SESSION_WINDOW", 100_000)  # every hit counted
     sessions = [
         {
             "id": f"s{i:05d}",
