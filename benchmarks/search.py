@@ -40,7 +40,7 @@ from hermes_models.grams import GRAM_IDS_SQL
 from hermes_models.plan import SCAN_FUNCTION
 from hermes_models.query import highlight, parse, term_regex
 from hermes_models.search import readable
-from hermes_models.sqlite_sql import WORD_MATCHES_BEYOND
+from hermes_models.sqlite_sql import GRAM_REACH, WORD_MATCHES_BEYOND
 
 WORDS = (
     "the of and to in is that for it with as was on be by this are or from at which but not "
@@ -171,10 +171,11 @@ def plain_search(
     """A hand-written search: the recorded statements run with sqlite3, rows turned into
     the same hit dicts (JSON content shown as text, snippets made in Python where the
     index gave none)."""
-    # Gram index lookups and the one-pass scan come first (LIKE-routed terms), and the
+    # Gram index lookups, the reach of the gram index (whether a short CJK term is
+    # common) and the one-pass scan come first (LIKE-routed terms), and the
     # count that decides whether a word query is ranked within its newest hits
     # (hermes_models.plan.RANK_WINDOW); then the page.
-    while statements[0][0] in (GRAM_IDS_SQL, WORD_MATCHES_BEYOND) or (
+    while statements[0][0] in (GRAM_IDS_SQL, GRAM_REACH, WORD_MATCHES_BEYOND) or (
         SCAN_FUNCTION in statements[0][0]
     ):
         conn.execute(*statements[0]).fetchall()
