@@ -386,6 +386,9 @@ def test_an_import_while_another_holds_the_server_lock_is_refused(
             ):
                 store.import_bundle(bundle)
         assert store_snapshot(path) == before
+        # Released here, not by closing: a closed client's server process lets
+        # its session locks go only when it exits, a moment later.
+        other.execute("SELECT pg_advisory_unlock(hashtext('hermes_models.import:public'))")
     finally:
         other.close()
     with SessionDB(path) as store:
