@@ -1043,16 +1043,21 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
             .offset(offset)
             .cte("page", columns=("id", "session_id", "timestamp", "rank"))
         )
+    return render(_page_rows(page, sort, *([newest_cte(filters)] if shape.floored else []), *ctes))
+
+
+def _page_rows(page: Any, sort: str, *ctes: Any) -> Any:
+    """The messages (hit columns) of the CTE ``page`` of ``(id, ..., rank)``, in
+    ``sort`` order, with ``ctes`` before it."""
     m, s = Message, Session
-    query = (
+    return (
         m.select(*_columns(m, s, page.c.rank, slim=False))
         .from_(page)
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
         .order_by(*_order(sort, page))
-        .with_cte(*([newest_cte(filters)] if shape.floored else []), *ctes, page)
+        .with_cte(*ctes, page)
     )
-    return render(query)
 
 
 def newest_words(shape: Shape, filters: FilterShape) -> Any:
@@ -1080,15 +1085,7 @@ def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
         .offset(slot("offset"))
         .cte("page", columns=columns)
     )
-    m, s = Message, Session
-    query = (
-        m.select(*_columns(m, s, page.c.rank, slim=False))
-        .from_(page)
-        .join(m, on=(m.id == page.c.id))
-        .join(s, on=(s.id == m.session))
-        .order_by(*_order("rank", page))
-        .with_cte(newest, page)
-    )
+    query = _page_rows(page, "rank", newest)
     return render(query)
 
 
