@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import package_source
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ PACKAGE = ROOT / "hermes_models"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 #: Modules of the package by name (``__init__`` is the package itself).
-MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
+MODULES = package_source.MODULES
 
 #: Upward imports allowed, (importer, imported) -> why. Each must be an import
 #: inside a function: the importer is lower in the layers than the imported.
@@ -93,7 +94,6 @@ def _targets(node: ast.Import | ast.ImportFrom) -> list[tuple[str, tuple[str, ..
 def imports_of(module: str) -> list[Import]:
     """Every import of a package module by ``module`` (``if TYPE_CHECKING`` blocks aside:
     they never run)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
     found: list[Import] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
@@ -108,7 +108,7 @@ def imports_of(module: str) -> list[Import]:
             )
             visit(child, inside)
 
-    visit(tree, False)
+    visit(package_source.tree(module), False)
     return found
 
 
@@ -226,24 +226,33 @@ def test_no_module_imports_a_private_name_of_another() -> None:
     assert private == []
 
 
+def imports_in_functions(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement (of any module) inside a function of ``tree``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(tree, False)
+    return found
+
+
 def test_every_import_inside_a_function_says_why() -> None:
     """An import inside a function carries a comment: on its line, or above the group
     of imports it belongs to."""
     silent = []
     for module in MODULES:
-        lines = (PACKAGE / f"{module}.py").read_text(encoding="utf-8").splitlines()
-        tree = ast.parse("\n".join(lines))
-        for function in ast.walk(tree):
-            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(function):
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    here = lines[node.lineno - 1]
-                    above = node.lineno - 2
-                    while lines[above].strip().startswith(("from ", "import ")):
-                        above -= 1
-                    if "#" not in here and not lines[above].strip().startswith("#"):
-                        silent.append(f"{module}:{node.lineno}: {here.strip()}")
+        lines = package_source.source(module).splitlines()
+        for node in imports_in_functions(package_source.tree(module)):
+            here = lines[node.lineno - 1]
+            above = node.lineno - 2
+            while lines[above].strip().startswith(("from ", "import ")):
+                above -= 1
+            if "#" not in here and not lines[above].strip().startswith("#"):
+                silent.append(f"{module}:{node.lineno}: {here.strip()}")
     assert sorted(set(silent)) == []
 
 

@@ -33,7 +33,7 @@ TABLE_COLUMNS = {
     "compression_locks": ("session_id", "holder", "acquired_at", "expires_at"),
 }
 
-BIG = "".join(f"word{i} " for i in range(250_000))  # 1.7 MB of text
+BIG = "".join(f"word{i % 1000} " for i in range(250_000))  # 2 MB of text
 
 
 # -- stores and their rows ----------------------------------------------------------------------

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
+import package_source
 import pytest
 
 from hermes_models import sqlite_sql
-
-PACKAGE = Path(__file__).resolve().parent.parent / "hermes_models"
 
 #: The one module of hand-written SQLite statements.
 SQL_MODULE = "sqlite_sql"
@@ -50,7 +48,11 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def sql_in(source: str, label: str) -> list[str]:
     """``label:line`` of each string of ``source`` (docstrings aside) that starts with an
     SQL verb or holds a subquery: a literal, or an f-string whose text does."""
-    tree = ast.parse(source)
+    return sql_in_tree(ast.parse(source), label)
+
+
+def sql_in_tree(tree: ast.Module, label: str) -> list[str]:
+    """:func:`sql_in` of source already parsed."""
     prose = _docstrings(tree)
     lines = set()
     for node in ast.walk(tree):
@@ -68,10 +70,10 @@ def sql_in(source: str, label: str) -> list[str]:
 
 def raw_sql(module: str) -> list[str]:
     """The SQL texts written by hand in the package module ``module``."""
-    return sql_in((PACKAGE / f"{module}.py").read_text(encoding="utf-8"), module)
+    return sql_in_tree(package_source.tree(module), module)
 
 
-MODULES = sorted(path.stem for path in PACKAGE.glob("*.py"))
+MODULES = package_source.MODULES
 
 
 def test_the_check_finds_sql_texts_and_leaves_prose_alone() -> None:
@@ -113,7 +115,7 @@ def test_every_pending_module_is_a_module_of_the_package() -> None:
 
 @pytest.mark.parametrize("module", sorted(SQL_MODULES))
 def test_the_sql_module_imports_nothing_of_the_package(module: str) -> None:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    tree = package_source.tree(module)
     imported = [
         node.module or "."
         for node in ast.walk(tree)
