@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -299,25 +300,26 @@ def test_a_write_of_ours_catches_up_a_bounded_number_of_rows_others_wrote(
     }
 
 
-def test_catch_up_indexes_in_chunks_and_reports_progress(tmp_path: Path) -> None:
-    path = tmp_path / "state.db"
-    SessionDB(path).close()
+def test_catch_up_indexes_in_chunks_and_reports_progress(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    path = migrated_copy(tmp_path / "state.db")
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', ?)", (T0,))
         conn.executemany(
             "INSERT INTO messages (session_id, role, content, timestamp)"
             " VALUES ('s', 'user', ?, ?)",
-            [(f"第{n}条数据", T0 + n) for n in range(2_500)],
+            [(f"第{n}条数据", T0 + n) for n in range(250)],
         )
     finally:
         conn.close()
     db = hermes_models.connect(path)
     seen: list[tuple[int, int]] = []
-    assert grams.catch_up(db, chunk=1_000, progress=lambda d, t: seen.append((d, t))) == 2_500
-    assert seen == [(1_000, 2_500), (2_000, 2_500), (2_500, 2_500)]
-    assert _state(path) == (2_500, [])
-    assert len(_postings(path, "b6570g636e")) == 2_500
+    assert grams.catch_up(db, chunk=100, progress=lambda d, t: seen.append((d, t))) == 250
+    assert seen == [(100, 250), (200, 250), (250, 250)]
+    assert _state(path) == (250, [])
+    assert len(_postings(path, "b6570g636e")) == 250
     with pytest.raises(ValueError, match="chunk must be a positive number of rows, got 0"):
         grams.catch_up(db, chunk=0)
     db.close()
