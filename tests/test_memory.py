@@ -134,7 +134,7 @@ def test_an_import_compiles_few_distinct_inserts(
     store: SessionDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(staging, "BATCH_ROWS", 53)
-    bundle = write_bundle(tmp_path / "b.jsonl", sessions=9, per_session=150, prompt="p")
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=3, per_session=150, prompt="p")
     statements: list[str] = []
     conn = store.database.connection()
     conn.set_trace_callback(statements.append)
@@ -146,7 +146,7 @@ def test_an_import_compiles_few_distinct_inserts(
         sql.count("),(") + 1 for sql in statements if sql.startswith('INSERT INTO "messages"')
     }
     assert inserts <= {1, 2, 4, 8, 16, 32, 64, 128, CHUNK_ROWS}
-    assert store.message_count(include_inactive=True) == 1350
+    assert store.message_count(include_inactive=True) == 450
 
 
 # -- what the import keeps: no session rows, no message rows ------------------------------------
