@@ -13,6 +13,7 @@ import re
 import shutil
 import unicodedata
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,63 @@ def seeded(
 def snapshot(store: SessionDB) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table of the store (FTS5's and yoyo's tables included)."""
     return store_snapshot(target_of(store.database))
+
+
+@dataclass
+class Untouched:
+    """A seeded store, every row of it as it was, and whether the last test using it
+    found it unchanged."""
+
+    store: SessionDB
+    before: dict[str, list[tuple[Any, ...]]]
+    unchanged: bool = False
+
+    def assert_unchanged(self) -> None:
+        self.unchanged = snapshot(self.store) == self.before
+        assert self.unchanged
+
+
+#: The SQLite store the ``untouched`` tests share, by backend.
+_SHARED: dict[str, Untouched] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared() -> Iterator[None]:
+    yield
+    while _SHARED:
+        _SHARED.popitem()[1].store.close()
+
+
+@pytest.fixture
+def untouched(
+    backend: str, template: Path, tmp_path_factory: pytest.TempPathFactory, request: Any
+) -> Iterator[Untouched]:
+    """A seeded store for a test whose call must change nothing, and its rows before.
+
+    On SQLite the tests of this module share one store (opening a store costs more
+    than most of these calls): each test checks that its call changed no row
+    (:meth:`Untouched.assert_unchanged`), and a store that a test did not find
+    unchanged (it failed, or did not get that far) is closed and never reused. On
+    PostgreSQL each test gets a copy of its own, as with ``seeded`` (the databases a
+    test made are dropped after it).
+    """
+    if backend == "postgresql":
+        pg = request.getfixturevalue("pg")
+        store = SessionDB(pg.copy_database(request.getfixturevalue("server_template")))
+        yield Untouched(store, snapshot(store))
+        store.close()
+        return
+    shared = _SHARED.get(backend)
+    if shared is None:
+        path = tmp_path_factory.mktemp("untouched") / "state.db"
+        shutil.copy(template, path)
+        store = SessionDB(path)
+        shared = _SHARED[backend] = Untouched(store, snapshot(store))
+    shared.unchanged = False
+    yield shared
+    if not shared.unchanged:
+        del _SHARED[backend]
+        shared.store.close()
 
 
 def assert_names(exc: BaseException, error: type[Exception], argument: str) -> None:
@@ -540,18 +598,17 @@ REJECTED = _text_cases() + _message_cases() + _number_cases()
 
 @pytest.mark.parametrize(("method", "args", "kwargs", "error", "argument"), REJECTED)
 def test_session_db_refuses_bad_arguments_by_name_and_changes_nothing(
-    seeded: SessionDB,
+    untouched: Untouched,
     method: str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     error: type[Exception],
     argument: str,
 ) -> None:
-    before = snapshot(seeded)
     with pytest.raises((TypeError, ValueError)) as caught:
-        getattr(seeded, method)(*args, **kwargs)
+        getattr(untouched.store, method)(*args, **kwargs)
+    untouched.assert_unchanged()
     assert_names(caught.value, error, argument)
-    assert snapshot(seeded) == before
 
 
 ACCEPTED = [
@@ -645,11 +702,11 @@ ACCEPTED = [
     ],
 )
 def test_odd_but_valid_arguments_get_the_right_answer_and_change_nothing(
-    seeded: SessionDB, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any
+    untouched: Untouched, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any
 ) -> None:
-    before = snapshot(seeded)
-    assert getattr(seeded, method)(*args, **kwargs) == expected
-    assert snapshot(seeded) == before
+    got = getattr(untouched.store, method)(*args, **kwargs)
+    untouched.assert_unchanged()
+    assert got == expected
 
 
 # -- the models -------------------------------------------------------------------------
