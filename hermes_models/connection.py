@@ -31,13 +31,13 @@ from .files import (
     check_file_kind,
     check_ownership,
     check_writable,
-    probe_file,
+    probe_file_held,
     read_only_params,
     resolve_path,
     secure_files,
 )
 from .postgres import PostgresDatabase, is_postgres_url, parse_url
-from .shape import probe
+from .shape import FileShape, probe
 from .writes import retry_locked
 
 logger = logging.getLogger("hermes_models")
@@ -170,8 +170,39 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         params = read_only_params(path)
     # Before any connection of ours can switch the file to WAL. Another
     # process creating the file holds it locked for the whole migration.
-    # The probe's connection also does the SQLite half of check_header().
-    shape = retry_locked(lambda: probe_file(path, params, pages=True))
+    # The probe's connection also does the SQLite half of check_header(). A
+    # writable open holds it until its own connection has read the file (see
+    # probe_file_held): the WAL's two files are not deleted and made again.
+    shape, held = retry_locked(
+        lambda: probe_file_held(path, params, pages=True, hold=not read_only)
+    )
+    try:
+        db = _open_probed(path, shape, params=params, read_only=read_only, migrate=migrate)
+    finally:
+        if held is not None:
+            held.close()
+    if not db.read_only:
+        secure_files(path, create=False)
+    if db.shape is not None and db.shape.newer and _told_newer.add(path):
+        logger.warning(
+            "%s has Hermes schema version %s, newer than %d, the highest hermes_models "
+            "writes: opened read-only, nothing in it will be changed",
+            path,
+            db.shape.describe_version(),
+            SCHEMA_VERSION,
+        )
+    return db
+
+
+def _open_probed(
+    path: Path,
+    shape: FileShape | None,
+    *,
+    params: dict[str, str] | None,
+    read_only: bool,
+    migrate: bool,
+) -> HermesDatabase:
+    """:func:`_open` once the file has been probed: ``shape`` is what the probe read."""
     if shape is not None and shape.newer and not read_only:
         check_ownership(path, read_only=True)
         params = read_only_params(path)
@@ -204,16 +235,6 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
         raise
-    if not read_only:
-        secure_files(path, create=False)
-    if db.shape is not None and db.shape.newer and _told_newer.add(path):
-        logger.warning(
-            "%s has Hermes schema version %s, newer than %d, the highest hermes_models "
-            "writes: opened read-only, nothing in it will be changed",
-            path,
-            db.shape.describe_version(),
-            SCHEMA_VERSION,
-        )
     return db
 
 

@@ -293,16 +293,35 @@ def probe_file(
         ReadOnlyDatabaseError: the folder is read-only, so SQLite cannot read
             the file in WAL mode without ``params`` from :func:`read_only_params`.
     """
+    return probe_file_held(path, params, pages=pages, hold=False)[0]
+
+
+def probe_file_held(
+    path: Path, params: dict[str, str] | None = None, *, pages: bool = False, hold: bool = True
+) -> tuple[FileShape | None, sqlite3.Connection | None]:
+    """:func:`probe_file`, and with ``hold`` its read-only connection, left open when
+    the file is in WAL mode (None otherwise); the caller closes it.
+
+    While any connection has a WAL file open, SQLite keeps its ``-wal`` and
+    ``-shm`` files; when the last one closes, it deletes them. An open that
+    holds the probe's connection until its own connection has read the file
+    spares the file system deleting the two files and creating them again,
+    about half of what opening a store costs. A file not in WAL mode is never
+    held: its journal mode may be about to change, which needs the file alone.
+    """
     if not path.exists() or path.stat().st_size == 0:
-        return None
+        return None, None
     try:
         conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
     except sqlite3.OperationalError:
-        return None
+        return None, None
+    held = False
     try:
         if pages:
             check_pages(path, conn)
-        return probe(conn)
+        shape = probe(conn)
+        held = hold and str(conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()[0]).lower() == "wal"
+        return shape, (conn if held else None)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise NotADatabaseError(f"{path} is not an SQLite database") from exc
@@ -310,7 +329,8 @@ def probe_file(
             raise read_only_file_error(path) from exc
         raise
     finally:
-        conn.close()
+        if not held:
+            conn.close()
 
 
 def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
@@ -406,6 +426,7 @@ __all__ = [
     "make_private_folder",
     "newer_schema_error",
     "probe_file",
+    "probe_file_held",
     "read_only_file_error",
     "read_only_params",
     "refuse_newer_schema",

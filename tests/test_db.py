@@ -33,6 +33,7 @@ from hermes_models import (
     get_last_init_error,
 )
 from hermes_models import binding as binding_module
+from hermes_models import connection as connection_module
 from hermes_models import db as db_module
 from hermes_models import writes as writes_module
 from hermes_models.db import record_init_error
@@ -1128,3 +1129,46 @@ def test_a_prepared_statement_is_in_peewees_query_log_when_it_is_on(
         assert store.get_meta("k") == "v"
     logged = [record.msg for record in caplog.records if record.name == "peewee"]
     assert len(logged) == 1 and '"state_meta"' in logged[0][0] and logged[0][1] == {"key": "k"}
+
+
+# -- what an open costs the file system ---------------------------------------------------
+
+
+def test_an_open_makes_the_wal_files_once_and_they_go_with_the_last_close(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's connection keeps the WAL's -wal and -shm files until the handle's
+    own connection has read the file: the write check's connection, closing in
+    between, does not delete them for the handle's connection to make again."""
+    path = migrated_copy(tmp_path / "state.db")
+    shm = Path(f"{path}-shm")
+    assert not shm.exists()
+    inodes: list[int] = []
+    check_writable = connection_module.check_writable
+
+    def watched(checked: Path) -> None:
+        check_writable(checked)
+        inodes.append(shm.stat().st_ino)
+
+    monkeypatch.setattr(connection_module, "check_writable", watched)
+    db = hermes_models.connect(path)
+    try:
+        assert inodes == [shm.stat().st_ino]
+        assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        db.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+def test_a_file_in_delete_mode_is_not_held_and_becomes_wal(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    path = migrated_copy(tmp_path / "state.db")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    conn.close()
+    db = hermes_models.connect(path)
+    try:
+        assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        db.close()
