@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import package_source
 import pytest
+
+import package_source
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hermes_models"

@@ -15,10 +15,11 @@ from __future__ import annotations
 import ast
 import re
 
-import package_source
 import pytest
 
 from hermes_models import sqlite_sql
+
+import package_source
 
 #: The one module of hand-written SQLite statements.
 SQL_MODULE = "sqlite_sql"
