@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -16,6 +17,18 @@ from hermes_models import HermesDatabase, SessionDB
 from hermes_models.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES
+
+#: Whether this is the full run (tox on Python 3.13 sets ``HERMES_TEST_FULL=1``).
+FULL_RUN = os.environ.get("HERMES_TEST_FULL") == "1"
+
+
+def examples(full: int) -> int:
+    """How many examples a property test draws: ``full`` in the full run, a quarter
+    of it (at least 10) in the fast run of the other Pythons, whose budget is 90 s.
+
+    Every property test still runs on every Python; the full run draws them all.
+    """
+    return full if FULL_RUN else max(10, full // 4)
 
 
 @pytest.fixture(scope="session", autouse=True)

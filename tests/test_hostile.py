@@ -19,7 +19,7 @@ from typing import Any
 
 import peewee
 import pytest
-from conftest import target_of
+from conftest import examples, target_of
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -1052,7 +1052,9 @@ JSON = st.recursive(
     max_leaves=30,
 )
 HYPOTHESIS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 
@@ -1124,7 +1126,7 @@ def test_any_session_id_works_or_is_refused_by_name(seeded: SessionDB, text: str
     assert seeded.delete_session(session_id) is True
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(title=ANY_TEXT | st.text(min_size=95, max_size=110))
 def test_sanitize_title_cleans_or_refuses_only_for_length(title: str) -> None:
     try:

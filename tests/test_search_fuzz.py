@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -142,7 +143,7 @@ def test_no_query_raises(store: SessionDB, query: str) -> None:
         assert [row["id"] for row in rows] == ["s", "t"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(query=queries, sort=st.sampled_from([None, "newest", "oldest"]), inactive=st.booleans())
 def test_no_query_raises_with_options(
     store: SessionDB, query: str, sort: str | None, inactive: bool
