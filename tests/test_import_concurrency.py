@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 import tracemalloc
 from multiprocessing.connection import Connection
@@ -318,9 +320,11 @@ def test_an_import_killed_midway_on_a_server_leaves_nothing_and_the_next_one_run
     assert store_snapshot(path) == store_snapshot(clean)
 
 
-def _holder_of_child(conn: Connection) -> None:
-    conn.send(local_holder("hermes_models-import"))
-    conn.close()
+#: A child that prints the holder an import of its own would write and its pid, and exits.
+_HOLDER_OF_CHILD = (
+    "import os; from hermes_models.holders import local_holder; "
+    "print(local_holder('hermes_models-import')); print(os.getpid())"
+)
 
 
 def _lease(path: Path) -> dict[str, Any] | None:
@@ -400,17 +404,16 @@ def test_an_import_while_another_holds_the_server_lock_is_refused(
 def test_a_lease_left_by_a_dead_process_is_taken_over(tmp_path: Path, backend: str) -> None:
     path = tmp_path / "state.db"
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=2, per_session=3)
-    receiver, sender = SPAWN.Pipe(duplex=False)
-    dead = SPAWN.Process(target=_holder_of_child, args=(sender,))
-    dead.start()
-    sender.close()
-    holder = receiver.recv()
-    dead.join()
+    dead = subprocess.run(
+        [sys.executable, "-c", _HOLDER_OF_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert dead.returncode == 0, dead.stderr
+    holder, pid = dead.stdout.split()
     with SessionDB(path) as store:
         stale = {
             "token": "old",
             "holder": holder,
-            "pid": dead.pid,
+            "pid": int(pid),
             "expires": time.time() + 60,
             "sessions": ["imp-0"],
             "ranges": [[1, 3]],

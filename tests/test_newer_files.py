@@ -333,7 +333,7 @@ def test_reading_while_a_hermes_process_keeps_appending(
         # What a Hermes without the CJK tokenizer does before it can write.
         newer.drop_cjk_triggers_like_hermes(path)
     start = {row["id"] for row in SessionDB(path).get_messages("cont-a")}
-    appends = 120
+    appends = 60
     writer = subprocess.Popen(
         [
             sys.executable,
