@@ -70,6 +70,11 @@ class VerificationError(CopyError):
     """A copied store differs from its source; the message names the table and session."""
 
 
+class MissingDriverError(HermesModelsError, ModuleNotFoundError):
+    """A store on a PostgreSQL server was asked for, and psycopg (the ``postgresql``
+    extra) is not installed."""
+
+
 def is_lock_error(exc: BaseException) -> bool:
     """True when ``exc`` says another connection holds a lock."""
     if not isinstance(exc, (sqlite3.OperationalError, peewee.OperationalError)):
@@ -108,6 +113,7 @@ __all__ = [
     "HermesModelsError",
     "ImportConflictError",
     "MigrationError",
+    "MissingDriverError",
     "NotADatabaseError",
     "PoolTimeoutError",
     "ReadOnlyDatabaseError",

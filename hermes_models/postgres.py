@@ -40,6 +40,7 @@ from . import postgres_sql, writes
 from .errors import (
     SQLITE_ERRORS,
     MigrationError,
+    MissingDriverError,
     PoolTimeoutError,
     ReadOnlyDatabaseError,
     WriteConflictError,
@@ -248,7 +249,24 @@ def adapt_text(conn: Any) -> None:
         conn.adapters.register_loader(name, loader)
 
 
+def require_driver() -> None:
+    """Refuse at once, in words a user can act on, to reach a server without psycopg.
+
+    Raises:
+        MissingDriverError: psycopg 3 (the ``postgresql`` extra) is not installed.
+    """
+    try:
+        import psycopg  # noqa: F401  (loaded when used: the postgresql extra is optional)
+    except ImportError as exc:
+        raise MissingDriverError(
+            "a postgresql:// store needs psycopg 3, which is not installed: "
+            "pip install 'hermes_models[postgresql]'",
+            name="psycopg",
+        ) from exc
+
+
 def _connect_raw(target: ServerTarget) -> Any:
+    require_driver()
     import psycopg  # loaded when used: the postgresql extra is optional
 
     conn = psycopg.connect(target.url, autocommit=True)
@@ -299,6 +317,7 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
             or yoyo's lock could not be taken.
     """
     target = parse_url(url)
+    require_driver()
     folder = migrations_dir() if optional is None else optional_migrations_dir(optional)
     from yoyo import get_backend, read_migrations  # loaded when used: migrating is rare
     from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
@@ -903,6 +922,7 @@ def open_database(
 ) -> PostgresDatabase:
     """A handle on the store ``url``, migrated first unless asked not to (or read-only)."""
     target = parse_url(url)
+    require_driver()
     if migrate_first and not read_only:
         migrate(url)
     return PostgresDatabase(target, read_only=read_only)
@@ -925,6 +945,7 @@ __all__ = [
     "optional_migrations_dir",
     "parse_url",
     "qmark_to_format",
+    "require_driver",
     "search_path",
     "unescape_text",
 ]

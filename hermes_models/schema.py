@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import grams, sqlite_sql
+from . import grams, postgres, sqlite_sql
 from .caches import BoundedCache
 from .db import HermesDatabase
 from .errors import MigrationError, is_lock_error
@@ -113,13 +113,20 @@ def yoyo_url(path: Path) -> str:
 def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     """Apply pending migrations to ``target`` and return the ids applied.
 
+    ``target`` is a file (a path or ``sqlite:///`` URL; None: the default
+    store), or a ``postgresql://`` URL, whose store is migrated by
+    :func:`hermes_models.postgres.migrate`.
+
     Raises:
+        MissingDriverError: a ``postgresql://`` URL, and psycopg is not installed.
         NotADatabaseError: the file is not an SQLite database.
         SchemaTooNewError: a newer Hermes wrote the file (nothing is written).
         MigrationError: the migration lock could not be taken, the file has a
             ``sessions`` table that is not Hermes', or upgrading an older Hermes
             file failed (it is left as it was).
     """
+    if postgres.is_postgres_url(target):
+        return postgres.migrate(str(target))
     path = resolve_path(target)
     check_header(path)
     check_schema_version(path)

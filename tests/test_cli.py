@@ -8,9 +8,10 @@ import json
 import logging
 import re
 import sqlite3
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ from click.testing import CliRunner, Result
 from conftest import plain_connection, target_of
 
 import hermes_models.history
-from hermes_models import SessionDB
+from hermes_models import MissingDriverError, SessionDB
 from hermes_models.cli import cli, main
-from hermes_models.postgres import parse_url
+from hermes_models.copy import copy_store
+from hermes_models.postgres import open_database, parse_url
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -634,6 +636,36 @@ def test_usage_errors_are_one_line_and_exit_with_2(capsys: pytest.CaptureFixture
     ):
         code, out, err = run_main(capsys, *args)
         assert_one_line_error(code, out, err, message, status=2)
+
+
+def test_a_server_url_without_psycopg_says_what_to_install(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    migrated_copy: Callable[[Path], Path],
+) -> None:
+    """Without the ``postgresql`` extra, a ``postgresql://`` store is refused before
+    any connection is tried, naming what to install (library and command line)."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if it were not installed
+    url = "postgresql://postgres@127.0.0.1:1/db"
+    message = (
+        "a postgresql:// store needs psycopg 3, which is not installed: "
+        "pip install 'hermes_models[postgresql]'"
+    )
+    for call in (
+        lambda: hermes_models.connect(url),
+        lambda: SessionDB(url),
+        lambda: open_database(url, migrate_first=False),
+        lambda: hermes_models.migrate(url),
+        lambda: copy_store(migrated_copy(tmp_path / "state.db"), url),
+    ):
+        with pytest.raises(MissingDriverError) as caught:
+            call()
+        assert (str(caught.value), caught.value.name) == (message, "psycopg")
+        assert isinstance(caught.value, ModuleNotFoundError)
+    for command in (["migrate"], ["sessions"]):
+        code, out, err = run_main(capsys, *command, "--db", url)
+        assert_one_line_error(code, out, err, message)
 
 
 def test_an_unexpected_error_is_one_line(

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pg_server import Server
 
+import hermes_models
 from hermes_models import Message, Session
 from hermes_models.binding import using
 from hermes_models.grams import grams
@@ -164,6 +165,12 @@ def test_a_new_database_gets_every_migration(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     assert migrate(url) == migration_ids(migrations_dir())
     assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(8,)]
+
+
+def test_the_package_migrate_takes_a_server_url_too(pg: Server) -> None:
+    url = pg.new_database(migrated=False)
+    assert hermes_models.migrate(url) == migration_ids(migrations_dir())
+    assert hermes_models.migrate(url) == []
 
 
 def _migrate_in_child(url: str) -> list[str]:
