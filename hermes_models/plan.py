@@ -39,7 +39,14 @@ from playhouse.sqlite_ext import FTS5Model
 
 from . import sqlite_sql
 from .binding import current, file_key
-from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
+from .fts import (
+    INDEXES,
+    SNIPPET_TOKENS,
+    GramIndex,
+    MessageIndex,
+    MessageTrigramIndex,
+    gram_index_ready,
+)
 from .grams import candidates_sql, exact, grams, match_any, term_match
 from .lineage import (
     branch_expr,
@@ -109,6 +116,12 @@ class Shape:
     #: True when a group the word index decides alone has a prefix term, which costs
     #: FTS5 a merge of every word it starts on each lookup.
     prefixes: bool = False
+    #: True when the gram index decides the query alone (every term one or two CJK
+    #: characters, :func:`hermes_models.grams.exact`; slot ``gq``: the whole query as
+    #: one gram-index expression, :func:`gram_expression`): a windowed search reads
+    #: its newest hits from the index newest first, and the scan reads only the rows
+    #: the index does not cover (above its mark, or changed by others).
+    decides: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -240,7 +253,7 @@ class Shape:
 
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
-        return dataclasses.replace(self, grams=False, scans=False, narrows=False)
+        return dataclasses.replace(self, grams=False, scans=False, narrows=False, decides=False)
 
     def numbered(self) -> list[tuple[int, bool]]:
         """``(k, included)`` of each term slot, in slot order."""
@@ -289,6 +302,17 @@ def json_narrowing(query: SearchQuery) -> str | None:
     return " OR ".join(groups)
 
 
+def gram_expression(query: SearchQuery) -> str:
+    """The whole query as one gram-index expression, for a query whose every term the
+    gram index answers exactly (:func:`hermes_models.grams.exact`): in each group its
+    terms' tokens, all of them, none of its excluded ones; any group."""
+    groups = []
+    for group in query.groups:
+        text = "(" + " AND ".join(term_match(t) for t in group.include) + ")"
+        groups.append("(" + text + "".join(f" NOT {term_match(t)}" for t in group.exclude) + ")")
+    return " OR ".join(groups)
+
+
 def trigram_servable(term: Term) -> bool:
     """True for a word the trigram index finds as well as the word index, as a
     substring: three or more ASCII letters and digits, not a prefix (ASCII, so
@@ -305,6 +329,8 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         return out
     if shape.narrows:
         out["narrow"] = json_narrowing(query)
+    if shape.decides:
+        out["gq"] = gram_expression(query)
     positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
     k = 0
     for group, routes in zip(query.groups, shape.groups):
@@ -440,7 +466,10 @@ def windowed(
     if not (shape.windowable or (scanned and shape.all_like)):
         return shape
     prefixes = any(t.prefix for i in shape.word_groups for t in query.groups[i].include)
-    return dataclasses.replace(shape, window=True, prefixes=prefixes)
+    # A query the gram index decides alone: its newest hits come from the index itself,
+    # which hands them over newest first, instead of from every term's whole id list.
+    decides = shape.all_like and shape.grams and all(exact(t) for t in query.terms())
+    return dataclasses.replace(shape, window=True, prefixes=prefixes, decides=decides)
 
 
 def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
@@ -683,7 +712,11 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         if route == LIKE
     )
     indexed: tuple[tuple[int, str], ...] = ()
-    if shape.grams:
+    if shape.decides:
+        # The statement reads the index's hits; the scan reads only the rows it does
+        # not cover (above its mark, changed by others) and decides them.
+        values["cjk"] = None
+    elif shape.grams:
         # A term of one or two CJK characters only is answered by the gram index
         # exactly; the scan reads the candidates of the other terms, and the rows
         # the index does not cover (above its mark, or changed by others).
@@ -933,6 +966,30 @@ def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
     ), (first, rest)
 
 
+def _gram_newest(filters: FilterShape, slim: bool) -> Any:
+    """The newest ``window`` hits (slot) the gram index lists for the expression ``gq``
+    (slot), after ``filters``, read newest first: the index hands its matches over in
+    rowid order and stops there. Rows above the index's mark and rows others changed
+    since they were indexed are left out (the scan decides those)."""
+    g, m, s = GramIndex, Message, Session
+    found = (
+        g.select(*_columns(m, s, Value(0.0), slim))
+        .join(m, on=(m.id == g.rowid))
+        .join(s, on=(s.id == m.session))
+        .where(
+            g.match(slot("gq")),
+            g.rowid <= SQL(sqlite_sql.GRAM_HIGH_WATER),
+            g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS)),
+            *filter_terms(filters, m, s),
+        )
+        .order_by(g.rowid.desc())
+        .limit(slot("window"))
+        .alias("gram_hits")
+    )
+    names = HIT_COLUMNS if not slim else ("id", "session_id", "timestamp", "rank")
+    return peewee.Select([found], [found.c[name] for name in names])
+
+
 def hits_query(
     shape: Shape, filters: FilterShape, *, slim: bool = False, ranked: bool = True
 ) -> Any:
@@ -950,13 +1007,14 @@ def hits_query(
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
         if shape.window:
-            return (
-                m.select(*_columns(m, s, Value(0.0), slim))
-                .join(s, on=(s.id == m.session))
-                .where(candidates, *where)
-                .order_by(m.id.desc())
-                .limit(slot("window"))
-            )
+            decided = m.select(*_columns(m, s, Value(0.0), slim)).join(s, on=(s.id == m.session))
+            decided = decided.where(candidates, *where)
+            if shape.decides:
+                # The scan's hits (rows the gram index does not cover), and the newest
+                # of those the index lists.
+                both = _gram_newest(filters, slim).union_all(decided)
+                return both.order_by(SQL('"id"').desc()).limit(slot("window"))
+            return decided.order_by(m.id.desc()).limit(slot("window"))
         matching = [candidates, *where]
     else:
         matching = [predicate(m, shape), *where]
@@ -1291,6 +1349,7 @@ __all__ = [
     "context_statement",
     "file_rules",
     "filter_terms",
+    "gram_expression",
     "hits_query",
     "ids_values",
     "json_narrowing",
