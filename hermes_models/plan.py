@@ -71,6 +71,10 @@ PREFILTER_GROUPS = 2
 #: (:attr:`Shape.window`; None: every hit is ranked). BM25 scores every hit before
 #: the best come out: a word found in most of 500,000 messages took seconds.
 RANK_WINDOW: int | None = 20_000
+#: Rows a scan found up to which a query whose every hit is one of them looks each
+#: of its word terms up row by row (:attr:`Shape.probes`): about 30 us a lookup,
+#: where reading a common word's whole list takes 0.1-0.5 s on 500,000 messages.
+PROBE_ROWS = 2_000
 
 # -- routes: what a statement's SQL depends on -------------------------------------------
 
@@ -122,6 +126,10 @@ class Shape:
     #: its newest hits from the index newest first, and the scan reads only the rows
     #: the index does not cover (above its mark, or changed by others).
     decides: bool = False
+    #: True when the hits are among the few rows the scan found (:meth:`probed`): a
+    #: word term is then looked up for each of those rows (``EXISTS``, by rowid), not
+    #: read whole into a list (every match of a common word, for a few rows).
+    probes: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -238,6 +246,27 @@ class Shape:
         rank = WORDS if ranked and self.rank_route == WORDS else None
         return all(LIKE in g.include or rank in g.include for g in self.groups)
 
+    @property
+    def all_ranked(self) -> bool:
+        """True when every group needs a term of the index that ranks the query: then
+        every hit is one the index ranks, and there are no others."""
+        route = self.rank_route
+        return route is not None and all(route in g.include for g in self.groups)
+
+    def probed(self, scanned: Scanned | None) -> Shape:
+        """This shape with :attr:`probes` when every hit is among the rows ``scanned``
+        found (each group needs a term it looked for) and those are at most
+        :data:`PROBE_ROWS`."""
+        if scanned is None or self.single is not None or self.all_like:
+            return self
+        if not self.driven(False) or WORDS not in self.routes:
+            return self
+        holding = scanned.holding
+        rows = set().union(
+            *(holding[k] for k, included in self.numbered() if included and k in holding)
+        )
+        return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
+
     def degraded(self) -> Shape:
         """Every term through LIKE, over every row (no index of any kind)."""
         return Shape(
@@ -253,7 +282,9 @@ class Shape:
 
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
-        return dataclasses.replace(self, grams=False, scans=False, narrows=False, decides=False)
+        return dataclasses.replace(
+            self, grams=False, scans=False, narrows=False, decides=False, probes=False
+        )
 
     def numbered(self) -> list[tuple[int, bool]]:
         """``(k, included)`` of each term slot, in slot order."""
@@ -561,6 +592,12 @@ def _found(m: Any, k: int, v: Valuer) -> Any:
 
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
+    if route == WORDS and shape.probes:
+        index = MessageIndex
+        probe = index.select(SQL("1")).where(index.match(v(f"t{k}")), index.rowid == m.id)
+        if shape.floored:
+            probe = probe.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
+        return fn.EXISTS(probe)
     if route == WORDS:
         return m.id.in_(_rowids(MessageIndex, v(f"t{k}"), shape.floored))
     if route == LIKE:
@@ -589,6 +626,12 @@ def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool | None = 
             # would drop the row (COALESCE only here: it slows the scan down).
             terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
             k += 1
+        if shape.probes:
+            # The scan's id lists first: a row is probed only for the groups it may match.
+            routes = (*g.include, *g.exclude)
+            terms = [t for t, r in zip(terms, routes) if r != WORDS] + [
+                t for t, r in zip(terms, routes) if r == WORDS
+            ]
         groups.append(_balanced(operator.and_, terms))
     return _balanced(operator.or_, groups)
 
@@ -1053,6 +1096,8 @@ def hits_query(
         .join(s, on=(s.id == m.session))
         .where(*matching)
     )
+    if shape.all_ranked:
+        return with_rank
     others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found, shape.floored)))
     return with_rank.union_all(others)
 
@@ -1330,6 +1375,7 @@ __all__ = [
     "HIT_COLUMNS",
     "NUL",
     "PREFILTER_GROUPS",
+    "PROBE_ROWS",
     "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",

@@ -279,9 +279,11 @@ def _run(
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
-    statement = plan.statement
     scan = plan.scan()
     scanned = None if scan is None else run_scan(scan, deadline)
+    # Few rows found by the scan hold every hit: their word terms are looked up row by row.
+    plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))
+    statement = plan.statement
     return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
 
 
