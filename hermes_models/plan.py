@@ -27,6 +27,7 @@ the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import operator
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import peewee
-from peewee import JOIN, SQL, Value, fn
+from peewee import JOIN, SQL, Case, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from . import sqlite_sql
@@ -130,6 +131,10 @@ class Shape:
     #: word term is then looked up for each of those rows (``EXISTS``, by rowid), not
     #: read whole into a list (every match of a common word, for a few rows).
     probes: bool = False
+    #: True when a windowed page of words alone makes the snippets of the rows that may
+    #: reach it in its one pass over the newest hits (:func:`newest_words`), not in a
+    #: second statement: for a prefix term that would merge its words' lists again.
+    snips: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -267,6 +272,13 @@ class Shape:
         )
         return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
 
+    def snipped(self, order: str) -> Shape:
+        """This shape with :attr:`snips` for a ranked windowed page of words alone with a
+        prefix term (its second statement would merge every word a prefix starts again)."""
+        if order == "rank" and self.single == WORDS and self.window and self.prefixes:
+            return dataclasses.replace(self, snips=True)
+        return self
+
     def degraded(self) -> Shape:
         """Every term through LIKE, over every row (no index of any kind)."""
         return Shape(
@@ -283,7 +295,7 @@ class Shape:
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
         return dataclasses.replace(
-            self, grams=False, scans=False, narrows=False, decides=False, probes=False
+            self, grams=False, scans=False, narrows=False, decides=False, probes=False, snips=False
         )
 
     def numbered(self) -> list[tuple[int, bool]]:
@@ -1149,12 +1161,16 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     return render(_page_rows(page, sort, *([newest_cte(filters)] if shape.floored else []), *ctes))
 
 
-def _page_rows(page: Any, sort: str, *ctes: Any) -> Any:
+def _page_rows(page: Any, sort: str, *ctes: Any, snippet: bool = False) -> Any:
     """The messages (hit columns) of the CTE ``page`` of ``(id, ..., rank)``, in
-    ``sort`` order, with ``ctes`` before it."""
+    ``sort`` order, with ``ctes`` before it; with ``snippet``, then the page's
+    ``snippet`` column."""
     m, s = Message, Session
+    columns = _columns(m, s, page.c.rank, slim=False)
+    if snippet:
+        columns.append(page.c.snippet.alias("snippet"))
     return (
-        m.select(*_columns(m, s, page.c.rank, slim=False))
+        m.select(*columns)
         .from_(page)
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
@@ -1167,20 +1183,64 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
     """The newest ``window`` hits of a query the word index decides alone, with their
     rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
     scores only those read. With no more hits than that, every hit, ranked."""
-    every = dataclasses.replace(shape, window=False)
+    every = dataclasses.replace(shape, window=False, snips=False)
+    columns: tuple[str, ...] = ("id", "session_id", "timestamp", "rank")
+    query = hits_query(every, filters, slim=True)
+    if shape.snips:
+        # A snippet for each row whose rank is among the best ``upto`` read so far: a
+        # superset of the page's rows (about upto x ln(window / upto) of them).
+        keep = getattr(fn, BEST_RANKS_FUNCTION)(MessageIndex.rank(), slot("upto"))
+        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        query = query.select_extend(Case(None, [(keep != 0, snippet)], None))
+        columns = (*columns, "snippet")
     return (
-        hits_query(every, filters, slim=True)
-        .order_by(MessageIndex.rowid.desc())
+        query.order_by(MessageIndex.rowid.desc())
         .limit(slot("window"))
-        .cte("newest_hits", columns=("id", "session_id", "timestamp", "rank"))
+        .cte("newest_hits", columns=columns)
     )
+
+
+#: The SQL function a windowed page with :attr:`Shape.snips` calls for each hit it
+#: reads: ``(rank, upto) -> 1`` when the rank is among the ``upto`` best read so far
+#: (ties included), else 0 (:class:`BestRanks`).
+BEST_RANKS_FUNCTION = "hermes_models_best_ranks"
+
+
+class BestRanks:
+    """The best ranks one pass has read, for :data:`BEST_RANKS_FUNCTION`.
+
+    A row of the final page (the ``upto`` best of every row read) is among
+    the ``upto`` best of the rows read up to it, so :meth:`keep` says 1 for
+    each of them; ties count as kept.
+    """
+
+    def __init__(self) -> None:
+        self._worst_first: list[float] = []  # ranks, negated: the worst kept on top
+
+    def keep(self, rank: Any, upto: Any) -> int:
+        """1 when ``rank`` is among the ``upto`` best read so far (an SQL function:
+        never raises; 1 when in doubt)."""
+        try:
+            heap = self._worst_first
+            if len(heap) < upto:
+                heapq.heappush(heap, -rank)
+                return 1
+            if rank > -heap[0]:
+                return 0
+            if rank < -heap[0]:
+                heapq.heapreplace(heap, -rank)
+            return 1
+        except Exception:  # an odd value: a snippet too many is always safe
+            return 1
 
 
 def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
     """A ranked page of a windowed query the word index decides alone: the best of its
     newest hits, read in one pass (snippets come from :func:`snippet_statement`)."""
     newest = newest_words(shape, filters)
-    columns = ("id", "session_id", "timestamp", "rank")
+    columns: tuple[str, ...] = ("id", "session_id", "timestamp", "rank")
+    if shape.snips:
+        columns = (*columns, "snippet")
     page = (
         newest.select_from(*(newest.c[c] for c in columns))
         .order_by(*_order("rank", newest))
@@ -1188,7 +1248,7 @@ def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
         .offset(slot("offset"))
         .cte("page", columns=columns)
     )
-    query = _page_rows(page, "rank", newest)
+    query = _page_rows(page, "rank", newest, snippet=shape.snips)
     return render(query)
 
 
@@ -1372,6 +1432,7 @@ def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offse
 
 
 __all__ = [
+    "BEST_RANKS_FUNCTION",
     "HIT_COLUMNS",
     "NUL",
     "PREFILTER_GROUPS",
@@ -1379,6 +1440,7 @@ __all__ = [
     "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",
+    "BestRanks",
     "FileRules",
     "FilterShape",
     "Filters",
