@@ -76,6 +76,9 @@ RANK_WINDOW: int | None = 20_000
 #: of its word terms up row by row (:attr:`Shape.probes`): about 30 us a lookup,
 #: where reading a common word's whole list takes 0.1-0.5 s on 500,000 messages.
 PROBE_ROWS = 2_000
+#: The longest prefix term for which a windowed page makes its snippets in its one
+#: pass (:attr:`Shape.snips`): ``t*`` or ``th*`` starts thousands of words.
+SNIP_PREFIX_CHARS = 3
 
 # -- routes: what a statement's SQL depends on -------------------------------------------
 
@@ -272,12 +275,16 @@ class Shape:
         )
         return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
 
-    def snipped(self, order: str) -> Shape:
+    def snipped(self, query: SearchQuery, order: str) -> Shape:
         """This shape with :attr:`snips` for a ranked windowed page of words alone with a
-        prefix term (its second statement would merge every word a prefix starts again)."""
-        if order == "rank" and self.single == WORDS and self.window and self.prefixes:
-            return dataclasses.replace(self, snips=True)
-        return self
+        short prefix term (:data:`SNIP_PREFIX_CHARS`), whose second statement would merge
+        again the lists of the many words it starts. (A longer prefix starts few words:
+        a second statement costs less than a function call for each hit read.)"""
+        if not (order == "rank" and self.single == WORDS and self.window and self.prefixes):
+            return self
+        if all(len(t.text) > SNIP_PREFIX_CHARS for t in query.terms() if t.prefix):
+            return self
+        return dataclasses.replace(self, snips=True)
 
     def degraded(self) -> Shape:
         """Every term through LIKE, over every row (no index of any kind)."""
@@ -1440,6 +1447,7 @@ __all__ = [
     "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",
+    "SNIP_PREFIX_CHARS",
     "BestRanks",
     "FileRules",
     "FilterShape",

@@ -464,7 +464,7 @@ def search_messages(
     def run(shape: Shape) -> present.Found:
         try:
             shape = ranked_within(parsed, shape, order, (limit, offset), deadline)
-            shape = shape.snipped(order)
+            shape = shape.snipped(parsed, order)
             plan = MessagePlan(parsed, shape, filters, order, limit, offset)
             common = _common(plan, deadline)
         except _OutOfTime:  # while counting: no hit found yet
