@@ -256,10 +256,11 @@ class Shape:
 
     @property
     def all_ranked(self) -> bool:
-        """True when every group needs a term of the index that ranks the query: then
-        every hit is one the index ranks, and there are no others."""
-        route = self.rank_route
-        return route is not None and all(route in g.include for g in self.groups)
+        """True when the word index ranks the query and every group needs a word: then
+        every hit is one the index ranks, and there are no others. (Not so for the
+        trigram index, which cannot read every row: a trigram term also finds rows
+        behind a NUL through ``LIKE``, which it does not rank.)"""
+        return self.rank_route == WORDS and all(WORDS in g.include for g in self.groups)
 
     def probed(self, scanned: Scanned | None) -> Shape:
         """This shape with :attr:`probes` when every hit is among the rows ``scanned``

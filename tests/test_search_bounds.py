@@ -365,3 +365,36 @@ def test_words_beside_few_scanned_rows_are_looked_up_row_by_row_and_stay_exact(
         assert run(query) == probed, query
         assert not any('EXISTS(SELECT 1 FROM "messages_fts"' in sql for sql in statements)
         monkeypatch.setattr(plan, "PROBE_ROWS", 2_000)
+
+
+@pytest.mark.backends("sqlite")  # the unranked arm of SQLite's ranked trigram statement
+def test_a_ranked_trigram_query_keeps_the_hits_its_index_cannot_read(tmp_path: Path) -> None:
+    """Content stored as JSON sits behind a NUL the trigram index does not read: such
+    hits of a ranked trigram query come after the ranked ones, even when every group
+    of the query has a trigram term (which the word index would rank all of)."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+        ids = [
+            store.append_message("s", "user", content, timestamp=T0 + n)
+            for n, content in enumerate(
+                [
+                    "事件循环 ヒ",
+                    [{"type": "text", "text": "事件循环 ヒ"}],
+                    "数据库",
+                    [{"type": "text", "text": "数据库"}],
+                    "事件循环",
+                ]
+            )
+        ]
+    a, b, c, d, _ = ids
+    with SessionDB(path, read_only=True) as store:
+        for query, want in (
+            ("事件循环 ヒ", [a, b]),
+            ("数据库 OR 事件循环 ヒ", [a, b, c, d]),
+            ("数据库 OR ヒ 事件循环 OR 三个字 ヒ", [a, b, c, d]),
+        ):
+            found = [h["id"] for h in store.search_messages(query, limit=None)]
+            assert sorted(found) == want, query
+            assert found[-1] in (b, d)  # behind a NUL: unranked, after the ranked hits
+            assert sum(r["hits"] for r in store.search_sessions(query)) == len(want), query
