@@ -552,11 +552,9 @@ def search_sessions(
         kept = set(
             _batched(
                 ordered,
-                lambda batch: (
-                    model.select(model.id)
-                    .where(model.id.in_(batch) & model.source.in_(wanted))
-                    .tuples()
-                ),
+                lambda batch: model.select(model.id)
+                .where(model.id.in_(batch) & model.source.in_(wanted))
+                .tuples(),
             )
         )
         ordered = [root for root in ordered if (root,) in kept]
