@@ -317,7 +317,7 @@ def test_words_beside_few_scanned_rows_are_looked_up_row_by_row_and_stay_exact(
     with SessionDB(path) as store:
         for s in range(5):
             store.create_session(f"s{s}", "cli", started_at=T0 + s)
-        for n in range(200):
+        for n in range(120):
             text = " ".join(
                 [*rng.sample(words, rng.randint(0, 3)), "".join(rng.sample(cjk, 3)), "zeta"]
             )
