@@ -37,7 +37,7 @@ from typing import Any
 
 from hermes_models import SessionDB, search
 from hermes_models.grams import GRAM_IDS_SQL
-from hermes_models.plan import SCAN_FUNCTION
+from hermes_models.plan import BEST_RANKS_FUNCTION, SCAN_FUNCTION, BestRanks
 from hermes_models.query import highlight, parse, term_regex
 from hermes_models.search import readable
 from hermes_models.sqlite_sql import GRAM_REACH, WORD_MATCHES_BEYOND
@@ -181,6 +181,10 @@ def plain_search(
         conn.execute(*statements[0]).fetchall()
         statements = statements[1:]
     (sql, params), rest = statements[0], statements[1:]
+    if BEST_RANKS_FUNCTION in sql:
+        # A windowed prefix page makes its snippets in its one pass, for the rows whose
+        # rank is among the page's best so far: the same function, as ours registers it.
+        conn.create_function(BEST_RANKS_FUNCTION, 2, BestRanks().keep)
     rows = conn.execute(sql, params).fetchall()
     snippets: dict[int, str] = {}
     if rows and len(rows[0]) == 12:  # ranked word searches carry their snippets
@@ -227,6 +231,8 @@ def plain_search(
 def sql_only(conn: sqlite3.Connection, statements: list[tuple[str, list[Any]]]) -> None:
     """The recorded statements with sqlite3, every row fetched, nothing else."""
     for sql, params in statements:
+        if BEST_RANKS_FUNCTION in sql:
+            conn.create_function(BEST_RANKS_FUNCTION, 2, BestRanks().keep)
         conn.execute(sql, params).fetchall()
 
 

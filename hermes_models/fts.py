@@ -74,6 +74,18 @@ class MessageTrigramIndex(FTS5Model):  # type: ignore[misc]
         options = {"tokenize": "trigram"}  # noqa: RUF012 - peewee reads Meta as plain class data
 
 
+class GramIndex(FTS5Model):  # type: ignore[misc]
+    """``messages_cjk``: the gram index of one- and two-character CJK terms
+    (:mod:`hermes_models.grams`; contentless, no positions); ``rowid`` is ``messages.id``."""
+
+    rowid = RowIDField()
+    grams = SearchField()
+
+    class Meta:
+        database = database
+        table_name = sqlite_sql.GRAM_TABLE
+
+
 #: The index model of each index route.
 INDEXES: dict[str, type[FTS5Model]] = {WORDS: MessageIndex, TRIGRAM: MessageTrigramIndex}
 
@@ -141,6 +153,7 @@ def warn_once(reason: str, message: str, *args: Any) -> None:
 __all__ = [
     "INDEXES",
     "SNIPPET_TOKENS",
+    "GramIndex",
     "MessageIndex",
     "MessageTrigramIndex",
     "available_routes",

@@ -27,6 +27,7 @@ the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import operator
 from collections.abc import Callable
@@ -34,12 +35,19 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import peewee
-from peewee import JOIN, SQL, Value, fn
+from peewee import JOIN, SQL, Case, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from . import sqlite_sql
 from .binding import current, file_key
-from .fts import INDEXES, SNIPPET_TOKENS, MessageIndex, MessageTrigramIndex, gram_index_ready
+from .fts import (
+    INDEXES,
+    SNIPPET_TOKENS,
+    GramIndex,
+    MessageIndex,
+    MessageTrigramIndex,
+    gram_index_ready,
+)
 from .grams import candidates_sql, exact, grams, match_any, term_match
 from .lineage import (
     branch_expr,
@@ -64,6 +72,13 @@ PREFILTER_GROUPS = 2
 #: (:attr:`Shape.window`; None: every hit is ranked). BM25 scores every hit before
 #: the best come out: a word found in most of 500,000 messages took seconds.
 RANK_WINDOW: int | None = 20_000
+#: Rows a scan found up to which a query whose every hit is one of them looks each
+#: of its word terms up row by row (:attr:`Shape.probes`): about 30 us a lookup,
+#: where reading a common word's whole list takes 0.1-0.5 s on 500,000 messages.
+PROBE_ROWS = 2_000
+#: The longest prefix term for which a windowed page makes its snippets in its one
+#: pass (:attr:`Shape.snips`): ``t*`` or ``th*`` starts thousands of words.
+SNIP_PREFIX_CHARS = 3
 
 # -- routes: what a statement's SQL depends on -------------------------------------------
 
@@ -109,6 +124,20 @@ class Shape:
     #: True when a group the word index decides alone has a prefix term, which costs
     #: FTS5 a merge of every word it starts on each lookup.
     prefixes: bool = False
+    #: True when the gram index decides the query alone (every term one or two CJK
+    #: characters, :func:`hermes_models.grams.exact`; slot ``gq``: the whole query as
+    #: one gram-index expression, :func:`gram_expression`): a windowed search reads
+    #: its newest hits from the index newest first, and the scan reads only the rows
+    #: the index does not cover (above its mark, or changed by others).
+    decides: bool = False
+    #: True when the hits are among the few rows the scan found (:meth:`probed`): a
+    #: word term is then looked up for each of those rows (``EXISTS``, by rowid), not
+    #: read whole into a list (every match of a common word, for a few rows).
+    probes: bool = False
+    #: True when a windowed page of words alone makes the snippets of the rows that may
+    #: reach it in its one pass over the newest hits (:func:`newest_words`), not in a
+    #: second statement: for a prefix term that would merge its words' lists again.
+    snips: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -225,6 +254,39 @@ class Shape:
         rank = WORDS if ranked and self.rank_route == WORDS else None
         return all(LIKE in g.include or rank in g.include for g in self.groups)
 
+    @property
+    def all_ranked(self) -> bool:
+        """True when the word index ranks the query and every group needs a word: then
+        every hit is one the index ranks, and there are no others. (Not so for the
+        trigram index, which cannot read every row: a trigram term also finds rows
+        behind a NUL through ``LIKE``, which it does not rank.)"""
+        return self.rank_route == WORDS and all(WORDS in g.include for g in self.groups)
+
+    def probed(self, scanned: Scanned | None) -> Shape:
+        """This shape with :attr:`probes` when every hit is among the rows ``scanned``
+        found (each group needs a term it looked for) and those are at most
+        :data:`PROBE_ROWS`."""
+        if scanned is None or self.single is not None or self.all_like:
+            return self
+        if not self.driven(False) or WORDS not in self.routes:
+            return self
+        holding = scanned.holding
+        rows = set().union(
+            *(holding[k] for k, included in self.numbered() if included and k in holding)
+        )
+        return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
+
+    def snipped(self, query: SearchQuery, order: str) -> Shape:
+        """This shape with :attr:`snips` for a ranked windowed page of words alone with a
+        short prefix term (:data:`SNIP_PREFIX_CHARS`), whose second statement would merge
+        again the lists of the many words it starts. (A longer prefix starts few words:
+        a second statement costs less than a function call for each hit read.)"""
+        if not (order == "rank" and self.single == WORDS and self.window and self.prefixes):
+            return self
+        if all(len(t.text) > SNIP_PREFIX_CHARS for t in query.terms() if t.prefix):
+            return self
+        return dataclasses.replace(self, snips=True)
+
     def degraded(self) -> Shape:
         """Every term through LIKE, over every row (no index of any kind)."""
         return Shape(
@@ -240,7 +302,9 @@ class Shape:
 
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
-        return dataclasses.replace(self, grams=False, scans=False, narrows=False)
+        return dataclasses.replace(
+            self, grams=False, scans=False, narrows=False, decides=False, probes=False, snips=False
+        )
 
     def numbered(self) -> list[tuple[int, bool]]:
         """``(k, included)`` of each term slot, in slot order."""
@@ -289,6 +353,17 @@ def json_narrowing(query: SearchQuery) -> str | None:
     return " OR ".join(groups)
 
 
+def gram_expression(query: SearchQuery) -> str:
+    """The whole query as one gram-index expression, for a query whose every term the
+    gram index answers exactly (:func:`hermes_models.grams.exact`): in each group its
+    terms' tokens, all of them, none of its excluded ones; any group."""
+    groups = []
+    for group in query.groups:
+        text = "(" + " AND ".join(term_match(t) for t in group.include) + ")"
+        groups.append("(" + text + "".join(f" NOT {term_match(t)}" for t in group.exclude) + ")")
+    return " OR ".join(groups)
+
+
 def trigram_servable(term: Term) -> bool:
     """True for a word the trigram index finds as well as the word index, as a
     substring: three or more ASCII letters and digits, not a prefix (ASCII, so
@@ -305,6 +380,8 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         return out
     if shape.narrows:
         out["narrow"] = json_narrowing(query)
+    if shape.decides:
+        out["gq"] = gram_expression(query)
     positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
     k = 0
     for group, routes in zip(query.groups, shape.groups):
@@ -440,7 +517,10 @@ def windowed(
     if not (shape.windowable or (scanned and shape.all_like)):
         return shape
     prefixes = any(t.prefix for i in shape.word_groups for t in query.groups[i].include)
-    return dataclasses.replace(shape, window=True, prefixes=prefixes)
+    # A query the gram index decides alone: its newest hits come from the index itself,
+    # which hands them over newest first, instead of from every term's whole id list.
+    decides = shape.all_like and shape.grams and all(exact(t) for t in query.terms())
+    return dataclasses.replace(shape, window=True, prefixes=prefixes, decides=decides)
 
 
 def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
@@ -532,6 +612,12 @@ def _found(m: Any, k: int, v: Valuer) -> Any:
 
 
 def _term(m: Any, shape: Shape, route: str, k: int, v: Valuer, scanned: bool) -> Any:
+    if route == WORDS and shape.probes:
+        index = MessageIndex
+        probe = index.select(SQL("1")).where(index.match(v(f"t{k}")), index.rowid == m.id)
+        if shape.floored:
+            probe = probe.where(index.rowid > SQL(sqlite_sql.NEWEST_FLOOR))
+        return fn.EXISTS(probe)
     if route == WORDS:
         return m.id.in_(_rowids(MessageIndex, v(f"t{k}"), shape.floored))
     if route == LIKE:
@@ -560,6 +646,12 @@ def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool | None = 
             # would drop the row (COALESCE only here: it slows the scan down).
             terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
             k += 1
+        if shape.probes:
+            # The scan's id lists first: a row is probed only for the groups it may match.
+            routes = (*g.include, *g.exclude)
+            terms = [t for t, r in zip(terms, routes) if r != WORDS] + [
+                t for t, r in zip(terms, routes) if r == WORDS
+            ]
         groups.append(_balanced(operator.and_, terms))
     return _balanced(operator.or_, groups)
 
@@ -683,7 +775,11 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         if route == LIKE
     )
     indexed: tuple[tuple[int, str], ...] = ()
-    if shape.grams:
+    if shape.decides:
+        # The statement reads the index's hits; the scan reads only the rows it does
+        # not cover (above its mark, changed by others) and decides them.
+        values["cjk"] = None
+    elif shape.grams:
         # A term of one or two CJK characters only is answered by the gram index
         # exactly; the scan reads the candidates of the other terms, and the rows
         # the index does not cover (above its mark, or changed by others).
@@ -933,6 +1029,30 @@ def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
     ), (first, rest)
 
 
+def _gram_newest(filters: FilterShape, slim: bool) -> Any:
+    """The newest ``window`` hits (slot) the gram index lists for the expression ``gq``
+    (slot), after ``filters``, read newest first: the index hands its matches over in
+    rowid order and stops there. Rows above the index's mark and rows others changed
+    since they were indexed are left out (the scan decides those)."""
+    g, m, s = GramIndex, Message, Session
+    found = (
+        g.select(*_columns(m, s, Value(0.0), slim))
+        .join(m, on=(m.id == g.rowid))
+        .join(s, on=(s.id == m.session))
+        .where(
+            g.match(slot("gq")),
+            g.rowid <= SQL(sqlite_sql.GRAM_HIGH_WATER),
+            g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS)),
+            *filter_terms(filters, m, s),
+        )
+        .order_by(g.rowid.desc())
+        .limit(slot("window"))
+        .alias("gram_hits")
+    )
+    names = HIT_COLUMNS if not slim else ("id", "session_id", "timestamp", "rank")
+    return peewee.Select([found], [found.c[name] for name in names])
+
+
 def hits_query(
     shape: Shape, filters: FilterShape, *, slim: bool = False, ranked: bool = True
 ) -> Any:
@@ -950,13 +1070,14 @@ def hits_query(
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
         if shape.window:
-            return (
-                m.select(*_columns(m, s, Value(0.0), slim))
-                .join(s, on=(s.id == m.session))
-                .where(candidates, *where)
-                .order_by(m.id.desc())
-                .limit(slot("window"))
-            )
+            decided = m.select(*_columns(m, s, Value(0.0), slim)).join(s, on=(s.id == m.session))
+            decided = decided.where(candidates, *where)
+            if shape.decides:
+                # The scan's hits (rows the gram index does not cover), and the newest
+                # of those the index lists.
+                both = _gram_newest(filters, slim).union_all(decided)
+                return both.order_by(SQL('"id"').desc()).limit(slot("window"))
+            return decided.order_by(m.id.desc()).limit(slot("window"))
         matching = [candidates, *where]
     else:
         matching = [predicate(m, shape), *where]
@@ -995,6 +1116,8 @@ def hits_query(
         .join(s, on=(s.id == m.session))
         .where(*matching)
     )
+    if shape.all_ranked:
+        return with_rank
     others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found, shape.floored)))
     return with_rank.union_all(others)
 
@@ -1046,12 +1169,16 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     return render(_page_rows(page, sort, *([newest_cte(filters)] if shape.floored else []), *ctes))
 
 
-def _page_rows(page: Any, sort: str, *ctes: Any) -> Any:
+def _page_rows(page: Any, sort: str, *ctes: Any, snippet: bool = False) -> Any:
     """The messages (hit columns) of the CTE ``page`` of ``(id, ..., rank)``, in
-    ``sort`` order, with ``ctes`` before it."""
+    ``sort`` order, with ``ctes`` before it; with ``snippet``, then the page's
+    ``snippet`` column."""
     m, s = Message, Session
+    columns = _columns(m, s, page.c.rank, slim=False)
+    if snippet:
+        columns.append(page.c.snippet.alias("snippet"))
     return (
-        m.select(*_columns(m, s, page.c.rank, slim=False))
+        m.select(*columns)
         .from_(page)
         .join(m, on=(m.id == page.c.id))
         .join(s, on=(s.id == m.session))
@@ -1064,20 +1191,64 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
     """The newest ``window`` hits of a query the word index decides alone, with their
     rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
     scores only those read. With no more hits than that, every hit, ranked."""
-    every = dataclasses.replace(shape, window=False)
+    every = dataclasses.replace(shape, window=False, snips=False)
+    columns: tuple[str, ...] = ("id", "session_id", "timestamp", "rank")
+    query = hits_query(every, filters, slim=True)
+    if shape.snips:
+        # A snippet for each row whose rank is among the best ``upto`` read so far: a
+        # superset of the page's rows (about upto x ln(window / upto) of them).
+        keep = getattr(fn, BEST_RANKS_FUNCTION)(MessageIndex.rank(), slot("upto"))
+        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        query = query.select_extend(Case(None, [(keep != 0, snippet)], None))
+        columns = (*columns, "snippet")
     return (
-        hits_query(every, filters, slim=True)
-        .order_by(MessageIndex.rowid.desc())
+        query.order_by(MessageIndex.rowid.desc())
         .limit(slot("window"))
-        .cte("newest_hits", columns=("id", "session_id", "timestamp", "rank"))
+        .cte("newest_hits", columns=columns)
     )
+
+
+#: The SQL function a windowed page with :attr:`Shape.snips` calls for each hit it
+#: reads: ``(rank, upto) -> 1`` when the rank is among the ``upto`` best read so far
+#: (ties included), else 0 (:class:`BestRanks`).
+BEST_RANKS_FUNCTION = "hermes_models_best_ranks"
+
+
+class BestRanks:
+    """The best ranks one pass has read, for :data:`BEST_RANKS_FUNCTION`.
+
+    A row of the final page (the ``upto`` best of every row read) is among
+    the ``upto`` best of the rows read up to it, so :meth:`keep` says 1 for
+    each of them; ties count as kept.
+    """
+
+    def __init__(self) -> None:
+        self._worst_first: list[float] = []  # ranks, negated: the worst kept on top
+
+    def keep(self, rank: Any, upto: Any) -> int:
+        """1 when ``rank`` is among the ``upto`` best read so far (an SQL function:
+        never raises; 1 when in doubt)."""
+        try:
+            heap = self._worst_first
+            if len(heap) < upto:
+                heapq.heappush(heap, -rank)
+                return 1
+            if rank > -heap[0]:
+                return 0
+            if rank < -heap[0]:
+                heapq.heapreplace(heap, -rank)
+            return 1
+        except Exception:  # an odd value: a snippet too many is always safe
+            return 1
 
 
 def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
     """A ranked page of a windowed query the word index decides alone: the best of its
     newest hits, read in one pass (snippets come from :func:`snippet_statement`)."""
     newest = newest_words(shape, filters)
-    columns = ("id", "session_id", "timestamp", "rank")
+    columns: tuple[str, ...] = ("id", "session_id", "timestamp", "rank")
+    if shape.snips:
+        columns = (*columns, "snippet")
     page = (
         newest.select_from(*(newest.c[c] for c in columns))
         .order_by(*_order("rank", newest))
@@ -1085,7 +1256,7 @@ def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
         .offset(slot("offset"))
         .cte("page", columns=columns)
     )
-    query = _page_rows(page, "rank", newest)
+    query = _page_rows(page, "rank", newest, snippet=shape.snips)
     return render(query)
 
 
@@ -1269,12 +1440,16 @@ def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offse
 
 
 __all__ = [
+    "BEST_RANKS_FUNCTION",
     "HIT_COLUMNS",
     "NUL",
     "PREFILTER_GROUPS",
+    "PROBE_ROWS",
     "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",
+    "SNIP_PREFIX_CHARS",
+    "BestRanks",
     "FileRules",
     "FilterShape",
     "Filters",
@@ -1291,6 +1466,7 @@ __all__ = [
     "context_statement",
     "file_rules",
     "filter_terms",
+    "gram_expression",
     "hits_query",
     "ids_values",
     "json_narrowing",

@@ -42,8 +42,10 @@ from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
 from .listing import check_page
 from .models import Message, readable
 from .plan import (
+    BEST_RANKS_FUNCTION,
     HIT_COLUMNS,
     SCAN_FUNCTION,
+    BestRanks,
     Filters,
     MessagePlan,
     Scanned,
@@ -279,10 +281,19 @@ def _run(
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
-    statement = plan.statement
     scan = plan.scan()
     scanned = None if scan is None else run_scan(scan, deadline)
-    return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
+    # Few rows found by the scan hold every hit: their word terms are looked up row by row.
+    plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))
+    statement = plan.statement
+    if not plan.shape.snips:
+        return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(BEST_RANKS_FUNCTION, 2, BestRanks().keep)
+    try:
+        return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
+    finally:
+        conn.create_function(BEST_RANKS_FUNCTION, 2, None)
 
 
 #: Whether the word index matches more than a number of messages.
@@ -453,6 +464,7 @@ def search_messages(
     def run(shape: Shape) -> present.Found:
         try:
             shape = ranked_within(parsed, shape, order, (limit, offset), deadline)
+            shape = shape.snipped(parsed, order)
             plan = MessagePlan(parsed, shape, filters, order, limit, offset)
             common = _common(plan, deadline)
         except _OutOfTime:  # while counting: no hit found yet
@@ -473,10 +485,15 @@ def search_messages(
         snippets: dict[int, str] = {}
         if rows and len(rows[0]) > len(HIT_COLUMNS):
             snippets = {row[0]: row[-1] for row in rows}
-        elif rows:
-            lookup = plan.snippets([row[0] for row in rows])
+        missing = [row[0] for row in rows if row[0] not in snippets]
+        if plan.shape.snips:
+            # Made for every row that may reach the page; one without (never expected)
+            # gets its snippet from a second statement.
+            missing = [row[0] for row in rows if snippets.get(row[0]) is None]
+        if missing:
+            lookup = plan.snippets(missing)
             if lookup is not None:
-                snippets = dict(_rows(*lookup))
+                snippets.update(_rows(*lookup))
         return present.Found(rows, snippets)
 
     found = routed(parsed, run, like=_reads_tool_rows(filters))

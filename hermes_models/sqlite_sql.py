@@ -331,6 +331,11 @@ GRAM_COUNT = f"SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABL
 #: The highest message id (how many messages a walk may have to pass, at most) and
 #: the gram index's mark (up to which every message is indexed).
 GRAM_REACH = f"SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM {GRAM_MARK_TABLE})"
+#: The gram index's mark and the ids listed as changed by others, as subqueries: a
+#: search that reads the index alone reads rows up to the mark and none of those
+#: (a scan decides those rows).
+GRAM_HIGH_WATER = f"(SELECT high_water FROM {GRAM_MARK_TABLE})"
+GRAM_GONE_IDS = f"(SELECT id FROM {GRAM_GONE_TABLE})"
 
 
 def gram_candidates(match: str = "?") -> str:
@@ -525,7 +530,9 @@ __all__ = [
     "GRAMS_FUNCTION",
     "GRAM_COUNT",
     "GRAM_GONE_COUNT",
+    "GRAM_GONE_IDS",
     "GRAM_GONE_TABLE",
+    "GRAM_HIGH_WATER",
     "GRAM_IDS",
     "GRAM_MARK",
     "GRAM_MARK_TABLE",

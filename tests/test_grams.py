@@ -601,3 +601,69 @@ def test_a_first_walk_over_the_newest_messages_pages_exactly_or_gives_way(
         assert page("国我", offset) == rare[offset : offset + 20]
         assert page("数据 OR セッ", offset) == either[offset : offset + 20]
         assert page("数据 NOT 库", offset) == but_not[offset : offset + 20]
+
+
+def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session search of one- and two-character CJK terms alone counts its newest
+    ``RANK_WINDOW`` hits; they are read from the gram index newest first (one
+    expression for the whole query, no id list per term), with the rows it does not
+    cover (others' rows above its mark, rows others deleted or changed) decided by the
+    scan. Sessions and counts are exactly those of a Python scan's newest hits."""
+    monkeypatch.setattr(hermes_models.plan, "RANK_WINDOW", 40)
+    rng = random.Random(47)
+    path = store.db_path
+    for s in range(6):
+        store.create_session(f"s{s}", "cli", started_at=T0 + s)
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        at = T0 + 10.0
+        for n in range(300):
+            at += 1
+            if n % 3:
+                hermes_append(hermes, f"s{n % 6}", "user", _text(rng), at)
+            else:
+                store.append_message(f"s{n % 6}", "assistant", _text(rng), timestamp=at)
+        store.update_search_index()  # every row indexed: the index covers the store
+        mark = _state(path)[0]
+        ids = [r[0] for r in hermes.execute("SELECT id FROM messages ORDER BY id")]
+        for message_id in ids[-60::7]:  # among the newest: inside the window
+            hermes.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        for message_id in ids[-58::5]:
+            hermes.execute("UPDATE messages SET content = ? WHERE id = ?", (_text(rng), message_id))
+        hermes.execute("UPDATE messages SET active = 0 WHERE id % 13 = 0")
+        for n in range(30):  # above the mark: not indexed
+            hermes_append(hermes, f"s{n % 6}", "user", _text(rng), at + 1 + n)
+        assert _state(path)[1] and _state(path)[0] == mark
+        live = {row[0]: row for row in _live(hermes)}
+        session_of = dict(hermes.execute("SELECT id, session_id FROM messages").fetchall())
+    finally:
+        hermes.close()
+
+    def holds(message_id: int, term: str) -> bool:
+        return any(term in (col or "") for col in live[message_id][1:])
+
+    def expected(test: Any) -> list[tuple[str, int]]:
+        hits = sorted((i for i in live if test(i)), reverse=True)[:40]
+        count: dict[str, int] = {}
+        for i in hits:
+            count[session_of[i]] = count.get(session_of[i], 0) + 1
+        latest = {sid: max(i for i in hits if session_of[i] == sid) for sid in count}
+        return sorted(count.items(), key=lambda item: -latest[item[0]])
+
+    queries = {
+        "数 OR 据 OR セ": lambda i: any(holds(i, t) for t in ("数", "据", "セ")),
+        "数据 OR 한국 OR 事件": lambda i: any(holds(i, t) for t in ("数据", "한국", "事件")),
+        "数 据 OR 库 NOT 的": lambda i: (
+            (holds(i, "数") and holds(i, "据")) or (holds(i, "库") and not holds(i, "的"))
+        ),
+        "デ NOT ー NOT タ": lambda i: holds(i, "デ") and not holds(i, "ー") and not holds(i, "タ"),
+    }
+    ran = _statements_run(monkeypatch)
+    for query, test in queries.items():
+        ran.clear()
+        rows = store.search_sessions(query, limit=100, time_budget=None)
+        assert [(row["id"], row["hits"]) for row in rows] == expected(test), query
+        assert grams.GRAM_IDS_SQL not in ran  # no id list per term
+        assert sum('"messages_cjk" MATCH' in sql for sql in ran) == 1

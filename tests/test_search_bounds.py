@@ -8,14 +8,16 @@ import gc
 import itertools
 import logging
 import random
+import sqlite3
 import tracemalloc
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_search_recall import ALPHABETS, build, haystacks
 
-from hermes_models import SessionDB, caches, grams, search, statements
+from hermes_models import SessionDB, caches, grams, plan, search, statements
 from hermes_models.plan import Shape
 from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
 
@@ -297,3 +299,102 @@ def test_five_thousand_distinct_queries_keep_every_cache_within_its_bound(
     kinds = {key[0] for key in statements.STATEMENTS.keys() if isinstance(key, tuple)}
     assert {"search", "sessions"} <= kinds
     assert grown < 1024 * 1024, grown
+
+
+@pytest.mark.backends("sqlite")  # SQLite's plan: the word index looked up row by row
+def test_words_beside_few_scanned_rows_are_looked_up_row_by_row_and_stay_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When every group of a query needs a LIKE-routed term and the scan finds few rows,
+    the query's words are looked up for those rows alone (an ``EXISTS`` by rowid), not
+    read whole; pages, their order and session counts are those of the lists read
+    whole, and exactly the reference's hits."""
+    rng = random.Random(13)
+    words = ["alpha", "beta", "gamma", "delta", "the", "of"]
+    cjk = "数据库事件循环的是在"
+    written: list[dict[str, Any]] = []
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        for s in range(5):
+            store.create_session(f"s{s}", "cli", started_at=T0 + s)
+        for n in range(120):
+            text = " ".join(
+                [*rng.sample(words, rng.randint(0, 3)), "".join(rng.sample(cjk, 3)), "zeta"]
+            )
+            message_id = store.append_message(f"s{n % 5}", "user", text, timestamp=T0 + 10 + n)
+            written.append({"id": message_id, "content": text, "active": n % 9 != 4})
+    with closing(sqlite3.connect(path)) as conn, conn:
+        gone = [(m["id"],) for m in written if not m["active"]]
+        conn.executemany("UPDATE messages SET active = 0 WHERE id = ?", gone)
+    queries = [
+        "alpha 数 OR gamma 件 NOT delta OR 在 NOT the",
+        " OR ".join(f"{w} {c}" for w, c in zip(words, cjk)),
+        "数据 NOT alpha NOT beta",
+        "zeta 库 OR 是",
+    ]
+    statements: list[str] = []
+    real_fetch = search.fetch_within
+
+    def recorded(sql: str, params: list[Any], deadline: float | None) -> Any:
+        statements.append(sql)
+        return real_fetch(sql, params, deadline)
+
+    monkeypatch.setattr(search, "fetch_within", recorded)
+
+    def run(query: str) -> tuple[list[Any], ...]:
+        with SessionDB(path, read_only=True) as store:
+            pages = [
+                [(h["id"], h["snippet"]) for h in store.search_messages(query, **args)]
+                for args in ({"limit": None}, {"limit": 7, "offset": 3})
+            ]
+            return (
+                *pages,
+                [(r["id"], r["hits"]) for r in store.search_sessions(query, limit=None)],
+            )
+
+    for query in queries:
+        want = expected(written, query)
+        assert want, query
+        statements.clear()
+        probed = run(query)
+        assert {i for i, _ in probed[0]} == want, query
+        assert sum(hits for _, hits in probed[2]) == len(want), query
+        assert any('EXISTS(SELECT 1 FROM "messages_fts"' in sql for sql in statements), query
+        monkeypatch.setattr(plan, "PROBE_ROWS", 0)
+        statements.clear()
+        assert run(query) == probed, query
+        assert not any('EXISTS(SELECT 1 FROM "messages_fts"' in sql for sql in statements)
+        monkeypatch.setattr(plan, "PROBE_ROWS", 2_000)
+
+
+@pytest.mark.backends("sqlite")  # the unranked arm of SQLite's ranked trigram statement
+def test_a_ranked_trigram_query_keeps_the_hits_its_index_cannot_read(tmp_path: Path) -> None:
+    """Content stored as JSON sits behind a NUL the trigram index does not read: such
+    hits of a ranked trigram query come after the ranked ones, even when every group
+    of the query has a trigram term (which the word index would rank all of)."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+        ids = [
+            store.append_message("s", "user", content, timestamp=T0 + n)
+            for n, content in enumerate(
+                [
+                    "事件循环 ヒ",
+                    [{"type": "text", "text": "事件循环 ヒ"}],
+                    "数据库",
+                    [{"type": "text", "text": "数据库"}],
+                    "事件循环",
+                ]
+            )
+        ]
+    a, b, c, d, _ = ids
+    with SessionDB(path, read_only=True) as store:
+        for query, want in (
+            ("事件循环 ヒ", [a, b]),
+            ("数据库 OR 事件循环 ヒ", [a, b, c, d]),
+            ("数据库 OR ヒ 事件循环 OR 三个字 ヒ", [a, b, c, d]),
+        ):
+            found = [h["id"] for h in store.search_messages(query, limit=None)]
+            assert sorted(found) == want, query
+            assert found[-1] in (b, d)  # behind a NUL: unranked, after the ranked hits
+            assert sum(r["hits"] for r in store.search_sessions(query)) == len(want), query

@@ -271,3 +271,62 @@ def test_mixed_query_with_a_prefix_term_ranks_the_newest_window(corpus: Any, win
     with SessionDB(path, read_only=True) as store:
         found = store.search_messages("alph* OR 数据", limit=10, offset=40)
     assert _ids(found) == expected[40:50]
+
+
+def test_a_windowed_prefix_page_makes_its_snippets_in_its_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ranked page of a prefix query with many hits makes its snippets while it reads
+    its newest hits (for the rows whose rank is among the page's best so far), not in
+    a second statement that would merge the prefix's words again. Pages, ties in rank
+    included (many messages alike, times not in id order), and their snippets are
+    those of plain SQL."""
+    monkeypatch.setattr(plan, "RANK_WINDOW", 60)
+    texts = ["alpha beta", "alphabet soup alpha", "betamax", "alpha " * 3 + "x", "gamma alp"]
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        for n in range(4):
+            store.create_session(f"s{n}", "cli", started_at=T0 + n)
+        for i in range(240):
+            store.append_message(
+                f"s{i % 4}", "user", texts[i % 5] + " w" * (i % 3), timestamp=T0 + 10 + (i * 7) % 60
+            )
+    with closing(sqlite3.connect(path)) as conn:
+        with conn:
+            conn.execute("UPDATE messages SET active = 0 WHERE id % 7 = 0")
+        query = '"alp"* OR "bet"*'
+        ranks = dict(
+            conn.execute("SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?", [query])
+        )
+        rows = conn.execute(
+            "SELECT id, timestamp FROM messages WHERE active = 1 ORDER BY id DESC"
+        ).fetchall()
+        hits = [(i, ts) for i, ts in rows if i in ranks]
+
+        def best(window: int) -> list[int]:
+            newest = hits[:window]
+            return [i for i, _ in sorted(newest, key=lambda r: (ranks[r[0]], -r[1], -r[0]))]
+
+        snippet_sql = (
+            "SELECT snippet(messages_fts, 0, '>>>', '<<<', '...', 40) FROM messages_fts"
+            " WHERE messages_fts MATCH ? AND rowid = ?"
+        )
+        snippets = {i: conn.execute(snippet_sql, [query, i]).fetchone()[0] for i, _ in hits}
+    assert len(set(ranks.values())) < 20  # ties in rank
+    ran: list[str] = []
+    real = search.execute
+
+    def spy(sql: str, params: Any) -> Any:
+        ran.append(sql)
+        return real(sql, params)
+
+    monkeypatch.setattr(search, "execute", spy)
+    with SessionDB(path, read_only=True) as store:
+        # (9, 13): the page ends inside a run of equal ranks, with times out of id order.
+        for limit, offset in ((20, 0), (6, 0), (9, 13), (20, 50)):
+            ran.clear()
+            found = store.search_messages("alp* OR bet*", limit=limit, offset=offset)
+            # A page ending beyond the window widens it to its end.
+            want = best(max(60, offset + limit))[offset : offset + limit]
+            assert [(h["id"], h["snippet"]) for h in found] == [(i, snippets[i]) for i in want]
+            assert sum("snippet(" in sql for sql in ran) == 1
