@@ -126,6 +126,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
             file failed (it is left as it was).
     """
     if postgres.is_postgres_url(target):
+        postgres.parse_url(str(target), argument="target")  # a bad URL named as connect() names it
         return postgres.migrate(str(target))
     path = resolve_path(target)
     check_header(path)
