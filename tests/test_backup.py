@@ -148,6 +148,7 @@ WRITER = textwrap.dedent(
                 store.append_message(name, "user", f"{name} {index} " + "x" * 2000)
             except WriteConflictError:
                 failures += 1
+            time.sleep(0.001)  # a writer that thinks between messages, as an agent does
     print(json.dumps({"failures": failures}))
     """
 )
@@ -159,6 +160,19 @@ def grow(path: Path, messages: int) -> None:
         store.create_session("bulk", "cli", started_at=T0)
         for index in range(messages):
             store.append_message("bulk", "user", f"bulk {index} " + "y" * 4000, timestamp=T0)
+
+
+def written(path: Path, writers: list[str]) -> int:
+    """How many messages the ``writers`` have committed to the store at ``path``."""
+    conn = sqlite3.connect(path)
+    try:
+        marks = ", ".join("?" * len(writers))
+        row = conn.execute(
+            f"SELECT COUNT(*) FROM messages WHERE session_id IN ({marks})", writers
+        ).fetchone()
+        return int(row[0])
+    finally:
+        conn.close()
 
 
 def consistent(copy: Path, writers: list[str]) -> dict[str, int]:
@@ -208,6 +222,12 @@ def test_copies_made_while_writers_write_are_consistent_and_nobody_waits(
     monkeypatch.setattr(backup_module, "STEP_PAGES", 64)
     copies: list[Path] = []
     try:
+        # The copies start once the writers write (each starts a Python process
+        # first): a copy begun before any of them wrote could hold that instant
+        # until they are done, and no copy would fall in the middle.
+        deadline = time.monotonic() + 60
+        while written(path, names) == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
         while not copies or (all(w.poll() is None for w in writers) and len(copies) < 6):
             # Slow steps, so that writers commit between the steps of one copy.
             result = backup(path, f"{tmp_path}/copies/", progress=lambda d, t: time.sleep(0.002))
@@ -223,7 +243,8 @@ def test_copies_made_while_writers_write_are_consistent_and_nobody_waits(
         assert writer.returncode == 0, err
         assert json.loads(out) == {"failures": 0}
     counts = [consistent(copy, names) for copy in copies]
-    assert any(0 < sum(c.values()) < 3 * 400 for c in counts), "no copy was made mid-write"
+    mid_write = [c for c in counts if 0 < sum(c.values()) < 3 * 400]
+    assert mid_write, f"no copy was made mid-write: {counts}"
     final = consistent(path, names)
     assert final == {name: 400 for name in names}
     assert all(mode(copy) == 0o600 for copy in copies)
