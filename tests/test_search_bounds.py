@@ -96,6 +96,19 @@ def _queries(written: list[dict[str, Any]], rng: random.Random, n: int) -> list[
 
 
 @pytest.mark.slow
+def recorded_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL of every search statement run from now on in this test, in order."""
+    statements: list[str] = []
+    real_fetch = search.fetch_within
+
+    def recorded(sql: str, params: list[Any], deadline: float | None) -> Any:
+        statements.append(sql)
+        return real_fetch(sql, params, deadline)
+
+    monkeypatch.setattr(search, "fetch_within", recorded)
+    return statements
+
+
 def test_boolean_queries_mixing_routes_are_exact(corpus: tuple[Path, list[dict[str, Any]]]) -> None:
     path, written = corpus
     rng = random.Random(7)
@@ -166,15 +179,8 @@ def test_sixty_four_like_terms_are_answered_by_one_scan(
         visits.append(message_id)
         return real(self, message_id, *columns)
 
-    statements: list[str] = []
-    real_fetch = search.fetch_within
-
-    def recorded(sql: str, params: list[Any], deadline: float | None) -> Any:
-        statements.append(sql)
-        return real_fetch(sql, params, deadline)
-
     monkeypatch.setattr(Matcher, "visit", counted)
-    monkeypatch.setattr(search, "fetch_within", recorded)
+    statements = recorded_statements(monkeypatch)
     for query in (" OR ".join(terms), terms[0] + " " + " ".join("NOT " + t for t in terms[1:])):
         visits.clear()
         statements.clear()
@@ -332,14 +338,7 @@ def test_words_beside_few_scanned_rows_are_looked_up_row_by_row_and_stay_exact(
         "数据 NOT alpha NOT beta",
         "zeta 库 OR 是",
     ]
-    statements: list[str] = []
-    real_fetch = search.fetch_within
-
-    def recorded(sql: str, params: list[Any], deadline: float | None) -> Any:
-        statements.append(sql)
-        return real_fetch(sql, params, deadline)
-
-    monkeypatch.setattr(search, "fetch_within", recorded)
+    statements = recorded_statements(monkeypatch)
 
     def run(query: str) -> tuple[list[Any], ...]:
         with SessionDB(path, read_only=True) as store:
