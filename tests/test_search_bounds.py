@@ -95,7 +95,6 @@ def _queries(written: list[dict[str, Any]], rng: random.Random, n: int) -> list[
     return out
 
 
-@pytest.mark.slow
 def recorded_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The SQL of every search statement run from now on in this test, in order."""
     statements: list[str] = []
@@ -109,6 +108,7 @@ def recorded_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return statements
 
 
+@pytest.mark.slow
 def test_boolean_queries_mixing_routes_are_exact(corpus: tuple[Path, list[dict[str, Any]]]) -> None:
     path, written = corpus
     rng = random.Random(7)
