@@ -23,12 +23,13 @@ index is missing or fails. Every search statement runs through
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 import peewee
@@ -162,6 +163,17 @@ def fetch_within(
 # -- running a plan ---------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _function(name: str, arguments: int, function: Callable[..., Any]) -> Iterator[None]:
+    """The SQL function ``name`` on this thread's connection while the block runs."""
+    conn = cast(sqlite3.Connection, current().connection())
+    conn.create_function(name, arguments, function)
+    try:
+        yield
+    finally:
+        conn.create_function(name, arguments, None)
+
+
 def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     """Which messages hold each term of ``scan``: gram index lookups, then one pass.
 
@@ -176,12 +188,8 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
             by_match[match] = {row[0] for row in rows}
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(SCAN_FUNCTION, 4, matcher.visit)
-    try:
+    with _function(SCAN_FUNCTION, 4, matcher.visit):
         fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
-    finally:
-        conn.create_function(SCAN_FUNCTION, 4, None)
     holders = matcher.holders
     holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}
     for k, ids in indexed.items():
@@ -286,14 +294,10 @@ def _run(
     # Few rows found by the scan hold every hit: their word terms are looked up row by row.
     plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))
     statement = plan.statement
-    if not plan.shape.snips:
+    # A page that makes its snippets in its one pass keeps the best ranks read so far.
+    keeping = _function(BEST_RANKS_FUNCTION, 2, BestRanks().keep) if plan.shape.snips else None
+    with keeping or contextlib.nullcontext():
         return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(BEST_RANKS_FUNCTION, 2, BestRanks().keep)
-    try:
-        return fetch_within(statement.sql, statement.bind(plan.values(scanned)), deadline)
-    finally:
-        conn.create_function(BEST_RANKS_FUNCTION, 2, None)
 
 
 #: Whether the word index matches more than a number of messages.
