@@ -26,6 +26,17 @@ messages wait in a staging table of the import's own connection:
    session), so its length does not stop an appender as SQLite's write lock
    would. Readers see it all at its commit.
 
+Every transaction of an import adds rows no other client sees before it
+commits, and runs at ``REPEATABLE READ``
+(:meth:`~hermes_models.postgres.PostgresDatabase.write_new_rows`), not
+``SERIALIZABLE``: a transaction that long, reading the tables appenders write
+and adding to them, is refused by the server again and again while appenders
+commit around it (it would be the middle of a read/write cycle each time). The
+clashes an import looks for are guarded by unique indexes instead: a session
+id, title or message id another client takes after the import looked fails the
+transaction, which runs again, sees the row, and refuses the session, numbers
+the title or renumbers the messages.
+
 Message ids the import keeps are reserved first, as on SQLite: the identity
 of ``messages.id`` is moved past the largest (``setval``), and moved back when
 the import fails and no id was handed out since.
@@ -36,7 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import postgres_sql
 from .binding import current
@@ -56,6 +67,9 @@ from .staging import (
 )
 from .transcript import counter_totals
 
+if TYPE_CHECKING:
+    from .postgres import PostgresDatabase
+
 logger = logging.getLogger("hermes_models")
 
 T = TypeVar("T")
@@ -66,6 +80,11 @@ STAGED_COLUMNS = tuple(MESSAGE_COLUMNS)
 #: How long a large import waits for small imports (each holds the lock for its one
 #: transaction) before it says another import is running.
 LOCK_WAIT_SECONDS = 2.0
+
+
+def _write(db: HermesDatabase, fn: Callable[[], T]) -> T:
+    """``fn`` in a write that adds rows only (:meth:`.PostgresDatabase.write_new_rows`)."""
+    return cast("PostgresDatabase", db).write_new_rows(fn)
 
 
 def _conflict(db: HermesDatabase) -> ImportConflictError:
@@ -203,7 +222,7 @@ class ServerStaging:
             self._same_connection()
             return fn()
 
-        return self.db.write(run)
+        return _write(self.db, run)
 
     def _same_connection(self) -> None:
         if self._backend() != self._pid:
@@ -317,8 +336,7 @@ def write_at_once_server(
         ids = [values["id"] for values in sessions]
         return _add_sessions(SessionSource.of(sessions), ids, columns, rename_titles)
 
-    result: tuple[int, int] = db.write(run)
-    return result
+    return _write(db, run)
 
 
 __all__ = [

@@ -577,6 +577,31 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
             ReadOnlyDatabaseError: the handle was opened read-only.
             WriteConflictError: still refused when the patience ran out.
         """
+        return self._write(fn, postgres_sql.SERIALIZABLE, _RETRIED)
+
+    def write_new_rows(self, fn: Callable[[], T]) -> T:
+        """:meth:`write` for a transaction that adds rows no other client can see
+        before it commits (an import's sessions and their messages): ``fn`` runs
+        at ``REPEATABLE READ``, outside the server's serializable bookkeeping.
+
+        A long ``SERIALIZABLE`` transaction that reads the tables others append to
+        and adds rows to them is, to the server, the middle of a cycle with the
+        short writes committing around it, and is refused on each try until its
+        patience runs out. Here the rules such a transaction keeps are kept by
+        the store's unique indexes instead: a session id, title or message id that
+        another client took after ``fn`` looked is refused by its index, and
+        ``fn`` runs again on a newer snapshot, where it sees the row and does
+        what it does with a clash (refuse the session, number the title, give
+        the messages fresh ids). ``fn`` must read nothing else whose change by
+        another client would break a rule, and be safe to run again.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+            WriteConflictError: still refused when the patience ran out.
+        """
+        return self._write(fn, postgres_sql.REPEATABLE_READ, _RETRIED_NEW_ROWS)
+
+    def _write(self, fn: Callable[[], T], isolation: str, retried: Mapping[str, str]) -> T:
         self.refuse_writes()
         if self.in_transaction():
             with self.atomic():
@@ -585,10 +610,10 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
         for attempt in itertools.count(1):
             try:
                 with self.atomic():
-                    self.execute_sql(postgres_sql.SERIALIZABLE)
+                    self.execute_sql(isolation)
                     return fn()
             except peewee.PeeweeException as exc:
-                why = _RETRIED.get(_sqlstate(exc) or "")
+                why = retried.get(_sqlstate(exc) or "")
                 if why is None and self._lost(exc):
                     why = "the connection was lost"
                     self._reset_connection()
@@ -896,6 +921,9 @@ _RETRIED = {
     "40P01": "a deadlock",
     "55P03": "a lock not available",
 }
+#: :meth:`PostgresDatabase.write_new_rows` runs again after those and after a unique
+#: violation (another client took a key after the transaction's snapshot).
+_RETRIED_NEW_ROWS = {**_RETRIED, "23505": "a key taken meanwhile"}
 #: SQLSTATEs of a server that ended the session (besides class 08, connection errors).
 _SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 

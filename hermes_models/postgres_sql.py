@@ -29,6 +29,8 @@ SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
 
 #: The first statement of every write transaction (see PostgresDatabase.write).
 SERIALIZABLE = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
+#: The first statement of a write that only adds rows (PostgresDatabase.write_new_rows).
+REPEATABLE_READ = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 
 #: Transactions of a read-only handle refuse writes.
 READ_ONLY_SESSION = "SET default_transaction_read_only = on"
@@ -527,6 +529,7 @@ __all__ = [
     "NO_RANK",
     "READ_ONLY_SESSION",
     "RENUMBER_STAGED",
+    "REPEATABLE_READ",
     "RESET_MESSAGE_SEQUENCE",
     "RESET_PLAN_CACHE_MODE",
     "RESET_STATEMENT_TIMEOUT",

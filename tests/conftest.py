@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -124,6 +125,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_server = callspec is not None and callspec.params.get("backend") == "postgresql"
         if on_server or _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgresql)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """End the child processes a failed test left running: Python's exit waits for
+    every non-daemon child, and one still looping (an appender whose test raised
+    before telling it to stop) would hold the run forever."""
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(10)
 
 
 @pytest.fixture

@@ -15,8 +15,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -153,8 +155,10 @@ def _importer(path: str, bundle: str) -> None:
 
 
 def _start(target: Any, *args: Any) -> tuple[Any, Connection]:
+    """A child running ``target(*args, sender)``; a daemon, so that a test that fails
+    before it stops the child cannot hold pytest's exit (which joins every other one)."""
     receiver, sender = SPAWN.Pipe(duplex=False)
-    process = SPAWN.Process(target=target, args=(*args, sender))
+    process = SPAWN.Process(target=target, args=(*args, sender), daemon=True)
     process.start()
     sender.close()
     return process, receiver
@@ -189,13 +193,15 @@ def test_a_live_writer_is_never_locked_out_and_readers_never_see_half_an_import(
     appender = _start(_appender, str(path), str(stop))
     watch = _server_reader if backend == "postgresql" else _reader
     reader = _start(watch, str(path), str(stop), 3000)
-    time.sleep(1.5)  # both children running
-    started = time.monotonic()
-    with SessionDB(path) as store:
-        report = store.import_bundle(bundle)
-    took = time.monotonic() - started
-    time.sleep(0.3)
-    stop.touch()
+    try:
+        time.sleep(1.5)  # both children running
+        started = time.monotonic()
+        with SessionDB(path) as store:
+            report = store.import_bundle(bundle)
+        took = time.monotonic() - started
+        time.sleep(0.3)
+    finally:
+        stop.touch()
     appends, failures, longest = _answer(*appender)
     polls, seen, torn = _answer(*reader)
     print(f"import {took:.1f} s; {appends} appends, longest {longest * 1000:.0f} ms")
@@ -279,6 +285,139 @@ def _staged_rows(url: str) -> int:
             " WHERE relname = 'hermes_import_messages'"
         ).fetchone()
         return int(row[0])
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """``fn`` running in a thread; its result or exception lands in the dict."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # the test looks at it
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _import_in_thread(path: Any, bundle: Path) -> tuple[threading.Thread, dict[str, Any]]:
+    def run() -> dict[str, Any]:
+        with SessionDB(path) as store:
+            report: dict[str, Any] = store.import_bundle(bundle)
+            return report
+
+    return _in_thread(run)
+
+
+def _wait_for_a_lock_wait(url: str) -> None:
+    """Return once a client of the test's database waits for a row lock (the import, for
+    the transaction that took its key and has not ended)."""
+    deadline = time.monotonic() + 60
+    with pg_server.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the import never waited for the other transaction")
+
+
+@pytest.mark.parametrize("sessions", [2, 1200], ids=["one write", "in steps"])
+@pytest.mark.backends("postgresql")  # a file has one writer at a time
+def test_a_serializable_writer_open_across_a_server_import_still_commits(
+    tmp_path: Path, path: Any, sessions: int
+) -> None:
+    # A writer of the package's kind (SERIALIZABLE) that read sessions and messages and
+    # appended one, open for the whole import. Were the import serializable too, the
+    # two would form a read/write cycle and the server would refuse one of them:
+    # with appenders committing every few ms that was the import, on every try.
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=sessions, per_session=1)
+    with SessionDB(path) as store:
+        store.create_session("live", "gateway")
+    with pg_server.connect(path, autocommit=True) as admin:
+        # The writer's message id past the bundle's: a clash of ids is another test's.
+        admin.execute("SELECT setval(pg_get_serial_sequence('messages', 'id'), 100000)")
+    writer = pg_server.connect(path)
+    try:
+        writer.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        assert writer.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
+        assert writer.execute("SELECT max(id) FROM messages").fetchone() == (None,)
+        writer.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('live', 'user', 'written beside the import', 5.0)"
+        )
+        thread, box = _import_in_thread(path, bundle)
+        thread.join(120)
+        alive = thread.is_alive()
+        if not alive:
+            writer.commit()
+    finally:
+        writer.close()
+    assert (alive, box.get("error")) == (False, None)
+    report = box["result"]
+    assert (report["sessions_added"], report["messages_added"]) == (sessions, sessions)
+    with SessionDB(path) as store:
+        assert [m["content"] for m in store.get_messages("live")] == ["written beside the import"]
+        assert store.session_count() == sessions + 1
+        assert store.message_count() == sessions + 1
+        assert store.get_session("imp-0")["message_count"] == 1
+
+
+@pytest.mark.parametrize("sessions", [2, 1200], ids=["one write", "in steps"])
+@pytest.mark.backends("postgresql")  # a file has one writer at a time
+def test_a_title_taken_on_a_server_while_an_import_adds_it_is_numbered_on_the_next_try(
+    tmp_path: Path, path: Any, sessions: int
+) -> None:
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=sessions, per_session=1)
+    with SessionDB(path) as store:
+        store.create_session("mine", "cli")
+    other = pg_server.connect(path)
+    try:
+        other.execute("UPDATE sessions SET title = 'imported 0' WHERE id = 'mine'")
+        thread, box = _import_in_thread(path, bundle)
+        _wait_for_a_lock_wait(path)  # the import's row waits on the title index
+        other.commit()
+        thread.join(120)
+        assert not thread.is_alive()
+    finally:
+        other.close()
+    assert "error" not in box, box.get("error")
+    assert box["result"]["titles_renamed"] == 1
+    with SessionDB(path) as store:
+        assert store.get_session("mine")["title"] == "imported 0"
+        assert store.get_session("imp-0")["title"] == "imported 0 #2"
+        assert store.get_session("imp-1")["title"] == "imported 1"
+        assert store.session_count() == sessions + 1
+
+
+@pytest.mark.backends("postgresql")  # a file has one writer at a time
+def test_a_session_added_on_a_server_while_an_import_adds_it_refuses_the_import(
+    tmp_path: Path, path: Any
+) -> None:
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=2, per_session=3)
+    with SessionDB(path) as store:
+        store.create_session("mine", "cli")
+    other = pg_server.connect(path)
+    try:
+        other.execute("INSERT INTO sessions (id, source, started_at) VALUES ('imp-1', 'cli', 7.0)")
+        thread, box = _import_in_thread(path, bundle)
+        _wait_for_a_lock_wait(path)  # the import's row waits on the primary key
+        other.commit()
+        thread.join(120)
+        assert not thread.is_alive()
+    finally:
+        other.close()
+    assert isinstance(box.get("error"), ImportConflictError), box
+    assert "session(s) 'imp-1' appeared while they were being imported" in str(box["error"])
+    with SessionDB(path) as store:
+        assert [s["id"] for s in store.list_sessions(limit=None)] == ["mine", "imp-1"]
+        assert store.message_count() == 0
+    assert _import_locks(path) == 0
 
 
 @pytest.mark.slow
