@@ -10,6 +10,8 @@ same migrated file so that caches and disk state are shared:
   messages — plain sqlite3 runs the very SQL our query builder produces and
   finishes the rows the same way (dicts, preview text). Target: ours <= 1.10x
   plain.
+* page 50 of the listing, by ``offset`` and by key (``after=``), against
+  Hermes' own listing SQL reaching page 50 by ``offset``. Target: <= 1.00x.
 
 Run: python benchmarks/lineage.py [--rounds N] [--keep PATH]
 """
@@ -270,6 +272,14 @@ def main() -> None:
     assert ids(deep()) == ids(hermes_listing(plain, 20, 980))
     ours, theirs = median_pair(args.rounds, deep, lambda: hermes_listing(plain, 20, 980))
     report("list_sessions_rich page 50 vs Hermes' SQL", ours, theirs, "<= 1.00")
+
+    # The same page by key: after the last row of page 49 (what a picker paging
+    # forward holds), against Hermes' page 50 by offset, its only way there.
+    key = store.list_sessions_rich(limit=20, offset=960)[-1]["id"]
+    keyed = lambda: store.list_sessions_rich(limit=20, after=key)  # noqa: E731
+    assert ids(keyed()) == ids(hermes_listing(plain, 20, 980))
+    ours, theirs = median_pair(args.rounds, keyed, lambda: hermes_listing(plain, 20, 980))
+    report("list_sessions_rich(after=) page 50 vs Hermes", ours, theirs, "<= 1.00")
     store.close()
     plain.close()
 

@@ -479,14 +479,21 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 @cli.command(
     short_help="List sessions as a picker shows them.",
     epilog=examples(
-        "hermes-models sessions --limit 5",
         "hermes-models sessions --source telegram --recent",
         "hermes-models sessions --limit 0 --csv > sessions.csv",
+        "hermes-models sessions --limit 50 --after 20260105_0900_ab12",
     ),
 )
 @db_option
 @limit_option(20)
 @offset_option
+@click.option(
+    "--after",
+    metavar="ID",
+    default=None,
+    help="Start after this session (the last id of the previous page): paging by key,"
+    " as fast on page 500 as on page 1. Not with --recent.",
+)
 @click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
@@ -498,6 +505,7 @@ def sessions(
     db_path: str | None,
     limit: int,
     offset: int,
+    after: str | None,
     source: str | None,
     archived: bool,
     recent: bool,
@@ -505,6 +513,8 @@ def sessions(
     fmt: str | None,
 ) -> None:
     """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
+    if after is not None and recent:
+        raise click.UsageError("--after pages the start order; with --recent use --offset")
     with open_store(ctx, db_path, writes=False) as store:
         rows = store.list_sessions_rich(
             source=source,
@@ -512,6 +522,7 @@ def sessions(
             offset=offset,
             archived_only=archived,
             order_by_last_active=recent,
+            after=after,
         )
         if fmt:
             terminal.write_records(rows, fmt)

@@ -9,6 +9,13 @@ row; its start and other columns stay its own. Ordered by last activity, a
 chain counts with the latest activity of any session in it, and
 ``id_query`` admits a chain when any of its ids contains the text.
 Everything is one SQL statement built from the lineage expressions.
+
+Pages: ``offset`` skips rows, so page 50 reads the 980 rows before it;
+``after`` (the ``id`` of the last row of the previous page) starts the page
+right after that row's place in the start order, read from the index (keyset
+paging), whatever the page number. A row that shows a chain's tip stands at
+its root's place: ``after`` may be the tip's id (the row's ``id``) or the
+root's (its ``_lineage_root_id``).
 """
 
 from __future__ import annotations
@@ -172,13 +179,21 @@ def rich_listing(
     include_archived: bool = False,
     archived_only: bool = False,
     id_query: str | None = None,
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Session rows with ``preview`` and ``last_active`` (see the module docstring).
 
     ``id_query`` (text in any id of the chain, ASCII case-insensitive) is
-    honoured with ``order_by_last_active`` only, as in Hermes.
+    honoured with ``order_by_last_active`` only, as in Hermes. ``after`` (a row's
+    ``id``) gives the rows that follow that row in the start order, ``offset``
+    then counting from there.
+
+    Raises:
+        ValueError: ``after`` names no session (deleted since its page was read?),
+            or is given with ``order_by_last_active``.
     """
     limit, offset = check_page(limit, offset)
+    after = check_text(after, "after", optional=True, empty=False)
     min_message_count = check_int64(min_message_count, "min_message_count", minimum=0)
     sources = check_sources(source, "source") or []
     excluded = check_sources(exclude_sources, "exclude_sources") or []
@@ -192,12 +207,16 @@ def rich_listing(
         min_message_count > 0,
     )
     by_id = bool(needle) and flags[2]
-    shape = (len(sources), len(excluded), *flags, by_id)
+    keyed = after is not None
+    if keyed and flags[2]:
+        raise ValueError("after pages the start order; with order_by_last_active use offset")
+    shape = (len(sources), len(excluded), *flags, by_id, keyed)
 
     def prepare() -> Prepared:
         names = [f"source{i}" for i in range(len(sources))]
         names += [f"exclude{i}" for i in range(len(excluded))]
         optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
+        optional += ["after_started", "after_id"] if keyed else []
 
         def build(**marks: Any) -> Any:
             return rich_listing_query(
@@ -212,6 +231,7 @@ def rich_listing(
                 include_archived=flags[3],
                 archived_only=flags[4],
                 id_pattern=marks["needle"] if by_id else None,
+                after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
             )
 
         return Prepared(build, *names, "limit", "offset", *optional)
@@ -224,6 +244,9 @@ def rich_listing(
         "min_count": min_message_count,
         "needle": f"%{escaped}%",
     }
+    if after is not None:
+        projected = flags[1] and not flags[0]  # as rich_listing_query projects
+        values["after_started"], values["after_id"] = _page_key(after, projected=projected)
     values.update({f"source{i}": value for i, value in enumerate(sources)})
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
@@ -244,11 +267,13 @@ def rich_listing_query(
     include_archived: bool = False,
     archived_only: bool = False,
     id_pattern: Any = None,
+    after_key: tuple[Any, Any] | None = None,
 ) -> Any:
     """The one SELECT behind :func:`rich_listing` (values may be placeholders).
 
     ``id_pattern`` is a LIKE pattern (``\\`` escapes) matched against the
-    lower-cased ids of each chain.
+    lower-cased ids of each chain; ``after_key`` (a start time and an id, in the
+    start order only) keeps the roots that come after it.
     """
     project = project_compression_tips and not include_children
     s = Session.alias("s")
@@ -268,6 +293,9 @@ def rich_listing_query(
             min_message_count=min_message_count,
         ),
     )
+    if after_key is not None:
+        # A row value: one range of idx_sessions_started_id, read from the key on.
+        roots = roots.where(peewee.Tuple(s.started_at, s.id) < peewee.Tuple(*after_key))
     if not order_by_last_active:
         roots = roots.order_by(s.started_at.desc(), s.id.desc()).limit(limit).offset(offset)
     roots_cte = roots.cte("roots")
@@ -315,6 +343,40 @@ def rich_listing_query(
     if order_by_last_active:
         query = query.limit(limit).offset(offset)
     return query
+
+
+def _key_query(after: Any, *, projected: bool) -> Any:
+    """The start time and id of the place of session ``after`` in a listing: its own,
+    or (``projected``) those of the top of its compression chain, the surfaced row a
+    tip stands for."""
+    if not projected:
+        return Session.select(Session.started_at, Session.id).where(Session.id == after)
+    rising = walk_sessions(
+        Session,
+        Session.id == after,
+        upward=True,
+        leave=compression_expr,
+        max_depth=None,
+        name="rising",
+    )
+    top = rising.select_from(rising.c.id).order_by(rising.c.depth.desc()).limit(1)
+    return Session.select(Session.started_at, Session.id).where(Session.id == top).with_cte(rising)
+
+
+#: :func:`_key_query` rendered once, by whether tips are projected.
+_PAGE_KEY = {
+    projected: Prepared(
+        lambda after, projected=projected: _key_query(after, projected=projected), "after"
+    )
+    for projected in (False, True)
+}
+
+
+def _page_key(after: str, *, projected: bool) -> tuple[Any, Any]:
+    row = _PAGE_KEY[projected].first(current(), after=after)
+    if row is None:
+        raise ValueError(f"after: no session {after!r} (deleted since that page was read?)")
+    return row[0], row[1]
 
 
 def _tips(roots_cte: Any) -> tuple[Any, Any]:

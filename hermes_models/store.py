@@ -379,9 +379,12 @@ class SessionDB:
         include_archived: bool = False,
         archived_only: bool = False,
         id_query: str | None = None,
+        *,
+        after: str | None = None,
     ) -> list[dict[str, Any]]:
         """The rows a session picker shows, with ``preview`` and ``last_active``
-        (see :mod:`hermes_models.listing`)."""
+        (see :mod:`hermes_models.listing`). ``after`` (not in Hermes: the ``id`` of
+        the last row of the previous page) pages by key instead of ``offset``."""
         return listing.rich_listing(
             source=source,
             exclude_sources=exclude_sources,
@@ -394,6 +397,7 @@ class SessionDB:
             include_archived=include_archived,
             archived_only=archived_only,
             id_query=id_query,
+            after=after,
         )
 
     @_api

@@ -234,6 +234,8 @@ def test_sessions_options(filled: str) -> None:
 
     assert ids("--limit", "1") == ["20260105_100000_bbbb2222"]
     assert ids("--limit", "1", "--offset", "1") == ["20260105_090000_aaaa1111"]
+    assert ids("--after", "20260105_100000_bbbb2222") == ["20260105_090000_aaaa1111"]
+    assert ids("--after", "20260105_090000_aaaa1111") == []
     assert ids("--source", "cli") == ["20260105_090000_aaaa1111"]
     assert ids("--source", "delegate") == []
     assert ids("--archived") == []

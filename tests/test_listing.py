@@ -235,3 +235,105 @@ def test_plain_list_sessions_has_every_row(world: SessionDB) -> None:
 )
 def test_preview_text(content: Any, expected: str) -> None:
     assert preview_text(content) == expected
+
+
+# -- paging by key (``after``) -------------------------------------------------------------
+
+
+@pytest.fixture
+def crowd(store: SessionDB) -> SessionDB:
+    """Forty-odd sessions with many equal start times (ties go by id), three compression
+    chains of different lengths, branches, a subagent run, archived and other sources."""
+    starts = [0, 0, 0, 5, 5, 7, 7, 7, 7, 9, 12, 12, 15, 15, 15, 15, 20, 21, 21, 30]
+    for n, at in enumerate(starts):
+        source = ("cli", "telegram", "discord")[n % 3]
+        make(store, f"s{n:02d}", at, source=source, messages=[("user", f"m{n}")] * (n % 3))
+    for c, (at, hops) in enumerate([(7, 1), (15, 3), (30, 2)]):
+        sid = make(store, f"chain{c}", at, messages=[("user", f"chain {c}")])
+        for hop in range(1, hops + 1):
+            end(sid, "compression", at + hop)
+            sid = make(
+                store,
+                f"chain{c}-{hop}",
+                at + hop,
+                parent_session_id=sid,
+                messages=[("user", f"chain {c} hop {hop}")],
+            )
+    make(store, "s05-fork", 7, parent_session_id="s05", model_config={"_branched_from": "s05"})
+    make(store, "s06-sub", 8, parent_session_id="s06", model_config={"_delegate_from": "s06"})
+    store.set_session_archived("s03", True)
+    store.set_session_archived("s12", True)
+    return store
+
+
+PAGED_OPTIONS = [
+    {},
+    {"project_compression_tips": False},
+    {"include_children": True},
+    {"source": "telegram"},
+    {"exclude_sources": ["discord"], "min_message_count": 1},
+    {"include_archived": True},
+    {"archived_only": True},
+]
+
+
+@pytest.mark.parametrize("options", PAGED_OPTIONS, ids=lambda o: ",".join(o) or "default")
+def test_paging_by_key_gives_the_pages_paging_by_offset_gives(
+    crowd: SessionDB, options: dict[str, Any]
+) -> None:
+    full = crowd.list_sessions_rich(limit=None, **options)
+    assert len(full) >= 2
+    for size in (1, 3, 7):
+        by_offset = [
+            crowd.list_sessions_rich(limit=size, offset=start, **options)
+            for start in range(0, len(full), size)
+        ]
+        by_key, after = [], None
+        for _ in range(len(by_offset) + 1):  # a key that does not move on ends too
+            page = crowd.list_sessions_rich(limit=size, after=after, **options)
+            if not page:
+                break
+            by_key.append(page)
+            after = page[-1]["id"]
+        assert by_key == by_offset
+    assert [row for page in by_key for row in page] == full
+
+
+def test_a_page_after_a_chain_tip_or_its_root_is_the_same(crowd: SessionDB) -> None:
+    full = crowd.list_sessions_rich(limit=None)
+    at = next(n for n, row in enumerate(full) if row.get("_lineage_root_id") == "chain1")
+    assert full[at]["id"] == "chain1-3"  # the row shows the tip
+    rest = full[at + 1 :]
+    assert crowd.list_sessions_rich(limit=None, after="chain1-3") == rest
+    assert crowd.list_sessions_rich(limit=None, after="chain1") == rest
+    # A session in the middle of the chain stands at the same place.
+    assert crowd.list_sessions_rich(limit=None, after="chain1-1") == rest
+    # Unprojected, the chain's sessions are rows of their own, each at its own place.
+    every = crowd.list_sessions_rich(limit=None, include_children=True)
+    at = ids(every).index("chain1-1")
+    assert (
+        crowd.list_sessions_rich(limit=None, include_children=True, after="chain1-1")
+        == (every[at + 1 :])
+    )
+
+
+def test_offset_counts_from_the_key(crowd: SessionDB) -> None:
+    full = crowd.list_sessions_rich(limit=None)
+    key = full[4]["id"]
+    assert crowd.list_sessions_rich(limit=3, offset=2, after=key) == full[7:10]
+    assert crowd.list_sessions_rich(limit=None, after=full[-1]["id"]) == []
+
+
+def test_paging_by_key_refuses_what_it_cannot_page(crowd: SessionDB) -> None:
+    with pytest.raises(ValueError, match=r"after: no session 'gone' \(deleted since"):
+        crowd.list_sessions_rich(after="gone")
+    with pytest.raises(ValueError, match="after pages the start order"):
+        crowd.list_sessions_rich(after="s01", order_by_last_active=True)
+    with pytest.raises(TypeError, match="after must be str or None, not int"):
+        crowd.list_sessions_rich(after=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="after must not be empty"):
+        crowd.list_sessions_rich(after="")
+    page = crowd.list_sessions_rich(limit=2)
+    crowd.delete_session(page[-1]["id"])
+    with pytest.raises(ValueError, match=f"after: no session {page[-1]['id']!r}"):
+        crowd.list_sessions_rich(limit=2, after=page[-1]["id"])
