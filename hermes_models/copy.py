@@ -27,7 +27,10 @@ present in the target came with all its messages, in one transaction).
 the bundle import apply: a session the target has is left exactly as it is,
 messages included; a new session keeps its message ids unless one of them is
 taken, and then all its messages get ids after every id in use; ``state_meta``
-keys and compression locks the target has are kept. Sessions the target had
+keys and compression locks the target has are kept. The target's id counter is
+moved past every source id before the first batch, and renumbered messages take
+their ids from it inside their batch: clients writing to the target meanwhile
+never get an id the copy uses. Sessions the target had
 that differ from the source are counted (``sessions_differing``), not errors;
 a session this run added must match exactly.
 
@@ -124,6 +127,11 @@ class _Side:
     def raise_sequence(self, value: int) -> None:
         raise NotImplementedError
 
+    def take_ids(self, count: int, floor: int) -> list[int]:
+        """``count`` message ids above ``floor`` that no other writer of this store
+        gets, in increasing order (inside a write)."""
+        raise NotImplementedError
+
     # Statements differ by dialect; each side names its module.
     sql: Any
 
@@ -218,6 +226,12 @@ class _SqliteSide(_Side):
         elif int(current[0][0] or 0) < value:
             self.all_nothing(sqlite_sql.SET_SEQUENCE, (value, "messages"))
 
+    def take_ids(self, count: int, floor: int) -> list[int]:
+        # The write lock is held: ids after the highest this file handed out are free
+        # (rows inserted with them move AUTOINCREMENT's sequence on).
+        base = max(floor, self.sequence())
+        return list(range(base + 1, base + count + 1))
+
     def present(self, table: str, ids: Sequence[Any]) -> set[Any]:
         found: set[Any] = set()
         for start in range(0, len(ids), _ID_CHUNK):
@@ -295,6 +309,12 @@ class _PostgresSide(_Side):
         current = self.one(postgres_sql.MESSAGE_SEQUENCE)
         if value > 0 and int(current or 0) < value:
             self.all(postgres_sql.SET_MESSAGE_SEQUENCE, (value,))
+
+    def take_ids(self, count: int, floor: int) -> list[int]:
+        # From the identity itself: other clients take ids from it meanwhile, so the
+        # ids are unique though maybe not consecutive.
+        self.raise_sequence(floor)
+        return sorted(int(row[0]) for row in self.all(postgres_sql.TAKE_MESSAGE_IDS, (count,)))
 
     def present(self, table: str, ids: Sequence[Any]) -> set[Any]:
         sql = (
@@ -574,6 +594,9 @@ class _Copy:
         try:
             self.start()
             self.plan()
+            # Writers of the target take ids above every id the copy keeps, from now on
+            # (on a server they would otherwise take those ids while the copy runs).
+            self.dst.write(lambda: self.dst.raise_sequence(self.src.sequence()))
             ordered, looped, self.cut = order_sessions(self.parents)
             if looped:
                 log.warning(
@@ -633,9 +656,9 @@ class _Copy:
         self.dst.insert("sessions", SESSION_COLUMNS, rows)
         self.step(len(new))
         moved = self._clashing(new) if self.merge else set()
-        base = self.next_id
-        state = {"next": base, "renumbered": 0, "rows": 0}
-        self.dst.insert("messages", MESSAGE_COLUMNS, self._messages(new, moved, state))
+        fresh = self.dst.take_ids(sum(self.counts[s] for s in moved), self.next_id) if moved else []
+        state = {"next": self.next_id, "renumbered": 0, "rows": 0}
+        self.dst.insert("messages", MESSAGE_COLUMNS, self._messages(new, moved, state, fresh))
         self.step(state["rows"] % _PROGRESS_EVERY)
         cut = [(by_id[s][_PARENT], s) for s in new if s in self.cut and by_id[s][_PARENT]]
         for parent, session_id in cut:
@@ -650,12 +673,15 @@ class _Copy:
         return {session_id for message_id, session_id in ids if message_id in taken}
 
     def _messages(
-        self, new: list[str], moved: set[str], state: dict[str, int]
+        self, new: list[str], moved: set[str], state: dict[str, int], fresh: list[int]
     ) -> Iterator[tuple[Any, ...]]:
+        """The message rows of ``new``; those of ``moved`` take the ids ``fresh``, in order."""
         check_blobs = isinstance(self.dst, _PostgresSide)
         for row in self.src.message_rows(new, MESSAGE_COLUMNS):
             if row[_SESSION_OF] in moved:
-                state["next"] += 1
+                if state["renumbered"] == len(fresh):  # the counts come from the same snapshot
+                    raise CopyError(f"{self.src.label}: more messages than counted; nothing kept")
+                state["next"] = fresh[state["renumbered"]]
                 state["renumbered"] += 1
                 row = (state["next"], *row[1:])
             if check_blobs and any(type(v) is bytes for v in row):

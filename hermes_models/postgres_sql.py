@@ -299,6 +299,10 @@ MESSAGE_SEQUENCE = (
 )
 #: Make the identity of ``messages.id`` hand out ids above a bound one.
 SET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), %s)"
+#: Take ``%s`` ids from the identity of ``messages.id`` (a copy's renumbered messages).
+TAKE_MESSAGE_IDS = (
+    "SELECT nextval(pg_get_serial_sequence('messages', 'id')) FROM generate_series(1, %s)"
+)
 #: Make it hand out 1 next, as if no id had been handed out.
 RESET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), 1, false)"
 #: One ``state_meta`` value; set one; remove one.
@@ -556,6 +560,7 @@ __all__ = [
     "SUBSTRING_MATCH",
     "SUBSTRING_MATCH_CASELESS",
     "TABLES",
+    "TAKE_MESSAGE_IDS",
     "TITLES_FROM_LIST",
     "TRGM_SCHEMA",
     "TRY_IMPORT_LOCK",

@@ -28,6 +28,7 @@ import pytest
 
 from hermes_models import ImportConflictError, SessionDB, pg_staging, staging
 from hermes_models.bundle import FORMAT
+from hermes_models.copy import copy_store
 from hermes_models.files import sqlite_uri
 from hermes_models.holders import local_holder
 
@@ -214,6 +215,42 @@ def test_a_live_writer_is_never_locked_out_and_readers_never_see_half_an_import(
     with SessionDB(path) as store:
         assert store.get_session("live")["message_count"] == appends
         assert store.message_count() == 60_000 + appends
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgresql")  # a file's batches take their ids under its write lock
+def test_a_live_writer_beside_a_merging_copy_loses_no_message(
+    tmp_path: Path, path: Any, backend: str
+) -> None:
+    # On a server the copy kept the source's message ids while the target's identity
+    # still handed the same ids to the appender: 74 of its messages were refused.
+    with SessionDB(path) as store:
+        store.create_session("live", "gateway")
+    source = tmp_path / "source.db"
+    with SessionDB(source) as store:
+        store.import_bundle(write_bundle(tmp_path / "big.jsonl", sessions=20, per_session=3000))
+    stop = tmp_path / "stop"
+    appender = _start(_appender, str(path), str(stop))
+    try:
+        time.sleep(1.5)  # the child running
+        report = copy_store(source, path, merge=True)
+        time.sleep(0.3)
+    finally:
+        stop.touch()
+    appends, failures, longest = _answer(*appender)
+    assert failures == []
+    assert longest < 2.0  # a lock wait is not bounded by the write's patience
+    assert (report.sessions_copied, report.messages_copied) == (20, 60_000)
+    assert report.rows_differing == 0
+    with SessionDB(path) as store:
+        assert store.get_session("live")["message_count"] == appends
+        assert len(store.get_messages("live")) == appends
+        assert store.message_count() == 60_000 + appends
+        ids = [m["id"] for m in store.get_messages("imp-0")]
+    with SessionDB(source) as store:
+        # Kept where free; taken, the session's messages moved past every id, in order.
+        theirs = [m["id"] for m in store.get_messages("imp-0")]
+    assert ids == sorted(ids) and len(ids) == len(theirs) == 3000
 
 
 @pytest.mark.slow
