@@ -364,6 +364,23 @@ def _wait_for_a_lock_wait(url: str) -> None:
     raise AssertionError("the import never waited for the other transaction")
 
 
+def _import_beside_an_open_write(path: Any, bundle: Path, statement: str) -> dict[str, Any]:
+    """Import ``bundle`` while another client's transaction that ran ``statement`` is
+    open; commit it once the import waits on the key it took. The import's result or
+    error, as :func:`_in_thread` leaves it."""
+    other = pg_server.connect(path)
+    try:
+        other.execute(statement)
+        thread, box = _import_in_thread(path, bundle)
+        _wait_for_a_lock_wait(path)  # the import's row waits on that key's index
+        other.commit()
+        thread.join(120)
+        assert not thread.is_alive()
+    finally:
+        other.close()
+    return box
+
+
 @pytest.mark.parametrize("sessions", [2, 1200], ids=["one write", "in steps"])
 @pytest.mark.backends("postgresql")  # a file has one writer at a time
 def test_a_serializable_writer_open_across_a_server_import_still_commits(
@@ -413,16 +430,9 @@ def test_a_title_taken_on_a_server_while_an_import_adds_it_is_numbered_on_the_ne
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=sessions, per_session=1)
     with SessionDB(path) as store:
         store.create_session("mine", "cli")
-    other = pg_server.connect(path)
-    try:
-        other.execute("UPDATE sessions SET title = 'imported 0' WHERE id = 'mine'")
-        thread, box = _import_in_thread(path, bundle)
-        _wait_for_a_lock_wait(path)  # the import's row waits on the title index
-        other.commit()
-        thread.join(120)
-        assert not thread.is_alive()
-    finally:
-        other.close()
+    box = _import_beside_an_open_write(
+        path, bundle, "UPDATE sessions SET title = 'imported 0' WHERE id = 'mine'"
+    )
     assert "error" not in box, box.get("error")
     assert box["result"]["titles_renamed"] == 1
     with SessionDB(path) as store:
@@ -439,16 +449,9 @@ def test_a_session_added_on_a_server_while_an_import_adds_it_refuses_the_import(
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=2, per_session=3)
     with SessionDB(path) as store:
         store.create_session("mine", "cli")
-    other = pg_server.connect(path)
-    try:
-        other.execute("INSERT INTO sessions (id, source, started_at) VALUES ('imp-1', 'cli', 7.0)")
-        thread, box = _import_in_thread(path, bundle)
-        _wait_for_a_lock_wait(path)  # the import's row waits on the primary key
-        other.commit()
-        thread.join(120)
-        assert not thread.is_alive()
-    finally:
-        other.close()
+    box = _import_beside_an_open_write(
+        path, bundle, "INSERT INTO sessions (id, source, started_at) VALUES ('imp-1', 'cli', 7.0)"
+    )
     assert isinstance(box.get("error"), ImportConflictError), box
     assert "session(s) 'imp-1' appeared while they were being imported" in str(box["error"])
     with SessionDB(path) as store:
