@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import itertools
 import multiprocessing
 import os
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -48,6 +51,47 @@ def _subprocess_bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> Iter
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
         yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """Collect with the cyclic garbage collector off, then freeze what collection made.
+
+    Collecting rewrites the assertions of every test module (and of the plugins'
+    packages) into large syntax trees; with the collector on, each of its full
+    passes walked all of them again, and collection took 9 s instead of 4.5 s.
+    Freezing moves the test functions, fixtures and modules collection made out
+    of the collector's view, so the passes during the tests do not walk them
+    either. Nothing is freed later than it would have been: what collection
+    made lives until the run ends anyway.
+    """
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
+
+
+#: Numbers the per-test temporary folders of this run (see :func:`tmp_path`).
+_TMP_PATH_NUMBERS = itertools.count()
+
+
+@pytest.fixture
+def tmp_path(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """A new empty folder for each test, named after the test, under the run's base folder.
+
+    This replaces pytest's own ``tmp_path``, whose numbered folders are found
+    by listing the whole base folder for every test: with 3,000 tests in one
+    folder that listing alone cost 5.6 s a run. A counter of this process does
+    the same job. The base folder, its retention across runs and the
+    ``tmp_path_factory`` fixture are pytest's.
+    """
+    name = re.sub(r"\W", "_", request.node.name)[:30]
+    path = tmp_path_factory.getbasetemp() / f"{name}{next(_TMP_PATH_NUMBERS)}"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture(autouse=True)
