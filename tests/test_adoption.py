@@ -426,6 +426,7 @@ def test_four_processes_opening_an_old_file_upgrade_it_once(tmp_path: Path) -> N
     ]
 
 
+@pytest.mark.slow  # waits out a Hermes writer's lock
 def test_upgrade_waits_for_a_hermes_writer_holding_the_lock(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 10)
     locked, appended = threading.Event(), []

@@ -245,6 +245,7 @@ def test_postgresql_to_postgresql_between_schemas_and_databases(
     ) == [(0,)]
 
 
+@pytest.mark.slow  # a whole copy and its check
 def test_sqlite_to_sqlite(tmp_path: Path, migrated_copy: Any) -> None:
     source = rich_store(tmp_path / "rich.db", migrated_copy)
     report = copy_store(source, f"sqlite:///{tmp_path / 'copy.db'}")
@@ -286,6 +287,7 @@ def test_a_target_with_rows_is_refused_and_a_merge_twice_is_the_same(
         assert pg_rows(url) == before
 
 
+@pytest.mark.slow  # several whole copies
 def test_a_merge_adds_what_is_missing_and_keeps_what_the_target_has(
     tmp_path: Path, migrated_copy: Any
 ) -> None:
@@ -413,6 +415,7 @@ def test_a_tampered_postgresql_target_fails_the_check(
         verify_copy(source, url)
 
 
+@pytest.mark.slow  # a copy and four checks of it
 def test_a_tampered_sqlite_target_fails_the_check(tmp_path: Path, migrated_copy: Any) -> None:
     source = rich_store(tmp_path / "rich.db", migrated_copy)
     target = tmp_path / "copy.db"

@@ -423,6 +423,7 @@ def test_a_wal_file_is_never_switched(
 # -- init errors --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a new Python process
 def test_no_init_error_in_a_new_process() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import hermes_models; print(hermes_models.get_last_init_error())"],
@@ -527,6 +528,7 @@ def test_module_write_uses_the_bound_database(database: HermesDatabase, traced: 
     assert _meta(database.path) == [("k", "v")]
 
 
+@pytest.mark.slow  # waits for another connection's lock
 def test_write_retries_while_another_connection_holds_the_lock(
     database: HermesDatabase, pauses: list[float]
 ) -> None:
@@ -589,6 +591,7 @@ def test_a_lock_error_inside_the_callback_reruns_it_from_scratch(
     assert _meta(database.path) == [("try-3", "v")]
 
 
+@pytest.mark.slow  # waits out its patience
 def test_write_gives_up_with_write_conflict_error_once_its_patience_ran_out(
     database: HermesDatabase, pauses: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -657,6 +660,7 @@ def test_the_patience_is_a_time_not_a_count_of_attempts(
     assert _meta(database.path) == [("k", "v")]
 
 
+@pytest.mark.slow  # waits out its patience
 def test_retry_locked_retries_until_its_patience_ran_out(
     database: HermesDatabase, pauses: list[float]
 ) -> None:
@@ -821,7 +825,7 @@ def test_close_truncates_the_wal(database: HermesDatabase) -> None:
 def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
     database: HermesDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threshold = 64 * 1024
+    threshold = 16 * 1024
     monkeypatch.setattr(writes_module, "WAL_TRUNCATE_ABOVE_BYTES", threshold)
     monkeypatch.setattr(writes_module, "WAL_FORCE_TRUNCATE_ABOVE_BYTES", 2 * threshold)
     monkeypatch.setattr(writes_module, "WAL_TRUNCATE_EVERY_S", 0.0)  # try after every write
@@ -836,7 +840,7 @@ def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
         # The reader's snapshot keeps every frame: the WAL grows past both thresholds,
         # every truncation gives up (past the second after waiting for the reader),
         # and no write fails because of it.
-        for n in range(100):
+        for n in range(30):
             assert database.write(_insert(database, f"k{n:03d}", value)) == 1
         held = wal.stat().st_size
         assert held > 4 * threshold
@@ -844,12 +848,12 @@ def test_a_wal_above_the_threshold_is_truncated_once_no_reader_keeps_it(
         reader.execute("COMMIT")  # the snapshot is released
         assert database.write(_insert(database, "after", value)) == 1
         assert wal.stat().st_size <= threshold
-        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (101,)
+        assert reader.execute("SELECT count(*) FROM state_meta").fetchone() == (31,)
     finally:
         reader.close()
     # The short wait of the truncation was this connection's for that call only.
     assert database.execute_sql("PRAGMA busy_timeout").fetchone() == (1234,)
-    assert _meta(database.path)[-1] == ("k099", value)
+    assert _meta(database.path)[-1] == ("k029", value)
 
 
 def test_a_wal_under_the_threshold_costs_no_statement(

@@ -63,6 +63,7 @@ def _mode(path: Path) -> str:
     return oct(stat.S_IMODE(os.lstat(path).st_mode))
 
 
+@pytest.mark.slow  # console-script runs
 def test_sidecars_planted_by_another_user_are_refused(shared: Path) -> None:
     planted = _as_nobody(
         f"""
@@ -162,6 +163,7 @@ def test_a_file_that_cannot_be_made_private_is_refused(
         hermes_models.connect(path)
 
 
+@pytest.mark.slow  # Python processes
 def test_folders_the_store_creates_are_private_whatever_the_umask(tmp_path: Path) -> None:
     home = tmp_path / "open" / "hermes"
     code = f"""
@@ -222,11 +224,9 @@ def test_a_path_that_is_not_a_regular_file_is_refused_at_once(
     assert sorted(p.name for p in path.parent.iterdir()) == ["fifo.db", "folder.db", "null-link.db"]
 
 
-# The library refuses every kind at once (above); here the console script, with one
-# kind in the fast run.
-@pytest.mark.parametrize(
-    "name", [pytest.param("link to /dev/null", marks=pytest.mark.slow), "fifo"]
-)
+# The library refuses every kind at once (above); here the console script.
+@pytest.mark.slow  # console-script runs
+@pytest.mark.parametrize("name", ["link to /dev/null", "fifo"])
 def test_the_cli_names_a_db_path_that_is_not_a_file(
     odd_paths: dict[str, tuple[Path, str]], name: str
 ) -> None:

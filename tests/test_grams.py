@@ -212,6 +212,7 @@ def test_a_connection_gets_the_triggers_at_its_first_write_only(tmp_path: Path) 
 # -- a Hermes process writing the same file -------------------------------------------------
 
 
+@pytest.mark.slow  # many writes of two writers, one by one
 def test_rows_written_deleted_and_changed_by_plain_sqlite3_are_found_exactly(
     store: SessionDB,
 ) -> None:
@@ -355,6 +356,7 @@ def test_the_scan_reads_only_the_candidates_of_the_index(store: SessionDB) -> No
 # -- the command line -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # console-script runs
 def test_optimize_indexes_what_others_wrote_from_the_command_line(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     with SessionDB(path) as store:
@@ -393,6 +395,7 @@ def test_optimize_on_a_missing_file_is_one_line_and_exit_1(tmp_path: Path) -> No
 # -- an SQLite build without FTS5 -------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds its index twice
 def test_a_build_without_fts5_writes_and_deletes_and_the_next_open_stays_exact(
     tmp_path: Path,
 ) -> None:
@@ -446,6 +449,7 @@ def test_a_store_created_without_fts5_gets_the_index_at_the_next_open_with_it(
         assert _postings(path, "b6570g636e") == [1]
 
 
+@pytest.mark.slow  # 1,500 messages written one by one
 def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
     store: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:

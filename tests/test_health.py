@@ -398,6 +398,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert lines[-1] == f"{store_file}: healthy (12 checks passed)"
 
 
+@pytest.mark.slow  # console-script runs
 def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     _sql(store_file, "DROP TRIGGER messages_fts_trigram_update")
     result = run("doctor", "--db", str(store_file), cwd=store_file.parent)
@@ -413,6 +414,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # console-script runs
 @pytest.mark.backends("sqlite")  # doctor checks files (a server store refuses it: test_cli.py)
 def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path) -> None:
     write(lambda: Message.create(session="kept", role="user", content="by hand", timestamp=1.0))
@@ -428,6 +430,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     assert refused.returncode == 2
 
 
+@pytest.mark.slow  # console-script runs as another user
 def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
     folder = store_file.parent
     for sidecar in folder.glob("state.db-*"):
@@ -460,6 +463,7 @@ def test_cli_doctor_on_a_missing_file_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.slow  # console-script runs
 def test_cli_stats_prints_the_report(store_file: Path) -> None:
     records = run("stats", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 0

@@ -101,6 +101,7 @@ def test_statement_sizes_cover_every_count_with_nine_sizes_at_most() -> None:
     assert sorted(seen) == [1, 2, 4, 8, 16, 32, 64, 128, CHUNK_ROWS]
 
 
+@pytest.mark.slow  # an import watched row by row
 def test_an_import_holds_at_most_batch_rows_messages_at_once(
     store: SessionDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +131,7 @@ def test_an_import_holds_at_most_batch_rows_messages_at_once(
     }
 
 
+@pytest.mark.slow  # traces every statement of an import
 def test_an_import_compiles_few_distinct_inserts(
     store: SessionDB, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

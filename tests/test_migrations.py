@@ -209,6 +209,7 @@ def v16_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- the schema ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # yoyo's console script
 def test_yoyo_cli_and_migrate_build_the_identical_schema(tmp_path: Path) -> None:
     by_cli, by_api = tmp_path / "cli.db", tmp_path / "api.db"
     _yoyo_apply(by_cli)
@@ -405,6 +406,7 @@ def test_migrate_creates_the_file_mode_0600(db_path: Path) -> None:
     assert oct(db_path.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow  # yoyo's console script
 def test_yoyo_rollback_all_then_apply_again(tmp_path: Path) -> None:
     path, fresh = tmp_path / "state.db", tmp_path / "fresh.db"
     hermes_models.migrate(fresh)
@@ -572,6 +574,7 @@ def _lock_and_die(url: str) -> None:
         os._exit(3)
 
 
+@pytest.mark.slow  # a process killed and its lock waited out
 def test_stale_lock_of_a_dead_process_is_reclaimed(db_path: Path) -> None:
     dead = SPAWN.Process(target=_lock_and_die, args=(yoyo_url(db_path),))
     dead.start()
@@ -706,6 +709,7 @@ def test_a_new_migration_file_makes_the_file_out_of_date(tmp_path: Path) -> None
     assert schema_module._up_to_date(path, migrations_dir()) is True
 
 
+@pytest.mark.slow  # a new Python process
 def test_opening_an_up_to_date_file_does_not_import_yoyo(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     code = (

@@ -88,19 +88,6 @@ def assert_unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> None:
         assert shm_meaning(after["-shm"]) == shm_meaning(before["-shm"])
 
 
-#: Every shape runs the console script; all but two only in the full (slow) run.
-CLI_SHAPES = [
-    shape if shape in ("v30", "fork33") else pytest.param(shape, marks=pytest.mark.slow)
-    for shape in newer.SHAPES
-]
-
-#: The longest of these tests, the seventeen read commands and the six write commands:
-#: every shape in the full run, v30 (the shape with a CJK index) in the fast one.
-LONG_CLI_SHAPES = [
-    shape if shape == "v30" else pytest.param(shape, marks=pytest.mark.slow)
-    for shape in newer.SHAPES
-]
-
 READ_COMMANDS = (
     ("sessions",),
     ("sessions", "--limit", "0", "--recent", "--json"),
@@ -122,28 +109,12 @@ READ_COMMANDS = (
 )
 
 
-#: One of each kind of read (list, show, search, export), for the fast run; stats and
-#: doctor read a newer file in the fast run too (test_stats_and_doctor_report_...).
-SOME_READ_COMMANDS = tuple(READ_COMMANDS[i] for i in (0, 5, 9, 16))
-
-#: Every shape with every read command in the full run; v30 with some of them in
-#: the fast one (each command is a console-script process, 0.2 s).
-READ_CASES = [
-    pytest.param("v30", SOME_READ_COMMANDS, id="v30-some"),
-    *(
-        pytest.param(shape, READ_COMMANDS, id=f"{shape}-all", marks=pytest.mark.slow)
-        for shape in newer.SHAPES
-    ),
-]
-
-
-@pytest.mark.parametrize(("shape", "commands"), READ_CASES)
-def test_the_cli_read_commands_change_no_byte_of_the_file(
-    store_file: Path, shape: str, commands: tuple[tuple[str, ...], ...]
-) -> None:
+@pytest.mark.slow  # seventeen console-script runs a shape
+@pytest.mark.parametrize("shape", newer.SHAPES)
+def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shape: str) -> None:
     before = files(store_file)
     env = environment(store_file.parent.parent)
-    for command in commands:
+    for command in READ_COMMANDS:
         result = run(
             *command[:1], "--db", str(store_file), *command[1:], cwd=store_file.parent, env=env
         )
@@ -171,27 +142,15 @@ WRITE_COMMANDS = (
 )
 
 
-#: A write of each kind (schema, rows, the file) for the fast run.
-SOME_WRITE_COMMANDS = tuple(WRITE_COMMANDS[i] for i in (0, 2, 4))
-
-#: Every shape with every write command in the full run; v30 with some in the fast one.
-WRITE_CASES = [
-    pytest.param("v30", SOME_WRITE_COMMANDS, id="v30-some"),
-    *(
-        pytest.param(shape, WRITE_COMMANDS, id=f"{shape}-all", marks=pytest.mark.slow)
-        for shape in newer.SHAPES
-    ),
-]
-
-
-@pytest.mark.parametrize(("shape", "commands"), WRITE_CASES)
+@pytest.mark.slow  # six console-script runs a shape
+@pytest.mark.parametrize("shape", newer.SHAPES)
 def test_the_cli_write_commands_refuse_in_one_line_naming_the_version(
-    store_file: Path, shape: str, commands: tuple[tuple[str, ...], ...]
+    store_file: Path, shape: str
 ) -> None:
     before = files(store_file)
     env = environment(store_file.parent.parent)
     version = newer.SCHEMA_VERSION[shape]
-    for command in commands:
+    for command in WRITE_COMMANDS:
         result = run(
             *command[:1], "--db", str(store_file), *command[1:], cwd=store_file.parent, env=env
         )
@@ -279,7 +238,8 @@ def test_the_file_is_said_to_be_read_only_once_in_the_log(
     assert len(said) == 1
 
 
-@pytest.mark.parametrize("shape", CLI_SHAPES)
+@pytest.mark.slow  # console-script runs
+@pytest.mark.parametrize("shape", newer.SHAPES)
 def test_stats_and_doctor_report_version_layout_and_index_use(store_file: Path, shape: str) -> None:
     env = environment(store_file.parent.parent)
     stats = run("stats", "--db", str(store_file), "--json", cwd=store_file.parent, env=env)
@@ -323,7 +283,8 @@ for i in range(count):
 """
 
 
-@pytest.mark.parametrize("shape", ["v30", pytest.param("v31", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a Hermes process beside
+@pytest.mark.parametrize("shape", ["v30", "v31"])
 def test_reading_while_a_hermes_process_keeps_appending(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:
@@ -366,14 +327,8 @@ def test_reading_while_a_hermes_process_keeps_appending(
         assert found == {row["id"] for row in rows if str(row["content"]).startswith("appended")}
 
 
-@pytest.mark.parametrize(
-    "shape",
-    [
-        "v30",
-        pytest.param("v31", marks=pytest.mark.slow),
-        pytest.param("fork33", marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.slow  # a Hermes process beside
+@pytest.mark.parametrize("shape", ["v30", "v31", "fork33"])
 def test_reads_beside_an_open_hermes_connection_change_no_byte_of_wal_or_shm(
     built: dict[str, Path], shape: str, tmp_path: Path
 ) -> None:

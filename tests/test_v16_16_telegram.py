@@ -165,6 +165,7 @@ def test_apply_creates_the_tables_once(store: SessionDB) -> None:
     } <= indexes
 
 
+@pytest.mark.slow  # yoyo's console script
 def test_the_opt_in_folder_applied_by_yoyo_gives_the_same_schema(
     backend: str, store: SessionDB, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
