@@ -15,7 +15,16 @@ all their messages, one transaction per batch (``COPY`` on PostgreSQL, one
 prepared ``INSERT`` on SQLite); messages are streamed from the source
 (a server-side cursor on PostgreSQL), so memory grows with the number of
 sessions (their ids and parents, a few hundred bytes each), not with the
-messages.
+messages. A merge into a file, whose write lock every other writer of the
+file waits for, paces its batches as an import paces its steps
+(:mod:`hermes_models.staging`): the first holds :data:`FIRST_FILE_BATCH`
+messages, each next one as many as the last one's speed fits in
+:data:`~hermes_models.staging.TRANSACTION_SECONDS`, and a pause of
+:data:`~hermes_models.staging.PAUSE_SECONDS` follows each, so a process
+appending meanwhile (a gateway, Hermes with its 1 s busy timeout) gets the
+lock between batches. A session is never split: one with more messages than
+fit holds the lock for as long as its messages take. A copy into an empty
+file or a server is not paced.
 
 **Restart.** The copy writes a marker into the target's ``state_meta``
 (key :data:`MARKER_KEY`) before its first batch and removes it once the
@@ -58,6 +67,7 @@ from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress
 from .connection import connect
 from .errors import CopyError, TargetNotEmptyError, VerificationError
 from .files import SCHEMA_VERSION, resolve_path
+from .staging import PAUSE_SECONDS, TRANSACTION_SECONDS
 
 log = logging.getLogger("hermes_models")
 
@@ -71,6 +81,8 @@ LOCAL_META = frozenset({MARKER_KEY, "hermes_models.import"})
 #: A batch ends after this many sessions, or once it holds this many messages.
 BATCH_SESSIONS = 200
 BATCH_MESSAGES = 20_000
+#: Messages of the first batch into a file; later ones are sized by its speed.
+FIRST_FILE_BATCH = 1_000
 #: Ids per presence query; sessions per verification step.
 _ID_CHUNK = 5000
 _VERIFY_SESSIONS = 500
@@ -94,6 +106,9 @@ class _Side:
 
     label: str
     identity: tuple[str, ...]
+    #: Whether a write transaction here makes every other writer wait (a file's
+    #: write lock), so that the copy writes in short, paced batches.
+    paced: bool
 
     def close(self) -> None:
         raise NotImplementedError
@@ -173,6 +188,7 @@ class _Side:
 
 class _SqliteSide(_Side):
     sql = sqlite_sql
+    paced = True
 
     def __init__(self, target: str | os.PathLike[str], *, write: bool) -> None:
         path = resolve_path(target, argument="store")
@@ -248,6 +264,7 @@ class _SqliteSide(_Side):
 
 class _PostgresSide(_Side):
     sql = postgres_sql
+    paced = False  # other clients' inserts do not wait for the copy's
 
     def __init__(self, url: str, *, write: bool) -> None:
         target = postgres.parse_url(url)
@@ -522,6 +539,10 @@ class _Copy:
         self.done = 0
         self.total = 0
         self.next_id = 0
+        #: Whether batches are short and paused between (a merge into a file: the
+        #: target may be in use; an empty target is not) and the messages one may hold.
+        self.paced = merge and dst.paced
+        self.batch_messages = FIRST_FILE_BATCH if self.paced else BATCH_MESSAGES
 
     def step(self, rows: int) -> None:
         self.done += rows
@@ -582,7 +603,7 @@ class _Copy:
         for session_id in ordered:
             batch.append(session_id)
             messages += self.counts[session_id]
-            if len(batch) >= BATCH_SESSIONS or messages >= BATCH_MESSAGES:
+            if len(batch) >= BATCH_SESSIONS or messages >= self.batch_messages:
                 yield batch
                 batch, messages = [], 0
         if batch:
@@ -630,13 +651,21 @@ class _Copy:
         self.step(sum(1 + self.counts[s] for s in skipped))
         if not new:
             return
-        written = self.dst.write(lambda: self._write_batch(new))
-        renumbered, dropped = written
+        started = time.monotonic()
+        renumbered, dropped = self.dst.write(lambda: self._write_batch(new))
+        if self.paced:
+            self._pace(sum(self.counts[s] for s in new), time.monotonic() - started)
         self.added.update(new)
         self.report.sessions_copied += len(new)
         self.report.messages_copied += sum(self.counts[s] for s in new)
         self.report.messages_renumbered += renumbered
         self.report.parents_dropped += dropped
+
+    def _pace(self, messages: int, seconds: float) -> None:
+        """Size the next batch by this one's speed, then let waiting writers have the lock."""
+        fit = int(max(messages, 1) * TRANSACTION_SECONDS / max(seconds, 1e-3))
+        self.batch_messages = max(1, min(BATCH_MESSAGES, fit))
+        time.sleep(PAUSE_SECONDS)
 
     def _write_batch(self, new: list[str]) -> tuple[int, int]:
         """Write the sessions ``new`` (parent-first) and their messages; run in one
@@ -911,6 +940,7 @@ def verify_copy(
 __all__ = [
     "BATCH_MESSAGES",
     "BATCH_SESSIONS",
+    "FIRST_FILE_BATCH",
     "LOCAL_META",
     "MARKER_KEY",
     "CopyReport",
