@@ -323,8 +323,13 @@ class _PostgresSide(_Side):
                 cursor.executemany(postgres_sql.insert_or_ignore(table, columns), rows)
 
     def raise_sequence(self, value: int) -> None:
-        current = self.one(postgres_sql.MESSAGE_SEQUENCE)
-        if value > 0 and int(current or 0) < value:
+        if value <= 0 or int(self.one(postgres_sql.MESSAGE_SEQUENCE) or 0) >= value:
+            return  # already past it: nothing to set, no lock
+        # Other clients take ids meanwhile: set the identity only with their inserts
+        # held off, else it could be set below an id it just handed out (and hand
+        # that id out again). Held until the transaction ends: a short one.
+        self.all_nothing(postgres_sql.LOCK_MESSAGE_INSERTS, ())
+        if int(self.one(postgres_sql.MESSAGE_SEQUENCE) or 0) < value:
             self.all(postgres_sql.SET_MESSAGE_SEQUENCE, (value,))
 
     def take_ids(self, count: int, floor: int) -> list[int]:

@@ -299,6 +299,10 @@ MESSAGE_SEQUENCE = (
 )
 #: Make the identity of ``messages.id`` hand out ids above a bound one.
 SET_MESSAGE_SEQUENCE = "SELECT setval(pg_get_serial_sequence('messages', 'id'), %s)"
+#: Hold off other clients' inserts into ``messages`` until this transaction ends (those
+#: under way finish first): the identity hands out no id between a read of it and a
+#: ``setval`` that must not go below what it handed out.
+LOCK_MESSAGE_INSERTS = "LOCK TABLE messages IN SHARE ROW EXCLUSIVE MODE"
 #: Take ``%s`` ids from the identity of ``messages.id`` (a copy's renumbered messages).
 TAKE_MESSAGE_IDS = (
     "SELECT nextval(pg_get_serial_sequence('messages', 'id')) FROM generate_series(1, %s)"
@@ -527,6 +531,7 @@ __all__ = [
     "IMPORT_UNLOCK",
     "JSON_NUL_PATTERN",
     "JSON_NUL_REPLACEMENT",
+    "LOCK_MESSAGE_INSERTS",
     "MESSAGE_SEQUENCE",
     "MESSAGE_TEXTS",
     "META_VALUE",

@@ -12,6 +12,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ import pytest
 from console_script import SCRIPT, build_demo_store, environment, run
 from pg_server import Server
 
-from hermes_models import SessionDB
+from hermes_models import SessionDB, postgres_sql
+from hermes_models import copy as copy_module
 from hermes_models.bundle import MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.copy import MARKER_KEY, copy_store, order_sessions, verify_copy
 from hermes_models.errors import CopyError, TargetNotEmptyError, VerificationError
@@ -321,6 +323,79 @@ def test_a_merge_adds_what_is_missing_and_keeps_what_the_target_has(
     rows = sqlite_rows(target)
     assert copy_store(source, target, merge=True).sessions_copied == 0
     assert sqlite_rows(target) == rows
+
+
+@pytest.mark.parametrize(
+    "appends",
+    [
+        pytest.param((3, 3), id="past-the-source-ids"),  # set below what it handed out
+        pytest.param((1, 3), id="past-them-after-the-second-read"),  # without the lock
+    ],
+)
+def test_ids_taken_while_a_merge_moves_the_servers_counter_are_not_handed_out_again(
+    tmp_path: Path,
+    migrated_copy: Any,
+    pg: Server,
+    monkeypatch: pytest.MonkeyPatch,
+    appends: tuple[int, int],
+) -> None:
+    """The merge reads the identity of ``messages.id``, then sets it past the source's
+    ids (5 here; the target handed out 3); ids a gateway takes in between must stay
+    above it. The gateway appends ``appends[k]`` messages, in a thread given half a
+    second, at the k-th read of the identity while the copy raises it: the second
+    time the copy holds the gateway's inserts off, and the thread waits."""
+    url = pg.new_database()
+    with SessionDB(url) as store:
+        store.create_session("live", "gateway")
+        for n in range(3):
+            store.append_message("live", "user", f"before {n}")  # ids 1-3
+    source = migrated_copy(tmp_path / "source.db")
+    _insert(source, [_session("theirs")], [_message(i, "theirs") for i in range(1, 6)])
+    appended: list[int] = []
+    failed: list[str] = []
+
+    def append(count: int) -> None:
+        try:
+            with SessionDB(url) as gateway:
+                for _ in range(count):
+                    appended.append(gateway.append_message("live", "user", "meanwhile"))
+        except Exception as exc:  # reported by the assertion below
+            failed.append(f"{type(exc).__name__}: {exc}")
+
+    reads, raises = copy_module._PostgresSide.one, copy_module._PostgresSide.raise_sequence
+    threads: list[threading.Thread] = []
+    raising: list[int] = []
+
+    def one(side: Any, sql: str, params: Any = ()) -> Any:
+        value = reads(side, sql, params)
+        if raising and sql == postgres_sql.MESSAGE_SEQUENCE and len(threads) < len(appends):
+            threads.append(threading.Thread(target=append, args=(appends[len(threads)],)))
+            threads[-1].start()
+            threads[-1].join(0.5)
+        return value
+
+    def raise_sequence(side: Any, value: int) -> None:
+        raising.append(value)
+        try:
+            raises(side, value)
+        finally:
+            raising.pop()
+
+    monkeypatch.setattr(copy_module._PostgresSide, "one", one)
+    monkeypatch.setattr(copy_module._PostgresSide, "raise_sequence", raise_sequence)
+    report = copy_store(source, url, merge=True)
+    for thread in threads:
+        thread.join(30)
+    assert failed == []
+    assert (report.sessions_copied, report.messages_copied, report.messages_renumbered) == (1, 5, 5)
+    with SessionDB(url) as store:
+        appended.append(store.append_message("live", "user", "after"))
+        ids = [m["id"] for m in store.get_messages("live")] + [
+            m["id"] for m in store.get_messages("theirs")
+        ]
+        assert store.message_count() == 3 + len(appended) + 5
+    assert len(appended) == sum(appends[: len(threads)]) + 1
+    assert len(set(ids)) == len(ids)
 
 
 def test_the_same_store_is_refused(tmp_path: Path, migrated_copy: Any, pg: Server) -> None:
