@@ -36,7 +36,7 @@ import peewee
 
 from . import pg_search, present, sqlite_sql
 from .binding import current, newer_file
-from .checks import check_flag
+from .checks import INT64_MAX, check_flag
 from .dialect import on_postgresql
 from .fts import INDEXES, available_routes, warn_once
 from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
@@ -44,8 +44,10 @@ from .listing import check_page
 from .models import Message, readable
 from .plan import (
     BEST_RANKS_FUNCTION,
+    COUNT_PREFIX_CHARS,
     HIT_COLUMNS,
     SCAN_FUNCTION,
+    WINDOW_FROM,
     BestRanks,
     Filters,
     MessagePlan,
@@ -312,14 +314,18 @@ def ranked_within(
     deadline: float | None,
     *,
     scanned: bool = False,
+    widen: bool = True,
 ) -> Shape:
     """``shape`` ranking only the newest hits (:func:`hermes_models.plan.windowed`) when
-    that can change what is read: once the index matches the groups it decides alone
-    more often than the window holds (a quick count, oldest first), since with fewer
-    hits the window holds them all and ranking them all costs less. A query of words
-    alone with a prefix term is windowed without counting.
+    that pays: once the index matches the groups it decides alone more than
+    :data:`~hermes_models.plan.WINDOW_FROM` times as often as the window holds (a quick
+    count, oldest first); with fewer hits, ranking them all costs less and is exact. A
+    query of words alone with a short prefix term
+    (:data:`~hermes_models.plan.COUNT_PREFIX_CHARS`) is windowed without counting.
 
-    ``page``: ``(limit, offset)``; ``scanned`` as in :func:`~hermes_models.plan.windowed`.
+    ``page``: ``(limit, offset)``; ``scanned`` as in :func:`~hermes_models.plan.windowed`;
+    ``widen``: whether a page ending beyond the window widens it (a page of messages
+    does; a page of sessions counts sessions, and its window stays as it is).
 
     Raises:
         _OutOfTime: the deadline passed while counting.
@@ -328,13 +334,23 @@ def ranked_within(
     bounded = windowed(shape, query, order, limit, scanned=scanned)
     if not bounded.window or bounded.all_like:
         return bounded
-    if bounded.single == WORDS and bounded.prefixes:
-        # A prefix term costs FTS5 a merge of every word it starts on each lookup:
+    if bounded.single == WORDS and bounded.prefixes and _short_prefix(query, bounded):
+        # A short prefix costs FTS5 a merge of every word it starts on each lookup:
         # one pass over the newest hits costs less than a count, then a ranking.
         return bounded
-    values = window_values(query, bounded, (limit or 0) + offset)
-    rows = fetch_within(WORD_MATCHES_BEYOND_SQL, [values["wq"], values["window"]], deadline)[1]
+    values = window_values(query, bounded, (limit or 0) + offset if widen else 0)
+    beyond = min(values["window"] * WINDOW_FROM, INT64_MAX)  # a page without end: 2**63-1
+    rows = fetch_within(WORD_MATCHES_BEYOND_SQL, [values["wq"], beyond], deadline)[1]
     return bounded if rows else shape
+
+
+def _short_prefix(query: SearchQuery, shape: Shape) -> bool:
+    """Whether a word group of ``shape`` holds a prefix term of few characters."""
+    return any(
+        term.prefix and len(term.text) < COUNT_PREFIX_CHARS
+        for i in shape.word_groups
+        for term in query.groups[i].include
+    )
 
 
 def _rows(statement: Statement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -605,7 +621,9 @@ def search_sessions(
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         try:
-            shape = ranked_within(parsed, shape, "rank", (limit, 0), deadline, scanned=True)
+            shape = ranked_within(
+                parsed, shape, "rank", (limit, 0), deadline, scanned=True, widen=False
+            )
             plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
             names, found = _run(plan, deadline)
         except _OutOfTime as exc:

@@ -120,9 +120,11 @@ def test_a_page_beyond_the_window_widens_it(corpus: Any, window: int) -> None:
     path, written = corpus
     hits = _hits(written, "alpha")
     ranks = _ranks(path, '"alpha"')
+    # Widened to 60, the window still holds fewer than half the hits (WINDOW_FROM).
+    assert len(hits) > plan.WINDOW_FROM * (window + 10)
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alpha", limit=20, offset=window + 10)
-    assert _ids(found) == _best(hits[: window + 30], ranks)[window + 10 :]
+        found = store.search_messages("alpha", limit=5, offset=window + 5)
+    assert _ids(found) == _best(hits[: window + 10], ranks)[window + 5 :]
 
 
 def test_the_window_counts_hits_the_filters_let_through(corpus: Any, window: int) -> None:
@@ -252,6 +254,38 @@ def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, w
     assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
         1 + (i - 1) % 3 for i in expected
     ]
+
+
+@pytest.mark.parametrize(("query", "fts"), [("alpha", '"alpha"'), ("alph*", '"alph"*')])
+def test_hits_fewer_than_twice_the_window_are_all_ranked(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch, query: str, fts: str
+) -> None:
+    """Between the window and WINDOW_FROM times it, ranking every hit costs less than
+    ranking the window's (benchmarks/search_scale.py: ``migrat*``), and is exact."""
+    path, written = corpus
+    hits = _hits(written, "alpha")
+    ranks = _ranks(path, fts)  # every message the index matches, soft-deleted ones too
+    window = len(ranks) // 2 + 1
+    monkeypatch.setattr(plan, "RANK_WINDOW", window)
+    assert window < len(hits) <= len(ranks) < plan.WINDOW_FROM * window
+    # Ranking only the newest would give another page.
+    assert _best(hits[:window], ranks)[:10] != _best(hits, ranks)[:10]
+    with SessionDB(path, read_only=True) as store:
+        assert _ids(store.search_messages(query, limit=10)) == _best(hits, ranks)[:10]
+
+
+def test_a_prefix_of_two_letters_is_windowed_without_counting(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``al*`` starts every word of a large store's vocabulary: counting its hits costs
+    as much as ranking the window, so it is windowed whatever its count."""
+    path, written = corpus
+    hits = _hits(written, "alpha")  # no other word starts with "al"
+    ranks = _ranks(path, '"al"*')
+    window = len(ranks) // 2 + 1
+    monkeypatch.setattr(plan, "RANK_WINDOW", window)
+    with SessionDB(path, read_only=True) as store:
+        assert _ids(store.search_messages("al*", limit=10)) == _best(hits[:window], ranks)[:10]
 
 
 def test_snippets_of_a_windowed_page_mark_every_match(corpus: Any, window: int) -> None:
