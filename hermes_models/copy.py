@@ -649,17 +649,23 @@ class _Copy:
         return self.report
 
     def copy_batch(self, ids: list[str]) -> None:
-        skipped = self.dst.present("sessions", ids)
-        new = [s for s in ids if s not in skipped]
+        # A first look, without the write lock, so that a batch the target has whole
+        # (a resumed copy) takes no lock; the write looks again (see _write_batch).
+        candidates = [s for s in ids if s not in self.dst.present("sessions", ids)]
+        new: list[str] = []
+        renumbered = dropped = 0
+        if candidates:
+            started = time.monotonic()
+            new, (renumbered, dropped) = self.dst.write(lambda: self._write_batch(candidates))
+            if self.paced:
+                self._pace(sum(self.counts[s] for s in new), time.monotonic() - started)
+        added = set(new)
+        skipped = [s for s in ids if s not in added]
         self.report.sessions_skipped += len(skipped)
         self.report.messages_skipped += sum(self.counts[s] for s in skipped)
         self.step(sum(1 + self.counts[s] for s in skipped))
         if not new:
             return
-        started = time.monotonic()
-        renumbered, dropped = self.dst.write(lambda: self._write_batch(new))
-        if self.paced:
-            self._pace(sum(self.counts[s] for s in new), time.monotonic() - started)
         self.added.update(new)
         self.report.sessions_copied += len(new)
         self.report.messages_copied += sum(self.counts[s] for s in new)
@@ -672,9 +678,17 @@ class _Copy:
         self.batch_messages = max(1, min(BATCH_MESSAGES, fit))
         time.sleep(PAUSE_SECONDS)
 
-    def _write_batch(self, new: list[str]) -> tuple[int, int]:
-        """Write the sessions ``new`` (parent-first) and their messages; run in one
-        transaction, and again from the start if SQLite's write lock was not had."""
+    def _write_batch(self, candidates: list[str]) -> tuple[list[str], tuple[int, int]]:
+        """Write the sessions of ``candidates`` (parent-first) the target still lacks,
+        and their messages; returns those sessions and (messages renumbered, parents
+        dropped). Runs in one transaction, and again from the start if SQLite's write
+        lock was not had. In a file the look at what the target has is exact here,
+        under the write lock: a session another writer added since the first look is
+        skipped, not refused by the target's unique index."""
+        taken = self.dst.present("sessions", candidates)
+        new = [s for s in candidates if s not in taken]
+        if not new:
+            return new, (0, 0)
         by_id = {row[0]: row for row in self.src.session_rows(new)}
         dangling = {p for s in new if (p := self.parents[s]) is not None and p not in self.parents}
         known = self.dst.present("sessions", sorted(dangling)) if dangling else set()
@@ -698,7 +712,7 @@ class _Copy:
         for parent, session_id in cut:
             self.dst.all_nothing(self.dst.sql.COPY_SET_PARENT, (parent, session_id))
         self.next_id = state["next"]
-        return state["renumbered"], dropped
+        return new, (state["renumbered"], dropped)
 
     def _clashing(self, new: list[str]) -> set[str]:
         """The sessions of ``new`` with a message id the target already uses."""

@@ -398,6 +398,58 @@ def test_ids_taken_while_a_merge_moves_the_servers_counter_are_not_handed_out_ag
     assert len(set(ids)) == len(ids)
 
 
+def test_a_session_another_writer_adds_during_a_merge_into_a_file_is_skipped(
+    tmp_path: Path, migrated_copy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway creates session ``b`` in the target just after the merge's first look
+    at which sessions the target has: the merge looks again under the write lock and
+    leaves ``b`` as the gateway wrote it (it used to stop on the target's unique index)."""
+    source = migrated_copy(tmp_path / "source.db")
+    _insert(
+        source,
+        [_session("a"), _session("b"), _session("c")],
+        [_message(1, "a"), _message(2, "b"), _message(3, "c")],
+    )
+    target = migrated_copy(tmp_path / "target.db")
+    looks = copy_module._SqliteSide.present
+    created: list[str] = []
+
+    def gateway() -> None:
+        conn = sqlite3.connect(target, timeout=5)
+        try:
+            with conn:
+                conn.execute(
+                    "INSERT INTO sessions (id, source, started_at) VALUES ('b', 'gateway', 2.0)"
+                )
+            created.append("b")
+        finally:
+            conn.close()
+
+    def present(side: Any, table: str, ids: Any) -> set[Any]:
+        found = looks(side, table, ids)
+        if table == "sessions" and side.label == str(target) and not created:
+            writer = threading.Thread(target=gateway)
+            writer.start()
+            writer.join(5)
+        return found
+
+    monkeypatch.setattr(copy_module._SqliteSide, "present", present)
+    report = copy_store(source, target, merge=True)
+    assert created == ["b"]
+    assert (report.sessions_copied, report.sessions_skipped) == (2, 1)
+    assert (report.messages_copied, report.messages_skipped) == (2, 1)
+    assert sqlite_execute(target, "SELECT id, source FROM sessions ORDER BY id") == [
+        ("a", "cli"),
+        ("b", "gateway"),
+        ("c", "cli"),
+    ]
+    assert sqlite_execute(target, "SELECT id, session_id FROM messages ORDER BY id") == [
+        (1, "a"),
+        (3, "c"),
+    ]
+    assert report.rows_differing == 2  # the target's own "b": its row, its messages
+
+
 def test_the_same_store_is_refused(tmp_path: Path, migrated_copy: Any, pg: Server) -> None:
     source = rich_store(tmp_path / "rich.db", migrated_copy)
     with pytest.raises(CopyError, match="the same store"):
