@@ -179,10 +179,21 @@ def _apply_under_lock(path: Path, migrations: Any, done: list[str]) -> None:
                 done.extend(m.id for m in baseline)
                 logger.info("%s: upgraded a Hermes v%d database to v16", path, version)
         # One at a time: yoyo commits each migration on its own, so an
-        # interruption after some of them leaves those applied.
+        # interruption after some of them leaves those applied. yoyo commits a
+        # migration's steps, its log row and its mark in three transactions; the
+        # mark is retried on its own, so that a lock conflict there (other
+        # processes polling for the migration lock) does not run the steps and
+        # log them again.
         for migration in backend.to_apply(migrations):
-            backend.apply_one(migration)
+            backend.apply_one(migration, mark=False)
+            retry_locked(functools.partial(_mark_applied, backend, migration))
             done.append(migration.id)
+
+
+def _mark_applied(backend: Any, migration: Any) -> None:
+    """Record ``migration`` as applied in yoyo's table, in a transaction of its own."""
+    with backend.transaction():
+        backend.mark_one(migration, log=False)
 
 
 def _migrations(folder: Path | None = None) -> Any:

@@ -644,6 +644,30 @@ def test_a_lock_held_too_long_gives_up_with_migration_error(
     assert hermes_models.migrate(db_path) == list(MIGRATIONS)
 
 
+def test_a_lock_conflict_while_marking_a_migration_does_not_apply_it_twice(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # yoyo commits a migration's steps and its log row, then marks it in a third
+    # transaction; other processes polling for the migration lock can make that one
+    # fail. Retrying the whole migration ran its steps and logged it again (seen in
+    # CI, eight processes migrating one file: 0004 logged twice).
+    real_mark_one = DatabaseBackend.mark_one
+    marks: list[str] = []
+
+    def interrupted(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        marks.append(migration.id)
+        if len(marks) == 4:
+            raise sqlite3.OperationalError("database is locked")
+        return real_mark_one(self, migration, *args, **kwargs)
+
+    monkeypatch.setattr(DatabaseBackend, "mark_one", interrupted)
+    assert hermes_models.migrate(db_path) == list(MIGRATIONS)
+    assert marks == [*MIGRATIONS[:4], *MIGRATIONS[3:]]
+    assert _query(
+        db_path, "SELECT migration_id, operation FROM _yoyo_log ORDER BY migration_id"
+    ) == [(name, "apply") for name in MIGRATIONS]
+
+
 def test_migrations_are_applied_while_holding_the_yoyo_lock(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
