@@ -657,7 +657,7 @@ class _Copy:
         if candidates:
             started = time.monotonic()
             new, (renumbered, dropped) = self.dst.write(lambda: self._write_batch(candidates))
-            if self.paced:
+            if self.paced and new:  # a batch that found all present wrote nothing to size by
                 self._pace(sum(self.counts[s] for s in new), time.monotonic() - started)
         added = set(new)
         skipped = [s for s in ids if s not in added]
