@@ -29,13 +29,11 @@ from .binding import using
 from .checks import INT64_MAX
 from .connection import connect
 from .errors import HermesModelsError, ReadOnlyDatabaseError
-from .files import newer_schema_error, resolve_path
+from .files import is_postgres_url, newer_schema_error, resolve_path
 from .lineage import kind_of
 from .listing import ids_starting_with
 from .maintenance import describe, plan_delete, plan_prune
 from .models import Session
-from .postgres import is_postgres_url, parse_url
-from .postgres import migrate as migrate_server
 from .schema import migrate as apply_migrations
 from .store import SessionDB
 from .terminal import Clock
@@ -134,7 +132,7 @@ def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     name = "HERMES_MODELS_DB" if source is ParameterSource.ENVIRONMENT else "--db"
     try:
         if is_postgres_url(value):
-            parse_url(value)
+            _label(value)
         else:
             resolve_path(value, argument=name)
     except (TypeError, ValueError) as exc:
@@ -142,6 +140,13 @@ def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> 
             f"{name}: {exc}" if is_postgres_url(value) else str(exc), ctx
         ) from None
     return value
+
+
+def _label(url: str) -> str:
+    """How messages name the PostgreSQL store at ``url`` (ValueError: a bad URL)."""
+    from .postgres import parse_url  # the server backend loads only for a server
+
+    return parse_url(url).label()
 
 
 def _server(db_path: str | None) -> str | None:
@@ -153,7 +158,7 @@ def _file_only(db_path: str | None, what: str) -> None:
     """Refuse a command that works on a store's file when the store is on a server."""
     url = _server(db_path)
     if url is not None:
-        raise click.ClickException(f"{parse_url(url).label()} is a PostgreSQL store: {what}")
+        raise click.ClickException(f"{_label(url)} is a PostgreSQL store: {what}")
 
 
 def _inherit_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -391,9 +396,11 @@ def migrate(ctx: click.Context, db_path: str | None) -> None:
     _refuse_read_only(ctx)
     url = _server(db_path)
     if url is not None:
+        from .postgres import migrate as migrate_server  # the server backend, for a server only
+
         for migration_id in migrate_server(url):
             terminal.say(f"applied {migration_id}")
-        terminal.say(f"{parse_url(url).label()}: schema up to date")
+        terminal.say(f"{_label(url)}: schema up to date")
         return
     path = resolve_path(db_path)
     for migration_id in apply_migrations(path):
@@ -438,7 +445,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
         with SessionDB(path if url is None else url) as store:
             if url is not None and store.session_count() > 0:
                 raise click.ClickException(
-                    f"{parse_url(url).label()} already holds sessions; the demo writes a new"
+                    f"{_label(url)} already holds sessions; the demo writes a new"
                     " store (pick an empty database or schema)"
                 )
             ids = build_demo(store)
@@ -459,7 +466,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
             terminal.say(f"/resume {ids.compressed_root} opens {target_id}")
         if keep or explicit is not None:
             terminal.say("")
-            terminal.say(f"demo database: {path if url is None else parse_url(url).label()}")
+            terminal.say(f"demo database: {path if url is None else _label(url)}")
 
 
 def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:

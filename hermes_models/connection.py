@@ -17,11 +17,11 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import peewee
 
-from . import postgres, schema, sqlite_sql
+from . import schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .db import HermesDatabase, record_init_error
@@ -31,14 +31,17 @@ from .files import (
     check_file_kind,
     check_ownership,
     check_writable,
+    is_postgres_url,
     probe_file_held,
     read_only_params,
     resolve_path,
     secure_files,
 )
-from .postgres import PostgresDatabase, is_postgres_url, parse_url
 from .shape import FileShape, probe
 from .writes import retry_locked
+
+if TYPE_CHECKING:
+    from .postgres import PostgresDatabase
 
 logger = logging.getLogger("hermes_models")
 
@@ -130,8 +133,10 @@ _migrated_servers: BoundedSet[str] = BoundedSet("migrated PostgreSQL stores", 10
 
 def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesDatabase:
     """:func:`connect` for a ``postgresql://`` URL."""
+    from . import postgres  # the server backend loads only for a server
+
     try:
-        target = parse_url(url, argument="target")
+        target = postgres.parse_url(url, argument="target")
         key = (target.key(), read_only)
         with _open_lock:
             db = _servers.get(key)

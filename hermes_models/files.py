@@ -38,6 +38,19 @@ logger = logging.getLogger("hermes_models")
 #: The Hermes schema version this package writes (files of later versions are read only).
 SCHEMA_VERSION = WRITES_VERSION
 
+#: URL schemes that name a PostgreSQL database.
+SCHEMES = ("postgresql", "postgres")
+
+
+def is_postgres_url(target: object) -> bool:
+    """True when ``target`` is a ``postgresql://`` (or ``postgres://``) URL.
+
+    It lives here, beside :func:`resolve_path`, so that telling a server from a
+    file does not load the PostgreSQL backend (:mod:`.postgres`)."""
+    return (
+        isinstance(target, str) and target.split("://", 1)[0].lower() in SCHEMES and "://" in target
+    )
+
 
 def read_only_file_error(path: Path) -> ReadOnlyDatabaseError:
     """The error that refuses to write ``path``: SQLite cannot write it or its folder."""
@@ -417,12 +430,14 @@ def read_only_params(path: Path) -> dict[str, str]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SCHEMES",
     "check_file_kind",
     "check_header",
     "check_ownership",
     "check_pages",
     "check_schema_version",
     "check_writable",
+    "is_postgres_url",
     "make_private_folder",
     "newer_schema_error",
     "probe_file",

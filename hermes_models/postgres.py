@@ -45,24 +45,15 @@ from .errors import (
     ReadOnlyDatabaseError,
     WriteConflictError,
 )
+from .files import SCHEMES, is_postgres_url
 from .shape import PROBED, FileShape
 
 logger = logging.getLogger("hermes_models")
 
 T = TypeVar("T")
 
-#: URL schemes that name a PostgreSQL database.
-SCHEMES = ("postgresql", "postgres")
-
 #: What a schema name may be: an unquoted PostgreSQL identifier, lower case.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-
-def is_postgres_url(target: object) -> bool:
-    """True when ``target`` is a ``postgresql://`` (or ``postgres://``) URL."""
-    return (
-        isinstance(target, str) and target.split("://", 1)[0].lower() in SCHEMES and "://" in target
-    )
 
 
 @dataclass(frozen=True)

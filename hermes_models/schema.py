@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import grams, postgres, sqlite_sql
+from . import grams, sqlite_sql
 from .caches import BoundedCache
 from .db import HermesDatabase
 from .errors import MigrationError, is_lock_error
@@ -36,6 +36,7 @@ from .files import (
     check_header,
     check_schema_version,
     check_writable,
+    is_postgres_url,
     resolve_path,
     secure_files,
     sqlite_uri,
@@ -125,7 +126,9 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
             ``sessions`` table that is not Hermes', or upgrading an older Hermes
             file failed (it is left as it was).
     """
-    if postgres.is_postgres_url(target):
+    if is_postgres_url(target):
+        from . import postgres  # the server backend loads only for a server
+
         postgres.parse_url(str(target), argument="target")  # a bad URL named as connect() names it
         return postgres.migrate(str(target))
     path = resolve_path(target)

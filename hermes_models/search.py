@@ -34,7 +34,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import pg_search, present, sqlite_sql
+from . import present, sqlite_sql
 from .binding import current, newer_file
 from .checks import INT64_MAX, check_flag
 from .dialect import on_postgresql
@@ -479,6 +479,8 @@ def search_messages(
         return []
     parsed, filters, order, limit, offset = request
     if on_postgresql():
+        from . import pg_search  # the server's search, loaded for a server only
+
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def run(shape: Shape) -> present.Found:
@@ -553,6 +555,8 @@ def search_sql(
         return []
     parsed, filters, order, limit, offset = request
     if on_postgresql():
+        from . import pg_search  # the server's search, loaded for a server only
+
         return pg_search.search_sql(parsed, filters, order, limit, offset)
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
@@ -617,6 +621,8 @@ def search_sessions(
     if not parsed or limit == 0 or sources == ():
         return []
     if on_postgresql():
+        from . import pg_search  # the server's search, loaded for a server only
+
         return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:

@@ -43,7 +43,7 @@ from .children import (
 from .connection import connect
 from .db import HermesDatabase
 from .errors import SQLITE_ERRORS
-from .files import resolve_path
+from .files import is_postgres_url, resolve_path
 from .maintenance import AUTO_PRUNE_KEY
 from .models import (
     CompressionLock,
@@ -51,7 +51,6 @@ from .models import (
     StateMeta,
     unencodable_error,
 )
-from .postgres import QmarkConnection, constraint_message, is_postgres_url
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
 from .sessions import META_FIELDS
 
@@ -92,6 +91,8 @@ def _api(method: F) -> F:
             original = getattr(exc, "orig", None)
             if isinstance(original, sqlite3.Error):
                 raise original from None
+            from .postgres import constraint_message  # only a server's errors get here
+
             kind = SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
             raise kind(constraint_message(exc) or str(exc)) from exc
         except UnicodeEncodeError:
@@ -164,6 +165,8 @@ class SessionDB:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         if self._db.dialect == "postgresql":
             # Hermes code runs raw SQL written for sqlite3 through this.
+            from .postgres import QmarkConnection
+
             return cast(sqlite3.Connection, QmarkConnection(self._db.connection()))
         return cast(sqlite3.Connection, self._db.connection())
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
-from . import postgres, postgres_sql
+from . import postgres_sql
 from .binding import current, write
 from .checks import check_flag, check_int64, check_key
 from .errors import ReadOnlyDatabaseError
@@ -118,16 +118,21 @@ def apply() -> list[str]:
     refuse_newer_schema(db.path, db.shape, "setting up topic mode")
     if db.read_only:
         raise ReadOnlyDatabaseError(f"{db.path} was opened read-only; topic mode cannot be set up")
-    if isinstance(db, postgres.PostgresDatabase):
-        if _applied_on_server(db):
+    if db.dialect == "postgresql":
+        from . import postgres  # the server backend loads only for a server
+
+        server = cast(postgres.PostgresDatabase, db)
+        if _applied_on_server(server):
             return []
-        return postgres.migrate(db.url, optional=TELEGRAM_TOPICS)
+        return postgres.migrate(server.url, optional=TELEGRAM_TOPICS)
     return migrate_optional(db.path, TELEGRAM_TOPICS)
 
 
 def _applied_on_server(db: Any) -> bool:
     """True when the store on a server has every migration of the topic set: one
     read, where applying takes yoyo's lock and two connections of its own."""
+    from . import postgres  # the server backend, loaded for a server only
+
     folder = postgres.optional_migrations_dir(TELEGRAM_TOPICS)
     wanted = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
     try:

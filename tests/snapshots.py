@@ -6,8 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from hermes_models.files import sqlite_uri
-from hermes_models.postgres import is_postgres_url
+from hermes_models.files import is_postgres_url, sqlite_uri
 
 
 def snapshot(path: Path, *, read_only: bool = True) -> dict[str, list[tuple[Any, ...]]]:

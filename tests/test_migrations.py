@@ -751,3 +751,25 @@ def test_opening_an_up_to_date_file_does_not_import_yoyo(tmp_path: Path) -> None
         for _ in range(2)
     ]
     assert runs == ["True\n", "False\n"]  # migrating a new file needs it; the next open not
+
+
+@pytest.mark.slow  # a new Python process
+def test_a_file_store_and_its_cli_do_not_load_the_postgresql_backend(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    code = (
+        "import sys\n"
+        "from hermes_models import SessionDB\n"
+        "from hermes_models.cli import main\n"
+        "with SessionDB(sys.argv[1]) as store:\n"
+        "    store.append_message(store.ensure_session('s', 'cli'), 'user', 'hi')\n"
+        "    store.search_messages('hi')\n"
+        "    store.list_sessions_rich()\n"
+        "status = main(['sessions', '--db', sys.argv[1], '--tsv'])\n"
+        "server = ('hermes_models.postgres.', 'hermes_models.pg_', 'playhouse.p')\n"
+        "loaded = [m for m in sys.modules if (m + '.').startswith(server)]\n"
+        "print(status, sorted(loaded))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "0 []"
