@@ -330,7 +330,14 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
             ids = [m.id for m in pending]
             if ids:
                 logger.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
-                backend.apply_migrations(pending)
+            for migration in pending:
+                # Steps, log row and mark in one transaction (yoyo's apply_one commits
+                # them in three): a failure between them cannot leave a migration
+                # applied but unrecorded, to be run again by the next migrate.
+                with backend.transaction():
+                    migration.process_steps(backend, "apply")
+                    backend.log_migration(migration, "apply")
+                    backend.mark_one(migration, log=False)
             return ids
     except LockTimeout as exc:
         raise MigrationError(

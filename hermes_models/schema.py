@@ -181,22 +181,33 @@ def _apply_under_lock(path: Path, migrations: Any, done: list[str]) -> None:
                 _adopt(backend, baseline, version)
                 done.extend(m.id for m in baseline)
                 logger.info("%s: upgraded a Hermes v%d database to v16", path, version)
-        # One at a time: yoyo commits each migration on its own, so an
-        # interruption after some of them leaves those applied. yoyo commits a
-        # migration's steps, its log row and its mark in three transactions; the
-        # mark is retried on its own, so that a lock conflict there (other
-        # processes polling for the migration lock) does not run the steps and
-        # log them again.
+        # One at a time, each in a transaction of its own: an interruption after
+        # some of them leaves those applied.
         for migration in backend.to_apply(migrations):
-            backend.apply_one(migration, mark=False)
-            retry_locked(functools.partial(_mark_applied, backend, migration))
+            _apply_one(backend, migration)
             done.append(migration.id)
 
 
-def _mark_applied(backend: Any, migration: Any) -> None:
-    """Record ``migration`` as applied in yoyo's table, in a transaction of its own."""
-    with backend.transaction():
-        backend.mark_one(migration, log=False)
+def _apply_one(backend: Any, migration: Any, *, mark: bool = True) -> None:
+    """Run ``migration``'s steps, log it and (``mark``) record it as applied, all in one
+    ``BEGIN IMMEDIATE`` transaction.
+
+    yoyo's own ``apply_one`` commits the steps (on a second connection), the log
+    row and the mark in three transactions: a lock conflict or a crash between
+    them left a migration applied but unmarked, to be run and logged again by
+    the next attempt. Here the three commit together or not at all, and a lock
+    conflict rolls them back and starts the migration over after a short pause.
+    """
+
+    def run() -> None:
+        with _immediate_transaction()(backend):
+            migration.process_steps(backend, "apply")
+            backend.log_migration(migration, "apply")
+            if mark:
+                backend.mark_one(migration, log=False)
+
+    logger.debug("applying migration %s", migration.id)
+    retry_locked(run)
 
 
 def _migrations(folder: Path | None = None) -> Any:
@@ -497,7 +508,7 @@ def keep_search_indexes(db: HermesDatabase) -> bool:
     upkeep = [m for m in _migrations() if m.id in (SEARCH_UPKEEP, GRAM_UPKEEP)]
     with _process_lock, _backend(db.path) as backend, _locked(backend):
         for migration in upkeep:
-            backend.apply_one(migration, mark=False)
+            _apply_one(backend, migration, mark=False)  # marked when it was first applied
     # A statement that runs makes this connection load the changed schema; until
     # then it would compile writes with the triggers it read before.
     db.connection().execute(sqlite_sql.READ_SCHEMA).fetchone()
@@ -534,7 +545,8 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
     migrations = _migrations(folder)
     with _process_lock, _backend(path) as backend, _locked(backend):
         todo = backend.to_apply(migrations)
-        backend.apply_migrations(todo)
+        for migration in todo:
+            _apply_one(backend, migration)
     secure_files(path, create=False)
     return [m.id for m in todo]
 

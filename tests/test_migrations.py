@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 from yoyo import get_backend, read_migrations
 from yoyo.backends.base import DatabaseBackend
+from yoyo.migrations import Migration
 
 import hermes_models
 import hermes_models.schema as schema_module
@@ -522,16 +523,16 @@ def test_migrations_committed_before_a_lock_interruption_are_reported(
     # (SQLite's immediate "database is locked" inside a transaction): the
     # three before it stay committed, the rest are applied on the retry, and
     # migrate() names all eight, each once.
-    real_apply_one = DatabaseBackend.apply_one
+    real_steps = Migration.process_steps
     calls: list[str] = []
 
-    def interrupted(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(migration.id)
+    def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(self.id)
         if len(calls) == 4:
             raise sqlite3.OperationalError("database is locked")
-        return real_apply_one(self, migration, *args, **kwargs)
+        return real_steps(self, *args, **kwargs)
 
-    monkeypatch.setattr(DatabaseBackend, "apply_one", interrupted)
+    monkeypatch.setattr(Migration, "process_steps", interrupted)
     assert hermes_models.migrate(db_path) == list(MIGRATIONS)
     assert calls == [*MIGRATIONS[:4], *MIGRATIONS[3:]]
     assert _query(db_path, "SELECT migration_id FROM _yoyo_migration ORDER BY 1") == [
@@ -647,10 +648,10 @@ def test_a_lock_held_too_long_gives_up_with_migration_error(
 def test_a_lock_conflict_while_marking_a_migration_does_not_apply_it_twice(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # yoyo commits a migration's steps and its log row, then marks it in a third
-    # transaction; other processes polling for the migration lock can make that one
-    # fail. Retrying the whole migration ran its steps and logged it again (seen in
-    # CI, eight processes migrating one file: 0004 logged twice).
+    # yoyo's apply_one commits a migration's steps and its log row, then marks it in
+    # a third transaction; other processes polling for the migration lock can make
+    # that one fail. Retrying the whole migration ran its steps and logged it again
+    # (seen in CI, eight processes migrating one file: 0004 logged twice).
     real_mark_one = DatabaseBackend.mark_one
     marks: list[str] = []
 
@@ -668,17 +669,85 @@ def test_a_lock_conflict_while_marking_a_migration_does_not_apply_it_twice(
     ) == [(name, "apply") for name in MIGRATIONS]
 
 
+def _with_later_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This package's migrations and a ninth that cannot run twice (CREATE TABLE)."""
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    for source in migrations_dir().iterdir():
+        if source.is_file():
+            (folder / source.name).write_bytes(source.read_bytes())
+    (folder / "0099_later.sql").write_text("CREATE TABLE later (id INTEGER);\n")
+    (folder / "0099_later.rollback.sql").write_text("DROP TABLE later;\n")
+    monkeypatch.setattr(schema_module, "migrations_dir", lambda: folder)
+
+
+def _fail_once_at(monkeypatch: pytest.MonkeyPatch, method: str, error: Exception) -> list[str]:
+    """Make yoyo's ``method`` raise ``error`` the first time it is called for 0099."""
+    real = getattr(DatabaseBackend, method)
+    calls: list[str] = []
+
+    def failing(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(migration.id)
+        if calls.count("0099_later") == 1 and migration.id == "0099_later":
+            raise error
+        return real(self, migration, *args, **kwargs)
+
+    monkeypatch.setattr(DatabaseBackend, method, failing)
+    return calls
+
+
+def _records_of_later(path: Path) -> list[Any]:
+    return [
+        _query(path, "SELECT name FROM sqlite_master WHERE name = 'later'"),
+        _query(path, "SELECT operation FROM _yoyo_log WHERE migration_id = '0099_later'"),
+        _query(path, "SELECT migration_id FROM _yoyo_migration WHERE migration_id = '0099_later'"),
+    ]
+
+
+@pytest.mark.parametrize("method", ["log_migration", "mark_one"])
+def test_a_lock_conflict_after_a_migrations_steps_runs_it_again_from_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    # Between a migration's steps and its record, another process's lock request
+    # fails the log row or the mark. yoyo's apply_one had committed the steps by
+    # then: running the migration again failed ("table later already exists").
+    path = tmp_path / "state.db"
+    assert hermes_models.migrate(path) == list(MIGRATIONS)
+    _with_later_migration(tmp_path, monkeypatch)
+    calls = _fail_once_at(monkeypatch, method, sqlite3.OperationalError("database is locked"))
+    assert hermes_models.migrate(path) == ["0099_later"]
+    assert calls == ["0099_later", "0099_later"]
+    assert _records_of_later(path) == [[("later",)], [("apply",)], [("0099_later",)]]
+
+
+def test_a_migration_that_fails_before_its_record_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crash between a migration's steps and its record (here an error at the log
+    # row) must not leave the steps committed without a record: the next migrate
+    # would run them again.
+    path = tmp_path / "state.db"
+    assert hermes_models.migrate(path) == list(MIGRATIONS)
+    _with_later_migration(tmp_path, monkeypatch)
+    _fail_once_at(monkeypatch, "log_migration", RuntimeError("the process died here"))
+    with pytest.raises(RuntimeError, match="the process died here"):
+        hermes_models.migrate(path)
+    assert _records_of_later(path) == [[], [], []]
+    assert hermes_models.migrate(path) == ["0099_later"]
+    assert _records_of_later(path) == [[("later",)], [("apply",)], [("0099_later",)]]
+
+
 def test_migrations_are_applied_while_holding_the_yoyo_lock(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[str, list[tuple[Any, ...]]]] = []
-    real = DatabaseBackend.apply_one
+    real = Migration.process_steps
 
-    def spy(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append((migration.id, _query(db_path, "SELECT pid FROM yoyo_lock")))
-        return real(self, migration, *args, **kwargs)
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append((self.id, _query(db_path, "SELECT pid FROM yoyo_lock")))
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(DatabaseBackend, "apply_one", spy)
+    monkeypatch.setattr(Migration, "process_steps", spy)
     assert hermes_models.migrate(db_path) == list(MIGRATIONS)
     assert seen == [(name, [(os.getpid(),)]) for name in MIGRATIONS]
     assert _query(db_path, "SELECT pid FROM yoyo_lock") == []

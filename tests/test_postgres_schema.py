@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import peewee
 import pg_server
@@ -19,8 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pg_server import Server
+from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
+import hermes_models.postgres as postgres_module
 from hermes_models import Message, Session
 from hermes_models.binding import using
 from hermes_models.grams import grams
@@ -171,6 +174,36 @@ def test_the_package_migrate_takes_a_server_url_too(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     assert hermes_models.migrate(url) == migration_ids(migrations_dir())
     assert hermes_models.migrate(url) == []
+
+
+def test_a_migration_that_fails_before_its_record_leaves_nothing_behind(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # yoyo's apply_one commits a migration's steps before its log row and mark: a
+    # failure between them left the table below created and the migration
+    # unrecorded, so the next migrate failed ("relation later already exists").
+    folder = tmp_path / "later"
+    folder.mkdir()
+    (folder / "0001_later.sql").write_text("CREATE TABLE later (id integer);\n")
+    monkeypatch.setattr(postgres_module, "optional_migrations_dir", lambda name: folder)
+    real = DatabaseBackend.log_migration
+    calls: list[str] = []
+
+    def failing(self: Any, migration: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(migration.id)
+        if len(calls) == 1:
+            raise RuntimeError("the process died here")
+        return real(self, migration, *args, **kwargs)
+
+    monkeypatch.setattr(DatabaseBackend, "log_migration", failing)
+    with pytest.raises(hermes_models.MigrationError, match="the process died here"):
+        migrate(pg_url, optional="later")
+    assert rows(pg_url, "SELECT to_regclass('later') IS NULL") == [(True,)]
+    assert migrate(pg_url, optional="later") == ["0001_later"]
+    assert rows(pg_url, "SELECT to_regclass('later') IS NULL") == [(False,)]
+    assert rows(pg_url, "SELECT operation FROM _yoyo_log WHERE migration_id = '0001_later'") == [
+        ("apply",)
+    ]
 
 
 def _migrate_in_child(url: str) -> list[str]:
