@@ -455,8 +455,18 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     Lowering the sequence lets ids of messages deleted since be used again.
     """
     db = db or current()
+    # On a server other clients take ids while the repair runs: a sequence lowered to
+    # the highest id the repair saw could be set below one handed out meanwhile. So
+    # when the sequence looks near its limit, the repair holds their inserts off from
+    # its first statement (before its snapshot; those under way finish first).
+    hold = (
+        getattr(db, "dialect", SQLITE) == POSTGRESQL
+        and int(message_sequence(db)["remaining"] or 0) < SEQUENCE_HEADROOM
+    )
 
     def run() -> dict[str, Any]:
+        if hold:
+            cast(Any, db).execute_sql(postgres_sql.LOCK_MESSAGE_INSERTS)
         wrong = [row["id"] for row in counter_mismatches(db)]
         with using(db):
             for session_id in wrong:

@@ -44,6 +44,7 @@ the import fails and no id was handed out since.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -232,12 +233,31 @@ class ServerStaging:
             )
 
     def _reserve(self, upto: int) -> None:
-        """Move the identity of ``messages.id`` past ``upto`` (ids the import keeps)."""
-        old = raw(postgres_sql.MESSAGE_SEQUENCE).fetchone()[0]
-        highest = int(raw(postgres_sql.HIGHEST_MESSAGE_ID).fetchone()[0])
-        if upto > max(int(old or 0), highest):
+        """Move the identity of ``messages.id`` past ``upto`` (ids the import keeps).
+
+        Other clients take ids meanwhile: the identity is set only in a short
+        transaction that holds their inserts off and reads it again, else it could
+        be set below an id it just handed out (and hand that id out twice)."""
+        if upto <= self._taken():
+            return  # already past it: nothing to set, no lock
+
+        def run() -> tuple[Any, int] | None:
+            raw(postgres_sql.LOCK_MESSAGE_INSERTS)
+            old = raw(postgres_sql.MESSAGE_SEQUENCE).fetchone()[0]
+            if upto <= self._taken(old):
+                return None
             raw(postgres_sql.SET_MESSAGE_SEQUENCE, [upto])
-            self._sequence = (old, upto)
+            return (old, upto)
+
+        self._sequence = self._write(run)
+
+    @staticmethod
+    def _taken(sequence: Any = None) -> int:
+        """The highest message id in use: handed out by the identity (``sequence``, read
+        when not given) or stored."""
+        if sequence is None:
+            sequence = raw(postgres_sql.MESSAGE_SEQUENCE).fetchone()[0]
+        return max(int(sequence or 0), int(raw(postgres_sql.HIGHEST_MESSAGE_ID).fetchone()[0]))
 
     def insert_messages(
         self,
@@ -291,11 +311,7 @@ class ServerStaging:
             if self._pid is not None and self._backend() == self._pid:
                 raw(postgres_sql.DROP_STAGED_MESSAGES)
                 if failed and self._sequence is not None:
-                    old, reserved = self._sequence
-                    if old is None:
-                        raw(postgres_sql.RESTORE_MESSAGE_SEQUENCE, [1, False, reserved])
-                    else:
-                        raw(postgres_sql.RESTORE_MESSAGE_SEQUENCE, [old, True, reserved])
+                    self._write(functools.partial(_restore_sequence, *self._sequence))
                 if self._locked:
                     raw(postgres_sql.IMPORT_UNLOCK)
         except Exception as cleanup:  # the original error matters more
@@ -307,6 +323,17 @@ class ServerStaging:
             )
         finally:
             self._locked = False
+
+
+def _restore_sequence(old: Any, reserved: int) -> None:
+    """Put the identity of ``messages.id`` back to ``old`` (None: none handed out) when
+    it still stands at ``reserved``: no client took an id since the import set it.
+    Other clients' inserts are held off while it looks and sets (a short transaction)."""
+    raw(postgres_sql.LOCK_MESSAGE_INSERTS)
+    if old is None:
+        raw(postgres_sql.RESTORE_MESSAGE_SEQUENCE, [1, False, reserved])
+    else:
+        raw(postgres_sql.RESTORE_MESSAGE_SEQUENCE, [old, True, reserved])
 
 
 def write_at_once_server(

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +361,30 @@ def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_p
     }
     if _on_file(store):
         assert _doctor(db_path)["ok"] is True
+
+
+@pytest.mark.backends("postgresql")  # a file's repair holds its one write lock
+def test_a_sequence_is_not_lowered_below_an_id_another_client_is_adding(
+    store: SessionDB, db_path: Path
+) -> None:
+    # Another client (an import keeping a bundle's ids, say) has added message 40 in a
+    # transaction that commits 0.5 s after the repair began. Lowering the sequence to
+    # the highest id the repair's snapshot saw (2) would hand 40 out again later.
+    _set_sequence(store, db_path, INT64_MAX - 10)
+    with plain_connection(store.database, db_path) as other:
+        other.execute("BEGIN")
+        other.execute(
+            "INSERT INTO messages (id, session_id, role, content, timestamp)"
+            " VALUES (40, 'kept', 'user', 'kept id', 1.0)"
+        )
+        committer = threading.Timer(0.5, other.execute, ("COMMIT",))
+        committer.start()
+        try:
+            lowered = health.repair(store.database)
+        finally:
+            committer.join(30)
+    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40]}
+    assert store.append_message("kept", "user", "after") == 41
 
 
 def test_a_sequence_lowered_with_no_message_left_starts_again_at_1(

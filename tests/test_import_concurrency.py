@@ -26,6 +26,7 @@ from typing import Any
 import pg_server
 import pytest
 
+import hermes_models.importer as importer_module
 from hermes_models import ImportConflictError, SessionDB, pg_staging, staging
 from hermes_models.bundle import FORMAT
 from hermes_models.copy import copy_store
@@ -458,6 +459,105 @@ def test_a_session_added_on_a_server_while_an_import_adds_it_refuses_the_import(
         assert [s["id"] for s in store.list_sessions(limit=None)] == ["mine", "imp-1"]
         assert store.message_count() == 0
     assert _import_locks(path) == 0
+
+
+@pytest.mark.parametrize(
+    "appends",
+    [
+        pytest.param((3,), id="past-the-kept-ids"),  # set below what it handed out
+        pytest.param((1, 3), id="past-them-after-the-second-read"),  # without the lock
+    ],
+)
+@pytest.mark.backends("postgresql")  # a file has one writer at a time
+def test_ids_taken_while_a_server_import_reserves_its_ids_are_not_handed_out_again(
+    tmp_path: Path, path: Any, monkeypatch: pytest.MonkeyPatch, appends: tuple[int, ...]
+) -> None:
+    """A large import keeps the bundle's message ids (1-5 here; the store handed out 3)
+    and moves the identity of ``messages.id`` past them; ids a gateway takes meanwhile
+    must stay above it. The gateway appends ``appends[k]`` messages, in a thread given
+    half a second, at the k-th read of the highest stored id while the import reserves
+    (the second time the import holds the gateway's inserts off, and the thread
+    waits), and once more right after."""
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=1, per_session=5)
+    with SessionDB(path) as store:
+        store.create_session("live", "gateway")
+        for n in range(3):
+            store.append_message("live", "user", f"before {n}")  # ids 1-3
+    appended: list[int] = []
+    failed: list[str] = []
+
+    def append(count: int) -> None:
+        try:
+            with SessionDB(path) as gateway:
+                for _ in range(count):
+                    appended.append(gateway.append_message("live", "user", "meanwhile"))
+        except Exception as exc:  # reported by the assertion below
+            failed.append(f"{type(exc).__name__}: {exc}")
+
+    real_raw, real_reserve = pg_staging.raw, pg_staging.ServerStaging._reserve
+    threads: list[threading.Thread] = []
+    reserving: list[int] = []
+
+    def raw(sql: Any, params: Any = None) -> Any:
+        cursor = real_raw(sql, params)
+        if reserving and sql == pg_staging.postgres_sql.HIGHEST_MESSAGE_ID:
+            if len(threads) < len(appends):
+                threads.append(threading.Thread(target=append, args=(appends[len(threads)],)))
+                threads[-1].start()
+                threads[-1].join(0.5)
+        return cursor
+
+    def reserve(staging_: Any, upto: int) -> None:
+        reserving.append(upto)
+        try:
+            real_reserve(staging_, upto)
+        finally:
+            reserving.pop()
+        # The gateway appends once more before the import ends: an identity set below
+        # an id in use hands that id out again.
+        after = threading.Thread(target=append, args=(1,))
+        after.start()
+        after.join(30)
+
+    monkeypatch.setattr(importer_module, "SMALL_IMPORT", 0)  # the staged import
+    monkeypatch.setattr(pg_staging, "raw", raw)
+    monkeypatch.setattr(pg_staging.ServerStaging, "_reserve", reserve)
+    with SessionDB(path) as store:
+        counts = store.import_bundle(bundle)
+    for thread in threads:
+        thread.join(30)
+    assert failed == []
+    assert (counts["sessions_added"], counts["messages_added"]) == (1, 5)
+    with SessionDB(path) as store:
+        appended.append(store.append_message("live", "user", "after"))
+        live = [m["id"] for m in store.get_messages("live")]
+        ids = live + [m["id"] for m in store.get_messages("imp-0")]
+    assert len(threads) == len(appends)
+    assert live == [1, 2, 3, *appended]
+    assert len(set(ids)) == len(ids) == 3 + sum(appends) + 2 + 5
+
+
+@pytest.mark.backends("postgresql")  # a file's counter moves with its rows
+def test_a_failed_server_import_puts_the_message_identity_back(
+    tmp_path: Path, path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The import moved the identity past the bundle's ids (5; none handed out yet)
+    # when it began; failing before its sessions were added, it sets it back, so no
+    # ids are skipped. (Ids it took for renumbered messages are not given back.)
+    bundle = write_bundle(tmp_path / "b.jsonl", sessions=1, per_session=5)
+    with SessionDB(path) as store:
+        store.create_session("live", "gateway")
+
+    def fail_move(columns: Any) -> str:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(importer_module, "SMALL_IMPORT", 0)  # the staged import
+    monkeypatch.setattr(pg_staging.postgres_sql, "move_staged_messages", fail_move)
+    with SessionDB(path) as store:
+        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+            store.import_bundle(bundle)
+        assert store.append_message("live", "user", "next") == 1
+        assert store.session_count() == 1
 
 
 @pytest.mark.slow
