@@ -11,6 +11,7 @@ the exit status is what the process returns.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -58,6 +59,10 @@ _DB_HELP = (
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        # "[Errno 2] ..." says nothing to a person: the words, and the file they are about.
+        named = exc.filename is not None and str(exc.filename) not in exc.strerror
+        text = f"{exc.strerror}: {exc.filename}" if named else exc.strerror
     if isinstance(exc, (HermesModelsError, ValueError, OSError, click.ClickException)):
         return text
     return f"{type(exc).__name__}: {text}"
@@ -198,12 +203,41 @@ def format_options(command: F) -> F:
     return command
 
 
+class _Count(click.IntRange):
+    """A count or offset: what SQLite's LIMIT and OFFSET take (not negative, and a
+    64-bit integer)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number > INT64_MAX:
+            self.fail(
+                f"{number} is more than {INT64_MAX:,} (2**63-1, SQLite's largest)", param, ctx
+            )
+        return number
+
+
+COUNT = _Count(min=0)
+
+
+class _Days(click.FloatRange):
+    """A number of days: not negative, and finite (``nan`` and ``inf`` name no time)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        days = super().convert(value, param, ctx)
+        if not math.isfinite(days):
+            self.fail(f"{value!r} is not a finite number of days", param, ctx)
+        return days
+
+
+DAYS = _Days(min=0)
+
+
 def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
     return click.option(
         "--limit",
         default=default,
         show_default=True,
-        type=click.IntRange(min=0),
+        type=COUNT,
         metavar="N",
         help=f"At most N {what} (0: no limit).",
     )
@@ -214,7 +248,7 @@ offset_option = click.option(
     "--offset",
     default=0,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=COUNT,
     metavar="N",
     help="Skip the first N rows.",
 )
@@ -553,8 +587,8 @@ def sessions(
 @db_option
 @session_argument
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
-@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="Only the first N messages.")
-@click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages.")
+@click.option("--limit", type=COUNT, metavar="N", help="Only the first N messages.")
+@click.option("--tail", type=COUNT, metavar="N", help="Only the last N messages.")
 @click.option(
     "--with-ancestors",
     is_flag=True,
@@ -1158,7 +1192,7 @@ def delete(
 @click.option(
     "--older-than",
     "days",
-    type=click.FloatRange(min=0),
+    type=DAYS,
     default=90,
     show_default=True,
     metavar="DAYS",

@@ -1146,8 +1146,26 @@ def test_sanitize_title_cleans_or_refuses_only_for_length(title: str) -> None:
 # -- the command line ---------------------------------------------------------------------
 
 CLI_CASES = [
-    (["sessions", "--limit", str(HUGE)], 1, r"limit must be at most"),
-    (["sessions", "--offset", str(10**30)], 1, r"offset must be at most"),
+    (
+        ["sessions", "--limit", str(HUGE)],
+        2,
+        rf"Invalid value for '--limit': {HUGE} is more than 9,223,372,036,854,775,807 \(2\*\*63-1,",
+    ),
+    (["sessions", "--offset", str(10**30)], 2, r"Invalid value for '--offset': 1000000000000"),
+    (
+        ["search", "x", "--limit", str(2**63)],
+        2,
+        r"Invalid value for '--limit': 9223372036854775808",
+    ),
+    (["show", "s1", "--tail", str(HUGE)], 2, rf"Invalid value for .--tail.: {HUGE} is more"),
+    (["prune", "--older-than", "nan"], 2, r"'--older-than': 'nan' is not a finite number of days"),
+    (["prune", "--older-than", "inf"], 2, r"'--older-than': 'inf' is not a finite number of days"),
+    (["prune", "--older-than", "1e400"], 2, r"'--older-than': '1e400' is not a finite number"),
+    (
+        ["export", "--output", "/nonexistent-hm/x.jsonl"],
+        1,
+        r"^Error: cannot write /nonexistent-hm/x.jsonl: the folder /nonexistent-hm does not exist$",
+    ),
     (["sessions", "--limit", "-1"], 2, r"Invalid value for '--limit'"),
     (["sessions", "--limit", "ten"], 2, r"Invalid value for '--limit'"),
     (["sessions", "--source", "\udcff"], 1, r"source contains text that cannot be stored"),
