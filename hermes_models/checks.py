@@ -269,6 +269,11 @@ def check_id_list(value: Any, argument: str) -> Iterable[Any]:
 
 def check_days(value: Any, argument: str) -> float:
     """A number of days: finite and not negative."""
+    kind = value.__class__  # the common cases first (a prune on every agent start)
+    if kind is int and 0 <= value < _EXACT:
+        return float(value)
+    if kind is float and 0.0 <= value and value - value == 0.0:  # not inf, not nan
+        return cast(float, value)
     days = check_finite(value, argument)
     if days < 0:
         raise ValueError(f"{argument} must not be negative, got {value}")

@@ -91,7 +91,7 @@ def _api(method: F) -> F:
             original = getattr(exc, "orig", None)
             if isinstance(original, sqlite3.Error):
                 raise original from None
-            from .postgres import constraint_message  # only a server's errors get here
+            from .postgres import constraint_message  # rare: a server's error, or peewee's own
 
             kind = SQLITE_ERRORS.get(type(exc).__name__, sqlite3.DatabaseError)
             raise kind(constraint_message(exc) or str(exc)) from exc
