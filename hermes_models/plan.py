@@ -1012,10 +1012,12 @@ def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
     """The page of a ranked query on the trigram index alone, as a ``page`` CTE.
 
     FTS5 hands its hits over best first, so the first ``limit + offset`` of
-    them (slot ``upto``) are read without ranking and sorting every hit
-    (ties in rank are broken within those rows: newest first). The rows the
-    index cannot read rank after every ranked hit, newest first; they are
-    looked for only when the ranked hits do not fill the page.
+    them (slot ``upto``) are read without ranking and sorting every hit; the
+    page keeps FTS5's order (ties in rank in id order, as it hands them over:
+    :data:`INDEX_RANK`), so pages never overlap. The rows the index cannot read
+    rank after every ranked hit, newest first; they are looked for only when
+    the ranked hits do not fill the page. (``search_messages`` reads the same
+    page in two parts: :func:`_trigram_part`.)
     """
     m = Message
     found, behind = _one_index(shape, filters, slim=True, ranked=True)
@@ -1028,15 +1030,49 @@ def _trigram_page(shape: Shape, filters: FilterShape) -> Any:
         .cte("rest", columns=columns)
     )
     # Selects from the CTEs by name (``select_from`` would repeat their WITH).
-    both = peewee.Select([first], [first.c[c] for c in columns]).union_all(
-        peewee.Select([rest], [rest.c[c] for c in columns])
+    tie = (first.c.id.alias("tie"), Value(None).alias("tie"))
+    both = peewee.Select([first], [*(first.c[c] for c in columns), tie[0]]).union_all(
+        peewee.Select([rest], [*(rest.c[c] for c in columns), tie[1]])
     )
     return (
-        both.order_by(*_order("rank"))
+        both.order_by(*_order(INDEX_RANK))
         .limit(slot("limit"))
         .offset(slot("offset"))
-        .cte("page", columns=columns)
+        .cte("page", columns=(*columns, "tie"))
     ), (first, rest)
+
+
+#: The order of a ranked page of a query on the trigram index alone (:func:`_order`).
+INDEX_RANK = "rank: as the index ranks"
+
+#: The two parts of a ranked page of a query on the trigram index alone, run one after
+#: the other (``search.search_messages``): the hits the index ranks, and the rows it
+#: cannot read.
+RANKED_BY_INDEX, RANKED_REST = "rank: index", "rank: rest"
+
+
+def _trigram_part(shape: Shape, filters: FilterShape, part: str) -> Statement:
+    """One part of a ranked page of a trigram query (:data:`HIT_COLUMNS` and ``snippet``;
+    slots ``limit`` and ``offset``).
+
+    :data:`RANKED_BY_INDEX`: the hits the trigram index finds, in the order FTS5 ranks
+    them (the index's own ``rank`` column, not selected: reading it makes FTS5 work
+    out BM25's statistics once more), with their snippets; the same order on every
+    page, so a tie in rank never shows one row on two pages. :data:`RANKED_REST`:
+    the rows the index cannot read (JSON content, rows a later Hermes leaves out),
+    newest first, with no snippet (made in Python); they come after every ranked hit.
+    """
+    m = Message
+    found, behind = _one_index(shape, filters, slim=False, ranked=False)
+    if part == RANKED_BY_INDEX:
+        index = INDEXES[TRIGRAM]
+        snippet = fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        query = found.select_extend(snippet.alias("snippet"))
+        query = query.order_by(peewee.Column(index, "rank"))
+    else:
+        query = cast(Any, behind).select_extend(Value(None).alias("snippet"))
+        query = query.order_by(m.timestamp.desc(), m.id.desc())
+    return render(query.limit(slot("limit")).offset(slot("offset")))
 
 
 def _gram_newest(filters: FilterShape, slim: bool) -> Any:
@@ -1140,6 +1176,11 @@ def _order(sort: str, table: Any = None) -> list[Any]:
         return [col("timestamp").desc(), col("id").desc()]
     if sort == "oldest":
         return [col("timestamp"), col("id")]
+    if sort == INDEX_RANK:
+        # FTS5's own order: ties in rank in id order, as it hands them over (``tie``
+        # is the id of a ranked hit, NULL for the rows no index ranked, which come
+        # after them, rank 0, newest first).
+        return [col("rank"), col("tie"), col("timestamp").desc(), col("id").desc()]
     return [col("rank"), col("timestamp").desc(), col("id").desc()]
 
 
@@ -1157,6 +1198,8 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     is 0 (the rows come in rank order; no caller reads the score of a hit).
     """
     limit, offset = slot("limit"), slot("offset")
+    if sort in (RANKED_BY_INDEX, RANKED_REST):
+        return _trigram_part(shape, filters, sort)
     if sort == "rank" and shape.single == WORDS and shape.window:
         return _newest_words_page(shape, filters)
     if sort == "rank" and shape.single == WORDS:
@@ -1172,6 +1215,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     ctes: tuple[Any, ...] = ()
     if sort == "rank" and shape.single == TRIGRAM:
         page, ctes = _trigram_page(shape, filters)
+        sort = INDEX_RANK
     else:
         # Otherwise every hit is sorted: sort narrow rows, then read the page's messages.
         page = (
@@ -1458,9 +1502,12 @@ __all__ = [
     "BEST_RANKS_FUNCTION",
     "COUNT_PREFIX_CHARS",
     "HIT_COLUMNS",
+    "INDEX_RANK",
     "NUL",
     "PREFILTER_GROUPS",
     "PROBE_ROWS",
+    "RANKED_BY_INDEX",
+    "RANKED_REST",
     "RANK_WINDOW",
     "SCAN_FROM",
     "SCAN_FUNCTION",

@@ -46,6 +46,8 @@ from .plan import (
     BEST_RANKS_FUNCTION,
     COUNT_PREFIX_CHARS,
     HIT_COLUMNS,
+    RANKED_BY_INDEX,
+    RANKED_REST,
     SCAN_FUNCTION,
     WINDOW_FROM,
     BestRanks,
@@ -65,7 +67,7 @@ from .plan import (
     windowed,
     written_out,
 )
-from .query import LIKE, WORDS, Matcher, SearchQuery, parse
+from .query import LIKE, TRIGRAM, WORDS, Matcher, SearchQuery, parse
 from .statements import Statement, fetch_dicts
 
 T = TypeVar("T")
@@ -445,6 +447,32 @@ def _reads_tool_rows(filters: Filters) -> bool:
     return newer_file() and "tool" in filters.roles
 
 
+def _ranked_trigram(plan: MessagePlan, deadline: float | None) -> list[tuple[Any, ...]] | None:
+    """The rows of a ranked page of a query on the trigram index alone, read as the
+    plain ``MATCH ... ORDER BY rank`` reads them: the hits the index ranks, then, only
+    when they do not fill the page, the rows it cannot read (see
+    :func:`hermes_models.plan._trigram_part`). None when this does not apply, or when
+    the page holds none of the ranked hits (the whole statement then answers).
+
+    Raises:
+        _OutOfTime: the deadline passed (with the rows fetched until then).
+    """
+    if plan.order != "rank" or plan.shape.single != TRIGRAM or not plan.limit or plan.limit < 0:
+        return None
+    ranked = dataclasses.replace(plan, order=RANKED_BY_INDEX)
+    statement = ranked.statement
+    rows = fetch_within(statement.sql, statement.bind(ranked.values(None)), deadline)[1]
+    if len(rows) >= plan.limit or not rows:
+        return rows or None
+    # Every ranked hit is read (the last ``len(rows)`` are on this page): the rows the
+    # index cannot read fill the rest of it, from the first of them.
+    rest = dataclasses.replace(plan, order=RANKED_REST, limit=plan.limit - len(rows), offset=0)
+    try:
+        return rows + _run(rest, deadline)[1]
+    except _OutOfTime as exc:
+        raise _OutOfTime(rows + exc.rows) from None
+
+
 def search_messages(
     query: str | None,
     source_filter: Any = None,
@@ -499,6 +527,8 @@ def search_messages(
                 plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
             elif common is None:
                 rows = _walk_newest(plan, deadline)
+            if rows is None:
+                rows = _ranked_trigram(plan, deadline)
             if rows is None:
                 rows = _run(plan, deadline)[1]
         except _OutOfTime as exc:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes_models import Message, SessionDB
+from hermes_models import Message, SessionDB, search_sql
 from hermes_models.search import matching
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
@@ -477,3 +479,59 @@ def test_search_sessions_groups_ids_holding_the_path_separator(store: SessionDB)
     store.append_message(odd_child, "user", "more teapots after compression", timestamp=T0 + 11)
     rows = store.search_sessions("teapots")
     assert [(row["id"], row["hits"]) for row in rows] == [(odd_root, 2)]
+
+
+# -- a ranked trigram query, page by page ---------------------------------------------------
+
+
+@pytest.mark.backends("sqlite")  # the order is checked against plain sqlite3's
+def test_trigram_pages_follow_the_index_rank_and_put_unreadable_rows_last(
+    store: SessionDB, db_path: Path
+) -> None:
+    """Ten messages the trigram index ranks, eight of them alike (a tie in rank, their
+    times out of id order), then three it cannot read (JSON content, newest first).
+    Read three at a time, the pages together are the plain ``MATCH ... ORDER BY rank``
+    of the ten, then the three: no row twice, none missing, whichever pages a tie in
+    rank spans (the pages once broke ties newest first within each page, so a tie
+    across two pages showed a row on both)."""
+    store.create_session("s", "cli", started_at=T0)
+    texts = ["事件循环 alike"] * 8 + ["事件循环", "a longer text that also has 事件循环 in it"]
+    for n, text in enumerate(texts):
+        store.append_message("s", "user", text, timestamp=T0 + (n * 7) % 10)
+    unreadable = [
+        store.append_message(
+            "s", "user", [{"type": "text", "text": f"{n} 事件循环"}], timestamp=T0 + t
+        )
+        for n, t in enumerate((3.0, 9.0, 6.0))
+    ]
+    with closing(sqlite3.connect(db_path)) as conn:
+        ranked = [
+            row[0]
+            for row in conn.execute(
+                "SELECT m.id FROM messages_fts_trigram t JOIN messages m ON m.id = t.rowid"
+                " WHERE messages_fts_trigram MATCH '\"事件循环\"' AND m.active = 1 ORDER BY rank"
+            )
+        ]
+    assert len(ranked) == 10
+    expected = [*ranked, unreadable[1], unreadable[2], unreadable[0]]
+    pages = [
+        [hit["id"] for hit in store.search_messages("事件循环", limit=3, offset=offset)]
+        for offset in range(0, 15, 3)
+    ]
+    assert pages == [expected[k : k + 3] for k in range(0, 15, 3)]
+    assert store.search_messages("事件循环", limit=20) == store.search_messages(
+        "事件循环", limit=20, offset=0
+    )
+    whole = store.search_messages("事件循环", limit=20)
+    assert [hit["id"] for hit in whole] == expected
+    # The one statement search_sql gives for each page finds the same, in plain sqlite3.
+    with closing(sqlite3.connect(db_path)) as plain:
+        for offset in range(0, 15, 3):
+            for sql, params in search_sql("事件循环", limit=3, offset=offset):
+                rows = plain.execute(sql, params).fetchall()
+            assert [row[0] for row in rows] == expected[offset : offset + 3]
+    assert [hit["snippet"] for hit in whole[-3:]] == [
+        "1 >>>事件循环<<<",
+        "2 >>>事件循环<<<",
+        "0 >>>事件循环<<<",
+    ]
