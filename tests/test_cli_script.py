@@ -94,6 +94,14 @@ CASES = [
     ("sessions: rows", ["sessions", "--db", "demo.db"], "", 0, "demo-chinese"),
     ("sessions: none", ["sessions", "--db", "empty.db"], "", 0, "no sessions"),
     ("sessions: bad limit", ["sessions", "--db", "demo.db", "--limit", "-1"], "", 2, "--limit"),
+    (
+        "sessions: limit past 2**63-1",
+        ["sessions", "--db", "demo.db", "--limit", str(2**63)],
+        "",
+        2,
+        "is more than 9,223,372,036,854,775,807",
+    ),
+    ("prune: nan days", ["prune", "--db", "demo.db", "--older-than", "nan"], "", 2, "finite"),
     ("sessions: no file", ["sessions", "--db", "missing.db"], "", 1, "does not exist"),
     (
         "sessions: after",

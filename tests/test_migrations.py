@@ -669,15 +669,26 @@ def test_a_lock_conflict_while_marking_a_migration_does_not_apply_it_twice(
     ) == [(name, "apply") for name in MIGRATIONS]
 
 
-def _with_later_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """This package's migrations and a ninth that cannot run twice (CREATE TABLE)."""
+def _copy_of_migrations(tmp_path: Path) -> Path:
+    """A folder holding a copy of this package's migration files."""
     folder = tmp_path / "migrations"
     folder.mkdir()
     for source in migrations_dir().iterdir():
         if source.is_file():
             (folder / source.name).write_bytes(source.read_bytes())
+    return folder
+
+
+def _add_later_migration(folder: Path) -> None:
+    """A ninth migration in ``folder``, one that cannot run twice (CREATE TABLE)."""
     (folder / "0099_later.sql").write_text("CREATE TABLE later (id INTEGER);\n")
     (folder / "0099_later.rollback.sql").write_text("DROP TABLE later;\n")
+
+
+def _with_later_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package migrates with its migrations and :func:`_add_later_migration`'s."""
+    folder = _copy_of_migrations(tmp_path)
+    _add_later_migration(folder)
     monkeypatch.setattr(schema_module, "migrations_dir", lambda: folder)
 
 
@@ -790,14 +801,9 @@ def test_migration_ids_and_keys_are_the_ones_yoyo_reads(folder: Path) -> None:
 def test_a_new_migration_file_makes_the_file_out_of_date(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     hermes_models.migrate(path)
-    folder = tmp_path / "migrations"
-    folder.mkdir()
-    for source in migrations_dir().iterdir():
-        if source.is_file():
-            (folder / source.name).write_bytes(source.read_bytes())
+    folder = _copy_of_migrations(tmp_path)
     assert schema_module._up_to_date(path, folder) is True
-    (folder / "0099_later.sql").write_text("CREATE TABLE later (id INTEGER);\n")
-    (folder / "0099_later.rollback.sql").write_text("DROP TABLE later;\n")
+    _add_later_migration(folder)
     assert schema_module._up_to_date(path, folder) is False
     assert schema_module._up_to_date(path, migrations_dir()) is True
 
