@@ -10,7 +10,6 @@ dict-returning ``SessionDB`` for code written against Hermes, and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from . import hermes_state
 from .binding import using, write
@@ -38,12 +37,15 @@ from .errors import (
     WriteConflictError,
 )
 from .files import SCHEMA_VERSION
+from .hints import TYPE_CHECKING
 from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .schema import migrate
 from .store import SessionDB
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .search import search_sql
 
 __version__ = "0.1.0"

@@ -13,14 +13,18 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import peewee
 
+from .hints import TYPE_CHECKING
+
 if TYPE_CHECKING:  # the handle's module imports this one: the handle is only a type here
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
     from .db import HermesDatabase
 
-T = TypeVar("T")
 
 _current: contextvars.ContextVar[HermesDatabase | None] = contextvars.ContextVar(
     "hermes_models_database", default=None

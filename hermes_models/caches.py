@@ -14,10 +14,16 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+from .hints import TYPE_CHECKING, Generic
+
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    K = TypeVar("K", bound=Hashable)
+    V = TypeVar("V")
+else:
+    K = V = object  # the classes below are generic for type checkers only
 
 _registry: weakref.WeakSet[Any] = weakref.WeakSet()
 

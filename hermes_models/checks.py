@@ -15,7 +15,11 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+
+from .hints import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
 INT64_MAX = 2**63 - 1

@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, cast
 
 from peewee import SQL, fn
 
 from .binding import current, write
 from .checks import check_epoch, check_flag, check_session_id, check_text
 from .errors import CompressionInProgressError
+from .hints import TYPE_CHECKING, cast
 from .holders import local_holder
 from .lineage import RESUME_MAX_DEPTH, TIP_MAX_HOPS, descend
 from .models import CompressionLock, Message, Session, encode_json
@@ -27,6 +27,9 @@ from .statements import Prepared
 from .titles import next_title_in_lineage, sanitize_title
 from .transcript import copy_messages as copy_transcript
 from .transcript import insert_messages, normalise_messages, recount
+
+if TYPE_CHECKING:
+    from typing import Any
 
 # -- following children: the compression tip and the resume target ----------------------
 
@@ -63,7 +66,7 @@ def _load(model: type[Session], cursor: Any) -> Session | None:
     columns = [names.get(column[0]) for column in cursor.description]
     values = {name: value for name, value in zip(columns, row) if name is not None}
     instance = model(__no_default__=1, **values)
-    cast(Any, instance)._dirty.clear()  # loaded, not changed
+    cast("Any", instance)._dirty.clear()  # loaded, not changed
     return instance
 
 

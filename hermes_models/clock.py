@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any
 
 from .checks import epoch_datetime
+from .hints import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: What a missing time (e.g. a session that has not ended) looks like.
 MISSING = "-"

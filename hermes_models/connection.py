@@ -17,7 +17,6 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 import peewee
 
@@ -37,6 +36,7 @@ from .files import (
     resolve_path,
     secure_files,
 )
+from .hints import TYPE_CHECKING, cast
 from .shape import FileShape, probe
 from .writes import retry_locked
 
@@ -152,7 +152,7 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
         record_init_error(exc)
         raise
     database.initialize(db)
-    return cast(HermesDatabase, db)
+    return cast("HermesDatabase", db)
 
 
 def _apply_migrations(path: Path) -> None:

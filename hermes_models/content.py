@@ -24,7 +24,11 @@ once.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from .hints import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: What a multimodal message without any text part reads as (Hermes' words).
 MULTIMODAL = "[multimodal content]"

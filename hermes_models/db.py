@@ -24,7 +24,6 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
 
 import peewee
 
@@ -32,15 +31,20 @@ from . import grams, sqlite_sql, writes
 from .caches import BoundedSet
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
+from .hints import TYPE_CHECKING, cast
 from .shape import FileShape
 from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
+
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 logger = logging.getLogger("hermes_models")
 # peewee logs every statement it runs at DEBUG here; :meth:`HermesDatabase.run` keeps that.
 _PEEWEE_LOG = logging.getLogger("peewee")
 _DEBUG = logging.DEBUG
 
-T = TypeVar("T")
 
 #: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
 WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
@@ -149,7 +153,7 @@ class HermesDatabase(peewee.SqliteDatabase):
             super().__init__(str(path), timeout=writes.BUSY_TIMEOUT_S)
 
     def _connect(self) -> sqlite3.Connection:
-        conn = cast(sqlite3.Connection, super()._connect())  # type: ignore[misc]
+        conn = cast("sqlite3.Connection", super()._connect())  # type: ignore[misc]
         # peewee keeps one connection per thread. A thread that ends without
         # closing its own would leave it to the garbage collector (Python 3.13
         # warns "unclosed database"), so it is closed when the thread's state
@@ -209,7 +213,7 @@ class HermesDatabase(peewee.SqliteDatabase):
             or (self.shape is not None and self.shape.newer)
             or _PEEWEE_LOG.isEnabledFor(_DEBUG)
         ):
-            return cast(sqlite3.Cursor, self.execute_sql(sql, params))
+            return cast("sqlite3.Cursor", self.execute_sql(sql, params))
         cursor = conn.cursor()
         cursor.row_factory = None
         try:
@@ -221,7 +225,7 @@ class HermesDatabase(peewee.SqliteDatabase):
 
     def cursor(self, named_cursor: Any = None) -> sqlite3.Cursor:
         """A cursor of this thread's connection that returns rows as tuples."""
-        cursor = cast(sqlite3.Cursor, super().cursor(named_cursor))
+        cursor = cast("sqlite3.Cursor", super().cursor(named_cursor))
         cursor.row_factory = None
         return cursor
 
@@ -269,7 +273,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         has them; True when the file has the index and this build can keep it."""
         # Installed at a connection's first write, not when it opens: opening stays
         # short, and rows written without the triggers are caught up later, never missed.
-        conn = cast(sqlite3.Connection, self.connection())
+        conn = cast("sqlite3.Connection", self.connection())
         token: _ThreadToken = self._thread_tokens.token
         if token.grams is None:
             try:

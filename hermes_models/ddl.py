@@ -23,9 +23,9 @@ import re
 import sqlite3
 from pathlib import Path
 from types import ModuleType
-from typing import cast
 
 from . import sqlite_sql
+from .hints import cast
 from .schema import migrations_dir
 
 #: The migration holding the tables and indexes of the v16 layout.
@@ -51,7 +51,7 @@ def migration_module(filename: str, folder: Path | None = None) -> ModuleType:
     path = (folder or migrations_dir()) / filename
     migration = Migration(path.stem, str(path), source_dir=str(path.parent))
     migration.load()
-    return cast(ModuleType, migration.module)
+    return cast("ModuleType", migration.module)
 
 
 def _idempotent(statement: str) -> str:

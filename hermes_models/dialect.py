@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from peewee import SQL, Case, Expression, Value, fn
 
 from . import postgres_sql, sqlite_sql
 from .binding import current
+from .hints import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The dialect names.
 SQLITE = "sqlite"

@@ -44,11 +44,13 @@ import itertools
 import re
 import sqlite3
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
 
 from . import sqlite_sql
+from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
+    from typing import Any
+
     from .db import HermesDatabase
     from .query import Term
 
@@ -217,7 +219,7 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
 
 def _rows_above(conn: Any, limit: int) -> list[tuple[Any, ...]]:
     return cast(
-        list[tuple[Any, ...]],
+        "list[tuple[Any, ...]]",
         conn.execute(sqlite_sql.GRAM_ROWS_ABOVE, (limit,)).fetchall(),
     )
 

@@ -9,12 +9,14 @@ session row: ``handoff_state``, ``handoff_platform``, ``handoff_error``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .binding import write
 from .checks import check_text
+from .hints import TYPE_CHECKING
 from .models import Session
 from .statements import fetch_dicts
+
+if TYPE_CHECKING:
+    from typing import Any
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 #: Characters of a failure reason kept.

@@ -15,13 +15,15 @@ that moment, which is the file ``SessionDB()`` opens.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from . import ddl
 from .db import apply_wal_with_fallback, format_session_db_unavailable, get_last_init_error
 from .files import SCHEMA_VERSION, resolve_path
+from .hints import TYPE_CHECKING
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .store import SessionDB
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -45,13 +47,20 @@ DEFERRED_INDEX_SQL: str
 FTS_SQL: str
 FTS_TRIGRAM_SQL: str
 
+
+def _schema_text(name: str) -> str:
+    from . import ddl  # read on first use, like the texts themselves (start-up)
+
+    return str(getattr(ddl, name)())
+
+
 #: Names whose values are computed when read.
 COMPUTED = {
     "DEFAULT_DB_PATH": lambda: resolve_path(None),
-    "SCHEMA_SQL": ddl.schema_sql,
-    "DEFERRED_INDEX_SQL": ddl.deferred_index_sql,
-    "FTS_SQL": ddl.fts_sql,
-    "FTS_TRIGRAM_SQL": ddl.fts_trigram_sql,
+    "SCHEMA_SQL": lambda: _schema_text("schema_sql"),
+    "DEFERRED_INDEX_SQL": lambda: _schema_text("deferred_index_sql"),
+    "FTS_SQL": lambda: _schema_text("fts_sql"),
+    "FTS_TRIGRAM_SQL": lambda: _schema_text("fts_trigram_sql"),
 }
 
 

@@ -21,37 +21,48 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
 
 from peewee import fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64
 from .content import content_text
+from .hints import TYPE_CHECKING
 from .lineage import walk_sessions
 from .models import Message, Session, decode_content, decode_json, with_extra
 from .statements import Prepared, fetch_dicts
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Sessions a replay with ancestors reaches at most (the session and 99 above it).
 ANCESTOR_STEPS = 100
 #: Characters of a /rewind picker preview before it is cut to 77 plus ``...``.
 RECENT_PREVIEW_CHARS = 80
 
-_MEMORY_BLOCK = re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I)
-_MEMORY_NOTE = re.compile(
-    r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
-    r"Treat as [^\]]*\]\s*",
-    re.I,
-)
-_MEMORY_TAG = re.compile(r"</?\s*memory-context\s*>", re.I)
 _REPLAY_JSON = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
+
+
+@functools.cache
+def _memory_patterns() -> tuple[re.Pattern[str], ...]:
+    """The recalled-memory block, its system note and a stray fence tag (compiled on first
+    use: about 0.5 ms every start-up otherwise)."""
+    return (
+        re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I),
+        re.compile(
+            r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
+            r"Treat as [^\]]*\]\s*",
+            re.I,
+        ),
+        re.compile(r"</?\s*memory-context\s*>", re.I),
+    )
 
 
 def sanitize_context(text: str) -> str:
     """``text`` without recalled-memory blocks, their system note and stray fence tags."""
     if not text:
         return ""
-    for pattern in (_MEMORY_BLOCK, _MEMORY_NOTE, _MEMORY_TAG):
+    for pattern in _memory_patterns():
         text = pattern.sub("", text)
     return text.strip()
 

@@ -26,16 +26,22 @@ looping, and stops at a depth bound.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
 
 import peewee
 from peewee import SQL, Case, Value, fn
 
 from .binding import current
 from .dialect import json_text, position
+from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .models import Session
+
+    Source = Any  # a Session model class or an alias of it
+    #: A peewee expression node (peewee's stubs do not type its operators).
+    Expr = Any
 
 #: Separator of session ids in the walked path of a recursive CTE.
 SEP = "\x1f"
@@ -47,10 +53,6 @@ MAX_DEPTH = 1000
 TIP_MAX_HOPS = 100
 #: Levels a resume walk descends below the tip at most.
 RESUME_MAX_DEPTH = 32
-
-Source = Any  # a Session model class or an alias of it
-#: A peewee expression node (peewee's stubs do not type its operators).
-Expr = Any
 
 
 def _base(source: Source) -> type[Session]:

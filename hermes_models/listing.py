@@ -21,7 +21,6 @@ root's (its ``_lineage_root_id``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import peewee
 from peewee import JOIN, SQL, fn
@@ -30,6 +29,7 @@ from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .content import content_text
 from .dialect import limit_value, on_postgresql, starts_with_nul
+from .hints import TYPE_CHECKING
 from .lineage import (
     TIP_MAX_HOPS,
     compression_expr,
@@ -39,6 +39,9 @@ from .lineage import (
 )
 from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
 from .statements import Prepared, cached, fetch_dicts
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")

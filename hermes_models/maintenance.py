@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
 
 import peewee
 from peewee import SQL, fn
@@ -38,9 +37,27 @@ from .checks import check_days, check_folder, check_text
 from .dialect import on_postgresql
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
+from .hints import TYPE_CHECKING, cast
 from .lineage import marker
-from .models import CompressionLock, Message, Session
+from .models import AUTO_PRUNE_KEY, CompressionLock, Message, Session
 from .statements import Prepared, fetch_dicts
+
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    class Upkeep(Protocol):
+        """What :func:`auto_prune_and_vacuum` works through (a ``SessionDB``)."""
+
+        def get_meta(self, key: str) -> str | None: ...
+
+        def set_meta(self, key: str, value: str | None) -> None: ...
+
+        def prune_sessions(
+            self, older_than_days: float = 90, source: str | None = None, sessions_dir: Any = None
+        ) -> int: ...
+
+        def vacuum(self) -> int: ...
+
 
 logger = logging.getLogger("hermes_models")
 
@@ -68,7 +85,7 @@ def _wanted(session_ids: Iterable[Any]) -> list[str]:
 
 def _ids(query: Any) -> list[str]:
     """The first column of ``query``'s rows, as text."""
-    return [str(row[0]) for row in cast(Iterable[Any], query.tuples())]
+    return [str(row[0]) for row in cast("Iterable[Any]", query.tuples())]
 
 
 def _existing(ids: Sequence[str]) -> list[str]:
@@ -496,24 +513,6 @@ def vacuum() -> int:
     return optimized
 
 
-#: The ``state_meta`` key holding when :func:`auto_prune_and_vacuum` last ran.
-AUTO_PRUNE_KEY = "last_auto_prune"
-
-
-class Upkeep(Protocol):
-    """What :func:`auto_prune_and_vacuum` works through (a ``SessionDB``)."""
-
-    def get_meta(self, key: str) -> str | None: ...
-
-    def set_meta(self, key: str, value: str | None) -> None: ...
-
-    def prune_sessions(
-        self, older_than_days: float = 90, source: str | None = None, sessions_dir: Any = None
-    ) -> int: ...
-
-    def vacuum(self) -> int: ...
-
-
 def auto_prune_and_vacuum(
     store: Upkeep,
     retention_days: float = 90,
@@ -559,7 +558,6 @@ __all__ = [
     "GHOST_AGE_S",
     "ORPHANED",
     "DeletionPlan",
-    "Upkeep",
     "auto_prune_and_vacuum",
     "count_empty_sessions",
     "delegate_descendants",

@@ -14,7 +14,6 @@ import math
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
 
 import peewee
 from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField
@@ -24,8 +23,12 @@ from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text, check_ttl
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
 from .content import IMAGE, content_text
+from .hints import TYPE_CHECKING, cast
 from .holders import holder_is_gone
 from .statements import Prepared
+
+if TYPE_CHECKING:
+    from typing import Any
 
 logger = logging.getLogger("hermes_models")
 
@@ -333,7 +336,7 @@ class BaseModel(peewee.Model):
         names = extra_columns(table)
         if not names:
             return {}
-        pk = cast(peewee.Field, self._meta.primary_key)
+        pk = cast("peewee.Field", self._meta.primary_key)
         sql = sqlite_sql.columns_by_key(table, names, pk.column_name)
         row = current().execute_sql(sql, [getattr(self, pk.name)]).fetchone()
         return {} if row is None else dict(zip(names, row))
@@ -345,7 +348,7 @@ class BaseModel(peewee.Model):
             ValueError: a time field holds a value no date can stand for.
         """
         data: dict[str, Any] = self.__data__
-        dirty: set[str] = cast(Any, self)._dirty
+        dirty: set[str] = cast("Any", self)._dirty
         for field in self._meta.sorted_fields:
             value = data.get(field.name)
             written = force_insert or field.name in dirty
@@ -524,9 +527,9 @@ class Session(BaseModel):
         cls = type(self)
         fresh = cls.get_or_none(cls.id == self.id)
         if fresh is None:
-            raise cast(Any, cls).DoesNotExist(f"session {self.id!r} no longer exists")
+            raise cast("Any", cls).DoesNotExist(f"session {self.id!r} no longer exists")
         data: dict[str, Any] = self.__data__
-        dirty: set[str] = cast(Any, self)._dirty
+        dirty: set[str] = cast("Any", self)._dirty
         for name, value in fresh.__data__.items():
             if name not in dirty:
                 data[name] = value
@@ -717,6 +720,10 @@ def resolve_prompts(row: dict[str, Any]) -> dict[str, Any]:
     if tools is not None:
         row["tool_names"] = tools
     return row
+
+
+#: The ``state_meta`` key holding when ``maybe_auto_prune_and_vacuum`` last ran.
+AUTO_PRUNE_KEY = "last_auto_prune"
 
 
 class StateMeta(BaseModel):

@@ -25,10 +25,12 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
 
 from . import sqlite_sql
-from .ddl import SEARCH_MIGRATION, migration_module
+from .hints import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 logger = logging.getLogger("hermes_models")
 
@@ -108,6 +110,8 @@ def _dedup_schema(db_path: Path) -> None:
 
 
 def _drop_and_rebuild_fts(db_path: Path) -> None:
+    from .ddl import SEARCH_MIGRATION, migration_module  # a repair only: not at start-up
+
     _edit_schema(db_path, sqlite_sql.FORGET_SEARCH_SCHEMA)
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     try:

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
 from . import grams, sqlite_sql
 from .caches import BoundedCache
@@ -42,7 +41,11 @@ from .files import (
     sqlite_uri,
     stored_schema_version,
 )
+from .hints import TYPE_CHECKING
 from .writes import retry_locked
+
+if TYPE_CHECKING:
+    from typing import Any
 
 logger = logging.getLogger("hermes_models")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any, cast
 
 import peewee
 from peewee import fn
@@ -28,9 +27,13 @@ from .checks import (
     check_session_id,
 )
 from .dialect import starts_with
+from .hints import TYPE_CHECKING, cast
 from .lineage import compression_chain_ids
 from .models import Session, check_increments, encode_json, resolve_prompts, with_extra
 from .statements import Prepared
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Session columns :func:`update_meta` may set by name (``model`` through its own argument).
 META_FIELDS = (
@@ -63,7 +66,7 @@ _SESSION_BY_ID = Prepared(
 def _field(column: str) -> peewee.Field:
     for field in Session._meta.sorted_fields:
         if field.column_name == column:
-            return cast(peewee.Field, field)
+            return cast("peewee.Field", field)
     raise KeyError(column)  # pragma: no cover
 
 

@@ -23,10 +23,12 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from . import sqlite_sql
+from .hints import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The Hermes schema version this package writes and migrates to.
 WRITES_VERSION = 16
@@ -114,9 +116,29 @@ TRIGRAM_NO_TOOLS = "tool rows"  # Hermes' later layouts never index tool rows in
 TRIGRAM_NO_TOOLS_OR_RUNS = "tool rows, cron and subagent sessions"  # layout 3 view (v29/v30)
 
 
-@dataclass(frozen=True)
+#: The fields of a :class:`FileShape`, in the order its constructor takes them.
+_SHAPE_FIELDS = (
+    "version",
+    "columns",
+    "tables",
+    "fts_layout",
+    "trigram_gaps",
+    "fts_servable",
+    "cjk",
+    "fts_meta",
+    "time_index",
+    "migrations",
+    "dialect",
+)
+
+
 class FileShape:
-    """The structure of one store file (see the module docstring)."""
+    """The structure of one store file (see the module docstring).
+
+    Read only once made, and equal to another shape with the same fields
+    (``migrations`` aside). A plain class rather than a dataclass: the store's
+    start-up would otherwise import :mod:`dataclasses` for it (about 2.5 ms).
+    """
 
     #: The ``schema_version`` row (None: no such table or row).
     version: int | None
@@ -126,25 +148,81 @@ class FileShape:
     tables: frozenset[str]
     #: Full-text layout of ``messages_fts`` (Hermes' ``fts_storage_version``):
     #: 0 inline text (v16), 1-3 external content; None without the table.
-    fts_layout: int | None = None
+    fts_layout: int | None
     #: The rows the trigram index lacks (one of the ``TRIGRAM_*`` values).
-    trigram_gaps: str = TRIGRAM_COMPLETE
+    trigram_gaps: str
     #: False while Hermes marks the word and trigram indexes stale or half rebuilt.
-    fts_servable: bool = True
+    fts_servable: bool
     #: ``messages_fts_cjk``: ``""`` absent, ``"triggers"`` with its sync triggers,
     #: ``"stale"`` without them. This package never reads it (its tokenizer is
     #: a C extension plain SQLite lacks).
-    cjk: str = ""
+    cjk: str
     #: Hermes' ``state_meta`` flags about the indexes (``fts_*`` keys).
-    fts_meta: Mapping[str, str] = field(default_factory=dict)
+    fts_meta: Mapping[str, str]
     #: True when the file has :data:`TIME_INDEX` (files of this package's migration
     #: 0008; never Hermes' own).
-    time_index: bool = False
+    time_index: bool
     #: The keys of the migrations yoyo recorded as applied (None: no yoyo table).
     #: Read with the rest, so that opening an up-to-date file needs no other read.
-    migrations: frozenset[str] | None = field(default=None, compare=False)
+    migrations: frozenset[str] | None
     #: The SQL dialect of the store: ``"sqlite"`` (a file) or ``"postgresql"``.
-    dialect: str = "sqlite"
+    dialect: str
+
+    def __init__(
+        self,
+        version: int | None,
+        columns: Mapping[str, tuple[str, ...]],
+        tables: frozenset[str],
+        fts_layout: int | None = None,
+        trigram_gaps: str = TRIGRAM_COMPLETE,
+        fts_servable: bool = True,
+        cjk: str = "",
+        fts_meta: Mapping[str, str] | None = None,
+        time_index: bool = False,
+        migrations: frozenset[str] | None = None,
+        dialect: str = "sqlite",
+    ) -> None:
+        self.__dict__.update(
+            version=version,
+            columns=columns,
+            tables=tables,
+            fts_layout=fts_layout,
+            trigram_gaps=trigram_gaps,
+            fts_servable=fts_servable,
+            cjk=cjk,
+            fts_meta={} if fts_meta is None else fts_meta,
+            time_index=time_index,
+            migrations=migrations,
+            dialect=dialect,
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a FileShape is read only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a FileShape is read only: cannot delete {name!r}")
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(
+            dict(value) if isinstance(value, Mapping) else value
+            for name, value in self._fields()
+            if name != "migrations"
+        )
+
+    def _fields(self) -> list[tuple[str, Any]]:
+        return [(name, self.__dict__[name]) for name in _SHAPE_FIELDS]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FileShape):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.tables, self.dialect))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields())
+        return f"FileShape({fields})"
 
     # Both are asked on every statement: worked out once per shape (it never changes).
     @functools.cached_property

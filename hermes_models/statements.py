@@ -29,14 +29,19 @@ values are many (a search's) keep ``?`` placeholders and bind a list
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Hashable, Mapping
-from typing import Any, NamedTuple, TypeVar, cast
+from collections.abc import Callable, Hashable, Iterator, Mapping
 
 from peewee import Value
 
 from .binding import current, using
 from .caches import BoundedCache
 from .db import HermesDatabase
+from .hints import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _Kept = TypeVar("_Kept")
 
 #: What a placeholder's value starts with until the statement runs.
 SLOT = "\x00hermes-slot:"
@@ -52,16 +57,26 @@ def mark(name: str) -> str:
     return SLOT + name
 
 
-class Statement(NamedTuple):
+class Statement:
     """SQL rendered once, its parameter list, and where the values of each run go.
 
     When the SQL names its parameters (``:name``), ``params`` and ``slots``
     are empty and the values go to SQLite as they are.
     """
 
-    sql: str
-    params: list[Any]
-    slots: list[tuple[int, str]]
+    __slots__ = ("params", "slots", "sql")
+
+    def __init__(self, sql: str, params: list[Any], slots: list[tuple[int, str]]) -> None:
+        self.sql = sql
+        self.params = params
+        self.slots = slots
+
+    def __iter__(self) -> Iterator[Any]:
+        """``sql, params, slots = statement`` (it was a named tuple)."""
+        return iter((self.sql, self.params, self.slots))
+
+    def __repr__(self) -> str:
+        return f"Statement({self.sql!r}, {self.params!r}, {self.slots!r})"
 
     def bind(self, values: Mapping[str, Any]) -> Any:
         """The parameters of one run: ``values`` itself when the SQL names them."""
@@ -143,12 +158,10 @@ def _name_parameters(
 #: on: the one statement cache. Keys start with what kind of statement they hold.
 STATEMENTS: BoundedCache[Hashable, Any] = BoundedCache("statements", 256)
 
-_Kept = TypeVar("_Kept")
-
 
 def cached(key: Hashable, make: Callable[[], _Kept]) -> _Kept:
     """The statement kept for ``key``, made by ``make`` when missing."""
-    return cast(_Kept, STATEMENTS.get(key, make))
+    return cast("_Kept", STATEMENTS.get(key, make))
 
 
 class Prepared:
@@ -177,7 +190,7 @@ class Prepared:
             return last[1]
         key = (self, None if shape is None else shape.key)
         statement: Statement = cached(key, lambda: self._render(db))
-        self._last = (shape, statement, *statement)
+        self._last = (shape, statement, statement.sql, statement.params, statement.slots)
         return statement
 
     def _render(self, db: HermesDatabase) -> Statement:
@@ -195,7 +208,8 @@ class Prepared:
         if last is not None and last[0] is shape and shape is not None:
             _, _, sql, template, positions = last
         else:
-            sql, template, positions = self.render(db)
+            statement = self.render(db)
+            sql, template, positions = statement.sql, statement.params, statement.slots
         if not template:  # the SQL names its parameters (or has none)
             return db.run(sql, values)
         params = list(template)

@@ -10,6 +10,11 @@ class converts arguments and return shapes and has no rules or SQL of its own.
 
 Each instance works on its own file even when several are open: its methods
 run with the models routed to its database (:func:`hermes_models.db.using`).
+
+The modules behind the less common methods (``maintenance``, ``telegram``,
+``handoff``) are imported by those methods on first use, not with this
+module: a process that only appends, reads and lists does not pay for them
+at start-up (about 4 ms together).
 """
 
 from __future__ import annotations
@@ -20,11 +25,10 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
 
 import peewee
 
-from . import handoff, history, listing, maintenance, sessions, telegram, titles, transcript
+from . import history, listing, sessions, titles, transcript
 from .binding import bind_current, unbind_current
 from .checks import (
     check_flag,
@@ -44,8 +48,9 @@ from .connection import connect
 from .db import HermesDatabase
 from .errors import SQLITE_ERRORS
 from .files import is_postgres_url, resolve_path
-from .maintenance import AUTO_PRUNE_KEY
+from .hints import TYPE_CHECKING, cast
 from .models import (
+    AUTO_PRUNE_KEY,
     CompressionLock,
     Session,
     StateMeta,
@@ -54,10 +59,13 @@ from .models import (
 from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
 from .sessions import META_FIELDS
 
-logger = logging.getLogger("hermes_models")
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
+    F = TypeVar("F", bound=Callable[..., Any])
+    T = TypeVar("T")
+
+logger = logging.getLogger("hermes_models")
 
 
 def _named_arguments(
@@ -106,7 +114,7 @@ def _api(method: F) -> F:
                 db.release()
 
     bind, unbind = bind_current, unbind_current  # looked up once, not per call
-    return cast(F, wrapper)
+    return cast("F", wrapper)
 
 
 #: Stands for "not passed" where None is a meaningful argument.
@@ -167,8 +175,8 @@ class SessionDB:
             # Hermes code runs raw SQL written for sqlite3 through this.
             from .postgres import QmarkConnection
 
-            return cast(sqlite3.Connection, QmarkConnection(self._db.connection()))
-        return cast(sqlite3.Connection, self._db.connection())
+            return cast("sqlite3.Connection", QmarkConnection(self._db.connection()))
+        return cast("sqlite3.Connection", self._db.connection())
 
     def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(_conn)`` as one ``BEGIN IMMEDIATE`` write, retried while locked.
@@ -693,6 +701,8 @@ class SessionDB:
         message) when something failed. Pruning goes through
         :meth:`prune_sessions`, with its rules.
         """
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.auto_prune_and_vacuum(
             self, retention_days, min_interval_hours, vacuum, sessions_dir
         )
@@ -703,27 +713,37 @@ class SessionDB:
     def request_handoff(self, session_id: str, platform: str) -> bool:
         """Ask for the session to move to ``platform``; False when one is already in flight
         (pending or running) or the session is unknown."""
+        from . import handoff  # on first use (see the module docstring)
+
         return handoff.request(session_id, platform)
 
     @_api
     def claim_handoff(self, session_id: str) -> bool:
         """Take a pending handoff (pending -> running); True if this call took it."""
+        from . import handoff  # on first use (see the module docstring)
+
         return handoff.claim(session_id)
 
     @_api
     def complete_handoff(self, session_id: str) -> None:
         """Mark the session's handoff completed."""
+        from . import handoff  # on first use (see the module docstring)
+
         handoff.complete(session_id)
 
     @_api
     def fail_handoff(self, session_id: str, error: str) -> None:
         """Mark the session's handoff failed, keeping the first 500 characters of ``error``."""
+        from . import handoff  # on first use (see the module docstring)
+
         handoff.fail(session_id, error)
 
     @_api
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         """``{"state", "platform", "error"}`` of a session, or None when unknown (or unreadable)."""
         try:
+            from . import handoff  # on first use (see the module docstring)
+
             return handoff.state(session_id)
         except (sqlite3.Error, peewee.PeeweeException) as exc:
             logger.warning("%s: reading the handoff state failed: %s", self, exc)
@@ -733,6 +753,8 @@ class SessionDB:
     def list_pending_handoffs(self) -> list[dict[str, Any]]:
         """Sessions waiting for a handoff, oldest first (``[]`` when unreadable)."""
         try:
+            from . import handoff  # on first use (see the module docstring)
+
             return handoff.pending()
         except (sqlite3.Error, peewee.PeeweeException) as exc:
             logger.warning("%s: listing pending handoffs failed: %s", self, exc)
@@ -744,6 +766,8 @@ class SessionDB:
     def apply_telegram_topic_migration(self) -> None:
         """Create the topic-mode tables (the opt-in ``migrations/telegram_topics`` set);
         idempotent, never run on open."""
+        from . import telegram  # on first use (see the module docstring)
+
         telegram.apply()
 
     @_api
@@ -756,31 +780,43 @@ class SessionDB:
         allows_users_to_create_topics: bool | None = None,
     ) -> None:
         """Turn topic mode on for a private chat (creating the tables first)."""
+        from . import telegram  # on first use (see the module docstring)
+
         telegram.enable(chat_id, user_id, has_topics_enabled, allows_users_to_create_topics)
 
     @_api
     def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
         """Turn topic mode off for a chat and, unless told not to, drop its bindings."""
+        from . import telegram  # on first use (see the module docstring)
+
         telegram.disable(chat_id, clear_bindings)
 
     @_api
     def is_telegram_topic_mode_enabled(self, *, chat_id: str, user_id: str) -> bool:
         """True when the chat has topic mode on for this user."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.is_enabled(chat_id, user_id)
 
     @_api
     def get_telegram_topic_binding(self, *, chat_id: str, thread_id: str) -> dict[str, Any] | None:
         """The session binding of one topic thread, or None."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.binding(chat_id, thread_id)
 
     @_api
     def list_telegram_topic_bindings_for_chat(self, *, chat_id: str) -> list[dict[str, Any]]:
         """Every binding of a chat, most recently updated first."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.bindings_for_chat(chat_id)
 
     @_api
     def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
         """The topic binding of a session, or None."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.binding_of_session(session_id)
 
     @_api
@@ -799,11 +835,15 @@ class SessionDB:
         Raises:
             ValueError: the session is already bound to another topic.
         """
+        from . import telegram  # on first use (see the module docstring)
+
         telegram.bind(chat_id, thread_id, user_id, session_key, session_id, managed_mode)
 
     @_api
     def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
         """True when the session is bound to a topic."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.is_linked(session_id)
 
     @_api
@@ -811,6 +851,8 @@ class SessionDB:
         self, *, chat_id: str, user_id: str, limit: int = 10
     ) -> list[dict[str, Any]]:
         """The user's Telegram sessions bound to no topic, most recently active first."""
+        from . import telegram  # on first use (see the module docstring)
+
         return telegram.unlinked_sessions(chat_id, user_id, limit)
 
     # -- deletion and maintenance --------------------------------------------------------
@@ -824,6 +866,8 @@ class SessionDB:
         are removed after the commit.
         """
         check_session_id(session_id)
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.delete_session(session_id, sessions_dir=sessions_dir)
 
     @_api
@@ -831,6 +875,8 @@ class SessionDB:
         """Delete several sessions (as :meth:`delete_session`) in one transaction; returns
         how many existed. Entries that are not non-empty strings are skipped."""
         ids = check_id_list(session_ids, "session_ids")
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.delete_sessions(ids, sessions_dir=sessions_dir)
 
     @_api
@@ -839,17 +885,23 @@ class SessionDB:
     ) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
         children; returns how many were deleted."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.prune(older_than_days, source, sessions_dir=sessions_dir)
 
     @_api
     def count_empty_sessions(self) -> int:
         """Sessions without any message that ended and are not archived."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.count_empty_sessions()
 
     @_api
     def delete_empty_sessions(self, sessions_dir: Any = None) -> int:
         """Delete the sessions :meth:`count_empty_sessions` counts, orphaning their
         children; returns how many."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.delete_empty_sessions(sessions_dir=sessions_dir)
 
     @_api
@@ -857,17 +909,23 @@ class SessionDB:
         """Delete a session only if it has no title, no message and no child; True if
         it was deleted."""
         check_session_id(session_id)
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.delete_session_if_empty(session_id, sessions_dir=sessions_dir)
 
     @_api
     def prune_empty_ghost_sessions(self, sessions_dir: Any = None) -> int:
         """Delete ended TUI sessions without title or message started over a day ago,
         orphaning their children; returns how many."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.prune_empty_ghost_sessions(sessions_dir=sessions_dir)
 
     @_api
     def optimize_fts(self) -> int:
         """Merge the full-text index segments; returns how many indexes were optimized."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.optimize_fts()
 
     @_api
@@ -880,12 +938,16 @@ class SessionDB:
         """Bring the index of one- and two-character CJK terms up to date (messages other
         processes wrote, a chunk per short transaction): see
         :func:`hermes_models.maintenance.update_gram_index`. Not in Hermes' store."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.update_gram_index(rebuild=rebuild, progress=progress)
 
     @_api
     def vacuum(self) -> int:
         """Optimize the search indexes and compact the file (checkpointing the WAL before
         and after); returns how many indexes were optimized."""
+        from . import maintenance  # on first use (see the module docstring)
+
         return maintenance.vacuum()
 
     @_api

@@ -18,7 +18,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
 
 import peewee
 from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField, TextField, fn
@@ -28,12 +27,16 @@ from .binding import current, write
 from .checks import check_flag, check_int64, check_key
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
+from .hints import TYPE_CHECKING, cast
 from .listing import enriched_sessions
 from .models import BaseModel, Session
 from .schema import TELEGRAM_TOPICS, migrate_optional, migration_hash, migration_ids
 from .statements import fetch_dicts
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 
 class TelegramTopicMode(BaseModel):
@@ -121,7 +124,7 @@ def apply() -> list[str]:
     if db.dialect == "postgresql":
         from . import postgres  # the server backend loads only for a server
 
-        server = cast(postgres.PostgresDatabase, db)
+        server = cast("postgres.PostgresDatabase", db)
         if _applied_on_server(server):
             return []
         return postgres.migrate(server.url, optional=TELEGRAM_TOPICS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
 
 import peewee
 from peewee import SQL, Case, Value, fn
@@ -31,6 +30,7 @@ from .checks import (
 )
 from .db import HermesDatabase
 from .dialect import POSTGRESQL, json_array_length, on_postgresql
+from .hints import TYPE_CHECKING, cast
 from .models import (
     ROLES,
     Message,
@@ -43,6 +43,9 @@ from .models import (
     unencodable_error,
 )
 from .statements import Prepared, fetch_dicts, many_rows
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Message columns a caller may set (everything but ``id`` and ``active``).
 MESSAGE_FIELDS = tuple(
@@ -80,7 +83,7 @@ _COUNT = Prepared(
 
 
 #: Turns sqlite3 exceptions into peewee's, like every other model call.
-_AS_PEEWEE_ERRORS = cast(Any, peewee).__exception_wrapper__
+_AS_PEEWEE_ERRORS = cast("Any", peewee).__exception_wrapper__
 
 
 def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
@@ -88,7 +91,7 @@ def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cur
 
     Errors come out as peewee's exception types, like every other model call.
     """
-    conn = cast(sqlite3.Connection, db.connection())
+    conn = cast("sqlite3.Connection", db.connection())
     with _AS_PEEWEE_ERRORS:
         return conn.execute(sql, params)
 
@@ -155,7 +158,7 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     postgresql = db.dialect == POSTGRESQL
 
     def run() -> int:
-        conn = cast(sqlite3.Connection, db.connection())
+        conn = cast("sqlite3.Connection", db.connection())
         insert, count = _INSERT.render(db).sql, _COUNT.render(db).sql
         with _AS_PEEWEE_ERRORS:
             cursor = conn.execute(insert, row)

@@ -22,25 +22,27 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import random
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
 
 import peewee
 
 from . import sqlite_sql
 from .errors import WriteConflictError, is_lock_error, is_read_only_error
 from .files import read_only_file_error
+from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the handle calls this module: it is only a type here
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
     from .db import HermesDatabase
 
 logger = logging.getLogger("hermes_models")
 
-T = TypeVar("T")
 
 #: How long a statement waits for another connection's lock (SQLite's busy timeout).
 BUSY_TIMEOUT_S = 1.0
@@ -69,6 +71,8 @@ WAL_TRUNCATE_EVERY_S = 1.0
 
 
 def _jitter() -> None:
+    import random  # on a conflict only: importing it costs every start-up about 1 ms
+
     time.sleep(random.uniform(WRITE_RETRY_MIN_S, WRITE_RETRY_MAX_S))
 
 
@@ -221,6 +225,8 @@ class Checkpoints:
         now = time.monotonic()
         if now < self.next_truncate:
             return False
+        import random  # only once the WAL is large: see _jitter
+
         self.next_truncate = now + WAL_TRUNCATE_EVERY_S * random.uniform(0.5, 1.5)
         return _truncate_wal(db.connection(), size)
 
