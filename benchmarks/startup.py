@@ -70,6 +70,10 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="hermes-startup-pycache-")
 
 
+#: The children's working folder: ``python -c`` puts it first on ``sys.path``, so
+#: run from a checkout they would import its ``hermes_models``, not the installed one.
+NEUTRAL = tempfile.mkdtemp(prefix="hermes-startup-cwd-")
+
 #: CPU seconds (user + system) of the last process :func:`run` ran.
 last_cpu = [0.0]
 
@@ -91,7 +95,7 @@ def run(argv: list[str]) -> tuple[float, str]:
     """Wall-clock seconds of one fresh process, and what it printed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=ENV)
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=ENV, cwd=NEUTRAL)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     last_cpu[0] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
