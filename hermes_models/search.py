@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
@@ -167,15 +168,37 @@ def fetch_within(
 # -- running a plan ---------------------------------------------------------------------
 
 
+#: What each SQL function of a search calls on this thread, while its block runs.
+_calling = threading.local()
+
+
+def _caller(name: str) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        function = getattr(_calling, name, None)
+        if function is None:
+            raise RuntimeError(f"the SQL function {name} is called outside its search")
+        return function(*args)
+
+    return call
+
+
 @contextlib.contextmanager
 def _function(name: str, arguments: int, function: Callable[..., Any]) -> Iterator[None]:
-    """The SQL function ``name`` on this thread's connection while the block runs."""
-    conn = cast(sqlite3.Connection, current().connection())
-    conn.create_function(name, arguments, function)
+    """The SQL function ``name`` calls ``function`` on this thread while the block runs.
+
+    The function is defined on a connection once (:meth:`HermesDatabase.install_once`):
+    defining it for each search made SQLite prepare every later statement again.
+    """
+    current().install_once(
+        f"{name}/{arguments}",
+        lambda conn: conn.create_function(name, arguments, _caller(name)),
+    )
+    before = getattr(_calling, name, None)
+    setattr(_calling, name, function)
     try:
         yield
     finally:
-        conn.create_function(name, arguments, None)
+        setattr(_calling, name, before)
 
 
 def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:

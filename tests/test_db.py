@@ -271,6 +271,47 @@ def test_every_thread_connection_gets_the_pragmas(database: HermesDatabase) -> N
     assert seen == [(True, EXPECTED_PRAGMAS)] * 3
 
 
+def test_install_once_runs_once_per_connection_and_again_on_a_new_one(tmp_path: Path) -> None:
+    database = hermes_models.connect(tmp_path / "state.db")
+    ran: list[tuple[str, int]] = []
+
+    def install(name: str) -> Callable[[sqlite3.Connection], None]:
+        def run(conn: sqlite3.Connection) -> None:
+            ran.append((name, id(conn)))
+            conn.create_function(name, 0, lambda: 7)
+
+        return run
+
+    first = database.connection()
+    for _ in range(3):
+        database.install_once("seven", install("seven"))
+    database.install_once("eight", install("eight"))
+    assert ran == [("seven", id(first)), ("eight", id(first))]
+    assert tuple(first.execute("SELECT seven(), eight()").fetchone()) == (7, 7)
+
+    other: list[Any] = []
+
+    def in_a_thread() -> None:  # a thread has its own connection: installed there too
+        try:
+            database.install_once("seven", install("seven"))
+            other.append(database.connection().execute("SELECT seven()").fetchone()[0])
+        finally:
+            database.close()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert other == [7] and len(ran) == 3 and ran[2][0] == "seven"
+
+    database.close()  # a new connection of this thread has none of them
+    database.install_once("seven", install("seven"))
+    assert [name for name, _ in ran] == ["seven", "eight", "seven", "seven"]
+    assert tuple(database.connection().execute("SELECT seven()").fetchone()) == (7,)
+    with pytest.raises(sqlite3.OperationalError, match="no such function: eight"):
+        database.connection().execute("SELECT eight()")
+    database.close()
+
+
 def test_foreign_keys_are_enforced(database: HermesDatabase) -> None:
     with pytest.raises(peewee.IntegrityError, match="FOREIGN KEY"):
         database.write(

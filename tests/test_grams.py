@@ -671,3 +671,41 @@ def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
         assert [(row["id"], row["hits"]) for row in rows] == expected(test), query
         assert grams.GRAM_IDS_SQL not in ran  # no id list per term
         assert sum('"messages_cjk" MATCH' in sql for sql in ran) == 1
+
+
+def test_repeated_searches_reuse_the_statements_sqlite_prepared(store: SessionDB) -> None:
+    # Defining or removing an SQL function expires every statement the connection
+    # has prepared. A search's scan and rank functions are defined once per
+    # connection, not for every search, so the next searches find their statements
+    # prepared (SQLite's sqlite_stmt table counts each statement's re-preparations).
+    store.create_session("s", "cli", started_at=T0)
+    for k in range(4):
+        store.append_message("s", "user", f"国我 {k} sqlite", timestamp=T0 + k)
+    plain = sqlite3.connect(store.db_path)  # a Hermes v16 writer: its row lies above the mark
+    with plain:
+        plain.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            ("s", "user", "那国我", T0 + 9),
+        )
+    plain.close()
+    expected = [5, 4, 3, 2, 1]  # newest first, the plain writer's row included
+    queries = ("国我", "国我 sqlite")
+    assert [_page(store, query) for query in queries] == [expected, expected[1:]]
+    before = _preparations(store)
+    assert [_page(store, query) for query in queries * 3] == [expected, expected[1:]] * 3
+    after = _preparations(store)
+    assert sorted(after) == sorted(before)  # the same statements, none prepared anew
+    assert [sql for sql, count in after.items() if count != before[sql]] == []
+    assert len(after) > 5
+
+
+def _page(store: SessionDB, query: str) -> list[int]:
+    return [hit["id"] for hit in store.search_messages(query, time_budget=None)]
+
+
+def _preparations(store: SessionDB) -> dict[str, int]:
+    """Each statement the connection holds prepared -> how often SQLite prepared it anew."""
+    rows = store._conn.execute(
+        "SELECT sql, reprep FROM sqlite_stmt WHERE sql NOT LIKE '%sqlite_stmt%'"
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
