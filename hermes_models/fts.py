@@ -126,9 +126,18 @@ def available_routes() -> frozenset[str]:
 
 def gram_index_ready() -> bool:
     """True when the open file has the gram index (:mod:`hermes_models.grams`) and this
-    SQLite build can read it."""
+    SQLite build can read it.
+
+    As of the schema :func:`available_routes` saw last on this handle: a search asks
+    that first, so the schema is read once per search, not twice. Without such a
+    reading, the schema is read here.
+    """
     db = current()
-    version = db.execute_sql(sqlite_sql.SCHEMA_COOKIE).fetchone()[0]
+    known = _schema_cache.get(db)
+    if known is not None:
+        version = known[0]
+    else:
+        version = db.execute_sql(sqlite_sql.SCHEMA_COOKIE).fetchone()[0]
     cached = _gram_cache.get(db)
     if cached is not None and cached[0] == version:
         return cached[1]

@@ -709,3 +709,19 @@ def _preparations(store: SessionDB) -> dict[str, int]:
         "SELECT sql, reprep FROM sqlite_stmt WHERE sql NOT LIKE '%sqlite_stmt%'"
     ).fetchall()
     return {row[0]: row[1] for row in rows}
+
+
+def test_a_search_reads_the_schema_cookie_once(store: SessionDB) -> None:
+    # Which indexes the file has, and whether the gram index is ready, are known for
+    # one schema cookie: a search reads it once, not once per question.
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "国我 sqlite", timestamp=T0)
+    assert _page(store, "国我") == [1]  # the first search of the handle learns the schema
+    ran: list[str] = []
+    store._conn.set_trace_callback(ran.append)
+    try:
+        pages = [_page(store, query) for query in ("国我", "国我 sqlite", "数")]
+    finally:
+        store._conn.set_trace_callback(None)
+    assert pages == [[1], [1], []]
+    assert [sql for sql in ran if "schema_version" in sql] == ["PRAGMA schema_version"] * 3
