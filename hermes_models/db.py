@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import peewee
@@ -303,6 +303,30 @@ class HermesDatabase(peewee.SqliteDatabase):
             install(cast("sqlite3.Connection", self.connection()))
             token.installed.add(name)
 
+    def while_unchanged(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """What ``compute()`` gave for ``key`` on this thread's connection, while nothing
+        has been committed to the file since, by any connection or process (SQLite's
+        ``data_version`` and this connection's count of changes are as they were then);
+        else ``compute()`` now, kept.
+
+        For the counts that choose how a search runs: the same search again, or its
+        next page, does not count again. At most :data:`MEMO_ENTRIES` values are kept
+        a connection; any commit to the file forgets them all.
+        """
+        conn = cast("sqlite3.Connection", self.connection())
+        token: _ThreadToken = self._thread_tokens.token
+        mark = (int(conn.execute(sqlite_sql.DATA_VERSION).fetchone()[0]), conn.total_changes)
+        if token.memo_mark != mark:
+            token.memo.clear()
+            token.memo_mark = mark
+        elif key in token.memo:
+            return cast("T", token.memo[key])
+        value = compute()
+        if len(token.memo) >= MEMO_ENTRIES:
+            token.memo.clear()
+        token.memo[key] = value
+        return value
+
     def _note_grams_behind(self) -> None:
         self.grams_behind = True
 
@@ -357,10 +381,14 @@ class HermesDatabase(peewee.SqliteDatabase):
         handle._state = peewee._ConnectionLocal()
 
 
+#: Values :meth:`HermesDatabase.while_unchanged` keeps a connection, at most.
+MEMO_ENTRIES = 256
+
+
 class _ThreadToken:
     """Lives as long as one thread's connection may: see HermesDatabase._connect."""
 
-    __slots__ = ("__weakref__", "grams", "installed")
+    __slots__ = ("__weakref__", "grams", "installed", "memo", "memo_mark")
 
     def __init__(self) -> None:
         #: Whether the gram index's TEMP triggers are on this connection (None: not
@@ -368,6 +396,10 @@ class _ThreadToken:
         self.grams: bool | None = None
         #: What :meth:`HermesDatabase.install_once` has installed on this connection.
         self.installed: set[str] = set()
+        #: :meth:`HermesDatabase.while_unchanged`: values, and the state of the file
+        #: they were read in.
+        self.memo: dict[Hashable, Any] = {}
+        self.memo_mark: tuple[int, int] | None = None
 
 
 def _close_owned(conn: sqlite3.Connection, pid: int) -> None:
@@ -420,6 +452,7 @@ format_session_db_unavailable = format_db_unavailable
 
 
 __all__ = [
+    "MEMO_ENTRIES",
     "WAL_INCOMPAT_MARKERS",
     "WRITE_PATIENCE_S",
     "HermesDatabase",

@@ -286,19 +286,33 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
         return False
     if not shape.grams:
         return None
-    top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
-    top, mark = top or 0, mark or 0
-    terms = len(query.terms())
-    need = max(COMMON_FROM, math.isqrt(((plan.limit or 0) + plan.offset) * top * terms))
-    if top - mark > need:
-        return None  # the index does not cover enough of the store to tell
     if not all(exact(term) for group in query.groups for term in group.include):
         return None
+    groups = tuple(tuple(term_match(term) for term in group.include) for group in query.groups)
+    page = (plan.limit or 0) + plan.offset
+    terms = len(query.terms())
+    # Counted once while the file stays as it is: the same search again, or its next
+    # page, reads nothing more (HermesDatabase.while_unchanged).
+    return current().while_unchanged(
+        ("common", groups, page, terms, COMMON_FROM),
+        lambda: _count_common(groups, page, terms, deadline),
+    )
+
+
+def _count_common(
+    groups: tuple[tuple[str, ...], ...], page: int, terms: int, deadline: float | None
+) -> bool | None:
+    """:func:`_common` for the gram index's ``MATCH`` expressions of each group's terms."""
+    top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
+    top, mark = top or 0, mark or 0
+    need = max(COMMON_FROM, math.isqrt(page * top * terms))
+    if top - mark > need:
+        return None  # the index does not cover enough of the store to tell
     found = 0
-    for group in query.groups:
+    for group in groups:
         rarest = need
-        for term in group.include:
-            (count,) = fetch_within(GRAM_COUNT_SQL, [term_match(term), need], deadline)[1][0]
+        for match in group:
+            (count,) = fetch_within(GRAM_COUNT_SQL, [match, need], deadline)[1][0]
             rarest = min(rarest, count)
             if not rarest:
                 break
@@ -365,8 +379,12 @@ def ranked_within(
         return bounded
     values = window_values(query, bounded, (limit or 0) + offset if widen else 0)
     beyond = min(values["window"] * WINDOW_FROM, INT64_MAX)  # a page without end: 2**63-1
-    rows = fetch_within(WORD_MATCHES_BEYOND_SQL, [values["wq"], beyond], deadline)[1]
-    return bounded if rows else shape
+    params = [values["wq"], beyond]
+    many = current().while_unchanged(
+        ("word matches beyond", *params),
+        lambda: bool(fetch_within(WORD_MATCHES_BEYOND_SQL, params, deadline)[1]),
+    )
+    return bounded if many else shape
 
 
 def _short_prefix(query: SearchQuery, shape: Shape) -> bool:

@@ -52,6 +52,9 @@ USER_VERSION = "PRAGMA user_version"
 #: SQLite's schema cookie, changed by every schema change (not the ``schema_version``
 #: table of :data:`SCHEMA_VERSION`): whether what was read of the schema still holds.
 SCHEMA_COOKIE = "PRAGMA schema_version"
+#: A number that changes when another connection commits to the file (not for this
+#: connection's own commits: see ``sqlite3.Connection.total_changes``).
+DATA_VERSION = "PRAGMA data_version"
 PAGE_COUNT = "PRAGMA page_count"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
@@ -512,6 +515,7 @@ __all__ = [
     "COPY_SET_PARENT",
     "COUNT_MESSAGES",
     "COUNT_SESSIONS",
+    "DATA_VERSION",
     "DEDUP_SCHEMA",
     "DEFER_FOREIGN_KEYS_ON",
     "DELETE_META",

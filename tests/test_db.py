@@ -36,7 +36,7 @@ from hermes_models import binding as binding_module
 from hermes_models import connection as connection_module
 from hermes_models import db as db_module
 from hermes_models import writes as writes_module
-from hermes_models.db import record_init_error
+from hermes_models.db import MEMO_ENTRIES, record_init_error
 from hermes_models.files import resolve_path
 from hermes_models.statements import Prepared
 
@@ -309,6 +309,43 @@ def test_install_once_runs_once_per_connection_and_again_on_a_new_one(tmp_path: 
     assert tuple(database.connection().execute("SELECT seven()").fetchone()) == (7,)
     with pytest.raises(sqlite3.OperationalError, match="no such function: eight"):
         database.connection().execute("SELECT eight()")
+    database.close()
+
+
+def test_while_unchanged_keeps_a_value_until_a_commit_to_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    database = hermes_models.connect(path)
+    computed: list[str] = []
+
+    def value(key: str) -> Callable[[], str]:
+        def compute() -> str:
+            computed.append(key)
+            return f"{key}{len(computed)}"
+
+        return compute
+
+    assert database.while_unchanged("a", value("a")) == "a1"
+    assert database.while_unchanged("a", value("a")) == "a1"  # kept
+    assert database.while_unchanged("b", value("b")) == "b2"
+    assert computed == ["a", "b"]
+    other = sqlite3.connect(path)  # another connection commits: everything is forgotten
+    with other:
+        other.execute("INSERT INTO state_meta VALUES ('k', 'v')")
+    assert database.while_unchanged("a", value("a")) == "a3"
+    assert database.while_unchanged("b", value("b")) == "b4"
+    with database.atomic():  # so does a commit of this connection
+        database.execute_sql("DELETE FROM state_meta")
+    assert database.while_unchanged("a", value("a")) == "a5"
+    assert database.while_unchanged("a", value("a")) == "a5"
+    with other:  # a read by another connection changes nothing
+        other.execute("SELECT count(*) FROM state_meta").fetchall()
+    assert database.while_unchanged("a", value("a")) == "a5"
+    other.close()
+    for k in range(MEMO_ENTRIES + 1):  # bounded: past MEMO_ENTRIES values, it starts over
+        database.while_unchanged(k, lambda k=k: k)
+    assert database.while_unchanged("a", value("a")) == "a6"
+    database.close()  # a new connection knows nothing yet
+    assert database.while_unchanged("a", value("a")) == "a7"
     database.close()
 
 

@@ -725,3 +725,20 @@ def test_a_search_reads_the_schema_cookie_once(store: SessionDB) -> None:
         store._conn.set_trace_callback(None)
     assert pages == [[1], [1], []]
     assert [sql for sql in ran if "schema_version" in sql] == ["PRAGMA schema_version"] * 3
+
+
+def test_a_repeated_search_reads_the_gram_counts_once_until_a_commit(store: SessionDB) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "国我 sqlite", timestamp=T0)
+    ran: list[str] = []
+    store._conn.set_trace_callback(ran.append)
+    try:
+        pages = [_page(store, "国我") for _ in range(3)]
+        reach = [sql for sql in ran if sql == grams.sqlite_sql.GRAM_REACH]
+        assert pages == [[1]] * 3 and len(reach) == 1
+        store.append_message("s", "user", "国我 again", timestamp=T0 + 1)  # a commit
+        ran.clear()
+        assert [_page(store, "国我") for _ in range(2)] == [[2, 1]] * 2
+        assert [sql for sql in ran if sql == grams.sqlite_sql.GRAM_REACH] == reach
+    finally:
+        store._conn.set_trace_callback(None)

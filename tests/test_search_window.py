@@ -364,3 +364,46 @@ def test_a_windowed_prefix_page_makes_its_snippets_in_its_one_pass(
             want = best(max(60, offset + limit))[offset : offset + limit]
             assert [(h["id"], h["snippet"]) for h in found] == [(i, snippets[i]) for i in want]
             assert sum("snippet(" in sql for sql in ran) == 1
+
+
+COUNT_SQL = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH"
+
+
+def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
+    corpus: Any, window: int, tmp_path: Path
+) -> None:
+    """The count that decides whether to window is kept until something is committed
+    to the file: the same search again (or its next page) does not count again; once
+    another process adds hits, the next search counts, and windows."""
+    source, written = corpus
+    path = tmp_path / "state.db"
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(path)) as dst:
+        src.backup(dst)
+    hits = _hits(written, "beta")
+    assert 0 < len(hits) < window
+    with SessionDB(path) as store:
+        ran: list[str] = []
+        store._conn.set_trace_callback(ran.append)
+        pages = [_ids(store.search_messages("beta", limit=5, offset=k)) for k in (0, 5, 0)]
+        expected = _best(hits, _ranks(path, '"beta"'))
+        assert pages == [expected[:5], expected[5:10], expected[:5]]
+        assert [sql for sql in ran if sql.startswith(COUNT_SQL)] == [
+            f"{COUNT_SQL} '(\"beta\")' LIMIT 1 OFFSET {plan.WINDOW_FROM * window}"
+        ]
+
+        # Another process (a Hermes v16 writer) adds more hits than twice the window.
+        added = plan.WINDOW_FROM * window + 5
+        with closing(sqlite3.connect(path)) as other, other:
+            other.executemany(
+                "INSERT INTO messages (session_id, role, content, timestamp)"
+                " VALUES ('s00', 'user', ?, ?)",
+                [("beta " + " ".join(["y"] * (3 + k)), T0 + 1000 + k) for k in range(added)],
+            )
+        ran.clear()
+        newest = sorted(_ranks(path, '"beta"'), reverse=True)[:window]
+        assert min(newest) > MESSAGES  # the window holds the new messages only
+        windowed = _best(newest, _ranks(path, '"beta"'))[:5]
+        assert _ids(store.search_messages("beta", limit=5)) == windowed
+        assert _ids(store.search_messages("beta", limit=5)) == windowed
+        assert len([sql for sql in ran if sql.startswith(COUNT_SQL)]) == 1
+        store._conn.set_trace_callback(None)
