@@ -327,6 +327,12 @@ class HermesDatabase(peewee.SqliteDatabase):
         token.memo[key] = value
         return value
 
+    def forget_kept(self) -> None:
+        """Forget what :meth:`while_unchanged` keeps on this thread's connection (the next
+        search counts again, as the first search of a query does)."""
+        self.connection()
+        self._thread_tokens.token.memo.clear()
+
     def _note_grams_behind(self) -> None:
         self.grams_behind = True
 

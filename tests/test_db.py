@@ -344,8 +344,10 @@ def test_while_unchanged_keeps_a_value_until_a_commit_to_the_file(tmp_path: Path
     for k in range(MEMO_ENTRIES + 1):  # bounded: past MEMO_ENTRIES values, it starts over
         database.while_unchanged(k, lambda k=k: k)
     assert database.while_unchanged("a", value("a")) == "a6"
-    database.close()  # a new connection knows nothing yet
+    database.forget_kept()
     assert database.while_unchanged("a", value("a")) == "a7"
+    database.close()  # a new connection knows nothing yet
+    assert database.while_unchanged("a", value("a")) == "a8"
     database.close()
 
 
