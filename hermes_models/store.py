@@ -12,9 +12,10 @@ Each instance works on its own file even when several are open: its methods
 run with the models routed to its database (:func:`hermes_models.db.using`).
 
 The modules behind the less common methods (``maintenance``, ``telegram``,
-``handoff``) are imported by those methods on first use, not with this
+``handoff``) are imported when a method first uses them, not with this
 module: a process that only appends, reads and lists does not pay for them
-at start-up (about 4 ms together).
+at start-up (about 4 ms together). Until then their names here stand for them;
+after, they are the modules themselves (no cost per call).
 """
 
 from __future__ import annotations
@@ -62,8 +63,27 @@ from .sessions import META_FIELDS
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 
+    from . import handoff, maintenance, telegram
+
     F = TypeVar("F", bound=Callable[..., Any])
     T = TypeVar("T")
+else:
+
+    class _OnFirstUse:
+        """A module of the package, imported when a method first reads from it; the
+        module then takes this stand-in's place among this module's names."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getattr__(self, attr: str) -> Any:
+            module = __import__(f"{__package__}.{self.name}", fromlist=["*"])
+            globals()[self.name] = module
+            return getattr(module, attr)
+
+    handoff = _OnFirstUse("handoff")
+    maintenance = _OnFirstUse("maintenance")
+    telegram = _OnFirstUse("telegram")
 
 logger = logging.getLogger("hermes_models")
 
@@ -701,8 +721,6 @@ class SessionDB:
         message) when something failed. Pruning goes through
         :meth:`prune_sessions`, with its rules.
         """
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.auto_prune_and_vacuum(
             self, retention_days, min_interval_hours, vacuum, sessions_dir
         )
@@ -713,37 +731,27 @@ class SessionDB:
     def request_handoff(self, session_id: str, platform: str) -> bool:
         """Ask for the session to move to ``platform``; False when one is already in flight
         (pending or running) or the session is unknown."""
-        from . import handoff  # on first use (see the module docstring)
-
         return handoff.request(session_id, platform)
 
     @_api
     def claim_handoff(self, session_id: str) -> bool:
         """Take a pending handoff (pending -> running); True if this call took it."""
-        from . import handoff  # on first use (see the module docstring)
-
         return handoff.claim(session_id)
 
     @_api
     def complete_handoff(self, session_id: str) -> None:
         """Mark the session's handoff completed."""
-        from . import handoff  # on first use (see the module docstring)
-
         handoff.complete(session_id)
 
     @_api
     def fail_handoff(self, session_id: str, error: str) -> None:
         """Mark the session's handoff failed, keeping the first 500 characters of ``error``."""
-        from . import handoff  # on first use (see the module docstring)
-
         handoff.fail(session_id, error)
 
     @_api
     def get_handoff_state(self, session_id: str) -> dict[str, Any] | None:
         """``{"state", "platform", "error"}`` of a session, or None when unknown (or unreadable)."""
         try:
-            from . import handoff  # on first use (see the module docstring)
-
             return handoff.state(session_id)
         except (sqlite3.Error, peewee.PeeweeException) as exc:
             logger.warning("%s: reading the handoff state failed: %s", self, exc)
@@ -753,8 +761,6 @@ class SessionDB:
     def list_pending_handoffs(self) -> list[dict[str, Any]]:
         """Sessions waiting for a handoff, oldest first (``[]`` when unreadable)."""
         try:
-            from . import handoff  # on first use (see the module docstring)
-
             return handoff.pending()
         except (sqlite3.Error, peewee.PeeweeException) as exc:
             logger.warning("%s: listing pending handoffs failed: %s", self, exc)
@@ -766,8 +772,6 @@ class SessionDB:
     def apply_telegram_topic_migration(self) -> None:
         """Create the topic-mode tables (the opt-in ``migrations/telegram_topics`` set);
         idempotent, never run on open."""
-        from . import telegram  # on first use (see the module docstring)
-
         telegram.apply()
 
     @_api
@@ -780,43 +784,31 @@ class SessionDB:
         allows_users_to_create_topics: bool | None = None,
     ) -> None:
         """Turn topic mode on for a private chat (creating the tables first)."""
-        from . import telegram  # on first use (see the module docstring)
-
         telegram.enable(chat_id, user_id, has_topics_enabled, allows_users_to_create_topics)
 
     @_api
     def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
         """Turn topic mode off for a chat and, unless told not to, drop its bindings."""
-        from . import telegram  # on first use (see the module docstring)
-
         telegram.disable(chat_id, clear_bindings)
 
     @_api
     def is_telegram_topic_mode_enabled(self, *, chat_id: str, user_id: str) -> bool:
         """True when the chat has topic mode on for this user."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.is_enabled(chat_id, user_id)
 
     @_api
     def get_telegram_topic_binding(self, *, chat_id: str, thread_id: str) -> dict[str, Any] | None:
         """The session binding of one topic thread, or None."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.binding(chat_id, thread_id)
 
     @_api
     def list_telegram_topic_bindings_for_chat(self, *, chat_id: str) -> list[dict[str, Any]]:
         """Every binding of a chat, most recently updated first."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.bindings_for_chat(chat_id)
 
     @_api
     def get_telegram_topic_binding_by_session(self, *, session_id: str) -> dict[str, Any] | None:
         """The topic binding of a session, or None."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.binding_of_session(session_id)
 
     @_api
@@ -835,15 +827,11 @@ class SessionDB:
         Raises:
             ValueError: the session is already bound to another topic.
         """
-        from . import telegram  # on first use (see the module docstring)
-
         telegram.bind(chat_id, thread_id, user_id, session_key, session_id, managed_mode)
 
     @_api
     def is_telegram_session_linked_to_topic(self, *, session_id: str) -> bool:
         """True when the session is bound to a topic."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.is_linked(session_id)
 
     @_api
@@ -851,8 +839,6 @@ class SessionDB:
         self, *, chat_id: str, user_id: str, limit: int = 10
     ) -> list[dict[str, Any]]:
         """The user's Telegram sessions bound to no topic, most recently active first."""
-        from . import telegram  # on first use (see the module docstring)
-
         return telegram.unlinked_sessions(chat_id, user_id, limit)
 
     # -- deletion and maintenance --------------------------------------------------------
@@ -866,8 +852,6 @@ class SessionDB:
         are removed after the commit.
         """
         check_session_id(session_id)
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.delete_session(session_id, sessions_dir=sessions_dir)
 
     @_api
@@ -875,8 +859,6 @@ class SessionDB:
         """Delete several sessions (as :meth:`delete_session`) in one transaction; returns
         how many existed. Entries that are not non-empty strings are skipped."""
         ids = check_id_list(session_ids, "session_ids")
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.delete_sessions(ids, sessions_dir=sessions_dir)
 
     @_api
@@ -885,23 +867,17 @@ class SessionDB:
     ) -> int:
         """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
         children; returns how many were deleted."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.prune(older_than_days, source, sessions_dir=sessions_dir)
 
     @_api
     def count_empty_sessions(self) -> int:
         """Sessions without any message that ended and are not archived."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.count_empty_sessions()
 
     @_api
     def delete_empty_sessions(self, sessions_dir: Any = None) -> int:
         """Delete the sessions :meth:`count_empty_sessions` counts, orphaning their
         children; returns how many."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.delete_empty_sessions(sessions_dir=sessions_dir)
 
     @_api
@@ -909,23 +885,17 @@ class SessionDB:
         """Delete a session only if it has no title, no message and no child; True if
         it was deleted."""
         check_session_id(session_id)
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.delete_session_if_empty(session_id, sessions_dir=sessions_dir)
 
     @_api
     def prune_empty_ghost_sessions(self, sessions_dir: Any = None) -> int:
         """Delete ended TUI sessions without title or message started over a day ago,
         orphaning their children; returns how many."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.prune_empty_ghost_sessions(sessions_dir=sessions_dir)
 
     @_api
     def optimize_fts(self) -> int:
         """Merge the full-text index segments; returns how many indexes were optimized."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.optimize_fts()
 
     @_api
@@ -938,16 +908,12 @@ class SessionDB:
         """Bring the index of one- and two-character CJK terms up to date (messages other
         processes wrote, a chunk per short transaction): see
         :func:`hermes_models.maintenance.update_gram_index`. Not in Hermes' store."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.update_gram_index(rebuild=rebuild, progress=progress)
 
     @_api
     def vacuum(self) -> int:
         """Optimize the search indexes and compact the file (checkpointing the WAL before
         and after); returns how many indexes were optimized."""
-        from . import maintenance  # on first use (see the module docstring)
-
         return maintenance.vacuum()
 
     @_api
