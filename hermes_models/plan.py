@@ -758,6 +758,9 @@ class ScanPlan:
     terms: tuple[tuple[int, Term], ...]
     #: ``(k, expression)``: terms the gram index answers exactly (rows up to its mark).
     indexed: tuple[tuple[int, str], ...] = ()
+    #: True when ``statement`` reads only the rows the gram index does not cover
+    #: (above its mark, changed by others): none when it covers every message.
+    uncovered_only: bool = False
 
 
 @dataclass
@@ -803,7 +806,8 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         () if shape.grams else shape.prefilter(),
         grams=shape.grams,
     )
-    return ScanPlan(statement, values, like, indexed)
+    uncovered_only = shape.grams and values.get("cjk") is None
+    return ScanPlan(statement, values, like, indexed, uncovered_only)
 
 
 def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True) -> dict[str, str]:

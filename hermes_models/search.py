@@ -215,14 +215,29 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
             by_match[match] = {row[0] for row in rows}
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
-    with _function(SCAN_FUNCTION, 4, matcher.visit):
-        fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
+    if not (scan.uncovered_only and _gram_index_covers_all(deadline)):
+        with _function(SCAN_FUNCTION, 4, matcher.visit):
+            fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
     holders = matcher.holders
     holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}
     for k, ids in indexed.items():
         holding[k] |= ids
     return Scanned(holding)
 
+
+def _gram_index_covers_all(deadline: float | None) -> bool:
+    """True when the gram index holds every message as it is (kept while the file is
+    unchanged): a scan of the rows it does not cover would read none."""
+    return bool(
+        current().while_unchanged(
+            "gram index covers all",
+            lambda: fetch_within(GRAM_COVERS_ALL_SQL, [], deadline)[1][0][0],
+        )
+    )
+
+
+#: Whether the gram index covers every message (:func:`_gram_index_covers_all`).
+GRAM_COVERS_ALL_SQL = sqlite_sql.GRAM_COVERS_ALL
 
 #: Candidates from which a term counts as common whatever the size of the store.
 COMMON_FROM = 1000
@@ -719,6 +734,7 @@ def search_sessions(
 __all__ = [
     "COMMON_FROM",
     "CONTEXT_CHARS",
+    "GRAM_COVERS_ALL_SQL",
     "GRAM_REACH_SQL",
     "RANK_MODES",
     "TIME_BUDGET_S",

@@ -334,6 +334,13 @@ GRAM_COUNT = f"SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABL
 #: The highest message id (how many messages a walk may have to pass, at most) and
 #: the gram index's mark (up to which every message is indexed).
 GRAM_REACH = f"SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM {GRAM_MARK_TABLE})"
+#: Whether the gram index covers every message: none above its mark, none changed by
+#: others since it was indexed (then a scan of the rows it does not cover reads none).
+GRAM_COVERS_ALL = (
+    f"SELECT coalesce((SELECT max(id) FROM messages), 0)"
+    f" <= coalesce((SELECT high_water FROM {GRAM_MARK_TABLE}), 0)"
+    f" AND NOT EXISTS (SELECT 1 FROM {GRAM_GONE_TABLE})"
+)
 #: The gram index's mark and the ids listed as changed by others, as subqueries: a
 #: search that reads the index alone reads rows up to the mark and none of those
 #: (a scan decides those rows).
@@ -533,6 +540,7 @@ __all__ = [
     "FTS_META",
     "GRAMS_FUNCTION",
     "GRAM_COUNT",
+    "GRAM_COVERS_ALL",
     "GRAM_GONE_COUNT",
     "GRAM_GONE_IDS",
     "GRAM_GONE_TABLE",

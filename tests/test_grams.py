@@ -742,3 +742,30 @@ def test_a_repeated_search_reads_the_gram_counts_once_until_a_commit(store: Sess
         assert [sql for sql in ran if sql == grams.sqlite_sql.GRAM_REACH] == reach
     finally:
         store._conn.set_trace_callback(None)
+
+
+def test_the_scan_of_uncovered_rows_runs_only_when_the_index_leaves_some_out(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "国我 one", timestamp=T0)
+    store.append_message("s", "user", "国我 two", timestamp=T0 + 1)
+    ran = _statements_run(monkeypatch)
+
+    def scans() -> int:
+        return sum(search_module.SCAN_FUNCTION in sql for sql in ran)
+
+    # Our writes keep the index whole: nothing above its mark, nothing changed by others.
+    assert [_page(store, "国我") for _ in range(2)] == [[2, 1]] * 2
+    assert scans() == 0
+    plain = sqlite3.connect(store.db_path)  # a Hermes v16 writer: its rows lie above the mark
+    with plain:
+        hermes_append(plain, "s", "user", "他国我", T0 + 2)
+    assert _page(store, "国我") == [3, 2, 1]
+    assert scans() == 1
+    with plain:  # a row changed by others is listed as gone until indexed again
+        plain.execute("UPDATE messages SET content = 'no longer' WHERE id = 1")
+    store.update_search_index()
+    assert _state(store.db_path)[0] == 3
+    assert _page(store, "国我") == [3, 2]
+    plain.close()
