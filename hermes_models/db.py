@@ -311,9 +311,14 @@ class HermesDatabase(peewee.SqliteDatabase):
 
         For the counts that choose how a search runs: the same search again, or its
         next page, does not count again. At most :data:`MEMO_ENTRIES` values are kept
-        a connection; any commit to the file forgets them all.
+        a connection; any commit to the file forgets them all. Inside a transaction
+        (whose changes may yet be rolled back) nothing is kept or reused.
         """
         conn = cast("sqlite3.Connection", self.connection())
+        if conn.in_transaction:
+            # What it reads may include changes that are rolled back later, which the
+            # change count would not tell: inside a transaction nothing is kept.
+            return compute()
         token: _ThreadToken = self._thread_tokens.token
         mark = (int(conn.execute(sqlite_sql.DATA_VERSION).fetchone()[0]), conn.total_changes)
         if token.memo_mark != mark:

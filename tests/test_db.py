@@ -340,14 +340,22 @@ def test_while_unchanged_keeps_a_value_until_a_commit_to_the_file(tmp_path: Path
     with other:  # a read by another connection changes nothing
         other.execute("SELECT count(*) FROM state_meta").fetchall()
     assert database.while_unchanged("a", value("a")) == "a5"
+    # Inside a transaction nothing is kept nor reused: a change read there may be
+    # rolled back, and a rollback leaves the change count as it was.
+    with pytest.raises(RuntimeError, match="rolled back"), database.atomic():
+        database.execute_sql("INSERT INTO state_meta VALUES ('t', 'v')")
+        assert database.while_unchanged("a", value("a")) == "a6"
+        assert database.while_unchanged("a", value("a")) == "a7"
+        raise RuntimeError("rolled back")
+    assert database.while_unchanged("a", value("a")) == "a8"
     other.close()
     for k in range(MEMO_ENTRIES + 1):  # bounded: past MEMO_ENTRIES values, it starts over
         database.while_unchanged(k, lambda k=k: k)
-    assert database.while_unchanged("a", value("a")) == "a6"
+    assert database.while_unchanged("a", value("a")) == "a9"
     database.forget_kept()
-    assert database.while_unchanged("a", value("a")) == "a7"
+    assert database.while_unchanged("a", value("a")) == "a10"
     database.close()  # a new connection knows nothing yet
-    assert database.while_unchanged("a", value("a")) == "a8"
+    assert database.while_unchanged("a", value("a")) == "a11"
     database.close()
 
 
