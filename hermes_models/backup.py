@@ -33,6 +33,7 @@ from . import sqlite_sql
 from .checks import check_int64
 from .errors import BackupError
 from .files import read_only_params, resolve_path, sqlite_uri
+from .output import failure_naming
 
 logger = logging.getLogger("hermes_models")
 
@@ -221,7 +222,10 @@ def backup(
         _folder(dest_path.parent)
     target = _target(path, dest_path, into_folder)
     temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    _create_private(temporary)
+    try:
+        _create_private(temporary)
+    except OSError as exc:  # named after the copy asked for, not the temporary file
+        raise failure_naming(exc, target, "write") from None
     try:
         pages = _copy(path, temporary, progress)
         verify(temporary, f"the copy of {path}")

@@ -39,7 +39,7 @@ def file_path(value: Any, argument: str) -> Path | None:
     raise TypeError(f"{argument} must be a path or a text stream, not {type(value).__name__}")
 
 
-def _failure(exc: OSError, path: Path, what: str) -> OSError:
+def failure_naming(exc: OSError, path: Path, what: str) -> OSError:
     """``exc`` again, naming ``path`` (the caller's) instead of any other file."""
     reason = exc.strerror or str(exc)
     error = type(exc)(exc.errno, f"cannot {what} {path}: {reason}")
@@ -69,13 +69,13 @@ class _Named:
         try:
             return self._handle.write(text)
         except OSError as exc:
-            raise _failure(exc, Path(self.name), "write") from None
+            raise failure_naming(exc, Path(self.name), "write") from None
 
     def flush(self) -> None:
         try:
             self._handle.flush()
         except OSError as exc:
-            raise _failure(exc, Path(self.name), "write") from None
+            raise failure_naming(exc, Path(self.name), "write") from None
 
 
 @contextmanager
@@ -84,7 +84,7 @@ def _direct(path: Path) -> Iterator[IO[str]]:
     try:
         fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise _failure(exc, path, "write") from None
+        raise failure_naming(exc, path, "write") from None
     with open(fd, "w", encoding="utf-8", newline="\n") as handle:
         named = _Named(handle, path)
         yield cast(IO[str], named)
@@ -114,12 +114,14 @@ def _replace(path: Path, real: Path, overwrite: bool, mode: int | None) -> Itera
     folder = real.parent
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{real.name}.", suffix=".tmp")
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if folder.is_dir():  # a folder where files cannot be made (procfs says ENOENT)
+            raise failure_naming(exc, path, "write") from None
         raise FileNotFoundError(
             errno.ENOENT, f"cannot write {path}: the folder {folder} does not exist"
         ) from None
     except OSError as exc:
-        raise _failure(exc, path, "write") from None
+        raise failure_naming(exc, path, "write") from None
     try:
         with open(fd, "w", encoding="utf-8", newline="\n") as handle:
             if mode is not None:
@@ -130,7 +132,7 @@ def _replace(path: Path, real: Path, overwrite: bool, mode: int | None) -> Itera
             try:
                 os.fsync(fd)
             except OSError as exc:
-                raise _failure(exc, path, "write") from None
+                raise failure_naming(exc, path, "write") from None
         try:
             if overwrite:
                 os.replace(temp, real)
@@ -139,7 +141,7 @@ def _replace(path: Path, real: Path, overwrite: bool, mode: int | None) -> Itera
         except FileExistsError:
             raise
         except OSError as exc:
-            raise _failure(exc, path, "write") from None
+            raise failure_naming(exc, path, "write") from None
     finally:
         Path(temp).unlink(missing_ok=True)
 
@@ -177,7 +179,7 @@ def open_output(
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise _failure(exc, path, "write") from None
+        raise failure_naming(exc, path, "write") from None
     if info is not None:
         if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, f"cannot write {path}: it is a folder")
@@ -193,4 +195,4 @@ def open_output(
         yield handle
 
 
-__all__ = ["file_path", "open_output"]
+__all__ = ["failure_naming", "file_path", "open_output"]

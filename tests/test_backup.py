@@ -126,6 +126,16 @@ def test_bad_arguments(source: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists() and not (tmp_path / "copy.db").exists()
 
 
+def test_a_copy_that_cannot_be_made_names_the_copy_asked_for(source: Path) -> None:
+    # /proc exists, and refuses every new file (ENOENT): the error names the copy,
+    # not the temporary file the backup writes first.
+    with pytest.raises(FileNotFoundError) as raised:
+        backup(source, "/proc/hermes-copy.db")
+    error = raised.value
+    assert (error.errno, error.filename) == (2, "/proc/hermes-copy.db")
+    assert error.strerror == "cannot write /proc/hermes-copy.db: No such file or directory"
+
+
 def test_sessiondb_backup(source: Path, tmp_path: Path) -> None:
     with SessionDB(source) as store:
         result = store.backup(tmp_path / "copies", keep=3)
