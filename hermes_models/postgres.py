@@ -205,8 +205,10 @@ def unescape_text(text: str) -> str:
 def _adapter_classes() -> tuple[type, ...]:
     """psycopg dumpers and loaders that escape text on its way in and out.
 
-    The C-accelerated classes cannot be subclassed; these wrap the Python ones
-    and cost about half a microsecond per value."""
+    The C-accelerated classes cannot be subclassed; these wrap the Python ones.
+    The loader decodes the buffer itself (one call instead of the parent's
+    ``load`` and then the unescaping function's): about 80 ns a value over the
+    C loader, where the wrapped parent cost about 260."""
     from psycopg.types import string  # loaded when used: the postgresql extra is optional
 
     class TextDumper(string.StrDumperUnknown):
@@ -223,8 +225,11 @@ def _adapter_classes() -> tuple[type, ...]:
 
     class TextLoader(string.TextLoader):
         def load(self, data: Any) -> Any:
-            text = super().load(data)
-            return unescape_text(text) if isinstance(text, str) else text
+            encoding = self._encoding
+            if not encoding:  # an SQL_ASCII database: bytes, as psycopg gives them
+                return super().load(data)
+            text = str(data, encoding)  # bytes or a memoryview, without a copy
+            return unescape_text(text) if ESCAPE in text else text
 
     return TextDumper, BinaryTextDumper, TextLoader
 
