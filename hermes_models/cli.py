@@ -337,7 +337,7 @@ def _resolve(store: SessionDB, key: str) -> str:
     if resolved is not None:
         return resolved
     with using(store.database):
-        candidates = ids_starting_with(key, limit=6) if key else []
+        candidates = ids_starting_with(key, limit=6, any_case=True) if key else []
     if len(candidates) > 1:
         shown = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
         raise click.ClickException(

@@ -48,6 +48,24 @@ def starts_with(field: Any, prefix: str) -> Expression:
     return fn.substr(field.cast("BLOB"), 1, len(raw)) == raw
 
 
+#: ASCII capitals and their small letters (what SQLite's LIKE folds, and nothing more).
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_TO_ASCII_LOWER = str.maketrans(_ASCII_UPPER, _ASCII_LOWER)
+
+
+def starts_with_ascii_nocase(field: Any, prefix: str) -> Expression:
+    """``field`` begins with ``prefix``, ASCII letters compared without case (as
+    SQLite's ``LIKE 'prefix%'`` compares them); every other character exactly."""
+    folded = prefix.translate(_TO_ASCII_LOWER)
+    if on_postgresql():
+        lowered = fn.translate(field, _ASCII_UPPER, _ASCII_LOWER)
+        return fn.starts_with(lowered, folded) == True  # noqa: E712 - SQL, not Python
+    # SQLite's lower() folds ASCII alone; read as bytes, a NUL does not end the text.
+    raw = folded.encode("utf-8")
+    return fn.lower(fn.substr(field.cast("BLOB"), 1, len(raw))).cast("BLOB") == raw
+
+
 def json_text(field: Any, key: str) -> Any:
     """``field``'s JSON object member ``key`` (NULL when absent, or when the text is
     not JSON: such a row is skipped, never an error)."""

@@ -141,7 +141,7 @@ def _replay_entry(row: tuple[Any, ...]) -> dict[str, Any]:
     if tool_name:
         entry["tool_name"] = tool_name
     if tool_calls:
-        entry["tool_calls"] = _tool_calls(tool_calls)
+        entry["tool_calls"] = _load(tool_calls, [])  # as Hermes replays it: [] when not JSON
     if message_id:
         entry["message_id"] = message_id
     if observed:

@@ -28,7 +28,7 @@ from peewee import JOIN, SQL, fn
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
 from .content import content_text
-from .dialect import limit_value, on_postgresql, starts_with_nul
+from .dialect import limit_value, on_postgresql, starts_with_ascii_nocase, starts_with_nul
 from .hints import TYPE_CHECKING
 from .lineage import (
     TIP_MAX_HOPS,
@@ -492,12 +492,23 @@ def plain_listing(
     return fetch_dicts(query)
 
 
-def ids_starting_with(prefix: str, limit: int | None = 10) -> list[str]:
-    """Session ids that start with ``prefix``, in id order (a walk along the primary key)."""
+def ids_starting_with(prefix: str, limit: int | None = 10, *, any_case: bool = False) -> list[str]:
+    """Session ids that start with ``prefix``, in id order (a walk along the primary key).
+
+    ``any_case``: ASCII letters of either case match, as in
+    :meth:`~hermes_models.SessionDB.resolve_session_id` (a scan of the ids)."""
     limit, _ = check_page(limit, 0)
     found: list[str] = []
     if limit == 0:
         return found
+    if any_case:
+        folded = (
+            Session.select(Session.id)
+            .where(starts_with_ascii_nocase(Session.id, prefix))
+            .order_by(Session.id)
+            .limit(limit)
+        )
+        return [str(row[0]) for row in folded.tuples()]
     query = Session.select(Session.id).where(Session.id >= prefix).order_by(Session.id)
     for (session_id,) in query.tuples().iterator():
         if not str(session_id).startswith(prefix) or len(found) == limit:

@@ -26,7 +26,7 @@ from .checks import (
     check_optional_str,
     check_session_id,
 )
-from .dialect import starts_with
+from .dialect import starts_with_ascii_nocase
 from .hints import TYPE_CHECKING, cast
 from .lineage import compression_chain_ids
 from .models import Session, check_increments, encode_json, resolve_prompts, with_extra
@@ -103,10 +103,13 @@ def create(
     return session_id
 
 
-def end(session_id: str, end_reason: str) -> bool:
-    """End a session; the first end wins. True if this call ended it."""
+def end(session_id: str, end_reason: str | None) -> bool:
+    """End a session; the first end wins. True if this call ended it.
+
+    ``end_reason`` None ends it without a reason (stored NULL), as Hermes does."""
     check_session_id(session_id)
-    check_session_id(end_reason, "end_reason")
+    if end_reason is not None:
+        check_session_id(end_reason, "end_reason")
     now = time.time()
     changed = write(
         lambda: (
@@ -132,7 +135,11 @@ def get(session_id: Any) -> dict[str, Any] | None:
 
 
 def resolve_id(session_id_or_prefix: Any) -> str | None:
-    """The id itself if it exists, else the one session id it is a unique prefix of."""
+    """The id itself if it exists, else the one session id it is a unique prefix of.
+
+    As in Hermes (its ``LIKE``), the prefix matches ASCII letters of either case:
+    ``"ABC"`` finds ``abc123``, and with ``abc1`` and ``ABC2`` both held it names
+    neither."""
     key = check_lookup_key(session_id_or_prefix, "session_id_or_prefix")
     if key is None:
         return None
@@ -140,7 +147,10 @@ def resolve_id(session_id_or_prefix: Any) -> str | None:
         return key
     candidates = cast(
         "Iterable[tuple[str]]",
-        Session.select(Session.id).where(starts_with(Session.id, key)).limit(2).tuples(),
+        Session.select(Session.id)
+        .where(starts_with_ascii_nocase(Session.id, key))
+        .limit(2)
+        .tuples(),
     )
     found = [row[0] for row in candidates]
     return found[0] if len(found) == 1 else None

@@ -266,7 +266,7 @@ class SessionDB:
         return self.create_session(session_id, source, model=model, **fields)
 
     @_api
-    def end_session(self, session_id: str, end_reason: str) -> bool:
+    def end_session(self, session_id: str, end_reason: str | None) -> bool:
         """End a session; the first end wins. True if this call ended it."""
         return sessions.end(session_id, end_reason)
 

@@ -288,16 +288,16 @@ def recount(session_id: str) -> None:
 def rewind(
     session_id: str, target_message_id: int, *, argument: str = "target_message_id"
 ) -> dict[str, Any]:
-    """Soft-delete a user message and every later active one (Hermes' rewind).
+    """Soft-delete an active user message and every later active one (Hermes' rewind).
 
-    ``rewind_count`` goes up by one even when nothing was active any more;
-    the counters are left as they are. Returns ``rewound_count`` (rows newly
-    made inactive), ``target_message`` (the target row, content decoded) and
-    ``new_head_id`` (the last active message id, or None).
+    ``rewind_count`` goes up by one; the counters are left as they are. Returns
+    ``rewound_count`` (rows newly made inactive), ``target_message`` (the target
+    row, content decoded) and ``new_head_id`` (the last active message id, or None).
 
     Raises:
-        ValueError: the message is not in that session, or is not a user message
-            (the message starts with ``argument``, then says it as Hermes does).
+        ValueError: the message is not in that session, is not a user message (the
+            message starts with ``argument``, then says it as Hermes does), or is
+            rewound already (Hermes counts such a rewind again; SPEC §6 refuses it).
     """
     check_session_id(session_id)
     check_int64(target_message_id, argument)
@@ -316,6 +316,11 @@ def rewind(
             raise ValueError(
                 f"{where}rewind target must be a 'user' message (got role={target['role']!r}, "
                 f"id={target_message_id})"
+            )
+        if not target["active"]:
+            raise ValueError(
+                f"{where}message {target_message_id} is already rewound (not active); "
+                "restore_rewound brings it back"
             )
         target["content"] = decode_content(target["content"])
         count = _set_active(session_id, target_message_id, active=False)

@@ -229,7 +229,7 @@ def test_reopen_session_clears_the_end(store: SessionDB) -> None:
     ("args", "error", "argument"),
     [
         (("s1", ""), ValueError, "end_reason"),
-        (("s1", None), TypeError, "end_reason"),
+        (("s1", 7), TypeError, "end_reason"),
         (("", "x"), ValueError, "session_id"),
     ],
 )
@@ -243,6 +243,33 @@ def test_end_session_names_a_bad_argument(
 
 
 # -- resolve_session_id ------------------------------------------------------------------
+
+
+def test_end_session_without_a_reason_ends_it_with_none_as_hermes_does(store: SessionDB) -> None:
+    store.create_session("s1", "cli", started_at=T0)
+    assert store.end_session("s1", None) is True
+    ended = store.get_session("s1")
+    assert ended == session_row("s1", ended_at=ended["ended_at"], end_reason=None)
+    assert ended["ended_at"] is not None
+    assert store.end_session("s1", "later") is False  # the first end wins
+    assert store.get_session("s1") == ended
+
+
+def test_resolve_session_id_matches_ascii_letters_of_either_case_as_hermes_like(
+    store: SessionDB,
+) -> None:
+    # Hermes: exact id, else LIKE 'prefix%' (ASCII case-insensitive), unique or None.
+    for session_id in ("abc123", "Xyz_1", "XYZ_2", "ÄÖ1", "Mixed9"):
+        store.create_session(session_id, "cli", started_at=T0)
+    assert store.resolve_session_id("ABC") == "abc123"
+    assert store.resolve_session_id("aBc12") == "abc123"
+    assert store.resolve_session_id("xyz_") is None  # Xyz_1 and XYZ_2: ambiguous
+    assert store.resolve_session_id("xyz_2") == "XYZ_2"
+    assert store.resolve_session_id("mixed") == "Mixed9"
+    assert store.resolve_session_id("äö") is None  # only ASCII letters fold, as in LIKE
+    assert store.resolve_session_id("ÄÖ") == "ÄÖ1"
+    assert store.resolve_session_id("Xyz_1") == "Xyz_1"  # exact
+    assert store.resolve_session_id("ABC123") == "abc123"  # no exact row: the prefix rule
 
 
 def test_resolve_session_id(store: SessionDB) -> None:

@@ -576,14 +576,28 @@ def test_rewind_to_a_foreign_or_unknown_message_is_refused(
     assert counters(chat, "s2") == (1, 0, 0)
 
 
-def test_rewinding_to_an_already_rewound_message_only_counts(
+def test_rewinding_to_an_already_rewound_message_is_refused_and_changes_nothing(
+    chat: SessionDB, turns: dict[str, int]
+) -> None:
+    # SPEC §6: a target that is not an active user message is a ValueError (Hermes B
+    # would count a second rewind and flip nothing).
+    chat.rewind_to_message("s1", turns["u2"])
+    before = chat.get_messages("s1", include_inactive=True)
+    with pytest.raises(ValueError, match=rf"^target_message_id {turns['u2']}: .*already rewound"):
+        chat.rewind_to_message("s1", turns["u2"])
+    assert chat.get_messages("s1", include_inactive=True) == before
+    assert counters(chat, "s1") == (6, 3, 1)
+
+
+def test_a_rewound_target_is_refused_even_when_later_messages_were_restored(
     chat: SessionDB, turns: dict[str, int]
 ) -> None:
     chat.rewind_to_message("s1", turns["u2"])
-    again = chat.rewind_to_message("s1", turns["u2"])
-    assert (again["rewound_count"], again["new_head_id"]) == (0, turns["t1"])
-    assert again["target_message"]["active"] == 0
-    assert counters(chat, "s1") == (6, 3, 2)
+    later = [m["id"] for m in chat.get_messages("s1", include_inactive=True)][-1]
+    assert chat.restore_rewound("s1", later) == 1
+    with pytest.raises(ValueError, match="already rewound"):
+        chat.rewind_to_message("s1", turns["u2"])
+    assert [m["id"] for m in chat.get_messages("s1")][-1] == later  # still active
 
 
 @pytest.mark.parametrize(

@@ -315,10 +315,11 @@ def test_rewind_to_message(chat: SessionDB) -> None:
     assert result["target_message"]["id"] == target
     session = chat.get_session("s1")
     assert (session["rewind_count"], session["message_count"]) == (1, 4)
-    # Rewinding again flips nothing but still counts the rewind.
-    again = chat.rewind_to_message("s1", target)
-    assert (again["rewound_count"], again["new_head_id"]) == (0, reply)
-    assert chat.get_session("s1")["rewind_count"] == 2
+    # Rewinding again: Hermes B flips nothing and counts the rewind; SPEC §6 refuses a
+    # target that is not an active user message, and nothing changes.
+    with pytest.raises(ValueError, match="already rewound"):
+        chat.rewind_to_message("s1", target)
+    assert chat.get_session("s1")["rewind_count"] == 1
     everything = chat.rewind_to_message("s1", first)
     assert (everything["rewound_count"], everything["new_head_id"]) == (2, None)
 
@@ -412,3 +413,17 @@ def test_replace_messages_keeps_given_timestamps(chat: SessionDB) -> None:
         ],
     )
     assert [m["timestamp"] for m in chat.get_messages("s1")] == [T0 + 5, T0 + 1]
+
+
+def test_replay_gives_tool_calls_that_are_not_json_as_an_empty_list(chat: SessionDB) -> None:
+    # HERMES_V16 §3.9: get_messages_as_conversation decodes tool_calls, "[] on failure";
+    # get_messages keeps such text as it is (a documented difference: exports keep it).
+    chat.append_message("s1", "user", "run it", timestamp=1.0)
+    chat.append_message("s1", "assistant", None, tool_calls="not json", timestamp=2.0)
+    chat.append_message("s1", "assistant", "ok", tool_calls='[{"id": "c1"}]', timestamp=3.0)
+    assert chat.get_messages_as_conversation("s1") == [
+        {"role": "user", "content": "run it", "timestamp": 1.0},
+        {"role": "assistant", "content": None, "timestamp": 2.0, "tool_calls": []},
+        {"role": "assistant", "content": "ok", "timestamp": 3.0, "tool_calls": [{"id": "c1"}]},
+    ]
+    assert [m["tool_calls"] for m in chat.get_messages("s1")] == [None, "not json", [{"id": "c1"}]]
