@@ -220,12 +220,22 @@ def check_amount(value: Any, argument: str) -> float | None:
 
 
 def check_timestamp(timestamp: Any, argument: str = "timestamp") -> float:
-    """Seconds since the epoch (now when None): a number, or an object with
-    ``.timestamp()`` (a ``datetime``; a naive one is local time, as Hermes reads it)."""
+    """Seconds since the epoch (now when None): a number, an object with
+    ``.timestamp()`` (a ``datetime``; a naive one is local time, as Hermes reads it),
+    or text of a number (``"1700000000.5"``: Hermes takes what ``float()`` takes).
+    Text that is no number is a ``ValueError`` (Hermes would use the time now)."""
     if timestamp is None:
         return time.time()
-    if not isinstance(timestamp, (int, float)) and callable(getattr(timestamp, "timestamp", None)):
-        timestamp = timestamp.timestamp()
+    if not isinstance(timestamp, (int, float)):
+        if callable(getattr(timestamp, "timestamp", None)):
+            timestamp = timestamp.timestamp()
+        elif isinstance(timestamp, str):
+            try:
+                timestamp = float(timestamp)
+            except ValueError:
+                raise ValueError(
+                    f"{argument} must be seconds since the epoch, got {timestamp[:80]!r}"
+                ) from None
     return check_epoch(timestamp, argument)
 
 

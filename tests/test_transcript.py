@@ -257,7 +257,8 @@ def test_lone_surrogates_are_refused_and_nothing_is_written(
         (("s1", "user", "x"), {"finish_reason": 0}, TypeError, "finish_reason"),
         (("s1", "user", "x"), {"tool_calls": {1, 2}}, TypeError, "tool_calls"),
         (("s1", "user", "x"), {"reasoning_details": object()}, TypeError, "reasoning_details"),
-        (("s1", "user", "x"), {"timestamp": "today"}, TypeError, "timestamp"),
+        (("s1", "user", "x"), {"timestamp": "today"}, ValueError, "timestamp"),
+        (("s1", "user", "x"), {"timestamp": b"12"}, TypeError, "timestamp"),
         (("s1", "user", "x"), {"timestamp": float("nan")}, ValueError, "timestamp"),
     ],
 )
@@ -272,6 +273,18 @@ def test_append_names_a_bad_argument(
         chat.append_message(*args, **kwargs)
     assert table_counts(chat) == (0, 0, 0)
     assert counters(chat, "s1") == (0, 0, 0)
+
+
+def test_append_takes_a_timestamp_given_as_text_of_a_number_as_hermes_does(
+    chat: SessionDB,
+) -> None:
+    # HERMES_V16 §3.9: "something float-convertible" is taken as the timestamp.
+    first = chat.append_message("s1", "user", "a", timestamp="1700000000.5")
+    second = chat.append_message("s1", "user", "b", timestamp=" 1700000001 ")
+    assert [(m["id"], m["timestamp"]) for m in chat.get_messages("s1")] == [
+        (first, 1700000000.5),
+        (second, 1700000001.0),
+    ]
 
 
 def test_get_messages_orders_by_id_and_can_include_inactive(chat: SessionDB) -> None:
@@ -698,7 +711,7 @@ def test_replace_with_nothing_empties_the_session(chat: SessionDB, turns: dict[s
         ([{"content": "no role"}], ValueError, "messages[0] has no role"),
         ([{"role": "robot"}], ValueError, "messages[0]: role must be one of"),
         ([{"role": "user", "content": "\ud800"}], ValueError, "messages[0]['content'] contains"),
-        ([{"role": "user", "timestamp": "x"}], TypeError, "messages[0]: timestamp must be"),
+        ([{"role": "user", "timestamp": "x"}], ValueError, "messages[0]: timestamp must be"),
     ],
 )
 def test_replace_refuses_bad_messages_and_keeps_the_old_ones(
