@@ -557,6 +557,9 @@ def sessions(
     if after is not None and recent:
         raise click.UsageError("--after pages the start order; with --recent use --offset")
     with open_store(ctx, db_path, writes=False) as store:
+        if after:
+            # The listing shortens long ids to a unique prefix: take that one too.
+            after = store.resolve_session_id(after) or after
         rows = store.list_sessions_rich(
             source=source,
             limit=_no_limit(limit),
@@ -750,7 +753,11 @@ def search(
     if by_session and sort not in _SESSION_SORTS:
         raise click.UsageError(f"--sort {sort} cannot be combined with --sessions", ctx)
     with open_store(ctx, db_path, writes=False) as store:
-        if by_session:
+        if by_session and not query.strip():
+            # The library lists every session for a blank query (Hermes' listing form);
+            # a search for nothing finds nothing, as it does for messages.
+            rows = []
+        elif by_session:
             rows = store.search_sessions(
                 query,
                 limit=limit or INT64_MAX,
@@ -1370,8 +1377,8 @@ def backup(
     "copy",
     short_help="Copy a whole store: SQLite and PostgreSQL, either way (verified).",
     epilog=examples(
-        "hermes-models copy ~/.hermes/state.db 'postgresql://hermes@db.example/hermes'",
-        "hermes-models copy 'postgresql://hermes@db.example/hermes?schema=work' work.db",
+        "hermes-models copy ~/.hermes/state.db 'postgresql://hermes@db/hermes'",
+        "hermes-models copy 'postgresql://hermes@db/hermes?schema=work' work.db",
         "hermes-models copy state.db 'postgresql://hermes@db/hermes' --merge --json",
     ),
 )

@@ -131,6 +131,15 @@ CASES = [
     ("search: hits", ["search", "--db", "demo.db", "事件循环"], "", 0, ">>>事件循环<<<"),
     ("search: no hits", ["search", "--db", "demo.db", "zebra"], "", 0, "no matches"),
     ("search: odd query", ["search", "--db", "demo.db", '"C++ AND'], "", 0, "no matches"),
+    # A blank query finds nothing, by session too (the library lists every session then).
+    ("search: blank, sessions", ["search", "--db", "demo.db", " ", "--sessions"], "", 0, "no matc"),
+    (
+        "search: blank, sessions, JSON",
+        ["search", "--db", "demo.db", "", "--sessions", "--json"],
+        "",
+        0,
+        "[]",
+    ),
     ("search: bad sort", ["search", "--db", "demo.db", "x", "--sort", "up"], "", 2, "--sort"),
     ("search: no file", ["search", "--db", "missing.db", "x"], "", 1, "does not exist"),
     ("export: a bundle", ["export", "--db", "demo.db", "-o", "out.jsonl"], "", 0, "wrote 6"),
@@ -406,6 +415,39 @@ def test_demo_ignores_hermes_models_db_unless_db_is_typed(work: Path) -> None:
     fresh = run("demo", "--db", "fresh.db", cwd=work, env=env)
     assert fresh.returncode == 0
     assert fresh.stdout.endswith(f"demo database: {work / 'fresh.db'}\n")
+
+
+# -- help on an 80-column terminal --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [None, *sorted(cli.commands)])
+def test_help_fits_80_columns(tmp_path: Path, command: str | None) -> None:
+    env = {**environment(tmp_path), "COLUMNS": "80"}
+    result = run(*([command] if command else []), "--help", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    wide = [line for line in result.stdout.splitlines() if len(line) > 80]
+    assert wide == []
+
+
+# -- paging by the id the table shows ------------------------------------------------------------
+
+
+def test_after_takes_the_shortened_id_the_table_prints(tmp_path: Path) -> None:
+    path = tmp_path / "ids.db"
+    ids = [f"20260105_09{minute:02d}00_{minute:08x}" for minute in range(5)]
+    with SessionDB(path) as store:
+        for index, session_id in enumerate(ids):
+            store.create_session(session_id, "cli", started_at=T0 + index)
+    first = run("sessions", "--db", str(path), "--limit", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    shown = [line.split()[0] for line in first.stdout.splitlines()[1:]]
+    assert len(shown) == 2 and shown[-1] != ids[3] and ids[3].startswith(shown[-1])
+    after = run("sessions", "--db", str(path), "--limit", "2", "--after", shown[-1], cwd=tmp_path)
+    assert after.returncode == 0, after.stderr
+    assert [line.split()[0] for line in after.stdout.splitlines()[1:]] == [
+        ids[2][: len(shown[-1])],
+        ids[1][: len(shown[-1])],
+    ]
 
 
 # -- ambiguous prefixes -------------------------------------------------------------------------
