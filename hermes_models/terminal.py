@@ -49,8 +49,25 @@ class _Console(Console):
 
 
 def console(*, stderr: bool = False) -> Console:
-    """A console on standard output (or error) that prints text literally."""
-    return _Console(highlight=False, stderr=stderr, emoji=False)
+    """A console on standard output (or error) that prints text literally: no
+    markup (a stored ``[/]`` is text), no highlighting, no emoji codes."""
+    return _Console(highlight=False, markup=False, stderr=stderr, emoji=False)
+
+
+#: Control characters (C0, DEL, C1): a stored escape sequence must not reach the
+#: terminal (a title that sets the window's, a message that clears the screen).
+#: rich lays them out as taking no cell, so leaving them out keeps every column.
+_NOT_SHOWN = dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0)])
+
+
+def _shown(line: list[Segment]) -> list[Segment]:
+    """``line`` without control characters in its text."""
+    return [
+        segment
+        if segment.control or segment.text.isprintable()
+        else Segment(segment.text.translate(_NOT_SHOWN), segment.style)
+        for segment in line
+    ]
 
 
 def _rstrip(line: list[Segment]) -> list[Segment]:
@@ -72,7 +89,7 @@ def emit(out: Console, renderable: RenderableType) -> None:
     """Print ``renderable`` laid out for the console's width, lines right-trimmed."""
     segments: list[Segment] = []
     for line in out.render_lines(renderable, out.options, pad=False):
-        segments.extend(_rstrip(line))
+        segments.extend(_rstrip(_shown(line)))
         segments.append(Segment.line())
     out.print(Segments(segments), end="", crop=False)
 

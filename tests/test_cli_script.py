@@ -417,6 +417,34 @@ def test_demo_ignores_hermes_models_db_unless_db_is_typed(work: Path) -> None:
     assert fresh.stdout.endswith(f"demo database: {work / 'fresh.db'}\n")
 
 
+# -- stored text that a terminal or rich would read as commands -----------------------------------
+
+
+def test_stored_escape_sequences_and_markup_are_printed_as_inert_text(tmp_path: Path) -> None:
+    path = tmp_path / "odd.db"
+    with SessionDB(path) as store:
+        store.create_session("[/]x", "[/]", started_at=T0)
+        store.create_session("e1", "cli", started_at=T0 + 1)
+        store.set_session_title("e1", "[bold]loud[/bold] title")
+        store.append_message("e1", "user", "clear \x1b[2J\x1b[H screen \x1b]0;PWNED\x07 x\x9by")
+    env = {**environment(tmp_path), "COLUMNS": "100"}
+    for args in (
+        ["sessions"],
+        ["show", "e1"],
+        ["search", "screen"],
+        ["search", "screen", "--sessions"],
+    ):
+        result = run(*args, "--db", str(path), cwd=tmp_path, env=env)
+        assert (result.returncode, result.stderr) == (0, ""), args
+        assert not any(c in result.stdout for c in "\x1b\x07\x9b"), (args, result.stdout)
+        if args[0] != "search":
+            assert "[bold]loud[/bold] title" in result.stdout  # markup is text
+    listing = run("sessions", "--db", str(path), cwd=tmp_path, env=env).stdout
+    assert listing.splitlines()[-1].split() == ["[/]x", "[/]", "0", "2026-01-05", "09:00"]
+    shown = run("show", "e1", "--db", str(path), cwd=tmp_path, env=env).stdout
+    assert "clear [2J[H screen ]0;PWNED xy" in shown
+
+
 # -- help on an 80-column terminal --------------------------------------------------------------
 
 
