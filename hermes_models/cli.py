@@ -1442,6 +1442,14 @@ def copy_(ctx: click.Context, source: str, target: str, merge: bool, fmt: str | 
 
 def main(argv: list[str] | None = None, prog_name: str = "hermes-models") -> int:
     """Run the CLI as the console script does (click's standalone mode); the exit status."""
+    if sys.stdin is None:  # started with standard input closed: it reads as empty
+        sys.stdin = open(os.devnull, encoding="utf-8")
+    if sys.stderr is None:  # closed: errors go nowhere, the exit status still says
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    if sys.stdout is None:
+        # Started with standard output closed (``>&-``): refuse before doing anything.
+        sys.stderr.write("Error: standard output is closed; nothing was done\n")
+        return EXIT_FAILURE
     try:
         cli.main(args=argv, prog_name=prog_name)
         status = 0

@@ -322,6 +322,45 @@ def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
 # -- python -m, and --db -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("args", [["sessions"], ["sessions", "--json"], ["export"], ["stats"]])
+def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
+    work: Path, args: list[str]
+) -> None:
+    before = (work / "demo.db").read_bytes()
+    command = " ".join([str(SCRIPT), *args, "--db", "demo.db"])
+    result = subprocess.run(
+        ["sh", "-c", f"{command} >&-"],
+        cwd=work,
+        env=environment(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        "Error: standard output is closed; nothing was done\n",
+    )
+    assert (work / "demo.db").read_bytes() == before
+
+
+def test_a_closed_standard_input_reads_as_empty(work: Path) -> None:
+    before = (work / "demo.db").read_bytes()
+    result = subprocess.run(
+        ["sh", "-c", f"{SCRIPT} delete demo-asyncio --db demo.db <&-"],
+        cwd=work,
+        env=environment(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "Error: not confirmed; nothing was deleted"
+    assert "Traceback" not in result.stderr
+    assert (work / "demo.db").read_bytes() == before
+
+
 def test_python_dash_m_runs_the_cli(work: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "hermes_models", "resume", "--db", "demo.db", "demo-retries"],
