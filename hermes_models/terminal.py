@@ -1,7 +1,9 @@
 """What ``hermes-models`` prints: consoles, records for scripts, progress and times.
 
 People get rich renderables laid out for the terminal's width: wrapped, never
-cut, and without the padding rich puts after the last column of a table.
+cut, and without the padding rich puts after the last column of a table; a
+table too wide for the terminal is printed as one block per row. Stored text
+is never read as markup, and its control characters never reach the terminal.
 Scripts get records (a list of flat dicts) as one JSON array (``--json``, as
 sqlite-utils and ``llm logs`` print it), one JSON object per line (``--nl``),
 or CSV/TSV with a header row; values that are lists or dicts become JSON text
@@ -22,8 +24,9 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.segment import Segment, Segments
+from rich.table import Table
 from rich.text import Text
 
 from . import clock
@@ -48,10 +51,17 @@ class _Console(Console):
         stop_quietly()
 
 
+#: The width used when the terminal (or ``COLUMNS``) says it has no columns at all.
+FALLBACK_WIDTH = 80
+
+
 def console(*, stderr: bool = False) -> Console:
     """A console on standard output (or error) that prints text literally: no
     markup (a stored ``[/]`` is text), no highlighting, no emoji codes."""
-    return _Console(highlight=False, markup=False, stderr=stderr, emoji=False)
+    out = _Console(highlight=False, markup=False, stderr=stderr, emoji=False)
+    if out.width < 1:  # COLUMNS=0, or a terminal that reports no size
+        out.width = FALLBACK_WIDTH
+    return out
 
 
 #: Control characters (C0, DEL, C1): a stored escape sequence must not reach the
@@ -85,8 +95,36 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
     return kept
 
 
+def _wider_than(out: Console, renderable: RenderableType) -> bool:
+    """Whether ``renderable`` laid out for the console needs more columns than it has
+    (a table whose unbreakable columns do not fit: rich would cut its lines)."""
+    rendered = out.render(renderable, out.options)
+    return any(
+        Segment.get_line_length(_rstrip(line)) > out.width for line in Segment.split_lines(rendered)
+    )
+
+
+def stacked(table: Table) -> RenderableType:
+    """``table`` as one block per row, a line per column (``Header: cell``): what a
+    table becomes on a terminal too narrow for its columns, so that nothing is cut."""
+    columns = [(" ".join(str(c.header).split()), list(c.cells)) for c in table.columns]
+    blocks: list[RenderableType] = []
+    for index in range(table.row_count):
+        if blocks:
+            blocks.append(Text(""))
+        for header, cells in columns:
+            cell = cells[index]
+            line = Text(f"{header}: ", style="bold")
+            line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
+            blocks.append(line)
+    return Group(*blocks)
+
+
 def emit(out: Console, renderable: RenderableType) -> None:
-    """Print ``renderable`` laid out for the console's width, lines right-trimmed."""
+    """Print ``renderable`` laid out for the console's width, lines right-trimmed; a
+    table too wide for it is printed :func:`stacked`."""
+    if isinstance(renderable, Table) and _wider_than(out, renderable):
+        renderable = stacked(renderable)
     segments: list[Segment] = []
     for line in out.render_lines(renderable, out.options, pad=False):
         segments.extend(_rstrip(_shown(line)))

@@ -484,6 +484,39 @@ def test_stored_escape_sequences_and_markup_are_printed_as_inert_text(tmp_path: 
     assert "clear [2J[H screen ]0;PWNED xy" in shown
 
 
+# -- narrow terminals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [10, 40, 60, 66])
+def test_a_table_too_wide_for_the_terminal_is_stacked_and_nothing_is_cut(
+    work: Path, width: int
+) -> None:
+    with SessionDB(work / "demo.db", read_only=True) as store:
+        rows = store.list_sessions_rich(limit=None)
+    env = {**environment(work), "COLUMNS": str(width)}
+    result = run("sessions", "--db", "demo.db", "--limit", "0", cwd=work, env=env)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if len(line) > width] == []
+    flat = "".join(result.stdout.split())
+    for row in rows:
+        for text in (row["title"], row["preview"], "Msgs:" + str(row["message_count"])):
+            assert "".join(str(text or "").split()) in flat, (width, text)
+    assert sum(line.startswith("Source:") for line in lines) == len(rows)
+
+
+def test_a_terminal_of_no_columns_is_laid_out_for_80(work: Path) -> None:
+    outputs = {
+        columns: run(
+            "sessions", "--db", "demo.db", cwd=work, env={**environment(work), "COLUMNS": columns}
+        )
+        for columns in ("0", "80")
+    }
+    assert outputs["0"].returncode == 0
+    assert outputs["0"].stdout == outputs["80"].stdout
+    assert "demo-chinese" in outputs["0"].stdout
+
+
 # -- help on an 80-column terminal --------------------------------------------------------------
 
 
