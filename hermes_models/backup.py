@@ -32,7 +32,7 @@ from typing import Any
 from . import sqlite_sql
 from .checks import check_int64
 from .errors import BackupError
-from .files import read_only_params, resolve_path, sqlite_uri
+from .files import check_header, read_only_params, resolve_path, sqlite_uri
 from .output import failure_naming
 
 logger = logging.getLogger("hermes_models")
@@ -204,12 +204,17 @@ def backup(
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
+        NotADatabaseError: ``source`` is not an SQLite database (a folder, a device...).
+        ValueError: ``dest`` is empty.
         FileExistsError: ``dest`` is an existing file.
         BackupError: the copy failed its checks (it is not kept).
     """
     path = resolve_path(source, argument="source")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (nothing to back up)")
+    check_header(path)  # a folder, a device, a FIFO or a file that is no database
+    if not os.fspath(dest):
+        raise ValueError("dest must not be empty (a new file, or a folder)")
     if keep is not None:
         keep = check_int64(keep, "keep", minimum=1)
     dest_path = Path(os.path.abspath(os.path.expanduser(os.fspath(dest))))

@@ -1358,8 +1358,10 @@ def backup(
 
     _file_only(db_path, "back it up with the server's tools (pg_dump, base backups)")
     path = resolve_path(db_path)
-    if not path.is_file():
+    if not path.exists():
         raise click.ClickException(f"{path} does not exist (nothing to back up)")
+    if not dest:
+        raise click.BadParameter("must not be empty (a new file, or a folder)", param_hint="DEST")
     with terminal.progress("backing up") as progress:
         result = copy_store(path, dest, keep=keep, progress=progress)
     if fmt:

@@ -210,6 +210,11 @@ CASES = [
     ("backup: file exists", ["backup", "--db", "demo.db", "junk.db"], "", 1, "already exists"),
     ("backup: bad keep", ["backup", "--db", "demo.db", "c/", "--keep", "0"], "", 2, "--keep"),
     ("backup: no file", ["backup", "--db", "missing.db", "c/"], "", 1, "nothing to back up"),
+    # What is there but is no database says so, as every other command does.
+    ("backup: a folder", ["backup", "--db", ".", "c/"], "", 1, "is a directory, not an SQLite"),
+    ("backup: a device", ["backup", "--db", "/dev/null", "c/"], "", 1, "a character device"),
+    ("backup: junk", ["backup", "--db", "junk.db", "c/"], "", 1, "junk.db is not an SQLite"),
+    ("backup: empty DEST", ["backup", "--db", "demo.db", ""], "", 2, "DEST: must not be empty"),
     (
         "backup: no file can be made there",
         ["backup", "--db", "demo.db", "/proc/x.db"],
