@@ -1432,6 +1432,7 @@ def copy_(ctx: click.Context, source: str, target: str, merge: bool, fmt: str | 
     notes = (
         (report.orphan_messages, "message", "of no session not copied"),
         (report.parents_dropped, "parent link", "to a session in neither store dropped"),
+        (report.titles_renamed, "title", "that DST already had given the next free #N"),
         (report.rows_differing, "row", "of DST that differ from SRC kept as they were"),
     )
     for count, noun, text in notes:

@@ -36,7 +36,9 @@ present in the target came with all its messages, in one transaction).
 the bundle import apply: a session the target has is left exactly as it is,
 messages included; a new session keeps its message ids unless one of them is
 taken, and then all its messages get ids after every id in use; ``state_meta``
-keys and compression locks the target has are kept. The target's id counter is
+keys and compression locks the target has are kept; a new session whose title a
+session of the target holds gets the next free ``"title #N"`` (``titles_renamed``),
+as an import does. The target's id counter is
 moved past every source id before the first batch, and renumbered messages take
 their ids from it inside their batch: clients writing to the target meanwhile
 never get an id the copy uses. Sessions the target had
@@ -67,7 +69,7 @@ from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress
 from .connection import connect
 from .errors import CopyError, TargetNotEmptyError, VerificationError
 from .files import SCHEMA_VERSION, resolve_path
-from .staging import PAUSE_SECONDS, TRANSACTION_SECONDS
+from .staging import PAUSE_SECONDS, TRANSACTION_SECONDS, settled_titles
 
 log = logging.getLogger("hermes_models")
 
@@ -95,6 +97,7 @@ LOCK_COLUMNS = ("session_id", "holder", "acquired_at", "expires_at")
 TABLES = ("sessions", "messages", "state_meta", "compression_locks")
 
 _PARENT = SESSION_COLUMNS.index("parent_session_id")
+_TITLE = SESSION_COLUMNS.index("title")
 _SESSION_OF = MESSAGE_COLUMNS.index("session_id")
 
 
@@ -515,6 +518,9 @@ class CopyReport:
     orphan_messages: int = 0
     #: Parent links to a session in neither store (copied as no parent).
     parents_dropped: int = 0
+    #: New sessions whose title a session of the target had: given the next free
+    #: ``"title #N"``, as an import does (merge).
+    titles_renamed: int = 0
     #: Sessions, state_meta keys and locks the target had, different from the source (merge).
     rows_differing: int = 0
     #: Rows per table in the target, checked against the source.
@@ -541,6 +547,8 @@ class _Copy:
         self.counts: dict[str, int] = {}
         self.cut: set[str] = set()
         self.added: set[str] = set()
+        #: New titles of the sessions renamed because the target held theirs (merge).
+        self.renamed: dict[str, str] = {}
         self.done = 0
         self.total = 0
         self.next_id = 0
@@ -635,7 +643,10 @@ class _Copy:
             if looped:
                 self.copy_batch(looped)
             self.dst.write(self.finish)
-            checked = _Verifier(self.src, self.dst, self.merge, self.added, self.step)
+            self.report.titles_renamed = sum(1 for s in self.renamed if s in self.added)
+            checked = _Verifier(
+                self.src, self.dst, self.merge, self.added, self.step, renamed=self.renamed
+            )
             self.dst.begin_read()
             try:
                 self.report.verified = checked.run(self.parents)
@@ -701,6 +712,8 @@ class _Copy:
                 dropped += parent is not None and session_id not in self.cut
                 row = (*row[:_PARENT], None, *row[_PARENT + 1 :])
             rows.append(row)
+        if self.merge:
+            rows = self._settle_titles(rows)
         self.dst.insert("sessions", SESSION_COLUMNS, rows)
         self.step(len(new))
         moved = self._clashing(new) if self.merge else set()
@@ -713,6 +726,25 @@ class _Copy:
             self.dst.all_nothing(self.dst.sql.COPY_SET_PARENT, (parent, session_id))
         self.next_id = state["next"]
         return new, (state["renumbered"], dropped)
+
+    def _settle_titles(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``rows`` with each title a session of the target holds renamed to the next
+        free ``"title #N"`` (inside the batch's transaction, so the look is exact)."""
+        titles = [(row[0], row[_TITLE]) for row in rows]
+        wanted = sorted({title for _, title in titles if title is not None})
+        if not wanted:
+            return rows
+        param: Any = wanted if isinstance(self.dst, _PostgresSide) else json.dumps(wanted)
+        taken = {title for (title,) in self.dst.all(self.dst.sql.TITLES_FROM_LIST, [param])}
+        changes, _ = settled_titles(titles, taken, rename=True)
+        out = []
+        for row in rows:
+            if row[0] in changes:
+                title = str(changes[row[0]])  # renamed, never dropped (rename=True)
+                self.renamed[row[0]] = title
+                row = (*row[:_TITLE], title, *row[_TITLE + 1 :])
+            out.append(row)
+        return out
 
     def _clashing(self, new: list[str]) -> set[str]:
         """The sessions of ``new`` with a message id the target already uses."""
@@ -776,10 +808,14 @@ class _Verifier:
         merge: bool,
         added: set[str] | None,
         step: Callable[[int], None] | None = None,
+        *,
+        renamed: dict[str, str] | None = None,
     ) -> None:
         self.src, self.dst, self.merge = src, dst, merge
         #: Sessions this run added: they must match even in a merge.
         self.added = added or set()
+        #: Titles this run gave added sessions instead of the source's.
+        self.renamed = renamed or {}
         self.step = step or (lambda rows: None)
         self.differing = 0
 
@@ -854,6 +890,8 @@ class _Verifier:
             row = mine[session_id]
             if row[_PARENT] in dangling and row[_PARENT] not in known:
                 row = (*row[:_PARENT], None, *row[_PARENT + 1 :])
+            if session_id in self.renamed and session_id in self.added:
+                row = (*row[:_TITLE], self.renamed[session_id], *row[_TITLE + 1 :])
             if tuple(map(_plain, row)) != tuple(map(_plain, theirs[session_id])):
                 self.differ(
                     f"sessions: the row of session {session_id!r}",

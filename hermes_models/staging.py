@@ -555,8 +555,16 @@ def title_changes(
         found = raw(postgres_sql.TITLES_FROM_LIST, [sorted(set(wanted))]).fetchall()
     else:
         found = raw(sqlite_sql.TITLES_FROM_LIST, [json.dumps(sorted(set(wanted)))]).fetchall()
-    taken = {title for (title,) in found}
-    used = set(wanted)
+    return settled_titles(titles, {title for (title,) in found}, rename)
+
+
+def settled_titles(
+    titles: Sequence[tuple[str, str | None]], taken: set[str], rename: bool
+) -> tuple[dict[str, str | None], int]:
+    """:func:`title_changes` once the titles held (``taken``: the wanted ones and their
+    ``"#N"`` variants that other sessions have) are known."""
+    taken = set(taken)
+    used = {title for _, title in titles if title is not None}
     out: dict[str, str | None] = {}
     for session_id, title in titles:
         if title is not None and title in taken:
@@ -596,6 +604,7 @@ __all__ = [
     "Staging",
     "insert_rows",
     "refuse_present",
+    "settled_titles",
     "statement_sizes",
     "title_changes",
     "write_at_once",

@@ -325,6 +325,39 @@ def test_a_merge_adds_what_is_missing_and_keeps_what_the_target_has(
     assert sqlite_rows(target) == rows
 
 
+@pytest.mark.parametrize("to_server", [False, True], ids=["into-a-file", "into-a-server"])
+def test_a_merge_renames_a_title_the_target_holds_as_an_import_does(
+    request: pytest.FixtureRequest, tmp_path: Path, migrated_copy: Any, to_server: bool
+) -> None:
+    # The source's "foo" and "foo #2" meet a target holding "foo": the merge finishes,
+    # every title stays unique, and a second merge changes nothing.
+    source = migrated_copy(tmp_path / "source.db")
+    _insert(
+        source,
+        [_session("x", title="foo"), _session("y", title="foo #2"), _session("z", title="bar")],
+        [_message(1, "x"), _message(2, "y")],
+    )
+    if to_server:
+        pg: Server = request.getfixturevalue("pg")
+        target: Any = pg.new_database()
+        with SessionDB(target) as store:
+            store.create_session("q", "cli")
+            store.set_session_title("q", "foo")
+    else:
+        target = migrated_copy(tmp_path / "target.db")
+        _insert(target, [_session("q", title="foo")], [])
+    report = copy_store(source, target, merge=True)
+    assert (report.sessions_copied, report.titles_renamed) == (3, 1)
+    with SessionDB(target) as store:
+        titles = {s["id"]: s["title"] for s in store.list_sessions_rich(limit=None)}
+        # "foo #2" is the source's own (y keeps it), so x takes the next free number.
+        assert titles == {"q": "foo", "x": "foo #3", "y": "foo #2", "z": "bar"}
+        assert [m["content"] for m in store.get_messages("x")] == ["message 1"]
+    again = copy_store(source, target, merge=True)
+    assert (again.sessions_copied, again.sessions_skipped, again.titles_renamed) == (0, 3, 0)
+    assert again.rows_differing == 1  # x keeps the title the first merge gave it
+
+
 @pytest.mark.parametrize(
     "appends",
     [
