@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
 import peewee
-from peewee import fn
+from peewee import SQL, fn
 
 from . import jsonl
 from .binding import current
@@ -44,6 +45,8 @@ from .files import SCHEMA_VERSION
 from .lineage import walk_sessions
 from .models import Message, Session, stored_fields
 from .output import open_output
+
+logger = logging.getLogger("hermes_models")
 
 FORMAT = "hermes-models-bundle"
 VERSION = 1
@@ -159,11 +162,28 @@ def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     yield from raw(query if ids is None else query.where(among(Session.id, ids)))
 
 
+def _of_a_session(query: Any) -> Any:
+    """``query`` of messages kept to those whose session exists: an import that was
+    killed leaves its staged messages without one (the next import removes them),
+    and a damaged file may hold such rows; a bundle of them could not be imported."""
+    owner = Session.alias("owner")
+    return query.where(fn.EXISTS(owner.select(SQL("1")).where(owner.id == Message.session)))
+
+
 def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Message rows (stored values, :func:`file_columns` order) of those sessions by id;
-    None: all. Read from the cursor as they are used (SQLite sorts a selection on disk)."""
+    None: all of a session that exists. Read from the cursor as they are used (SQLite
+    sorts a selection on disk)."""
     query = Message.select(*_selected(Message)).order_by(Message.id)
-    yield from raw(query if ids is None else query.where(among(Message.session, ids)))
+    yield from raw(
+        _of_a_session(query) if ids is None else query.where(among(Message.session, ids))
+    )
+
+
+def orphan_total() -> int:
+    """How many messages belong to no session (left out of an export of everything)."""
+    everything = int(raw(Message.select(fn.COUNT(Message.id))).fetchone()[0])
+    return everything - _message_total(None)
 
 
 def session_total(ids: list[str] | None) -> int:
@@ -176,7 +196,7 @@ def session_total(ids: list[str] | None) -> int:
 def _message_total(ids: list[str] | None) -> int:
     query = Message.select(fn.COUNT(Message.id))
     if ids is None:
-        return int(raw(query).fetchone()[0])
+        return int(raw(_of_a_session(query)).fetchone()[0])
     return sum(
         int(raw(query.where(Message.session.in_(list(chunk)))).fetchone()[0])
         for chunk in chunks(ids)
@@ -193,6 +213,13 @@ def _records(
     with current().atomic():
         ids = selection(session_id, source)
         total = _message_total(ids)
+        if ids is None and (orphans := orphan_total()):
+            logger.warning(
+                "%s: %d message(s) belong to no session (an interrupted import's, or a "
+                "damaged file); they are not exported",
+                current().path,
+                orphans,
+            )
         shape = current().shape
         newer = shape is not None and shape.newer
         header = {

@@ -769,6 +769,26 @@ def test_cli_export_then_import_round_trips(source_db: Path, tmp_path: Path, tar
     assert again.stdout_bytes == out.read_bytes()
 
 
+def test_messages_of_no_session_are_left_out_of_an_export_that_then_imports(
+    source_db: Path, tmp_path: Path, target: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A killed import leaves its staged messages without a session until the next
+    # import; a damaged file may hold such rows too. A bundle of them would be refused.
+    conn = sqlite3.connect(source_db)
+    conn.execute(
+        "INSERT INTO messages (id, session_id, role, content, timestamp)"
+        " VALUES (900, 'staged-by-a-killed-import', 'user', 'half', 1.0)"
+    )
+    conn.commit()
+    conn.close()
+    out = tmp_path / "all.jsonl"
+    assert _export(source_db, out) == {"sessions": 8, "messages": 18}
+    assert "1 message(s) belong to no session" in caplog.text
+    assert _lines(out)[0]["messages"] == 18
+    assert all(line.get("session_id") != "staged-by-a-killed-import" for line in _lines(out))
+    assert _import(target, out)["messages_added"] == 18
+
+
 def test_cli_exports_one_session_as_markdown(source_db: Path) -> None:
     result = CliRunner().invoke(
         cli, ["export", "--db", str(source_db), "--session", "事件循环讨论", "--format", "md"]
