@@ -3,6 +3,12 @@
 -- "_delegate_from": <parent id> in model_config so that it stays ephemeral
 -- whatever later happens to its parent. model_config text that is not a
 -- JSON object is left as it is.
+--
+-- Hermes also tags a child of a parent that ended with 'compression' or
+-- 'branched' when it started before that end (a clock stepped back); 0005
+-- takes such tags away again. They are not written here at all: adding a tag
+-- and removing it rewrote the child's model_config (JSON text compacted,
+-- '{}' made NULL), and a continuation's model_config is not touched.
 UPDATE sessions
 SET model_config = json_set(COALESCE(model_config, '{}'), '$._delegate_from', parent_session_id)
 WHERE parent_session_id IS NOT NULL
@@ -17,5 +23,4 @@ WHERE parent_session_id IS NOT NULL
       SELECT 1 FROM sessions AS p
       WHERE p.id = sessions.parent_session_id
         AND p.end_reason IN ('branched', 'compression')
-        AND sessions.started_at >= p.ended_at
   );

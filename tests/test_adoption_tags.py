@@ -172,6 +172,20 @@ def apply_only_0004(path: Path, tmp_path: Path) -> None:
     for source in sorted(migrations_dir().iterdir()):
         if source.name[:4] <= "0004":
             shutil.copy(source, folder / source.name)
+    # That release's 0004 tagged by timestamps, as Hermes does (today's leaves a child
+    # of a compressed or branched parent alone).
+    step = folder / "0004_tag_delegate_children.sql"
+    text = step.read_text("utf-8")
+    today = "        AND p.end_reason IN ('branched', 'compression')\n  );"
+    assert today in text
+    step.write_text(
+        text.replace(
+            today,
+            "        AND p.end_reason IN ('branched', 'compression')\n"
+            "        AND sessions.started_at >= p.ended_at\n  );",
+        ),
+        "utf-8",
+    )
     backend = get_backend(yoyo_url(path))
     with backend:
         with backend.lock():
@@ -198,6 +212,53 @@ def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> N
     with SessionDB(path) as store:
         assert store.delete_session("skew-parent") is True
         assert store.get_session("skew-cont")["parent_session_id"] is None
+
+
+def test_an_upgrade_leaves_the_model_config_text_of_a_skewed_continuation_as_it_was(
+    tmp_path: Path,
+) -> None:
+    # Tagging such a child and untagging it again rewrote its text: compacted JSON,
+    # and '{}' made NULL. Only the children that get a tag may change.
+    path = legacy.build(tmp_path / "state.db", 15)
+    texts = {"skew-a": '{"temperature": 0.2}', "skew-b": "{}", "skew-c": None, "skew-d": "[1, 2]"}
+    add(
+        path,
+        {
+            "id": "p",
+            "source": "cli",
+            "started_at": T0 + 100,
+            "ended_at": T0 + 200,
+            "end_reason": "compression",
+        },
+        *[
+            {
+                "id": sid,
+                "source": "cli",
+                "parent_session_id": "p",
+                "started_at": T0 + 150,
+                "model_config": text,
+            }
+            for sid, text in texts.items()
+        ],
+        {
+            "id": "late",
+            "source": "cli",
+            "parent_session_id": "p",
+            "started_at": T0 + 250,
+            "model_config": "{}",
+        },
+    )
+    hermes_models.migrate(path)
+    conn = sqlite3.connect(path)
+    try:
+        stored = dict(
+            conn.execute(
+                "SELECT id, model_config FROM sessions WHERE parent_session_id = 'p'"
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+    assert stored == {**texts, "late": "{}"}
 
 
 def test_a_file_created_fresh_keeps_every_tag_it_holds(tmp_path: Path) -> None:
