@@ -209,7 +209,8 @@ def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
     ``messages_added`` and ``lines_skipped``.
 
     Raises:
-        BundleError: the file cannot be read as a transcript.
+        BundleError: the file cannot be read as a transcript, or holds neither a
+            message nor a ``session_meta`` line (an empty file).
         ImportConflictError: another import into the file is running.
     """
     session_id = path.stem
@@ -220,6 +221,12 @@ def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
     except ValueError as exc:
         raise BundleError(f"{path}: the file name is not a usable session id ({exc})") from None
     meta, messages, skipped = read_transcript(path)
+    if not meta and not messages:
+        # An empty file (or /dev/null) is no transcript: it would add an empty session.
+        held = f" ({skipped} line(s) of roles the store does not hold)" if skipped else ""
+        raise BundleError(
+            f"{path}: no message and no session_meta line{held}; not a transcript, nothing imported"
+        )
     mtime = path.stat().st_mtime
     if Session.select().where(Session.id == session_id).exists():
         return {"sessions_added": 0, "messages_added": 0, "lines_skipped": skipped}

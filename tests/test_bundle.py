@@ -749,6 +749,32 @@ def test_a_single_bad_transcript_raises_and_writes_nothing(tmp_path: Path, targe
         assert store.session_count() == 0
 
 
+@pytest.mark.parametrize(
+    ("content", "held"),
+    [
+        (b"", ""),
+        (b"\n\n", ""),
+        (b'{"role": "robot", "content": "x"}\n', " (1 line(s) of roles the store does not hold)"),
+    ],
+    ids=["empty", "blank-lines", "no-role-it-holds"],
+)
+def test_a_transcript_without_messages_or_meta_is_refused_and_adds_no_session(
+    tmp_path: Path, target: Any, content: bytes, held: str
+) -> None:
+    file = tmp_path / "backup2.jsonl"
+    file.write_bytes(content)
+    with SessionDB(target) as store:
+        with pytest.raises(BundleError) as raised:
+            store.import_transcripts(file)
+        assert str(raised.value) == (
+            f"{file}: no message and no session_meta line{held}; not a transcript, nothing imported"
+        )
+        assert store.session_count() == 0
+    meta_only = _write_transcript(tmp_path / "quiet.jsonl", [{"role": "session_meta"}])
+    with SessionDB(target) as store:  # a session_meta line alone is an empty session
+        assert store.import_transcripts(meta_only)["sessions_added"] == 1
+
+
 # -- the command line -----------------------------------------------------------------------
 
 
