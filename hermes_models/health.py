@@ -301,6 +301,25 @@ def counter_mismatches(db: HermesDatabase | None = None) -> list[dict[str, Any]]
         return [dict(zip(keys, row)) for row in cast("list[tuple[Any, ...]]", query)]
 
 
+def _parent_loops(db: HermesDatabase) -> dict[str, Any]:
+    """Sessions whose chain of parents goes round (a damaged file): no listing shows
+    them, as each has a parent; lineage walks and deletions stop at the loop."""
+    from .copy import order_sessions  # the parent-first order of copies; loaded when used
+
+    parents = {row[0]: row[1] for row in _rows(db, sqlite_sql.COPY_SESSION_LINKS)}
+    _, looped, cut = order_sessions(parents)
+    if not looped:
+        return _check("parent links", True, "no session is its own ancestor")
+    shown = ", ".join(repr(s) for s in sorted(cut)[:5]) + (", ..." if len(cut) > 5 else "")
+    return _check(
+        "parent links",
+        False,
+        f"{len(looped)} session(s) in or below {len(cut)} loop(s) of parent links, "
+        f"hidden from listings (a loop starts at {shown}); set one parent_session_id "
+        "of each loop to NULL to show them",
+    )
+
+
 def _counters(db: HermesDatabase) -> dict[str, Any]:
     wrong = counter_mismatches(db)
     if not wrong:
@@ -375,6 +394,7 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
         ),
         _integrity(db),
         _foreign_keys(db),
+        _parent_loops(db),
     ]
     tables = present_fts_tables(db)
     if not tables:

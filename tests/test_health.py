@@ -29,6 +29,7 @@ CHECKS = [
     "schema_version",
     "integrity_check",
     "foreign_key_check",
+    "parent links",
     "fts integrity-check messages_fts",
     "messages_fts triggers",
     "messages_fts matches messages",
@@ -219,6 +220,27 @@ def test_doctor_finds_dangling_references(store_file: Path) -> None:
     }
 
 
+def test_doctor_finds_sessions_in_a_loop_of_parent_links(store_file: Path) -> None:
+    # A damaged file: a session that is its own parent, and two that are each other's.
+    conn = sqlite3.connect(store_file)
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.executemany(
+        "INSERT INTO sessions (id, source, started_at, parent_session_id) VALUES (?, 'cli', 1, ?)",
+        [("self", "self"), ("ping", "pong"), ("pong", "ping"), ("below", "ping")],
+    )
+    conn.commit()
+    conn.close()
+    assert _failed(_doctor(store_file)) == {
+        "parent links": "4 session(s) in or below 2 loop(s) of parent links, hidden from "
+        "listings (a loop starts at 'ping', 'self'); set one parent_session_id of each loop "
+        "to NULL to show them",
+    }
+    with SessionDB(store_file) as store:  # as Hermes, listings hide them (each has a parent)
+        assert {"self", "ping", "pong"} & {
+            r["id"] for r in store.list_sessions_rich(limit=None)
+        } == set()
+
+
 def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 10)
     before = legacy.dump(path)
@@ -228,6 +250,7 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
         "schema_version",
         "integrity_check",
         "foreign_key_check",
+        "parent links",
         "fts integrity-check messages_fts",
         "fts integrity-check messages_fts_trigram",
         "message id sequence",
@@ -420,7 +443,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (12 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (13 checks passed)"
 
 
 @pytest.mark.slow  # console-script runs
@@ -431,7 +454,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     assert (
         "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 12 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 13 checks failed"
     records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 1
     assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
@@ -450,7 +473,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert (fixed.returncode, fixed.stderr) == (0, "")
     assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
-    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (12 checks passed)"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (13 checks passed)"
     refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert refused.returncode == 2
 
@@ -470,7 +493,7 @@ def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
         folder.chmod(0o755)
         store_file.chmod(0o600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (12 checks passed)"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (13 checks passed)"
     assert "read_only=True" not in result.stderr
     assert json.loads(stats.stdout)["sessions"] == 8
     assert writing.returncode == 1
