@@ -57,12 +57,29 @@ _DB_HELP = (
 # -- errors -------------------------------------------------------------------------------
 
 
+#: The library's words for its keyword arguments, and the command line's for the same.
+_CLI_WORDS = (
+    ("open it with read_only=True to read it", "read it with --read-only"),
+    ("Open the store with read_only=True to read it", "Read it with --read-only"),
+    (
+        "open it once without read_only=True to create the schema",
+        "create the schema with: hermes-models migrate --db FILE",
+    ),
+    (
+        "(pass overwrite=True, or --force on the command line, to replace it)",
+        "(--force replaces it)",
+    ),
+)
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OSError) and exc.strerror:
         # "[Errno 2] ..." says nothing to a person: the words, and the file they are about.
         named = exc.filename is not None and str(exc.filename) not in exc.strerror
         text = f"{exc.strerror}: {exc.filename}" if named else exc.strerror
+    for library, command_line in _CLI_WORDS:
+        text = text.replace(library, command_line)
     if isinstance(exc, (HermesModelsError, ValueError, OSError, click.ClickException)):
         return text
     return f"{type(exc).__name__}: {text}"

@@ -211,6 +211,14 @@ CASES = [
     ("backup: bad keep", ["backup", "--db", "demo.db", "c/", "--keep", "0"], "", 2, "--keep"),
     ("backup: no file", ["backup", "--db", "missing.db", "c/"], "", 1, "nothing to back up"),
     # What is there but is no database says so, as every other command does.
+    # The command line's words, not the library's ("pass overwrite=True").
+    (
+        "export: file exists",
+        ["export", "--db", "demo.db", "-o", "junk.db"],
+        "",
+        1,
+        "junk.db already exists (--force replaces it)",
+    ),
     ("backup: a folder", ["backup", "--db", ".", "c/"], "", 1, "is a directory, not an SQLite"),
     ("backup: a device", ["backup", "--db", "/dev/null", "c/"], "", 1, "a character device"),
     ("backup: junk", ["backup", "--db", "junk.db", "c/"], "", 1, "junk.db is not an SQLite"),
