@@ -80,9 +80,19 @@ def _one_line(exc: BaseException) -> str:
         text = f"{exc.strerror}: {exc.filename}" if named else exc.strerror
     for library, command_line in _CLI_WORDS:
         text = text.replace(library, command_line)
+    text = _escaped(text)
     if isinstance(exc, (HermesModelsError, ValueError, OSError, click.ClickException)):
         return text
     return f"{type(exc).__name__}: {text}"
+
+
+#: Control characters (C0, DEL, C1), shown escaped in an error line.
+_CONTROL = {c: repr(chr(c))[1:-1] for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
+
+
+def _escaped(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``)."""
+    return text if text.isprintable() else text.translate(_CONTROL)
 
 
 #: click's usage error for a group run without a command: it shows the help, as it should.
@@ -123,7 +133,10 @@ class HermesGroup(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except click.exceptions.ClickException as exc:
+            exc.message = _escaped(exc.message)  # a path may hold a newline: one line still
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:
             terminal.stop_quietly()

@@ -86,6 +86,11 @@ def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str 
                 f"{argument}: unsupported URL scheme {parts.scheme!r};"
                 " only sqlite:/// and postgresql:// are supported"
             )
+        if parts.netloc:  # sqlite://name.db: the file would be read as a host name
+            raise ValueError(
+                f"{argument}: {text!r} names no file (the part after 'sqlite://' is a host);"
+                " a file is sqlite:///relative.db or sqlite:////absolute/path.db"
+            )
         text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
     if not text.strip():
         raise ValueError(f"{argument}: empty database path")

@@ -92,6 +92,9 @@ CASES = [
     ),
     ("migrate: read-only", ["--read-only", "migrate", "--db", "demo.db"], "", 2, "--read-only"),
     ("sessions: rows", ["sessions", "--db", "demo.db"], "", 0, "demo-chinese"),
+    # A path holding a newline is named on one line, the newline escaped.
+    ("sessions: a newline", ["sessions", "--db", "a\nb.db"], "", 1, "a\\nb.db does not exist"),
+    ("sessions: sqlite://name", ["sessions", "--db", "sqlite://x.db"], "", 2, "names no file"),
     ("sessions: none", ["sessions", "--db", "empty.db"], "", 0, "no sessions"),
     ("sessions: bad limit", ["sessions", "--db", "demo.db", "--limit", "-1"], "", 2, "--limit"),
     (
