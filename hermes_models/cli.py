@@ -134,8 +134,12 @@ class HermesGroup(click.Group):
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
         except click.exceptions.ClickException as exc:
-            exc.message = _escaped(exc.message)  # a path may hold a newline: one line still
-            raise
+            if exc.message.isprintable():
+                raise
+            # A path may hold a newline: the error stays one line.
+            escaped = click.ClickException(_escaped(exc.message))
+            escaped.exit_code = exc.exit_code
+            raise escaped from None
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:
