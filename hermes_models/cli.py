@@ -137,9 +137,8 @@ class HermesGroup(click.Group):
             if exc.message.isprintable():
                 raise
             # A path may hold a newline: the error stays one line.
-            escaped = click.ClickException(_escaped(exc.message))
-            escaped.exit_code = exc.exit_code
-            raise escaped from None
+            kind = UsageFailure if exc.exit_code == UsageFailure.exit_code else click.ClickException
+            raise kind(_escaped(exc.message)) from None
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:
