@@ -29,7 +29,7 @@ from . import __version__, history, terminal, views
 from .binding import using
 from .checks import INT64_MAX
 from .connection import connect
-from .errors import HermesModelsError, ReadOnlyDatabaseError
+from .errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from .files import is_postgres_url, newer_schema_error, resolve_path
 from .lineage import kind_of
 from .listing import ids_starting_with
@@ -342,8 +342,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
     else:
         try:
             store = SessionDB(db_path)
-        except ReadOnlyDatabaseError:
+        except ReadOnlyDatabaseError as exc:
             if writes:
+                if isinstance(exc, UnsafeFileError):  # another user's file: say so
+                    raise click.ClickException(_one_line(exc)) from None
                 raise click.ClickException(
                     f"{path} cannot be written here (the file or its folder is read-only)"
                 ) from None

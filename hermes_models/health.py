@@ -34,6 +34,7 @@ from .db import HermesDatabase
 from .dialect import POSTGRESQL, SQLITE
 from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
 from .fts import present_indexes
+from .lineage import order_sessions
 from .models import Message, Session
 from .shape import FileShape
 from .transcript import counter_totals, recount
@@ -304,8 +305,6 @@ def counter_mismatches(db: HermesDatabase | None = None) -> list[dict[str, Any]]
 def _parent_loops(db: HermesDatabase) -> dict[str, Any]:
     """Sessions whose chain of parents goes round (a damaged file): no listing shows
     them, as each has a parent; lineage walks and deletions stop at the loop."""
-    from .copy import order_sessions  # the parent-first order of copies; loaded when used
-
     parents = {row[0]: row[1] for row in _rows(db, sqlite_sql.COPY_SESSION_LINKS)}
     _, looped, cut = order_sessions(parents)
     if not looped:

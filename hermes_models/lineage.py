@@ -514,6 +514,57 @@ def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:
     return sorted({str(row[0]) for row in current().execute(query).fetchall()})
 
 
+def order_sessions(parents: dict[str, str | None]) -> tuple[list[str], list[str], set[str]]:
+    """Session ids with every parent before its children.
+
+    Returns ``(ordered, looped, cut)``: ``ordered`` are the sessions whose
+    chain of parents ends (at no parent, or a parent not in ``parents``);
+    ``looped`` the rest - sessions in a loop of parent links and those below
+    one - in an order where only the sessions of ``cut`` (one per loop) come
+    before their parent. Ties go by id, so the order is the same every run.
+    """
+    children: dict[str, list[str]] = {}
+    roots: list[str] = []
+    for session_id, parent in parents.items():
+        if parent is None or parent not in parents:
+            roots.append(session_id)
+        else:
+            children.setdefault(parent, []).append(session_id)
+    for kids in children.values():
+        kids.sort()
+    seen: set[str] = set()
+
+    def walk(start: str, out: list[str]) -> None:
+        todo = [start]
+        while todo:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            out.append(node)
+            todo.extend(reversed(children.get(node, ())))
+
+    ordered: list[str] = []
+    for root in sorted(roots):
+        walk(root, ordered)
+    looped: list[str] = []
+    cut: set[str] = set()
+    for session_id in sorted(parents):
+        if session_id in seen:
+            continue
+        # Climb to the loop above this session, and start the loop at its smallest id.
+        path: dict[str, None] = {}
+        node: str | None = session_id
+        while node is not None and node not in path and node not in seen:
+            path[node] = None
+            node = parents.get(node)
+        loop = list(path)[list(path).index(node) :] if node in path else [session_id]
+        start = min(loop)
+        cut.add(start)
+        walk(start, looped)
+    return ordered, looped, cut
+
+
 __all__ = [
     "ESC",
     "MAX_DEPTH",
@@ -541,6 +592,7 @@ __all__ = [
     "marker",
     "newer_rules",
     "not_visited",
+    "order_sessions",
     "parent_ended",
     "path_of",
     "reset_child",

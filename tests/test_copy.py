@@ -325,7 +325,13 @@ def test_a_merge_adds_what_is_missing_and_keeps_what_the_target_has(
     assert sqlite_rows(target) == rows
 
 
-@pytest.mark.parametrize("to_server", [False, True], ids=["into-a-file", "into-a-server"])
+@pytest.mark.parametrize(
+    "to_server",
+    [
+        pytest.param(False, id="into-a-file"),
+        pytest.param(True, id="into-a-server", marks=pytest.mark.postgresql),
+    ],
+)
 def test_a_merge_renames_a_title_the_target_holds_as_an_import_does(
     request: pytest.FixtureRequest, tmp_path: Path, migrated_copy: Any, to_server: bool
 ) -> None:

@@ -114,6 +114,26 @@ def test_a_store_another_user_owns_is_refused_but_can_be_read(
     assert _mode(path) == "0o666"  # a read-only open changes nothing
 
 
+def test_a_writing_command_on_another_users_store_says_whose_it_is(shared: Path) -> None:
+    path = shared / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+    os.chown(path, NOBODY, NOBODY)
+    result = subprocess.run(
+        [Path(sys.executable).with_name("hermes-models"), "archive", "s1", "--db", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    # Not "the file or its folder is read-only": the reason is the owner.
+    assert result.stderr == (
+        f"Error: {path} is owned by another user (uid {NOBODY}), not by this process "
+        "(uid 0); refusing to use it (anyone who can change it could read or alter the "
+        "store). Read it with --read-only\n"
+    )
+
+
 def test_what_the_store_writes_cannot_be_read_by_another_user(shared: Path) -> None:
     path = shared / "state.db"
     store = SessionDB(path)
