@@ -346,9 +346,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
             if writes:
                 if isinstance(exc, UnsafeFileError):  # another user's file: say so
                     raise click.ClickException(_one_line(exc)) from None
-                raise click.ClickException(
-                    f"{path} cannot be written here (the file or its folder is read-only)"
-                ) from None
+                # The reason (a read-only file, folder or -shm), without the advice to
+                # read it read-only: this command writes.
+                reason = str(exc).split("; open it with read_only=True", 1)[0]
+                raise click.ClickException(_escaped(reason)) from None
             store = SessionDB(db_path, read_only=True)
     shape = store.database.shape
     if writes and shape is not None and shape.newer:

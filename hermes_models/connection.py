@@ -35,6 +35,7 @@ from .files import (
     read_only_params,
     resolve_path,
     secure_files,
+    writable_sidecars,
 )
 from .hints import TYPE_CHECKING, cast
 from .shape import FileShape, probe
@@ -173,6 +174,8 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
             raise FileNotFoundError(f"{path} does not exist (opened read-only)")
         check_ownership(path, read_only=True)
         params = read_only_params(path)
+    else:
+        writable_sidecars(path)  # before the probe's connection maps the -shm
     # Before any connection of ours can switch the file to WAL. Another
     # process creating the file holds it locked for the whole migration.
     # The probe's connection also does the SQLite half of check_header(). A

@@ -250,6 +250,33 @@ def check_ownership(path: Path, *, read_only: bool) -> None:
         )
 
 
+def writable_sidecars(path: Path) -> None:
+    """Give the owner back write access to ``path``'s ``-wal``/``-shm`` files that this
+    process owns and cannot write: SQLite makes them with the file's mode, so a reader
+    of a read-only file leaves them read-only, and a writer that opened such a ``-shm``
+    could not write the store until every connection of its process closed. Run before
+    a writable open's first connection; a file another user owns is left to
+    :func:`check_ownership`."""
+    if os.name == "nt":
+        return
+    for sidecar in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            info = os.lstat(sidecar)
+        except OSError:
+            continue
+        if (
+            stat.S_ISREG(info.st_mode)
+            and info.st_uid == os.geteuid()
+            and not stat.S_IMODE(info.st_mode) & stat.S_IWUSR
+        ):
+            try:
+                os.chmod(sidecar, 0o600)
+            except OSError:
+                pass  # the write that follows says what is wrong
+            else:
+                logger.info("%s was read-only; made writable (0600) again", sidecar)
+
+
 def secure_files(path: Path, *, create: bool) -> None:
     """Create ``path`` with mode 0600 (its folders 0700) if asked, and check it and its sidecars.
 
@@ -454,4 +481,5 @@ __all__ = [
     "secure_files",
     "sqlite_uri",
     "stored_schema_version",
+    "writable_sidecars",
 ]

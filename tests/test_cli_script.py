@@ -686,6 +686,21 @@ def test_reading_commands_read_what_they_cannot_write(
     assert snapshot(path) == before
 
 
+def test_a_read_only_shm_file_left_by_a_reader_does_not_refuse_a_write(work: Path) -> None:
+    # A reader of a read-only file leaves its -shm with that file's mode (SQLite makes it
+    # so); once the file is writable again, a writer gives the -shm it owns write access
+    # back before mapping it (it failed with "the file or its folder is read-only").
+    path = work / "demo.db"
+    shm = work / "demo.db-shm"
+    shm.write_bytes(b"")
+    shm.chmod(0o400)
+    result = run_unprivileged("archive", "demo-chinese", "--db", str(path), cwd=work)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.startswith("archived demo-chinese")
+    with SessionDB(path, read_only=True) as store:
+        assert store.get_session("demo-chinese")["archived"] == 1
+
+
 def test_read_only_flag_reads_without_touching_the_file(work: Path) -> None:
     path = work / "demo.db"
     before = (path.read_bytes(), snapshot(path))
