@@ -180,6 +180,16 @@ def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
+def _check_source(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse an empty ``--source`` (an unset variable in a script, most often): the
+    library reads ``""`` as no filter in listings and as a source no session has in
+    searches, so the command would answer one or the other by accident."""
+    values = value if isinstance(value, tuple) else (value,)
+    if not ctx.resilient_parsing and any(v is not None and not v.strip() for v in values):
+        raise click.BadParameter("must not be empty (leave the option out for every source)")
+    return value
+
+
 def _label(url: str) -> str:
     """How messages name the PostgreSQL store at ``url`` (ValueError: a bad URL)."""
     from .postgres import parse_url  # the server backend loads only for a server
@@ -571,7 +581,12 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
     help="Start after this session (the last id of the previous page): paging by key,"
     " as fast on page 500 as on page 1. Not with --recent.",
 )
-@click.option("--source", default=None, help="Only sessions from this source (cli, telegram, ...).")
+@click.option(
+    "--source",
+    default=None,
+    help="Only sessions from this source (cli, telegram, ...).",
+    callback=_check_source,
+)
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
 @utc_option
@@ -753,7 +768,13 @@ _SESSION_SORTS = {"rank": None, "newest": "recent"}
 )
 @db_option
 @click.argument("query")
-@click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    help="Only this source (repeatable).",
+    callback=_check_source,
+)
 @click.option("--role", "roles", multiple=True, help="Only messages of this role (repeatable).")
 @click.option("--sessions", "by_session", is_flag=True, help="One row per session (lineage root).")
 @click.option(
@@ -846,7 +867,9 @@ def _output(path: Path | None) -> Iterator[Any]:
 )
 @db_option
 @click.option("--session", "session_id", help="Only this session's lineage (id, prefix or title).")
-@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option(
+    "--source", default=None, help="Only sessions from this source.", callback=_check_source
+)
 @click.option(
     "--format",
     "data_format",
@@ -1241,7 +1264,9 @@ def delete(
     metavar="DAYS",
     help="Delete ended sessions started more than DAYS ago.",
 )
-@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option(
+    "--source", default=None, help="Only sessions from this source.", callback=_check_source
+)
 @sessions_dir_option
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")

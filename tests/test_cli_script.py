@@ -96,6 +96,10 @@ CASES = [
     ("sessions: a newline", ["sessions", "--db", "a\nb.db"], "", 1, "a\\nb.db does not exist"),
     ("sessions: sqlite://name", ["sessions", "--db", "sqlite://x.db"], "", 2, "names no file"),
     ("sessions: none", ["sessions", "--db", "empty.db"], "", 0, "no sessions"),
+    # An empty --source (an unset variable) is refused: listings read "" as every
+    # source, searches as a source no session has.
+    ("sessions: empty source", ["sessions", "--db", "demo.db", "--source", ""], "", 2, "empty"),
+    ("search: empty source", ["search", "--db", "demo.db", "x", "--source", " "], "", 2, "empty"),
     ("sessions: bad limit", ["sessions", "--db", "demo.db", "--limit", "-1"], "", 2, "--limit"),
     (
         "sessions: limit past 2**63-1",
