@@ -41,9 +41,8 @@ def _tip_query(start: str) -> Any:
 
 def _resume_query(tip: str) -> Any:
     cte = descend(Session, tip, compression_only=False, hops=RESUME_MAX_DEPTH)
-    has_message = fn.EXISTS(
-        Message.select(SQL("1")).where(Message.session == cte.c.id, Message.active == 1)
-    )
+    # Any message row, rewound ones too, as Hermes counts them (HERMES_V16 §3.7).
+    has_message = fn.EXISTS(Message.select(SQL("1")).where(Message.session == cte.c.id))
     return cte.select_from(cte.c.id).where(has_message).order_by(cte.c.depth).limit(1)
 
 
@@ -91,10 +90,10 @@ def compression_tip(session: Session) -> Session:
 def resume_target_id(model: type[Session], session_id: str) -> str | None:
     """Id of the session a /resume of ``session_id`` opens; None when unknown.
 
-    The compression tip when it has an active message; else, walking down
-    at most :data:`RESUME_MAX_DEPTH` levels through the most recently
-    started child that is not a branch or subagent, the first session with
-    an active message; else the tip.
+    The compression tip when it has a message (rewound ones count, as in
+    Hermes); else, walking down at most :data:`RESUME_MAX_DEPTH` levels
+    through the most recently started child that is not a branch or
+    subagent, the first session with a message; else the tip.
     """
     tip_id = compression_tip_id(model, session_id)
     if tip_id is None:

@@ -23,6 +23,7 @@ import peewee
 from . import schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
+from .checks import check_flag
 from .db import HermesDatabase, record_init_error
 from .errors import NotADatabaseError
 from .files import (
@@ -89,7 +90,11 @@ def connect(
     Raises:
         NotADatabaseError: the file is not an SQLite database.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
+        TypeError: ``migrate`` or ``read_only`` is not a bool (``"false"`` would be
+            read as true).
     """
+    migrate = check_flag(migrate, "migrate")
+    read_only = check_flag(read_only, "read_only")
     if is_postgres_url(target):
         return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:

@@ -25,13 +25,14 @@ looping, and stops at a depth bound.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import peewee
 from peewee import SQL, Case, Value, fn
 
 from .binding import current
-from .dialect import json_text, position
+from .dialect import json_text, on_postgresql, position
 from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -243,11 +244,35 @@ def kind_expr(s: Source) -> Expr:
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(reversed(pairs))
+
+
+def markers_of(model_config: Any) -> dict[str, Any]:
+    """``model_config`` read as the SQL rules read it (:func:`~hermes_models.dialect.json_text`),
+    so that :func:`kind_of` answers as :func:`kind_expr` does: ``{}`` for text that is
+    not a JSON object by the database's rules (``NaN``, ``Infinity``: SQLite's
+    ``json_valid`` and PostgreSQL's ``jsonb`` refuse them, Python's ``json`` does not),
+    and of a key given twice the first value on SQLite, the last on PostgreSQL."""
+    if not isinstance(model_config, str):
+        return {}
+    hook = None if on_postgresql() else _first_wins
+    try:
+        value = json.loads(model_config, parse_constant=_no_constant, object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def kind_of(session: Session) -> str:
     """The kind of one loaded session (same rules as :func:`kind_expr`)."""
     if newer_rules():
         return _kind_of_v30(session)
-    config = session.config
+    config = markers_of(session.model_config)
     if config.get("_delegate_from") is not None:
         return "ephemeral"
     if session.parent_session_id is None:
@@ -269,7 +294,7 @@ def kind_of(session: Session) -> str:
 
 
 def _kind_of_v30(session: Session) -> str:
-    config = session.config
+    config = markers_of(session.model_config)
     delegated = config.get("_delegate_from") is not None
     parent_id = session.parent_session_id
     if parent_id is None:

@@ -346,13 +346,15 @@ class BaseModel(peewee.Model):
 
         Raises:
             ValueError: a time field holds a value no date can stand for.
+            TypeError: a time field holds something that is not a number (peewee
+                would store text such as ``"yesterday"`` in the REAL column).
         """
         data: dict[str, Any] = self.__data__
         dirty: set[str] = cast("Any", self)._dirty
         for field in self._meta.sorted_fields:
             value = data.get(field.name)
             written = force_insert or field.name in dirty
-            if isinstance(field, EpochField) and written and isinstance(value, (int, float)):
+            if isinstance(field, EpochField) and written and value is not None:
                 check_epoch(value, field.name)
         return super().save(force_insert=force_insert, only=only)
 

@@ -95,12 +95,11 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
     return kept
 
 
-def _wider_than(out: Console, renderable: RenderableType) -> bool:
-    """Whether ``renderable`` laid out for the console needs more columns than it has
-    (a table whose unbreakable columns do not fit: rich would cut its lines)."""
-    rendered = out.render(renderable, out.options)
+def _wider_than(width: int, rendered: list[Segment]) -> bool:
+    """Whether a line of ``rendered`` needs more than ``width`` columns (a table whose
+    unbreakable columns do not fit: rich would cut its lines)."""
     return any(
-        Segment.get_line_length(_rstrip(line)) > out.width for line in Segment.split_lines(rendered)
+        Segment.get_line_length(_rstrip(line)) > width for line in Segment.split_lines(rendered)
     )
 
 
@@ -123,10 +122,12 @@ def stacked(table: Table) -> RenderableType:
 def emit(out: Console, renderable: RenderableType) -> None:
     """Print ``renderable`` laid out for the console's width, lines right-trimmed; a
     table too wide for it is printed :func:`stacked`."""
-    if isinstance(renderable, Table) and _wider_than(out, renderable):
-        renderable = stacked(renderable)
+    options = out.options
+    rendered = list(out.render(renderable, options))  # laid out once
+    if isinstance(renderable, Table) and _wider_than(options.max_width, rendered):
+        rendered = list(out.render(stacked(renderable), options))
     segments: list[Segment] = []
-    for line in out.render_lines(renderable, out.options, pad=False):
+    for line in Segment.split_and_crop_lines(rendered, options.max_width, pad=False):
         segments.extend(_rstrip(_shown(line)))
         segments.append(Segment.line())
     out.print(Segments(segments), end="", crop=False)

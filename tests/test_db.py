@@ -217,6 +217,25 @@ def test_bad_targets_are_rejected_naming_target(target: Any, error: type[Excepti
         hermes_models.migrate(target)
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "argument"),
+    [
+        ({"read_only": "false"}, TypeError, "read_only"),
+        ({"read_only": None}, TypeError, "read_only"),
+        ({"migrate": "x"}, TypeError, "migrate"),
+        ({"migrate": 2}, ValueError, "migrate"),
+    ],
+)
+def test_bad_flags_of_connect_are_refused_naming_them_and_nothing_is_opened(
+    tmp_path: Path, options: dict[str, Any], error: type[Exception], argument: str
+) -> None:
+    # "false" is true to Python: the file would be opened read-only, the models bound.
+    path = tmp_path / "state.db"
+    with pytest.raises(error, match=f"^{argument} must be"):
+        hermes_models.connect(path, **options)
+    assert not path.exists()
+
+
 def test_connecting_twice_returns_the_same_handle_without_migrating_again(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

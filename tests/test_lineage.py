@@ -209,6 +209,36 @@ def test_resume_walks_past_empty_heads(store: SessionDB) -> None:
     assert Session.get_by_id("p").resume_target().id == "great-grandchild"
 
 
+def test_the_kind_of_a_session_reads_model_config_as_the_sql_does(
+    store: SessionDB, backend: str
+) -> None:
+    # Text Python's json reads but SQLite's json_valid and PostgreSQL's jsonb refuse
+    # (NaN, Infinity: what json.dumps writes for such floats), and a key given twice
+    # (SQLite takes the first value, PostgreSQL's jsonb the last).
+    make(store, "p", 0)
+    end("p", "compression", 100)
+    configs = {
+        "nan-tagged": '{"temperature": NaN, "_delegate_from": "p"}',
+        "inf-branch": '{"top_p": Infinity, "_branched_from": "p"}',
+        "twice": '{"_delegate_from": null, "_delegate_from": "p"}',
+        "plain-tagged": '{"_delegate_from": "p"}',
+    }
+    for n, (sid, text) in enumerate(configs.items()):
+        make(store, sid, 150 + n, parent="p")  # after the end: untagged, a continuation
+        store.update_session_meta(sid, text)
+    python = kinds(*configs)
+    assert python == {sid: sql_kinds()[sid] for sid in configs}
+    twice = "ephemeral" if backend == "postgresql" else "compression"
+    assert python == {
+        "nan-tagged": "compression",  # not JSON to the database: no tag
+        "inf-branch": "compression",
+        "twice": twice,
+        "plain-tagged": "ephemeral",
+    }
+    listed = {row["id"] for row in store.list_sessions_rich(limit=None, include_children=True)}
+    assert {sid for sid, kind in python.items() if kind != "ephemeral"} <= listed
+
+
 def test_resume_of_an_empty_tip_without_children_is_the_tip(store: SessionDB) -> None:
     make(store, "p", 0, messages=2)
     end("p", "compression", 100)
@@ -216,7 +246,9 @@ def test_resume_of_an_empty_tip_without_children_is_the_tip(store: SessionDB) ->
     assert store.resolve_resume_session_id("p") == "empty-tip"
 
 
-def test_resume_counts_only_active_messages(store: SessionDB) -> None:
+def test_resume_counts_rewound_messages_as_hermes_does(store: SessionDB) -> None:
+    # HERMES_V16 §3.7 B: the tip is the target when it has any message row, "active
+    # or not" (§6.12: the has-messages check ignores the soft delete).
     make(store, "p", 0, messages=2)
     end("p", "compression", 100)
     make(store, "tip", 100, parent="p", messages=0)
@@ -224,6 +256,8 @@ def test_resume_counts_only_active_messages(store: SessionDB) -> None:
     make(store, "below", 110, parent="tip", messages=1)
     assert store.resolve_resume_session_id("p") == "tip"
     store.rewind_to_message("tip", first)
+    assert store.resolve_resume_session_id("p") == "tip"
+    store.clear_messages("tip")  # no row at all: down to the child that has one
     assert store.resolve_resume_session_id("p") == "below"
 
 

@@ -122,6 +122,25 @@ def test_saving_a_time_no_date_can_stand_for_is_refused(
     assert raw.execute("SELECT ended_at FROM sessions").fetchall() == [(None,)]
 
 
+@pytest.mark.parametrize("value", ["yesterday", "1700000000", True, b"1"])
+def test_saving_a_time_that_is_not_a_number_is_refused(
+    database: HermesDatabase, raw: Any, value: Any
+) -> None:
+    # peewee's DoubleField hands text it cannot convert to the database as it is: the
+    # REAL column of a file would hold TEXT.
+    with pytest.raises(TypeError, match=r"^started_at must be a number"):
+        SessionFactory(id="far", started_at=value)
+    s = SessionFactory(id="near")
+    s.ended_at = value
+    with pytest.raises(TypeError, match=r"^ended_at must be a number"):
+        s.save()
+    with pytest.raises(TypeError, match=r"^timestamp must be a number"):
+        Message.create(session=s, role="user", content="x", timestamp=value)
+    assert [r[0] for r in raw.execute("SELECT id FROM sessions")] == ["near"]
+    assert raw.execute("SELECT ended_at FROM sessions").fetchall() == [(None,)]
+    assert raw.execute("SELECT COUNT(*) FROM messages").fetchall() == [(0,)]
+
+
 def test_a_row_with_such_a_time_loads_and_saves_other_fields(
     database: HermesDatabase, raw: sqlite3.Connection
 ) -> None:
