@@ -348,9 +348,9 @@ def within(budget: float | None, run: Callable[[], T]) -> T:
 
 def _ran_out(query: SearchQuery, budget: float | None) -> None:
     logger.warning(
-        "PostgreSQL database %s: a search stopped after its time budget of %s s; "
+        "PostgreSQL store %s: a search stopped after its time budget of %s s; "
         "returning no hits (query: %.200r)",
-        current().database,
+        current().path,
         budget,
         query.fts(),
     )

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import peewee
 from playhouse.pool import MaxConnectionsExceeded, PooledDatabase
@@ -80,11 +80,25 @@ class ServerTarget:
     def label(self) -> str:
         """The URL without its password, for messages and logs."""
         parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        user = f"{parts.username}@" if parts.username else ""
-        port = f":{parts.port}" if parts.port else ""
         schema = f" (schema {self.schema})" if self.schema else ""
-        return f"postgresql://{user}{host}{port}{parts.path}{schema}"
+        return f"postgresql://{_without_password(parts.netloc)}{parts.path}{schema}"
+
+
+def _without_password(netloc: str) -> str:
+    """``user:secret@host:port`` as ``user@host:port`` (the host part as written)."""
+    userinfo, at, hostport = netloc.rpartition("@")
+    if not at:
+        return netloc
+    return f"{userinfo.split(':', 1)[0]}@{hostport}"
+
+
+def _shown(url: str) -> str:
+    """``url`` as an error message shows it: ``repr``, without its password."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return repr(url)
+    scheme, rest = url.split("://", 1)
+    return repr(f"{scheme}://{_without_password(parts.netloc)}{rest[len(parts.netloc) :]}")
 
 
 def parse_url(url: str, *, argument: str | None = None) -> ServerTarget:
@@ -106,14 +120,14 @@ def parse_url(url: str, *, argument: str | None = None) -> ServerTarget:
 
 def _parse_url(url: str) -> ServerTarget:
     if not is_postgres_url(url):
-        raise ValueError(f"not a PostgreSQL URL (postgresql://user@host/database): {url!r}")
+        raise ValueError(f"not a PostgreSQL URL (postgresql://user@host/database): {_shown(url)}")
     parts = urlsplit(url)
     if parts.path in ("", "/"):
-        raise ValueError(f"the PostgreSQL URL names no database: {url!r}")
+        raise ValueError(f"the PostgreSQL URL names no database: {_shown(url)}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [value for key, value in query if key == "schema"]
     if len(schemas) > 1:
-        raise ValueError(f"schema is given {len(schemas)} times in {url!r}")
+        raise ValueError(f"schema is given {len(schemas)} times in {_shown(url)}")
     schema = schemas[0] if schemas else None
     if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
         raise ValueError(
@@ -124,12 +138,14 @@ def _parse_url(url: str) -> ServerTarget:
     for name, (kind, low, high) in POOL_PARAMETERS.items():
         given = [value for key, value in query if key == name]
         if len(given) > 1:
-            raise ValueError(f"{name} is given {len(given)} times in {url!r}")
+            raise ValueError(f"{name} is given {len(given)} times in {_shown(url)}")
         if given:
             pool[name] = _pool_number(name, given[0], kind, low, high)
     ours = {"schema", *POOL_PARAMETERS}
     rest = urlencode([(key, value) for key, value in query if key not in ours])
-    server = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
+    # Written out: urlunsplit drops the "//" of a URL without a host part
+    # (postgresql:///db?host=/run/postgresql), which libpq then cannot read.
+    server = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
     return ServerTarget(server, schema, **pool)
 
 
@@ -270,6 +286,27 @@ def _connect_raw(target: ServerTarget) -> Any:
     return conn
 
 
+def _yoyo_backend(target: ServerTarget, search_path: str | None) -> Any:
+    """yoyo's PostgreSQL backend on a connection libpq opens from the store's URL.
+
+    yoyo's own URL parsing does not decode %-escapes in the database name and
+    cannot read a URL without a host part; libpq reads every form psql reads.
+    """
+    from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend  # migrating is rare
+    from yoyo.connections import default_migration_table, parse_uri
+
+    class Backend(PostgresqlPsycopgBackend):  # type: ignore[misc]
+        def connect(self, dburi: Any) -> Any:
+            self.schema = search_path  # yoyo sets it on the connection
+            return self.driver.connect(target.url, autocommit=True)
+
+    # The URI only names the backend class and keys yoyo's per-URI cache of
+    # whether DDL is transactional (it is, on every PostgreSQL).
+    backend = Backend(parse_uri("postgresql+psycopg://server/store"), default_migration_table)
+    backend.init_database()
+    return backend
+
+
 def _extension_schema(conn: Any) -> str | None:
     row = conn.execute(postgres_sql.TRGM_SCHEMA).fetchone()
     return None if row is None else str(row[0])
@@ -315,19 +352,14 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
     target = parse_url(url)
     require_driver()
     folder = migrations_dir() if optional is None else optional_migrations_dir(optional)
-    from yoyo import get_backend, read_migrations  # loaded when used: migrating is rare
+    from yoyo import read_migrations  # loaded when used: migrating is rare
     from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
 
     with _connect_raw(target) as conn:
         if target.schema is not None:
             conn.execute(postgres_sql.create_schema(target.schema))
         path = search_path(target, _extension_schema(conn))
-    parts = urlsplit(target.url)
-    query = parse_qsl(parts.query)
-    if path is not None:
-        query.append(("schema", path.replace(" ", "")))
-    yoyo_url = urlunsplit(("postgresql+psycopg", parts.netloc, parts.path, urlencode(query), ""))
-    backend = get_backend(yoyo_url)
+    backend = _yoyo_backend(target, None if path is None else path.replace(" ", ""))
     try:
         migrations = read_migrations(str(folder))
         with backend.lock(timeout=600):
@@ -412,8 +444,6 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
     pooled = True
 
     def __init__(self, target: ServerTarget, *, read_only: bool = False) -> None:
-        parts = urlsplit(target.url)
-        options: dict[str, Any] = dict(parse_qsl(parts.query))
         self.target = target
         self.read_only = read_only
         self._search_path = None
@@ -429,16 +459,14 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
         #: Connections of threads that ended, to hand back (see :func:`_orphaned`).
         self._orphans: collections.deque[tuple[Any, int]] = collections.deque()
         super().__init__(
-            parts.path.lstrip("/"),
+            # The URL itself, which libpq reads (peewee hands a postgresql:// "database"
+            # to psycopg as its conninfo): %-escapes in a password or a database name,
+            # a socket folder, a URL without a host, any libpq parameter.
+            target.url,
             max_connections=target.max_connections,
             stale_timeout=target.stale_timeout,
             # peewee's 0 means "wait for ever", None "do not wait".
             timeout=target.pool_timeout or None,
-            user=parts.username,
-            password=parts.password,
-            host=parts.hostname,
-            port=parts.port,
-            **options,
         )
         # Connections still open when the handle goes away (or the program ends)
         # are closed, by the process that opened them only.

@@ -13,6 +13,7 @@ import multiprocessing
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import peewee
 import pg_server
@@ -24,7 +25,7 @@ from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
 import hermes_models.postgres as postgres_module
-from hermes_models import Message, Session
+from hermes_models import Message, Session, SessionDB
 from hermes_models.binding import using
 from hermes_models.grams import grams
 from hermes_models.postgres import (
@@ -69,6 +70,40 @@ def test_the_pool_is_configured_in_the_url() -> None:
     assert target.url == "postgresql://h/db?sslmode=disable"  # libpq never sees them
     assert (target.max_connections, target.stale_timeout, target.pool_timeout) == (4, 0, 2.5)
     assert target.key() != default.key()  # one handle, and one pool, per setting
+
+
+def test_a_url_without_a_host_part_keeps_its_slashes_and_errors_hide_the_password() -> None:
+    # urlunsplit wrote postgresql:/db?host=..., which libpq cannot read.
+    target = parse_url("postgresql:///db?host=/run/postgresql&schema=work")
+    assert target.url == "postgresql:///db?host=%2Frun%2Fpostgresql"
+    assert target.label() == "postgresql:///db (schema work)"
+    for url in ("postgresql://me:s3cret@h/", "postgresql://me:s3cret@h/db?schema=a&schema=b"):
+        with pytest.raises(ValueError) as raised:
+            parse_url(url)
+        assert "s3cret" not in str(raised.value) and "postgresql://me@h/" in str(raised.value)
+
+
+@pytest.mark.postgresql
+def test_urls_are_read_by_libpq_escapes_and_hostless_forms_included(pg: Server) -> None:
+    # The pool took user, password, host and database from urlsplit without
+    # decoding %-escapes, and dropped the "//" of a URL without a host part:
+    # forms psql and psycopg take failed on every call but migrate.
+    admin = urlsplit(pg.admin_url)
+    pg.execute('DROP DATABASE IF EXISTS "my db"')
+    pg.execute('CREATE DATABASE "my db"')
+    try:
+        urls = [
+            f"postgresql://{admin.netloc}/my%20db",
+            f"postgresql:///my%20db?host={admin.hostname}&port={admin.port}&user={admin.username}",
+        ]
+        for n, url in enumerate(urls):
+            with SessionDB(url) as store:
+                store.create_session(f"s{n}", "cli")
+                assert [r["id"] for r in store.list_sessions_rich(limit=None)] == [
+                    f"s{m}" for m in range(n, -1, -1)
+                ]
+    finally:
+        pg.execute('DROP DATABASE IF EXISTS "my db" WITH (FORCE)')
 
 
 @pytest.mark.parametrize(
