@@ -1055,6 +1055,21 @@ INDEX_RANK = "rank: as the index ranks"
 RANKED_BY_INDEX, RANKED_REST = "rank: index", "rank: rest"
 
 
+#: Messages whose indexed text is longer than this get their snippet from Python
+#: (:func:`hermes_models.query.highlight`) instead of FTS5's ``snippet()``, which
+#: weighs every window of the text against every hit: its time grows with the
+#: square of the hits in a message (100 kB of one repeated word took 2.6 s, 1 MB
+#: over four minutes, Hermes' own statement alike).
+SNIPPET_MAX_CHARS = 32_768
+
+
+def fts_snippet(index: Any) -> Any:
+    """FTS5's snippet of the hit (``>>>``/``<<<``, :data:`SNIPPET_TOKENS` tokens), or
+    NULL for text longer than :data:`SNIPPET_MAX_CHARS` (made in Python then)."""
+    snippet = fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+    return Case(None, [(fn.length(index.content) <= SNIPPET_MAX_CHARS, snippet)], None)
+
+
 def _trigram_part(shape: Shape, filters: FilterShape, part: str) -> Statement:
     """One part of a ranked page of a trigram query (:data:`HIT_COLUMNS` and ``snippet``;
     slots ``limit`` and ``offset``).
@@ -1070,7 +1085,7 @@ def _trigram_part(shape: Shape, filters: FilterShape, part: str) -> Statement:
     found, behind = _one_index(shape, filters, slim=False, ranked=False)
     if part == RANKED_BY_INDEX:
         index = INDEXES[TRIGRAM]
-        snippet = fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        snippet = fts_snippet(index)
         query = found.select_extend(snippet.alias("snippet"))
         query = query.order_by(peewee.Column(index, "rank"))
     else:
@@ -1212,7 +1227,7 @@ def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
         # The rows' BM25 is not read back: the page orders by the index's own rank
         # column without selecting it (selecting it too costs 15-20 % of the
         # statement at 1M messages), and the row's ``rank`` is 0.
-        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        snippet = fts_snippet(MessageIndex)
         query = hits_query(shape, filters, ranked=False).select_extend(snippet.alias("snippet"))
         ranked = peewee.Column(MessageIndex, "rank")
         return render(query.order_by(ranked).limit(limit).offset(offset))
@@ -1261,7 +1276,7 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
         # A snippet for each row whose rank is among the best ``upto`` read so far: a
         # superset of the page's rows (about upto x ln(window / upto) of them).
         keep = getattr(fn, BEST_RANKS_FUNCTION)(MessageIndex.rank(), slot("upto"))
-        snippet = fn.snippet(MessageIndex._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
+        snippet = fts_snippet(MessageIndex)
         query = query.select_extend(Case(None, [(keep != 0, snippet)], None))
         columns = (*columns, "snippet")
     return (
@@ -1337,9 +1352,7 @@ def render_snippets(route: str, above: bool = False) -> Statement:
     """
     index = INDEXES[route]
     ids = SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "ids"])
-    query = index.select(
-        index.rowid, fn.snippet(index._meta.entity, 0, ">>>", "<<<", "...", SNIPPET_TOKENS)
-    ).where(index.match(slot("q")), ids)
+    query = index.select(index.rowid, fts_snippet(index)).where(index.match(slot("q")), ids)
     if above:
         query = query.where(index.rowid >= slot("low"))
     return render(query)

@@ -397,3 +397,33 @@ def test_a_ranked_trigram_query_keeps_the_hits_its_index_cannot_read(tmp_path: P
             assert sorted(found) == want, query
             assert found[-1] in (b, d)  # behind a NUL: unranked, after the ranked hits
             assert sum(r["hits"] for r in store.search_sessions(query)) == len(want), query
+
+
+@pytest.mark.backends("sqlite")  # FTS5's snippet(): the server makes its own
+def test_a_long_message_gets_its_snippet_from_python_and_a_short_one_from_fts5(
+    store: SessionDB, db_path: Path
+) -> None:
+    # FTS5's snippet() weighs every window against every hit, so its time grows with
+    # the square of a message's hits (1 MB of one word: minutes). Past
+    # plan.SNIPPET_MAX_CHARS the snippet is the Python one: about 120 characters
+    # around the first hit, hits marked.
+    store.create_session("s", "cli", started_at=1.0)
+    long_text = "needle " * 6000 + "haystack"  # 42,008 characters, 6,000 hits
+    assert len(long_text) > plan.SNIPPET_MAX_CHARS
+    big = store.append_message("s", "user", long_text, timestamp=2.0)
+    small = store.append_message("s", "user", "a short needle message", timestamp=3.0)
+    with closing(sqlite3.connect(db_path)) as conn:
+        fts5 = conn.execute(
+            "SELECT snippet(messages_fts, 0, '>>>', '<<<', '...', 40) FROM messages_fts"
+            " WHERE messages_fts MATCH 'needle' AND rowid = ?",
+            (small,),
+        ).fetchone()[0]
+    assert fts5 == "a short >>>needle<<< message  "  # content, tool name, tool calls
+    python = ">>>needle<<< " * 17 + "n..."  # the first 120 characters, hits marked
+    for sort in ("rank", "newest", "oldest"):
+        snippets = {h["id"]: h["snippet"] for h in store.search_messages("needle", sort=sort)}
+        assert snippets == {big: python, small: fts5}, sort
+    phrase = {h["id"]: h["snippet"] for h in store.search_messages('"needle needle"')}
+    assert phrase[big].startswith(">>>needle needle<<< >>>needle needle<<<")
+    best = {r["id"]: r["best_snippet"] for r in store.search_sessions("haystack")}
+    assert best == {"s": "..." + "needle " * 16 + ">>>haystack<<<"}
