@@ -64,6 +64,8 @@ Valuer = Callable[[str], Any]
 #: The largest LIMIT SQLite takes.
 INT64_MAX = 2**63 - 1
 
+#: The longest ``LIKE`` pattern SQLite takes, in bytes (SQLITE_MAX_LIKE_PATTERN_LENGTH).
+LIKE_PATTERN_BYTES = 50_000
 #: LIKE-routed terms from which a query finds them all with one scan.
 SCAN_FROM = 3
 #: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
@@ -148,6 +150,10 @@ class Shape:
     #: reach it in its one pass over the newest hits (:func:`newest_words`), not in a
     #: second statement: for a prefix term that would merge its words' lists again.
     snips: bool = False
+    #: True when the ``LIKE`` pattern of a term that has one is longer than SQLite
+    #: takes (:data:`LIKE_PATTERN_BYTES`): its LIKE-routed terms are then found by
+    #: the scan, which has no such bound (a LIKE would raise "pattern too complex").
+    long_like: bool = False
 
     @classmethod
     def of(cls, query: SearchQuery, available: frozenset[str]) -> Shape:
@@ -186,6 +192,7 @@ class Shape:
             bool(like) and all(t.cjk for t in like) and gram_index_ready(),
             "" if shape is None else shape.trigram_gaps,
             narrows=single and json_narrowing(query) is not None and gram_index_ready(),
+            long_like=any(len(t.like().encode("utf-8")) > LIKE_PATTERN_BYTES for t in terms),
         )
 
     @property
@@ -237,7 +244,7 @@ class Shape:
             return False
         like = sum(route == LIKE for route in self.routes)
         # With the gram index the scan reads only the candidate rows: always cheaper.
-        return like >= SCAN_FROM or (self.grams and like > 0)
+        return like >= SCAN_FROM or ((self.grams or self.long_like) and like > 0)
 
     @property
     def behind_scanned(self) -> bool:
@@ -308,6 +315,7 @@ class Shape:
             self.file,
             gaps=self.gaps,
             scans=self.scans,
+            long_like=self.long_like,
         )
 
     def unscanned(self) -> Shape:

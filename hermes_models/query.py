@@ -217,11 +217,15 @@ def parse(text: str | None) -> SearchQuery:
     seen: set[tuple[frozenset[tuple[str, bool]], frozenset[tuple[str, bool]]]] = set()
 
     def close_group() -> None:
-        # A repeated group adds nothing to an OR ("x OR x" is "x").
+        nonlocal count
+        # A repeated group adds nothing to an OR ("x OR x" is "x"), and its terms do
+        # not count toward MAX_TERMS; nor do those of a group with nothing to include.
         key = (frozenset(map(_same, include)), frozenset(map(_same, exclude)))
         if include and key not in seen:
             seen.add(key)
             groups.append(Group(tuple(include), tuple(exclude)))
+        else:
+            count -= len(include) + len(exclude)
         include.clear()
         exclude.clear()
 

@@ -122,6 +122,17 @@ def test_terms_beyond_the_limit_are_dropped() -> None:
     assert parse(" ".join(words)).terms() == tuple(T(w) for w in words[:MAX_TERMS])
 
 
+def test_a_repeated_or_group_does_not_count_toward_the_limit() -> None:
+    # docs/search.md: repeats "are dropped before they count" ("t OR t OR ..." is "t").
+    assert parse("w1 OR " * MAX_TERMS + "zzz").terms() == (T("w1"), T("zzz"))
+    assert parse("w1 x OR " * MAX_TERMS + "zzz").terms() == (T("w1"), T("x"), T("zzz"))
+    tail = [f"t{n}" for n in range(MAX_TERMS)]
+    assert parse("w1 OR " * 100 + " ".join(tail)).terms() == (
+        T("w1"),
+        *(T(t) for t in tail[: MAX_TERMS - 1]),
+    )
+
+
 # -- rendering -----------------------------------------------------------------------------
 
 

@@ -427,3 +427,19 @@ def test_a_long_message_gets_its_snippet_from_python_and_a_short_one_from_fts5(
     assert phrase[big].startswith(">>>needle needle<<< >>>needle needle<<<")
     best = {r["id"]: r["best_snippet"] for r in store.search_sessions("haystack")}
     assert best == {"s": "..." + "needle " * 16 + ">>>haystack<<<"}
+
+
+def test_a_term_longer_than_sqlites_like_pattern_limit_is_searched_not_raised(
+    store: SessionDB,
+) -> None:
+    # SQLite refuses a LIKE pattern over 50,000 bytes ("pattern too complex"): 16,667
+    # CJK characters are 50,001 bytes. Such a term is found by the scan instead.
+    store.create_session("s", "cli", started_at=1.0)
+    held = store.append_message("s", "user", "前" + "数" * 17000 + "后", timestamp=2.0)
+    store.append_message("s", "user", "数据库", timestamp=3.0)
+    assert len(("%" + "数" * 16667 + "%").encode()) > plan.LIKE_PATTERN_BYTES
+    for term in ("数" * 16667, "数" * 17000, "前" + "数" * 17000):
+        assert [h["id"] for h in store.search_messages(term)] == [held]
+        assert [r["id"] for r in store.search_sessions(term)] == ["s"]
+    assert store.search_messages("数" * 17001) == []
+    assert store.search_messages("数" + "a" * 50000) == []
