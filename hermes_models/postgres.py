@@ -293,7 +293,7 @@ def _yoyo_backend(target: ServerTarget, search_path: str | None) -> Any:
     cannot read a URL without a host part; libpq reads every form psql reads.
     """
     from yoyo.backends.core.postgresql import PostgresqlPsycopgBackend  # migrating is rare
-    from yoyo.connections import default_migration_table, parse_uri
+    from yoyo.connections import default_migration_table, parse_uri  # as the line above
 
     class Backend(PostgresqlPsycopgBackend):  # type: ignore[misc]
         def connect(self, dburi: Any) -> Any:
