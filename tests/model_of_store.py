@@ -12,9 +12,10 @@ compares what each one shows.
 Where SPEC is silent the model follows Hermes v16 (HERMES_V16.md): counters
 count every message row, rewound ones included; previews and ``last_active``
 read soft-deleted messages too; the replay with ancestors follows every
-parent link. It keeps the store's reading where SPEC decides: a resume walk
-counts only active messages ("has a message"), and compressing a session
-that had ended for another reason moves its end to the compression.
+parent link; a resume walk counts any message row ("any row, active or
+not", §3.7). It keeps the store's reading where SPEC decides: a rewind target
+must be an active user message (SPEC §6), and compressing a session that had
+ended for another reason moves its end to the compression.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class CompressedAlready(Exception):
 
 
 class NotARewindTarget(Exception):
-    """The model refuses a rewind target (not in the session, or not a user message)."""
+    """The model refuses a rewind target (not in the session, not a user message, or
+    rewound already)."""
 
 
 class TitleInUse(Exception):
@@ -256,7 +258,7 @@ class StoreModel:
         tip = self.tip(session_id)
         here, seen, depth = tip, {tip}, 0
         while True:
-            if self.session_messages(here):
+            if self.session_messages(here, include_inactive=True):
                 return here
             if depth >= RESUME_MAX_DEPTH:
                 return tip
@@ -358,11 +360,15 @@ class StoreModel:
                 "timestamp": m.timestamp,
                 "tool_call_id": m.tool_call_id,
                 "tool_name": m.tool_name,
-                "tool_calls": decode(encode_given(m.tool_calls)),
             }
             for name, value in values.items():
                 if value:
                     entry[name] = value
+            stored_calls = encode_given(m.tool_calls)
+            if stored_calls:
+                # HERMES_V16 §3.9: decoded, [] when the stored text is not JSON.
+                decoded = decode(stored_calls)
+                entry["tool_calls"] = [] if decoded == stored_calls else decoded
             entries.append(entry)
         if not include_ancestors:
             return entries
@@ -425,10 +431,12 @@ class StoreModel:
         return self._new_message(session_id, role, content, timestamp, **fields)
 
     def rewind(self, session_id: str, message_id: int) -> int:
-        """Hermes' rewind: any user message of the session, active or not."""
+        """The rewind SPEC §6 describes: an active user message of the session."""
         target = self.messages.get(message_id)
         if target is None or target.session_id != session_id or target.role != "user":
             raise NotARewindTarget(message_id)
+        if not target.active:
+            raise NotARewindTarget(message_id)  # Hermes B would count another rewind
         hidden = [m for m in self.session_messages(session_id) if m.id >= message_id]
         for m in hidden:
             m.active = 0
