@@ -342,14 +342,10 @@ def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
 # -- python -m, and --db -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["sessions"], ["sessions", "--json"], ["export"], ["stats"]])
-def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
-    work: Path, args: list[str]
-) -> None:
-    before = (work / "demo.db").read_bytes()
-    command = " ".join([str(SCRIPT), *args, "--db", "demo.db"])
-    result = subprocess.run(
-        ["sh", "-c", f"{command} >&-"],
+def in_shell(line: str, work: Path) -> subprocess.CompletedProcess[str]:
+    """``line`` run by ``sh`` in ``work`` (for redirections such as ``>&-``)."""
+    return subprocess.run(
+        ["sh", "-c", line],
         cwd=work,
         env=environment(work),
         capture_output=True,
@@ -357,6 +353,15 @@ def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.parametrize("args", [["sessions"], ["sessions", "--json"], ["export"], ["stats"]])
+def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
+    work: Path, args: list[str]
+) -> None:
+    before = (work / "demo.db").read_bytes()
+    command = " ".join([str(SCRIPT), *args, "--db", "demo.db"])
+    result = in_shell(f"{command} >&-", work)
     assert (result.returncode, result.stderr) == (
         1,
         "Error: standard output is closed; nothing was done\n",
@@ -366,15 +371,7 @@ def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
 
 def test_a_closed_standard_input_reads_as_empty(work: Path) -> None:
     before = (work / "demo.db").read_bytes()
-    result = subprocess.run(
-        ["sh", "-c", f"{SCRIPT} delete demo-asyncio --db demo.db <&-"],
-        cwd=work,
-        env=environment(work),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = in_shell(f"{SCRIPT} delete demo-asyncio --db demo.db <&-", work)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == "Error: not confirmed; nothing was deleted"
     assert "Traceback" not in result.stderr
