@@ -150,3 +150,41 @@ def test_a_statement_unpacks_as_the_named_tuple_it_was() -> None:
     assert statement.bind({"b": 2}) == [1, 2]
     assert Statement("SELECT :a", [], []).bind({"a": 1}) == {"a": 1}
     assert repr(statement) == "Statement('SELECT ? + ?', [1, None], [(1, 'b')])"
+
+
+#: Run in a fresh process: what a bare ``import hermes_models`` loads, then what
+#: reading its public names gives.
+BARE_IMPORT = """\
+import json, sys
+before = set(sys.modules)
+import hermes_models
+loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("peewee", "hermes_models", "yoyo", "click", "rich"))
+from hermes_models import SessionDB, Session, WriteConflictError, SCHEMA_VERSION
+import hermes_models.store, hermes_models.models, hermes_models.errors, hermes_models.files
+print(json.dumps({
+    "loaded": loaded,
+    "same": [
+        SessionDB is hermes_models.store.SessionDB,
+        Session is hermes_models.models.Session,
+        WriteConflictError is hermes_models.errors.WriteConflictError,
+        SCHEMA_VERSION == hermes_models.files.SCHEMA_VERSION,
+    ],
+    "missing": hasattr(hermes_models, "NoSuchName"),
+    "listed": sorted(set(hermes_models.__all__) - set(dir(hermes_models))),
+}))
+"""
+
+
+@pytest.mark.slow  # a new Python process
+def test_a_bare_import_loads_only_the_package_and_names_load_on_first_use() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BARE_IMPORT], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == {
+        "loaded": ["hermes_models"],
+        "same": [True, True, True, True],
+        "missing": False,
+        "listed": [],
+    }
+    with pytest.raises(AttributeError, match="module 'hermes_models' has no attribute 'Nope'"):
+        hermes_models.Nope  # noqa: B018
