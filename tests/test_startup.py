@@ -158,7 +158,8 @@ BARE_IMPORT = """\
 import json, sys
 before = set(sys.modules)
 import hermes_models
-loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("peewee", "hermes_models", "yoyo", "click", "rich"))
+watched = ("peewee", "hermes_models", "yoyo", "click", "rich")
+loaded = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in watched)
 from hermes_models import SessionDB, Session, WriteConflictError, SCHEMA_VERSION
 import hermes_models.store, hermes_models.models, hermes_models.errors, hermes_models.files
 print(json.dumps({
