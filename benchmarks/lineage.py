@@ -31,7 +31,7 @@ from hot_paths import median_pair
 
 import hermes_models
 from hermes_models import Session, SessionDB
-from hermes_models.listing import _finish, rich_listing_query
+from hermes_models.listing import finish_row, rich_listing_query
 
 CHAIN = 100
 SESSIONS = 10_000
@@ -258,7 +258,7 @@ def main() -> None:
         # _lineage_root_id): what differs is only how the SQL is reached.
         cursor = plain.execute(sql, params)
         names = [column[0] for column in cursor.description]
-        return [_finish(dict(zip(names, row))) for row in cursor.fetchall()]
+        return [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
 
     assert store.list_sessions_rich() == plain_listing()
     ours, theirs = median_pair(args.rounds, lambda: store.list_sessions_rich(), plain_listing)

@@ -25,7 +25,7 @@ from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 from rich.text import Text
 
-from . import __version__, history, terminal, views
+from . import __version__, grid, history, terminal, views
 from .binding import using
 from .checks import INT64_MAX
 from .connection import connect
@@ -626,6 +626,13 @@ def sessions(
             terminal.say("no sessions")
             return
         out = terminal.console()
+        if not out.is_terminal:
+            # A pipe gets the listing laid out without rich, as the quick path lays it
+            # out (hermes_models.quick): the same text whichever path answers.
+            width = grid.pipe_width()
+            shown = _short_ids(store, [row["id"] for row in rows], width)
+            terminal.write_text(grid.sessions_text(rows, _clock(ctx, utc), shown, width))
+            return
         shown = _short_ids(store, [row["id"] for row in rows], out.width)
     terminal.emit(out, views.sessions_table(rows, _clock(ctx, utc), shown))
 

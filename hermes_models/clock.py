@@ -72,4 +72,23 @@ def zones(epochs: Iterable[Any], *, utc: bool) -> str:
     return "/".join(names)
 
 
-__all__ = ["MISSING", "moment", "when", "zone_name", "zones"]
+class Clock:
+    """Times as the user asked for them: local time with its zone, or UTC (``--utc``)."""
+
+    def __init__(self, utc: bool) -> None:
+        self.utc = utc
+
+    def cell(self, epoch: Any) -> str:
+        """For a column whose header names the zone."""
+        return when(epoch, utc=self.utc)
+
+    def stamp(self, epoch: Any) -> str:
+        """On its own: with the zone after it."""
+        return when(epoch, utc=self.utc, zone=epoch is not None)
+
+    def header(self, label: str, epochs: Iterable[Any]) -> str:
+        """A column header naming the zone of its times: ``Last active (UTC)``."""
+        return f"{label} ({zones(epochs, utc=self.utc)})"
+
+
+__all__ = ["MISSING", "Clock", "moment", "when", "zone_name", "zones"]

@@ -35,6 +35,20 @@ MULTIMODAL = "[multimodal content]"
 #: The marker the command line puts where a message has a picture.
 IMAGE = "[image]"
 
+#: Prefix Hermes puts before JSON-encoded (list or dict) message content.
+CONTENT_JSON_PREFIX = "\x00json:"
+
+
+def decode_content(stored: str | None) -> Any:
+    """Message content as appended: the inverse of
+    :func:`hermes_models.models.encode_content`."""
+    if stored is None or not stored.startswith(CONTENT_JSON_PREFIX):
+        return stored
+    try:
+        return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
+    except (ValueError, RecursionError):
+        return stored
+
 
 def content_text(
     content: Any,
@@ -83,4 +97,4 @@ def content_text(
     return json.dumps(content, ensure_ascii=False) if empty is None else empty
 
 
-__all__ = ["IMAGE", "MULTIMODAL", "content_text"]
+__all__ = ["CONTENT_JSON_PREFIX", "IMAGE", "MULTIMODAL", "content_text", "decode_content"]

@@ -27,7 +27,6 @@ from peewee import JOIN, SQL, fn
 
 from .binding import current, file_has, newer_file
 from .checks import check_flag, check_int64, check_page, check_sources, check_text
-from .content import content_text
 from .dialect import limit_value, on_postgresql, starts_with_ascii_nocase, starts_with_nul
 from .hints import TYPE_CHECKING
 from .lineage import (
@@ -37,7 +36,15 @@ from .lineage import (
     listable_expr,
     walk_sessions,
 )
-from .models import CONTENT_JSON_PREFIX, Message, Session, decode_content
+from .listing_rows import (
+    PREVIEW_CHARS,
+    PREVIEW_SOURCE_CHARS,
+    TIP_COLUMNS,
+    finish_row,
+    preview_of,
+    preview_text,
+)
+from .models import Message, Session
 from .statements import Prepared, cached, fetch_dicts
 
 if TYPE_CHECKING:
@@ -45,22 +52,6 @@ if TYPE_CHECKING:
 
 #: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")
-#: Characters of a preview before it is cut and ``...`` appended.
-PREVIEW_CHARS = 60
-#: Characters of the first user message a preview is made from.
-PREVIEW_SOURCE_CHARS = 63
-#: The columns a compressed chain's row takes from its tip (with preview and last_active).
-TIP_COLUMNS = (
-    "id",
-    "ended_at",
-    "end_reason",
-    "message_count",
-    "tool_call_count",
-    "title",
-    "model",
-    "system_prompt",
-    "cwd",
-)
 
 
 def session_filters(
@@ -101,27 +92,6 @@ def session_filters(
 def where_all(query: Any, terms: Sequence[peewee.Node]) -> Any:
     """``query`` filtered by every term (unchanged when there are none)."""
     return query.where(*terms) if terms else query
-
-
-def preview_text(content: Any) -> str:
-    """The preview of a first user message, as Hermes makes it.
-
-    Line breaks become spaces, the first 63 characters are kept and
-    stripped, and more than 60 left become 60 plus ``...``. List content
-    (stored as JSON) is previewed by its text parts, dict content by its JSON.
-    Where Hermes previews the stored JSON envelope of list content, listings
-    show the text of every part that has one, and ``""`` when none has
-    (:func:`hermes_models.content.content_text` with ``every_part``).
-    """
-    if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
-        decoded = decode_content(content)
-        content = decoded if isinstance(decoded, list) else content[len(CONTENT_JSON_PREFIX) :]
-    if isinstance(content, list):
-        text = content_text(content, every_part=True, empty="")
-    else:
-        text = content if isinstance(content, str) else "" if content is None else str(content)
-    raw = text.replace("\n", " ").replace("\r", " ")[:PREVIEW_SOURCE_CHARS].strip()
-    return raw if len(raw) <= PREVIEW_CHARS else raw[:PREVIEW_CHARS] + "..."
 
 
 def _enrichment(x: Any, prefix: str) -> list[Any]:
@@ -215,31 +185,7 @@ def rich_listing(
         raise ValueError("after pages the start order; with order_by_last_active use offset")
     shape = (len(sources), len(excluded), *flags, by_id, keyed)
 
-    def prepare() -> Prepared:
-        names = [f"source{i}" for i in range(len(sources))]
-        names += [f"exclude{i}" for i in range(len(excluded))]
-        optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
-        optional += ["after_started", "after_id"] if keyed else []
-
-        def build(**marks: Any) -> Any:
-            return rich_listing_query(
-                source=[marks[f"source{i}"] for i in range(len(sources))] or None,
-                exclude_sources=[marks[f"exclude{i}"] for i in range(len(excluded))] or None,
-                limit=marks["limit"],
-                offset=marks["offset"],
-                include_children=flags[0],
-                min_message_count=marks["min_count"] if flags[5] else 0,
-                project_compression_tips=flags[1],
-                order_by_last_active=flags[2],
-                include_archived=flags[3],
-                archived_only=flags[4],
-                id_pattern=marks["needle"] if by_id else None,
-                after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
-            )
-
-        return Prepared(build, *names, "limit", "offset", *optional)
-
-    prepared = cached(("listing", shape), prepare)
+    prepared = listing_statement(shape)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     values: dict[str, Any] = {
         "limit": limit_value(limit),
@@ -254,7 +200,41 @@ def rich_listing(
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
     names = [column[0] for column in cursor.description]
-    return [_finish(dict(zip(names, row))) for row in cursor.fetchall()]
+    return [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
+
+
+def listing_statement(shape: tuple[Any, ...]) -> Prepared:
+    """The prepared statement of :func:`rich_listing` for one ``shape``: the number of
+    sources and of excluded sources, the six flags (children, tips, by last activity,
+    archived too, archived only, a minimum count), by id, by key."""
+    n_sources, n_excluded, *flags_and_more = shape
+    flags, by_id, keyed = flags_and_more[:6], flags_and_more[6], flags_and_more[7]
+
+    def prepare() -> Prepared:
+        names = [f"source{i}" for i in range(n_sources)]
+        names += [f"exclude{i}" for i in range(n_excluded)]
+        optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
+        optional += ["after_started", "after_id"] if keyed else []
+
+        def build(**marks: Any) -> Any:
+            return rich_listing_query(
+                source=[marks[f"source{i}"] for i in range(n_sources)] or None,
+                exclude_sources=[marks[f"exclude{i}"] for i in range(n_excluded)] or None,
+                limit=marks["limit"],
+                offset=marks["offset"],
+                include_children=flags[0],
+                min_message_count=marks["min_count"] if flags[5] else 0,
+                project_compression_tips=flags[1],
+                order_by_last_active=flags[2],
+                include_archived=flags[3],
+                archived_only=flags[4],
+                id_pattern=marks["needle"] if by_id else None,
+                after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
+            )
+
+        return Prepared(build, *names, "limit", "offset", *optional)
+
+    return cached(("listing", shape), prepare)
 
 
 def rich_listing_query(
@@ -408,26 +388,6 @@ def _tips(roots_cte: Any) -> tuple[Any, Any]:
     return walk, deepest.cte("tips", columns=("root_id", "tip_id", "depth"))
 
 
-def _preview(row: dict[str, Any], prefix: str) -> str:
-    stored_json = row.pop(f"{prefix}preview_json")
-    head = row.pop(f"{prefix}preview")
-    return preview_text(stored_json if stored_json is not None else head)
-
-
-def _finish(row: dict[str, Any]) -> dict[str, Any]:
-    root_id = row.pop("_root_id")
-    row["preview"] = _preview(row, "")
-    if "_tip_id" not in row:
-        return row
-    tip = {column: row.pop(f"_tip_{column}") for column in TIP_COLUMNS}
-    tip["preview"] = _preview(row, "_tip_")
-    tip["last_active"] = row.pop("_tip_last_active")
-    if tip["id"] is not None and tip["id"] != root_id:
-        row.update(tip)
-        row["_lineage_root_id"] = root_id
-    return row
-
-
 def count_sessions(
     *,
     source: Any = None,
@@ -539,7 +499,7 @@ def enriched_sessions(
     )
     out = []
     for found in fetch_dicts(query):
-        found["preview"] = _preview(found, "")
+        found["preview"] = preview_of(found, "")
         out.append(found)
     return out
 

@@ -22,7 +22,9 @@ from . import lineage, sqlite_sql
 from .binding import current, database, write
 from .checks import INT64_MAX, check_flag, check_json_depth, check_text, check_ttl
 from .checks import check_epoch as check_epoch  # re-exported: callers import it from here
+from .content import CONTENT_JSON_PREFIX as CONTENT_JSON_PREFIX  # re-exported
 from .content import IMAGE, content_text
+from .content import decode_content as decode_content  # re-exported
 from .hints import TYPE_CHECKING, cast
 from .holders import holder_is_gone
 from .statements import Prepared
@@ -32,8 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("hermes_models")
 
-#: Prefix Hermes puts before JSON-encoded (list or dict) message content.
-CONTENT_JSON_PREFIX = "\x00json:"
 
 #: Message roles Hermes writes.
 ROLES = ("system", "user", "assistant", "tool")
@@ -55,16 +55,6 @@ def encode_content(content: Any) -> str | None:
         except TypeError as exc:
             raise TypeError(f"content is not JSON-serialisable: {exc}") from None
     raise TypeError(f"content must be str, list, dict or None, not {type(content).__name__}")
-
-
-def decode_content(stored: str | None) -> Any:
-    """Message content as appended: the inverse of :func:`encode_content`."""
-    if stored is None or not stored.startswith(CONTENT_JSON_PREFIX):
-        return stored
-    try:
-        return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
-    except (ValueError, RecursionError):
-        return stored
 
 
 def readable(stored: str | None) -> str:

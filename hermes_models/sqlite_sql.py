@@ -503,6 +503,16 @@ def insert_or_ignore(table: str, columns: Sequence[str]) -> str:
     return f"INSERT OR IGNORE INTO {quote(table)} ({names}) VALUES ({marks})"
 
 
+#: Whether a session id is held (``hermes-models sessions``' quick path).
+ID_HELD = "SELECT 1 FROM sessions WHERE id = ? LIMIT 1"
+#: At most two session ids starting with a prefix, ASCII letters of either case, as
+#: the library's ``starts_with_ascii_nocase`` compares (values: the prefix's length
+#: in UTF-8 bytes, and its ASCII-lower-cased bytes).
+IDS_WITH_PREFIX = (
+    "SELECT id FROM sessions WHERE CAST(lower(substr(CAST(id AS BLOB), 1, ?)) AS BLOB) = ? LIMIT 2"
+)
+
+
 __all__ = [
     "APPLIED_MIGRATIONS",
     "ATTACH_SOURCE",
@@ -554,6 +564,8 @@ __all__ = [
     "GRAM_TABLES_FOUND",
     "GRAM_TRIGGERS",
     "HIGHEST_MESSAGE_ID",
+    "IDS_WITH_PREFIX",
+    "ID_HELD",
     "INDEXED_TEXT",
     "INSERT_GRAMS",
     "INSERT_SEQUENCE",

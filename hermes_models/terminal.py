@@ -29,7 +29,7 @@ from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
 
-from . import clock
+from .clock import Clock
 
 #: The ``--json``/``--nl``/``--csv``/``--tsv`` formats.
 FORMATS = ("json", "nl", "csv", "tsv")
@@ -166,6 +166,15 @@ def utf8_stdout() -> Iterator[Any]:
             stream.detach()
 
 
+def write_text(text: str) -> None:
+    """``text`` on standard output as UTF-8 (for a pipe: what a listing lays out itself)."""
+    try:
+        with utf8_stdout() as stream:
+            stream.write(text)
+    except BrokenPipeError:
+        stop_quietly()
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -243,28 +252,6 @@ def working(label: str) -> Iterator[None]:
         yield
 
 
-# -- times --------------------------------------------------------------------------------
-
-
-class Clock:
-    """Times as the user asked for them: local time with its zone, or UTC (``--utc``)."""
-
-    def __init__(self, utc: bool) -> None:
-        self.utc = utc
-
-    def cell(self, epoch: Any) -> str:
-        """For a column whose header names the zone."""
-        return clock.when(epoch, utc=self.utc)
-
-    def stamp(self, epoch: Any) -> str:
-        """On its own: with the zone after it."""
-        return clock.when(epoch, utc=self.utc, zone=epoch is not None)
-
-    def header(self, label: str, epochs: Iterable[Any]) -> str:
-        """A column header naming the zone of its times: ``Last active (UTC)``."""
-        return f"{label} ({clock.zones(epochs, utc=self.utc)})"
-
-
 __all__ = [
     "FORMATS",
     "Clock",
@@ -276,4 +263,5 @@ __all__ = [
     "utf8_stdout",
     "working",
     "write_records",
+    "write_text",
 ]

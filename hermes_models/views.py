@@ -22,18 +22,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from .clock import Clock
 from .content import IMAGE
 from .content import content_text as text_of
-from .terminal import Clock
-
-#: Session ids longer than this are shortened to a unique prefix on a narrow terminal...
-_LONG_ID = 20
-#: ...that is, when fewer than this many columns are left for the rest of a table...
-_TABLE_SPARE = 78
-#: ...and never to fewer characters than this (``20260105_0900`` of a Hermes id).
-_SHORTEST = 13
-#: Width of a time cell (``2026-01-05 09:00``).
-_TIME = 16
+from .grid import TIME_WIDTH, short_ids, time_header, title_and
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -57,49 +49,20 @@ def _table() -> Table:
     return Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
 
 
-def short_ids(ids: list[str], unique: Callable[[str], bool], width: int) -> dict[str, str]:
-    """Long ``ids`` shortened to prefixes that name one session when ``width`` is too
-    narrow for them whole; ``unique(prefix)`` says whether a prefix names one session."""
-    longest = max((len(i) for i in ids), default=0)
-    if longest + _TABLE_SPARE <= width or longest <= _LONG_ID:
-        return {i: i for i in ids}
-    ordered = sorted(set(ids))
-    shown: dict[str, str] = {}
-    for index, session_id in enumerate(ordered):
-        if len(session_id) <= _LONG_ID:
-            shown[session_id] = session_id
-            continue
-        # Start from the length that tells it apart from its neighbours in this listing.
-        length = _SHORTEST
-        for other in ordered[max(index - 1, 0) : index + 2]:
-            if other != session_id:
-                common = next(
-                    (n for n, (a, b) in enumerate(zip(session_id, other)) if a != b),
-                    min(len(session_id), len(other)),
-                )
-                length = max(length, common + 1)
-        while length < len(session_id) and not unique(session_id[:length]):
-            length += 1
-        shown[session_id] = session_id[:length]
-    return shown
-
-
-def _time_header(clock: Clock, label: str, epochs: Iterable[Any]) -> str:
-    header = clock.header(label, epochs)
-    return header if len(header) <= _TIME + 2 else header.replace(" (", "\n(", 1)
-
-
 def _id_column(table: Table, ids: Iterable[str]) -> None:
-    table.add_column("ID", overflow="fold", min_width=min(max(map(len, ids), default=2), _TIME))
+    table.add_column(
+        "ID", overflow="fold", min_width=min(max(map(len, ids), default=2), TIME_WIDTH)
+    )
 
 
 def _title_and(title: Any, more: Any, style: str = "dim") -> Text:
     """A cell with the title, and under it (dim) the preview or the effect."""
-    text = Text(str(title or ""))
-    if more:
-        if title:
+    first, second = title_and(title, more)
+    text = Text(first)
+    if second:
+        if first:
             text.append("\n")
-        text.append(str(more), style)
+        text.append(second, style)
     return text
 
 
@@ -118,7 +81,9 @@ def _sessions_of(
     table.add_column("Msgs", justify="right", no_wrap=True)
     header, key = when
     table.add_column(
-        _time_header(clock, header, (row.get(key) for row in rows)), no_wrap=True, min_width=_TIME
+        time_header(clock, header, (row.get(key) for row in rows)),
+        no_wrap=True,
+        min_width=TIME_WIDTH,
     )
     table.add_column(last[0], overflow="fold", ratio=1)
     for row in rows:

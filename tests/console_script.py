@@ -47,6 +47,19 @@ def run(
     )
 
 
+def in_shell(line: str, work: Path) -> subprocess.CompletedProcess[str]:
+    """``line`` run by ``sh`` in ``work`` (for redirections such as ``>&-``)."""
+    return subprocess.run(
+        ["sh", "-c", line],
+        cwd=work,
+        env=environment(work),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def build_demo_store(path: Path) -> Path:
     """The demo store (six sessions: English, Chinese, a branch, a chain, a subagent run)."""
     with SessionDB(path) as store:

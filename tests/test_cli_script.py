@@ -17,6 +17,7 @@ from console_script import (
     SCRIPT,
     build_demo_store,
     environment,
+    in_shell,
     make_read_only,
     run,
     run_unprivileged,
@@ -340,19 +341,6 @@ def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
 
 
 # -- python -m, and --db -----------------------------------------------------------------------
-
-
-def in_shell(line: str, work: Path) -> subprocess.CompletedProcess[str]:
-    """``line`` run by ``sh`` in ``work`` (for redirections such as ``>&-``)."""
-    return subprocess.run(
-        ["sh", "-c", line],
-        cwd=work,
-        env=environment(work),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("args", [["sessions"], ["sessions", "--json"], ["export"], ["stats"]])

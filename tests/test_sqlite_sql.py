@@ -24,7 +24,9 @@ import package_source
 #: The one module of hand-written SQLite statements.
 SQL_MODULE = "sqlite_sql"
 #: Its sibling for PostgreSQL (one module of hand-written SQL per dialect).
-SQL_MODULES = {SQL_MODULE, "postgres_sql"}
+#: ``quick_sql`` holds statements the library rendered with peewee, written by
+#: ``hermes_models.quick_build`` (``tests/test_quick.py`` compares them).
+SQL_MODULES = {SQL_MODULE, "postgres_sql", "quick_sql"}
 
 #: Modules whose hand-written SQL has not moved yet (none left): an entry goes when its
 #: module is done.

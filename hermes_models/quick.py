@@ -1,0 +1,263 @@
+"""The ``hermes-models`` console script, and its quick path for ``sessions`` in a pipe.
+
+``hermes-models sessions`` is what people and scripts run most, and click,
+rich and peewee take four times as long to load as the whole listing takes
+with plain :mod:`sqlite3`. So when standard output is not a terminal and the
+command line is a plain listing (``sessions`` with ``--db``, ``--limit``,
+``--offset``, ``--source``, ``--archived``, ``--recent``, ``--utc``), this
+module answers it with :mod:`sqlite3` alone: the statement the library
+renders for that listing (:mod:`hermes_models.quick_sql`, generated from it
+and compared by a test), the rows finished as the library finishes them
+(:mod:`hermes_models.listing_rows`), laid out as the full command lays a
+listing out in a pipe (:mod:`hermes_models.grid`). The text is the same
+whichever path answers.
+
+The quick path answers only a file it would not change: an existing SQLite
+file of this package's current structure with every migration applied
+(nothing to migrate), in WAL mode, private to this user, with private
+sidecars. Anything else — a terminal, another option, a server URL, an
+environment variable it does not read, a file that needs care, any error
+before the first byte is written — goes to the full command, which does what
+it always did (and gives its errors).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import sys
+from urllib.parse import quote
+
+from .hints import TYPE_CHECKING
+from .sqlite_sql import ID_HELD, IDS_WITH_PREFIX, JOURNAL_MODE
+
+if TYPE_CHECKING:
+    from typing import Any
+
+#: Options of ``sessions`` the quick path reads, by whether they take a value.
+_VALUED = ("--db", "--limit", "--offset", "--source")
+_FLAGS = ("--archived", "--recent", "--utc")
+#: A number the quick path reads (longer ones go to the full command's checks).
+_MAX_DIGITS = 18
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def run() -> None:
+    """Console-script entry point: the quick path when it applies, else the full CLI."""
+    status = sessions_quickly(sys.argv[1:])
+    if status is None:
+        from .cli import run as full  # click, rich and peewee: only when they are needed
+
+        full()
+        return
+    sys.exit(status)
+
+
+def parse(argv: list[str], environ: Any) -> dict[str, Any] | None:
+    """The listing ``argv`` asks for, or None when the quick path does not take it."""
+    if "HERMES_MODELS_DB" in environ or "sessions" not in argv:
+        return None
+    command = argv.index("sessions")
+    found: dict[str, Any] = {"utc": False}
+    for position, args in ((0, argv[:command]), (1, argv[command + 1 :])):
+        index = 0
+        while index < len(args):
+            name, eq, value = args[index].partition("=")
+            index += 1
+            if name in _FLAGS and not eq and (position == 1 or name == "--utc"):
+                if name in found and name != "--utc":
+                    return None
+                found["utc" if name == "--utc" else name] = True
+                continue
+            if name not in _VALUED or (position == 0 and name != "--db") or name in found:
+                return None
+            if not eq:
+                if index >= len(args):
+                    return None
+                value = args[index]
+                index += 1
+            if value.startswith("-"):
+                return None
+            found[name] = value
+    return _checked(found, environ)
+
+
+def _checked(found: dict[str, Any], environ: Any) -> dict[str, Any] | None:
+    request: dict[str, Any] = {
+        "utc": found["utc"],
+        "archived": found.get("--archived", False),
+        "recent": found.get("--recent", False),
+        "source": found.get("--source"),
+    }
+    for name, default in (("--limit", 20), ("--offset", 0)):
+        text = found.get(name)
+        if text is None:
+            request[name[2:]] = default
+        elif text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
+            request[name[2:]] = int(text)
+        else:
+            return None
+    if request["source"] is not None and not request["source"].strip():
+        return None
+    path = _path(found.get("--db"), environ)
+    if path is None:
+        return None
+    request["path"] = path
+    return request
+
+
+def _path(db: str | None, environ: Any) -> str | None:
+    """The file a plain ``--db`` (or ``$HERMES_HOME``) names; None for anything else (a
+    URL, an in-memory name, ``~user``: the full command reads those)."""
+    if db is None:
+        home = environ.get("HERMES_HOME") or "~/.hermes"
+        if "\x00" in home or (home.startswith("~") and not home.startswith("~/") and home != "~"):
+            return None
+        return os.path.abspath(os.path.join(os.path.expanduser(home), "state.db"))
+    if (
+        not db.strip()
+        or ":" in db
+        or "\x00" in db
+        or (db.startswith("~") and not db.startswith("~/") and db != "~")
+    ):
+        return None
+    return os.path.abspath(os.path.expanduser(db))
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` and its sidecars are what the library leaves after a writable open:
+    regular files of this user, private and writable by them, in a folder they can write."""
+    if os.name == "nt":
+        return False
+    me = os.geteuid()
+    for candidate, follow in ((path, True), (f"{path}-wal", False), (f"{path}-shm", False)):
+        try:
+            info = os.stat(candidate) if follow else os.lstat(candidate)
+        except FileNotFoundError:
+            if follow:
+                return False
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != me
+            or mode & 0o077
+            or not mode & stat.S_IWUSR
+            or (follow and info.st_size == 0)
+        ):
+            return False
+    return os.access(path, os.R_OK | os.W_OK) and os.access(
+        os.path.dirname(path), os.W_OK | os.X_OK
+    )
+
+
+def _open(path: str) -> sqlite3.Connection | None:
+    """A connection to ``path`` when the quick path may list it (see the module
+    docstring), else None."""
+    # Loaded when a listing is answered here (not for the commands that go on).
+    from . import quick_sql
+    from .shape import probe
+
+    conn = sqlite3.connect(
+        "file:" + quote(path, safe="/"), uri=True, timeout=5.0, isolation_level=None
+    )
+    try:
+        mode = conn.execute(JOURNAL_MODE).fetchone()
+        shape = probe(conn)
+        current = (
+            mode is not None
+            and str(mode[0]).lower() == "wal"
+            and shape.key == quick_sql.SHAPE_KEY
+            and shape.migrations is not None
+            and shape.migrations.issuperset(quick_sql.MIGRATIONS)
+        )
+    except BaseException:
+        conn.close()
+        raise
+    if not current:
+        conn.close()
+        return None
+    return conn
+
+
+def _listing(conn: sqlite3.Connection, request: dict[str, Any]) -> list[dict[str, Any]]:
+    # Loaded when a listing is answered here (not for the commands that go on).
+    from . import quick_sql
+    from .listing_rows import finish_row
+
+    key = (request["source"] is not None, request["archived"], request["recent"])
+    sql, template, slots = quick_sql.LISTINGS[key]
+    values = {
+        "limit": request["limit"] or -1,  # 0: no limit
+        "offset": request["offset"],
+        "source0": request["source"],
+    }
+    params = list(template)
+    for index, name in slots:
+        params[index] = values[name]
+    cursor = conn.execute(sql, params)
+    names = [column[0] for column in cursor.description]
+    return [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
+
+
+def names_one(conn: sqlite3.Connection, prefix: str) -> bool:
+    """Whether ``prefix`` names one session, as ``SessionDB.resolve_session_id`` decides:
+    an id held, else the prefix of exactly one id (ASCII letters of either case)."""
+    if not prefix:
+        return False
+    if conn.execute(ID_HELD, (prefix,)).fetchone() is not None:
+        return True
+    raw = prefix.translate(_ASCII_LOWER).encode("utf-8")
+    return len(conn.execute(IDS_WITH_PREFIX, (len(raw), raw)).fetchall()) == 1
+
+
+def sessions_quickly(argv: list[str], environ: Any = None) -> int | None:
+    """Answer ``hermes-models sessions ...`` (``argv`` without the program name) on
+    the quick path and return the exit status; None when the full command must."""
+    environ = os.environ if environ is None else environ
+    request = parse(argv, environ)
+    if request is None or getattr(sys.stdout, "buffer", None) is None:
+        return None
+    try:
+        if os.isatty(sys.stdout.fileno()) or not _private(request["path"]):
+            return None
+        text = _text(request, environ)
+    except Exception:  # the full command answers, and says what is wrong
+        return None
+    if text is None:
+        return None
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``| head``): the rest goes nowhere, as in the full command.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
+def _text(request: dict[str, Any], environ: Any) -> str | None:
+    """The listing's text, or None when the quick path cannot answer."""
+    # Loaded when a listing is answered here (not for the commands that go on).
+    from . import grid
+    from .clock import Clock
+
+    conn = _open(request["path"])
+    if conn is None:
+        return None
+    try:
+        rows = _listing(conn, request)
+        if not rows:
+            return "no sessions\n"
+        width = grid.pipe_width(environ)
+        ids = [row["id"] for row in rows]
+        shown = grid.short_ids(ids, lambda prefix: names_one(conn, prefix), width)
+    finally:
+        conn.close()
+    return grid.sessions_text(rows, Clock(request["utc"]), shown, width)
+
+
+__all__ = ["names_one", "parse", "run", "sessions_quickly"]
