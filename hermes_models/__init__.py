@@ -14,8 +14,6 @@ Every public name is loaded from its module on first use (PEP 562):
 
 from __future__ import annotations
 
-from importlib import import_module
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -157,7 +155,8 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f".{home}", __name__), name)
+    # __import__ (a builtin) rather than importlib: the package itself loads nothing.
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=(name,)), name)
     if name not in _COMPUTED:
         globals()[name] = value  # the next read is a plain attribute
     return value

@@ -13,12 +13,11 @@ import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
-from pathlib import Path
 
 from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
@@ -95,17 +94,6 @@ def check_epoch(value: Any, argument: str) -> float:
             f"{argument} must be seconds since the epoch between years 1 and 9999, got {value!r}"
         )
     return number
-
-
-def epoch_datetime(value: Any) -> datetime | None:
-    """The UTC date of a stored epoch; None when the value cannot be one (not a
-    number, or outside what ``datetime`` represents), so that reading never fails."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return datetime.fromtimestamp(value, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return None
 
 
 def check_utf8(value: str, argument: str) -> str:
@@ -303,6 +291,8 @@ def check_folder(value: Any, argument: str) -> Path | None:
     text = os.fspath(value)
     if not isinstance(text, str):
         raise TypeError(f"{argument} must be a text path, not bytes")
+    from pathlib import Path  # loaded here: the command's quick path never needs it
+
     return Path(text)
 
 
@@ -345,5 +335,4 @@ __all__ = [
     "check_timestamp",
     "check_ttl",
     "check_utf8",
-    "epoch_datetime",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from .checks import epoch_datetime
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,6 +19,17 @@ if TYPE_CHECKING:
 
 #: What a missing time (e.g. a session that has not ended) looks like.
 MISSING = "-"
+
+
+def epoch_datetime(value: Any) -> datetime | None:
+    """The UTC date of a stored epoch; None when the value cannot be one (not a
+    number, or outside what ``datetime`` represents), so that reading never fails."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return datetime.fromtimestamp(value, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def moment(epoch: Any, *, utc: bool) -> datetime | None:
@@ -91,4 +101,4 @@ class Clock:
         return f"{label} ({zones(epochs, utc=self.utc)})"
 
 
-__all__ = ["MISSING", "Clock", "moment", "when", "zone_name", "zones"]
+__all__ = ["MISSING", "Clock", "epoch_datetime", "moment", "when", "zone_name", "zones"]

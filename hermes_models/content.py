@@ -23,8 +23,6 @@ once.
 
 from __future__ import annotations
 
-import json
-
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,6 +42,8 @@ def decode_content(stored: str | None) -> Any:
     :func:`hermes_models.models.encode_content`."""
     if stored is None or not stored.startswith(CONTENT_JSON_PREFIX):
         return stored
+    import json  # loaded on the first JSON content: a listing of text starts faster
+
     try:
         return json.loads(stored[len(CONTENT_JSON_PREFIX) :])
     except (ValueError, RecursionError):
@@ -94,7 +94,11 @@ def content_text(
         joined = joined.strip()
     if joined:
         return joined
-    return json.dumps(content, ensure_ascii=False) if empty is None else empty
+    if empty is not None:
+        return empty
+    import json  # loaded on the first content without text: a listing starts faster
+
+    return json.dumps(content, ensure_ascii=False)
 
 
 __all__ = ["CONTENT_JSON_PREFIX", "IMAGE", "MULTIMODAL", "content_text", "decode_content"]

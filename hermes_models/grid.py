@@ -21,7 +21,6 @@ This module imports no third-party package: the command's quick path
 from __future__ import annotations
 
 import os
-import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 from .clock import Clock
@@ -74,6 +73,8 @@ def cell_width(text: str) -> int:
     """Terminal cells ``text`` takes (one line, control characters already left out)."""
     if text.isascii():
         return len(text)
+    import unicodedata  # loaded for the first text that is not ASCII
+
     width = 0
     for char in text:
         if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):

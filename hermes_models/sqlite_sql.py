@@ -505,12 +505,36 @@ def insert_or_ignore(table: str, columns: Sequence[str]) -> str:
 
 #: Whether a session id is held (``hermes-models sessions``' quick path).
 ID_HELD = "SELECT 1 FROM sessions WHERE id = ? LIMIT 1"
-#: At most two session ids starting with a prefix, ASCII letters of either case, as
-#: the library's ``starts_with_ascii_nocase`` compares (values: the prefix's length
-#: in UTF-8 bytes, and its ASCII-lower-cased bytes).
+#: At most N session ids in a range of the primary key (the ids starting with the
+#: prefix's part before its first ASCII letter: :func:`prefix_bounds`) that start with
+#: the prefix, ASCII letters of either case, as the library's
+#: ``starts_with_ascii_nocase`` compares. Values: the range, the prefix's length in
+#: UTF-8 bytes, its ASCII-lower-cased bytes, N.
 IDS_WITH_PREFIX = (
-    "SELECT id FROM sessions WHERE CAST(lower(substr(CAST(id AS BLOB), 1, ?)) AS BLOB) = ? LIMIT 2"
+    "SELECT id FROM sessions WHERE id >= ? AND id < ?"
+    " AND CAST(lower(substr(CAST(id AS BLOB), 1, ?)) AS BLOB) = ? LIMIT ?"
 )
+#: The same without a range (a prefix that starts with an ASCII letter).
+IDS_WITH_PREFIX_ANYWHERE = (
+    "SELECT id FROM sessions WHERE CAST(lower(substr(CAST(id AS BLOB), 1, ?)) AS BLOB) = ? LIMIT ?"
+)
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str] | None:
+    """The range ``[low, high)`` of text, in SQLite's binary order, holding every text
+    that starts with ``prefix``'s part before its first ASCII letter (which a match
+    that folds ASCII case must repeat exactly); None when that part is empty."""
+    cut = next((i for i, c in enumerate(prefix) if c.isascii() and c.isalpha()), len(prefix))
+    low = prefix[:cut]
+    head = low
+    while head:
+        last = ord(head[-1])
+        if last < 0x10FFFF:
+            # UTF-8 order is code point order; surrogates cannot be stored: skip them.
+            following = 0xE000 if last + 1 == 0xD800 else last + 1
+            return low, head[:-1] + chr(following)
+        head = head[:-1]
+    return None
 
 
 __all__ = [
@@ -565,6 +589,7 @@ __all__ = [
     "GRAM_TRIGGERS",
     "HIGHEST_MESSAGE_ID",
     "IDS_WITH_PREFIX",
+    "IDS_WITH_PREFIX_ANYWHERE",
     "ID_HELD",
     "INDEXED_TEXT",
     "INSERT_GRAMS",
@@ -632,6 +657,7 @@ __all__ = [
     "insert_or_ignore",
     "messages_not_indexed",
     "multi_row_insert",
+    "prefix_bounds",
     "quote",
     "read_nothing_from",
     "set_busy_timeout",

@@ -313,3 +313,48 @@ def test_a_chain_is_listed_by_its_tip_as_the_full_command_lists_it(tmp_path: Pat
         assert (status, text) == (0, full(argv, "80"))
         assert [line.split()[0] for line in text.splitlines()[1::2]] == ["other", "root-3"]
         assert "tip question" in text and "the root" not in text
+
+
+def _folded(text: str) -> bytes:
+    return text.encode("utf-8").translate(
+        bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
+    )
+
+
+ID_CHARS = st.sampled_from(["a", "A", "b", "1", "_", "\x00", "é", "É", "\ud7ff", "\ue000", "数"])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ids=st.lists(st.text(ID_CHARS, min_size=1, max_size=5), min_size=1, max_size=8, unique=True),
+    prefixes=st.lists(st.text(ID_CHARS, min_size=1, max_size=4), min_size=1, max_size=6),
+)
+def test_prefix_lookups_agree_with_a_scan_in_python(
+    tmp_path_factory: pytest.TempPathFactory, ids: list[str], prefixes: list[str]
+) -> None:
+    """The reference is a scan in Python: an id held, else exactly one id whose UTF-8
+    bytes start with the prefix's, ASCII letters folded (what SQLite's lower() folds)."""
+    db = tmp_path_factory.mktemp("prefixes") / "state.db"
+    with SessionDB(db) as store:
+        for sid in ids:
+            store.create_session(sid, "cli")
+        prefixes += [sid[:n] for sid in ids for n in (1, 2)]
+        resolved = {p: store.resolve_session_id(p) for p in prefixes}
+    conn = sqlite3.connect(db)
+    try:
+        answers = {"names_one": {p: quick.names_one(conn, p) for p in prefixes}}
+        for shortest in (1, 2, 3):  # a range read once per head, then decided in Python
+            names = quick.Names(conn, shortest)
+            answers[f"Names {shortest}"] = {p: names(p) for p in prefixes}
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(quick, "_NAMES_READ", 1)  # too many at once: one at a time
+            names = quick.Names(conn, 1)
+            answers["Names, capped"] = {p: names(p) for p in prefixes}
+    finally:
+        conn.close()
+    for prefix in prefixes:
+        starting = [i for i in ids if _folded(i).startswith(_folded(prefix))]
+        expected = prefix if prefix in ids else (starting[0] if len(starting) == 1 else None)
+        assert resolved[prefix] == expected, prefix
+        for way, said in answers.items():
+            assert said[prefix] is (expected is not None), (way, prefix)
