@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -141,8 +142,7 @@ def test_the_statements_are_those_the_library_renders_now() -> None:
 def test_the_quick_path_prints_what_the_full_command_prints(
     tmp_path: Path, specs: list[dict], options: dict
 ) -> None:
-    folder = Path(os.path.join(tmp_path, f"case{abs(hash(repr((specs, options))))}"))
-    folder.mkdir(mode=0o700)
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))  # a folder per example, private (0700)
     db = folder / "state.db"
     build(db, specs)
     argv = argv_of(db, options)
