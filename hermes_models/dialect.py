@@ -17,7 +17,7 @@ from peewee import SQL, Case, Expression, Value, fn
 
 from . import postgres_sql, sqlite_sql
 from .binding import current
-from .hints import TYPE_CHECKING
+from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from typing import Any
@@ -63,7 +63,13 @@ def starts_with_ascii_nocase(field: Any, prefix: str) -> Expression:
         return fn.starts_with(lowered, folded) == True  # noqa: E712 - SQL, not Python
     # SQLite's lower() folds ASCII alone; read as bytes, a NUL does not end the text.
     raw = folded.encode("utf-8")
-    return fn.lower(fn.substr(field.cast("BLOB"), 1, len(raw))).cast("BLOB") == raw
+    match = fn.lower(fn.substr(field.cast("BLOB"), 1, len(raw))).cast("BLOB") == raw
+    bounds = sqlite_sql.prefix_bounds(prefix)
+    if bounds is None:
+        return match
+    # The part before the first letter matches exactly: a range of an index on
+    # ``field`` (the primary key for ids) instead of a scan of every row.
+    return cast("Expression", (field >= bounds[0]) & (field < bounds[1]) & match)
 
 
 def json_text(field: Any, key: str) -> Any:

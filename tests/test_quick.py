@@ -21,7 +21,7 @@ from console_script import SCRIPT, environment, in_shell, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_models import SessionDB, quick, quick_build, quick_sql
+from hermes_models import Session, SessionDB, quick, quick_build, quick_sql, sqlite_sql
 from hermes_models.cli import cli
 
 T0 = 1_767_600_000.0  # 2026-01-05 08:00 UTC
@@ -358,3 +358,36 @@ def test_prefix_lookups_agree_with_a_scan_in_python(
         assert resolved[prefix] == expected, prefix
         for way, said in answers.items():
             assert said[prefix] is (expected is not None), (way, prefix)
+
+
+def test_a_prefix_lookup_reads_a_range_of_the_primary_key(tmp_path: Path) -> None:
+    """Up to its first ASCII letter a prefix matches exactly, so the lookup is a range
+    of the primary key's index (Hermes' ``LIKE`` reads every id); a prefix that starts
+    with a letter is still read by a scan."""
+    from hermes_models import using
+    from hermes_models.dialect import starts_with_ascii_nocase
+
+    with SessionDB(tmp_path / "state.db") as store, using(store.database):
+        conn = store.database.connection()
+        plans = {}
+        for prefix in ("20260105_0900", "20260105_0900ab", "ab20260105"):
+            query = Session.select(Session.id).where(starts_with_ascii_nocase(Session.id, prefix))
+            sql, params = query.sql()
+            plans[prefix] = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        low, high = sqlite_sql.prefix_bounds("20260105_0900ab")
+        quick_plan = conn.execute(
+            f"EXPLAIN QUERY PLAN {sqlite_sql.IDS_WITH_PREFIX}", (low, high, 1, b"2", 2)
+        ).fetchall()
+    index = "sqlite_autoindex_sessions_1"
+    assert plans == {
+        "20260105_0900": [f"SEARCH t1 USING COVERING INDEX {index} (id>? AND id<?)"],
+        "20260105_0900ab": [f"SEARCH t1 USING COVERING INDEX {index} (id>? AND id<?)"],
+        "ab20260105": [f"SCAN t1 USING COVERING INDEX {index}"],
+    }
+    assert [row[3] for row in quick_plan] == [
+        f"SEARCH sessions USING COVERING INDEX {index} (id>? AND id<?)"
+    ]
+    assert (low, high) == ("20260105_0900", "20260105_0901")
+    assert sqlite_sql.prefix_bounds("ab") is None
+    assert sqlite_sql.prefix_bounds("1\U0010ffff") == ("1\U0010ffff", "2")
+    assert sqlite_sql.prefix_bounds("\ud7ff") == ("\ud7ff", "\ue000")
