@@ -52,7 +52,11 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 def run() -> None:
     """Console-script entry point: the quick path when it applies, else the full CLI."""
-    status = sessions_quickly(sys.argv[1:])
+    try:
+        status = sessions_quickly(sys.argv[1:])
+    except KeyboardInterrupt:  # Ctrl-C: what click says and returns
+        sys.stderr.write("\nAborted!\n")
+        status = 1
     if status is None:
         from .cli import run as full  # click, rich and peewee: only when they are needed
 
@@ -304,6 +308,9 @@ def sessions_quickly(argv: list[str], environ: Any = None) -> int | None:
         # The reader went away (``| head``): the rest goes nowhere, as in the full command.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+    except OSError as exc:  # a full disk, say: one line and status 1, as the full command
+        sys.stderr.write(f"Error: {exc.strerror or exc}\n")
+        return 1
     return 0
 
 

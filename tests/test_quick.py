@@ -391,3 +391,16 @@ def test_a_prefix_lookup_reads_a_range_of_the_primary_key(tmp_path: Path) -> Non
     assert sqlite_sql.prefix_bounds("ab") is None
     assert sqlite_sql.prefix_bounds("1\U0010ffff") == ("1\U0010ffff", "2")
     assert sqlite_sql.prefix_bounds("\ud7ff") == ("\ud7ff", "\ue000")
+
+
+@pytest.mark.slow  # new Python processes
+def test_a_full_disk_is_one_error_line_as_in_the_full_command(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    build(db, [dict(id="s1", source="cli", title="one", first="hi", messages=1, archived=False,
+                    end=None, parent=9, minutes=0)])  # fmt: skip
+    script = in_shell(f"'{SCRIPT}' sessions --db '{db}' > /dev/full", tmp_path)
+    module = in_shell(
+        f"'{sys.executable}' -m hermes_models sessions --db '{db}' > /dev/full", tmp_path
+    )
+    assert (script.returncode, script.stderr) == (1, "Error: No space left on device\n")
+    assert (module.returncode, module.stderr) == (script.returncode, script.stderr)
