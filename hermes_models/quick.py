@@ -75,7 +75,9 @@ def run() -> None:
 
 def parse(argv: list[str], environ: Any) -> dict[str, Any] | None:
     """The listing ``argv`` asks for, or None when the quick path does not take it."""
-    if "HERMES_MODELS_DB" in environ or "sessions" not in argv:
+    if "sessions" not in argv or "HERMES_MODELS_DB" in environ:
+        return None
+    if "_HERMES_MODELS_COMPLETE" in environ:  # click's shell completion at work
         return None
     command = argv.index("sessions")
     found: dict[str, Any] = {"utc": False}

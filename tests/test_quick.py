@@ -194,6 +194,8 @@ def test_a_prefix_names_one_session_as_resolve_session_id_says(tmp_path: Path) -
         (["search", "sessions"], {}, False),
         (["sessions"], {"HERMES_MODELS_DB": "F"}, False),
         (["sessions"], {"HERMES_HOME": "~other/x"}, False),
+        (["sessions"], {"HERMES_HOME": "/srv/a:b"}, False),
+        (["sessions"], {"_HERMES_MODELS_COMPLETE": "bash_complete"}, False),
     ],
 )
 def test_the_quick_path_takes_plain_listings_only(
