@@ -44,6 +44,14 @@ if TYPE_CHECKING:
 #: Options of ``sessions`` the quick path reads, by whether they take a value.
 _VALUED = ("--db", "--limit", "--offset", "--source")
 _FLAGS = ("--archived", "--recent", "--utc")
+#: Environment variables the full command reads and the quick path does not: the
+#: database (click's), shell completion (click's), a terminal forced (rich's).
+_FULL_COMMAND_READS = (
+    "HERMES_MODELS_DB",
+    "_HERMES_MODELS_COMPLETE",
+    "FORCE_COLOR",
+    "TTY_COMPATIBLE",
+)
 #: A number the quick path reads (longer ones go to the full command's checks).
 _MAX_DIGITS = 18
 
@@ -75,9 +83,7 @@ def run() -> None:
 
 def parse(argv: list[str], environ: Any) -> dict[str, Any] | None:
     """The listing ``argv`` asks for, or None when the quick path does not take it."""
-    if "sessions" not in argv or "HERMES_MODELS_DB" in environ:
-        return None
-    if "_HERMES_MODELS_COMPLETE" in environ:  # click's shell completion at work
+    if "sessions" not in argv or any(name in environ for name in _FULL_COMMAND_READS):
         return None
     command = argv.index("sessions")
     found: dict[str, Any] = {"utc": False}

@@ -34,8 +34,14 @@ def run(
     **options: Any,
 ) -> subprocess.CompletedProcess[str]:
     """``hermes-models ARGS`` in ``cwd``; stdin is empty unless given."""
+    return _spawn([str(SCRIPT), *args], cwd, env, stdin, **options)
+
+
+def _spawn(
+    command: list[str], cwd: Path, env: dict[str, str] | None, stdin: str | None, **options: Any
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(SCRIPT), *args],
+        command,
         cwd=cwd,
         env=env if env is not None else environment(cwd),
         input=stdin if stdin is not None else "",
@@ -45,6 +51,14 @@ def run(
         check=False,
         **options,
     )
+
+
+def run_module(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m hermes_models ARGS`` in ``cwd``: always the full command (click), never
+    the console script's quick path."""
+    return _spawn([sys.executable, "-m", "hermes_models", *args], cwd, env, None)
 
 
 def in_shell(line: str, work: Path) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from console_script import SCRIPT, environment, in_shell, run
+from console_script import SCRIPT, environment, in_shell, run, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -196,6 +196,8 @@ def test_a_prefix_names_one_session_as_resolve_session_id_says(tmp_path: Path) -
         (["sessions"], {"HERMES_HOME": "~other/x"}, False),
         (["sessions"], {"HERMES_HOME": "/srv/a:b"}, False),
         (["sessions"], {"_HERMES_MODELS_COMPLETE": "bash_complete"}, False),
+        (["sessions"], {"FORCE_COLOR": "1"}, False),
+        (["sessions"], {"TTY_COMPATIBLE": "1"}, False),
     ],
 )
 def test_the_quick_path_takes_plain_listings_only(
@@ -230,15 +232,7 @@ def test_files_the_quick_path_leaves_to_the_full_command(tmp_path: Path) -> None
 
     def both(*args: str) -> tuple[subprocess.CompletedProcess[str], ...]:
         script = run("sessions", "--utc", *args, cwd=tmp_path)
-        module = subprocess.run(
-            [sys.executable, "-m", "hermes_models", "sessions", "--utc", *args],
-            cwd=tmp_path,
-            env=environment(tmp_path),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        module = run_module("sessions", "--utc", *args, cwd=tmp_path)
         return script, module
 
     plain, module = both("--db", str(db))
@@ -290,6 +284,12 @@ def test_the_installed_script_lists_in_a_pipe_as_the_full_command(tmp_path: Path
     assert len(lines) == 1 + 2 * 20 and max(len(line) for line in lines) <= 80  # title, preview
     # Ids shortened to unique prefixes at 80 columns, as the full command shortens them.
     assert lines[1].split()[0] == "20260105_090024"
+    # A terminal forced (rich's FORCE_COLOR): the full command's rich table, in colour.
+    forced = environment(tmp_path, FORCE_COLOR="1")
+    script = run("sessions", "--utc", "--db", str(db), cwd=tmp_path, env=forced)
+    module = run_module("sessions", "--utc", "--db", str(db), cwd=tmp_path, env=forced)
+    assert (script.returncode, script.stdout) == (0, module.stdout)
+    assert "\x1b[1m" in script.stdout  # the bold header
     # A closed reader: exit 0, no traceback.
     shell = in_shell(f"'{SCRIPT}' sessions --db '{db}' --limit 0 | head -1", tmp_path)
     assert (shell.returncode, shell.stderr) == (0, "")
