@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from peewee import SQL, Case, Expression, Value, fn
 
-from . import postgres_sql, sqlite_sql
+from . import sqlite_sql
 from .binding import current
 from .hints import TYPE_CHECKING, cast
 
@@ -78,6 +78,8 @@ def json_text(field: Any, key: str) -> Any:
     if on_postgresql():
         # A NUL in the member (a JSON escape) reads as the store's escaped NUL, so that
         # it equals a column holding the same text (a session id, say).
+        from . import postgres_sql  # a server's SQL: a file store never loads it
+
         doc = fn.regexp_replace(
             field, postgres_sql.JSON_NUL_PATTERN, postgres_sql.JSON_NUL_REPLACEMENT, "g"
         )
