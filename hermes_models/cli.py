@@ -1531,11 +1531,27 @@ def main(argv: list[str] | None = None, prog_name: str = "hermes-models") -> int
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away before the last bytes were flushed: drop them quietly.
+        _discard_stdout()
+    except OSError as exc:
+        # The last bytes cannot be written (a full disk): one error line unless the
+        # command has said it already, and the bytes dropped, so that the interpreter
+        # does not fail on them again at exit ("Exception ignored", status 120).
+        if status == 0:
+            sys.stderr.write(f"Error: {_one_line(exc)}\n")
+            status = EXIT_FAILURE
+        _discard_stdout()
+    except ValueError:
+        pass  # standard output was closed by the command
+    return status
+
+
+def _discard_stdout() -> None:
+    """Send what is left for standard output nowhere."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    return status
 
 
 def run() -> None:

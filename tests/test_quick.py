@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import examples
 from console_script import SCRIPT, environment, in_shell, run, run_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -134,7 +135,7 @@ def test_the_statements_are_those_the_library_renders_now() -> None:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(240),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -251,10 +252,14 @@ def test_files_the_quick_path_leaves_to_the_full_command(tmp_path: Path) -> None
     conn.close()
     script = run("sessions", "--utc", "--db", str(db), cwd=tmp_path)
     assert (script.returncode, script.stdout) == (0, plain.stdout)
-    applied = sqlite3.connect(db).execute(
-        "SELECT count(*) FROM _yoyo_migration WHERE migration_id LIKE '0008%'"
-    )
-    assert applied.fetchone() == (1,)
+    conn = sqlite3.connect(db)
+    try:
+        applied = conn.execute(
+            "SELECT count(*) FROM _yoyo_migration WHERE migration_id LIKE '0008%'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert applied == (1,)
     # Not a database, and missing: the full command's errors, exit status 1.
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)
@@ -326,7 +331,7 @@ def _folded(text: str) -> bytes:
 ID_CHARS = st.sampled_from(["a", "A", "b", "1", "_", "\x00", "é", "É", "\ud7ff", "\ue000", "数"])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(240), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ids=st.lists(st.text(ID_CHARS, min_size=1, max_size=5), min_size=1, max_size=8, unique=True),
     prefixes=st.lists(st.text(ID_CHARS, min_size=1, max_size=4), min_size=1, max_size=6),
@@ -400,9 +405,16 @@ def test_a_full_disk_is_one_error_line_as_in_the_full_command(tmp_path: Path) ->
     db = tmp_path / "state.db"
     build(db, [dict(id="s1", source="cli", title="one", first="hi", messages=1, archived=False,
                     end=None, parent=9, minutes=0)])  # fmt: skip
-    script = in_shell(f"'{SCRIPT}' sessions --db '{db}' > /dev/full", tmp_path)
-    module = in_shell(
-        f"'{sys.executable}' -m hermes_models sessions --db '{db}' > /dev/full", tmp_path
-    )
-    assert (script.returncode, script.stderr) == (1, "Error: No space left on device\n")
-    assert (module.returncode, module.stderr) == (script.returncode, script.stderr)
+    full = "Error: No space left on device\n"
+    for buffered in (True, False):  # as users run it, and with PYTHONUNBUFFERED=1
+        env = environment(tmp_path)
+        env.pop("PYTHONUNBUFFERED", None)
+        if not buffered:
+            env["PYTHONUNBUFFERED"] = "1"
+        for args in (["sessions"], ["sessions", "--json"], ["stats"]):
+            for command in (f"'{SCRIPT}'", f"'{sys.executable}' -m hermes_models"):
+                line = f"{command} {' '.join(args)} --db '{db}' > /dev/full"
+                done = subprocess.run(
+                    ["sh", "-c", line], env=env, capture_output=True, text=True, check=False
+                )
+                assert (done.returncode, done.stderr) == (1, full), (line, buffered)
