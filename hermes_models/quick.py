@@ -31,10 +31,12 @@ import sys
 
 from .hints import TYPE_CHECKING
 from .sqlite_sql import (
+    COMPILE_OPTIONS,
     ID_HELD,
     IDS_WITH_PREFIX,
     IDS_WITH_PREFIX_ANYWHERE,
     JOURNAL_MODE,
+    SCHEMA_OBJECTS,
     prefix_bounds,
 )
 
@@ -45,12 +47,14 @@ if TYPE_CHECKING:
 _VALUED = ("--db", "--limit", "--offset", "--source")
 _FLAGS = ("--archived", "--recent", "--utc")
 #: Environment variables the full command reads and the quick path does not: the
-#: database (click's), shell completion (click's), a terminal forced (rich's).
+#: database (click's), shell completion (click's), a terminal forced (rich's), and
+#: Python's interactive prompt after the script.
 _FULL_COMMAND_READS = (
     "HERMES_MODELS_DB",
     "_HERMES_MODELS_COMPLETE",
     "FORCE_COLOR",
     "TTY_COMPATIBLE",
+    "PYTHONINSPECT",  # Python's: a prompt after the command, which os._exit would skip
 )
 #: A number the quick path reads (longer ones go to the full command's checks).
 _MAX_DIGITS = 18
@@ -141,8 +145,15 @@ def _path(db: str | None, environ: Any) -> str | None:
         home = environ.get("HERMES_HOME") or "~/.hermes"
         if not _plain(home):
             return None
-        return os.path.abspath(os.path.join(os.path.expanduser(home), "state.db"))
-    return os.path.abspath(os.path.expanduser(db)) if _plain(db) else None
+        return _absolute(os.path.join(home, "state.db"))
+    return _absolute(db) if _plain(db) else None
+
+
+def _absolute(text: str) -> str | None:
+    """``text`` with ``~`` expanded, absolute; None when no home folder is known (the
+    full command says so)."""
+    expanded = os.path.expanduser(text)
+    return None if expanded.startswith("~") else os.path.abspath(expanded)
 
 
 def _plain(text: str) -> bool:
@@ -185,13 +196,22 @@ def _private(path: str) -> bool:
 
 def _open(path: str) -> sqlite3.Connection | None:
     """A connection to ``path`` when the quick path may list it (see the module
-    docstring), else None."""
+    docstring), else None. It writes nothing: with another connection's ``-wal``
+    or ``-shm`` present it is read-only (a read-write one could copy the WAL into the
+    file when it closes), and a ``-journal`` (a writer that may have crashed) is left
+    to the full command."""
     # Loaded when a listing is answered here (not for the commands that go on).
     from . import quick_sql
     from .shape import probe
 
-    # A plain file name (not a URI): SQLite takes every character of it literally.
-    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    if os.path.lexists(f"{path}-journal"):
+        return None
+    if os.path.lexists(f"{path}-wal") or os.path.lexists(f"{path}-shm"):
+        conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, timeout=5.0)
+    else:
+        # Its -wal and -shm are made and removed again, as the full command's are.
+        conn = sqlite3.connect(path, timeout=5.0)  # a plain name: taken literally
+    conn.isolation_level = None
     try:
         mode = conn.execute(JOURNAL_MODE).fetchone()
         shape = probe(conn)
@@ -201,6 +221,10 @@ def _open(path: str) -> sqlite3.Connection | None:
             and shape.key == quick_sql.SHAPE_KEY
             and shape.migrations is not None
             and shape.migrations.issuperset(quick_sql.MIGRATIONS)
+            # Every index and trigger a fresh file has (the full command makes a
+            # missing search index again), and nothing else.
+            and sorted(conn.execute(SCHEMA_OBJECTS)) == quick_sql.SCHEMA_OBJECTS
+            and any("FTS5" in str(row[0]) for row in conn.execute(COMPILE_OPTIONS))
         )
     except BaseException:
         conn.close()
@@ -209,6 +233,13 @@ def _open(path: str) -> sqlite3.Connection | None:
         conn.close()
         return None
     return conn
+
+
+def _uri_path(path: str) -> str:
+    """``path`` for a ``file:`` URI: every byte but letters, digits and ``/._-~``
+    percent-encoded."""
+    safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-~"
+    return "".join(chr(byte) if byte in safe else f"%{byte:02X}" for byte in os.fsencode(path))
 
 
 def _listing(conn: sqlite3.Connection, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -297,11 +328,11 @@ def sessions_quickly(argv: list[str], environ: Any = None) -> int | None:
     """Answer ``hermes-models sessions ...`` (``argv`` without the program name) on
     the quick path and return the exit status; None when the full command must."""
     environ = os.environ if environ is None else environ
-    request = parse(argv, environ)
-    if request is None or getattr(sys.stdout, "buffer", None) is None:
+    if getattr(sys.stdout, "buffer", None) is None or sys.flags.inspect:
         return None
     try:
-        if os.isatty(sys.stdout.fileno()) or not _private(request["path"]):
+        request = parse(argv, environ)
+        if request is None or os.isatty(sys.stdout.fileno()) or not _private(request["path"]):
             return None
         text = _text(request, environ)
     except Exception:  # the full command answers, and says what is wrong
@@ -334,7 +365,7 @@ def _text(request: dict[str, Any], environ: Any) -> str | None:
     try:
         rows = _listing(conn, request)
         if not rows:
-            return "no sessions\n"
+            return None  # "no sessions", in the encoding of standard output: click's
         width = grid.pipe_width(environ)
         ids = [row["id"] for row in rows]
         shown = grid.short_ids(ids, Names(conn, grid.SHORTEST), width)

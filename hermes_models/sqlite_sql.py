@@ -97,6 +97,8 @@ def table_info(table: str) -> str:
 #: A statement that reads the schema: it loads a changed schema, or fails on a bad file.
 READ_SCHEMA = "SELECT COUNT(*) FROM sqlite_master"
 SCHEMA_NAMES = "SELECT name FROM sqlite_master"
+#: Every schema object by type and name (the quick path compares them with a fresh file's).
+SCHEMA_OBJECTS = "SELECT type, name FROM sqlite_master"
 TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 TRIGGER_NAMES = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
 #: Which of two tables exist (two bound names).
@@ -619,6 +621,7 @@ __all__ = [
     "SAVEPOINT_GRAMS",
     "SCHEMA_COOKIE",
     "SCHEMA_NAMES",
+    "SCHEMA_OBJECTS",
     "SCHEMA_VERSION",
     "SEARCH_OBJECT_NAMES",
     "SEARCH_SCHEMA",

@@ -148,8 +148,11 @@ def test_the_quick_path_prints_what_the_full_command_prints(
     build(db, specs)
     argv = argv_of(db, options)
     status, text = quickly(argv, options["columns"], folder / "out.txt")
-    assert status == 0
-    assert text == full(argv, options["columns"])
+    expected = full(argv, options["columns"])
+    if expected == "no sessions\n":  # said by the full command, in the output's encoding
+        assert (status, text) == (None, "")
+    else:
+        assert (status, text) == (0, expected)
 
 
 def test_a_prefix_names_one_session_as_resolve_session_id_says(tmp_path: Path) -> None:
@@ -199,6 +202,7 @@ def test_a_prefix_names_one_session_as_resolve_session_id_says(tmp_path: Path) -
         (["sessions"], {"_HERMES_MODELS_COMPLETE": "bash_complete"}, False),
         (["sessions"], {"FORCE_COLOR": "1"}, False),
         (["sessions"], {"TTY_COMPATIBLE": "1"}, False),
+        (["sessions"], {"PYTHONINSPECT": "1"}, False),
     ],
 )
 def test_the_quick_path_takes_plain_listings_only(
@@ -418,3 +422,97 @@ def test_a_full_disk_is_one_error_line_as_in_the_full_command(tmp_path: Path) ->
                     ["sh", "-c", line], env=env, capture_output=True, text=True, check=False
                 )
                 assert (done.returncode, done.stderr) == (1, full), (line, buffered)
+
+
+def _one_session(db: Path) -> None:
+    build(db, [dict(id="s1", source="cli", title="one", first="hi", messages=1, archived=False,
+                    end=None, parent=9, minutes=0)])  # fmt: skip
+
+
+def test_files_the_quick_path_does_not_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "state.db"
+    _one_session(db)
+    assert quick._open(str(db)) is not None  # and closed again below
+    quick._open(str(db)).close()
+    # A -journal: a writer that may have crashed, whose rollback is the full command's.
+    journal = tmp_path / "state.db-journal"
+    journal.write_bytes(b"")
+    assert quick._open(str(db)) is None
+    journal.unlink()
+    # A search trigger gone: the full command makes it again; the quick path leaves it.
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP TRIGGER messages_fts_insert")
+    conn.close()
+    assert quick._open(str(db)) is None
+    # An empty listing: "no sessions" is printed by click, in the output's encoding.
+    empty = tmp_path / "empty.db"
+    SessionDB(empty).close()
+    status, text = quickly(["sessions", "--db", str(empty)], "80", tmp_path / "out.txt")
+    assert (status, text) == (None, "")
+    # No home folder known: "~" stays, and the full command says what is wrong.
+    monkeypatch.setattr(quick.os.path, "expanduser", lambda text: text)
+    assert quick.parse(["sessions", "--db", "~/x.db"], {}) is None
+    assert quick.parse(["sessions"], {}) is None
+
+
+@pytest.mark.slow  # new Python processes
+def test_the_quick_path_writes_nothing_to_a_file_another_process_has_open(
+    tmp_path: Path,
+) -> None:
+    """A running Hermes holds the store open with rows in its WAL: the quick path reads
+    them (read-only), and neither the file nor its -wal changes."""
+    db = tmp_path / "state.db"
+    _one_session(db)
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute(
+            "INSERT INTO sessions (id, source, started_at) VALUES ('s2', 'telegram', ?)",
+            (T0 + 600,),
+        )
+        before = [Path(f"{db}{end}").read_bytes() for end in ("", "-wal")]
+        script = run("sessions", "--utc", "--db", str(db), cwd=tmp_path)
+        after = [Path(f"{db}{end}").read_bytes() for end in ("", "-wal")]
+        # The same files left by a writer that died (nobody holds them): a read-write
+        # connection would copy the WAL into the file when it closed.
+        crashed = tmp_path / "crashed"
+        crashed.mkdir(mode=0o700)
+        for end in ("", "-wal"):
+            (crashed / f"state.db{end}").write_bytes(before[0] if not end else before[1])
+            os.chmod(crashed / f"state.db{end}", 0o600)
+    finally:
+        other.close()
+    assert (script.returncode, script.stderr) == (0, "")
+    assert [line.split()[0] for line in script.stdout.splitlines()[1:]][:2] == ["s2", "s1"]
+    assert after == before
+    left = run("sessions", "--utc", "--db", str(crashed / "state.db"), cwd=tmp_path)
+    assert (left.returncode, left.stdout) == (0, script.stdout)
+    assert [(crashed / f"state.db{end}").read_bytes() for end in ("", "-wal")] == before
+    # A trigger dropped: the full command answers, and makes it again.
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP TRIGGER messages_fts_insert")
+    conn.close()
+    script = run("sessions", "--utc", "--db", str(db), cwd=tmp_path)
+    assert script.returncode == 0
+    conn = sqlite3.connect(db)
+    try:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+    assert "messages_fts_insert" in names
+
+
+@pytest.mark.slow  # new Python processes
+def test_a_folder_deleted_under_the_command_is_one_error_line(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for command in (f"'{SCRIPT}'", f"'{sys.executable}' -m hermes_models"):
+        done = in_shell(
+            f"cd '{gone}' && rmdir '{gone}' && HERMES_HOME=rel {command} sessions | cat",
+            tmp_path,
+        )
+        assert done.stderr == "Error: No such file or directory\n", command
+        gone.mkdir()
