@@ -35,6 +35,7 @@ from .files import (
     probe_file_held,
     read_only_params,
     resolve_path,
+    roll_back_hot_journal,
     secure_files,
     writable_sidecars,
 )
@@ -181,6 +182,7 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
         params = read_only_params(path)
     else:
         writable_sidecars(path)  # before the probe's connection maps the -shm
+        roll_back_hot_journal(path)  # before read-only probes, which cannot
     # Before any connection of ours can switch the file to WAL. Another
     # process creating the file holds it locked for the whole migration.
     # The probe's connection also does the SQLite half of check_header(). A

@@ -417,6 +417,27 @@ def check_writable(path: Path) -> None:
         conn.close()
 
 
+def roll_back_hot_journal(path: Path) -> None:
+    """Roll back what a writer left in ``path``'s rollback journal when it stopped in
+    the middle of a transaction (a *hot* journal), as SQLite does on the first read of
+    a connection that may write. A read-only connection cannot: the probes of an open
+    would fail as if the file could not be written. A journal of a writer still at
+    work is not hot; SQLite leaves it alone."""
+    journal = Path(f"{path}-journal")
+    try:
+        if journal.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=5.0, isolation_level=None)
+    try:
+        conn.execute(sqlite_sql.READ_SCHEMA).fetchone()
+    except sqlite3.Error:
+        pass  # the open that follows says what is wrong, in its own words
+    finally:
+        conn.close()
+
+
 def read_only_params(path: Path) -> dict[str, str]:
     """URI parameters that read the existing file ``path`` without writing anything.
 
@@ -443,6 +464,13 @@ def read_only_params(path: Path) -> dict[str, str]:
             error = exc
         finally:
             conn.close()
+    journal = Path(f"{path}-journal")
+    if is_read_only_error(error) and journal.exists() and journal.stat().st_size > 0:
+        raise sqlite3.OperationalError(
+            f"{path} cannot be read read-only: {journal.name} holds a transaction a writer"
+            " left unfinished, which only a writable open rolls back (open it once without"
+            " read_only=True, or where it can be written)"
+        )
     wal = Path(f"{path}-wal")
     unmerged = wal.exists() and wal.stat().st_size > 0
     if not is_read_only_error(error) and not (unmerged and "unable to open" in str(error)):
@@ -478,6 +506,7 @@ __all__ = [
     "read_only_params",
     "refuse_newer_schema",
     "resolve_path",
+    "roll_back_hot_journal",
     "secure_files",
     "sqlite_uri",
     "stored_schema_version",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -259,3 +260,43 @@ def test_the_cli_names_a_db_path_that_is_not_a_file(
         assert (result.returncode, result.stdout) == (1, ""), command
         assert f"{path} is {kind}, not an SQLite database" in result.stderr, command
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+#: A writer that stops in the middle of a transaction (its changes spilled to the
+#: file, the rollback journal left behind), as a process killed there would.
+CRASHING_WRITER = """\
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size = 5")
+conn.execute("BEGIN")
+conn.execute("UPDATE messages SET content = content || ' (unfinished change)'")
+os._exit(0)
+"""
+
+
+@pytest.mark.slow  # a process that dies mid-transaction
+def test_a_hot_journal_is_rolled_back_by_a_writable_open_and_named_by_a_read_only_one(
+    tmp_path: Path,
+) -> None:
+    """Hermes on a file system without WAL keeps a rollback journal; a writer killed
+    mid-transaction leaves it *hot*. SQLite rolls it back on the first read of a
+    connection that may write; our read-only probes cannot, and the open took the file
+    for a read-only one (then read it as an immutable snapshot: "malformed")."""
+    db = tmp_path / "state.db"
+    with SessionDB(db) as store:
+        store.create_session("s1", "cli")
+        for n in range(300):
+            store.append_message("s1", "user", f"message {n} " + "x" * 400)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.close()
+    subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(db)], check=True)
+    journal = Path(f"{db}-journal")
+    assert journal.stat().st_size > 0
+    with pytest.raises(sqlite3.OperationalError, match=r"state\.db-journal holds a transaction"):
+        SessionDB(db, read_only=True)
+    assert journal.stat().st_size > 0  # a read-only open changed nothing
+    with SessionDB(db) as store:
+        contents = [m["content"] for m in store.get_messages("s1")]
+    assert contents == [f"message {n} " + "x" * 400 for n in range(300)]
+    assert not journal.exists() or journal.stat().st_size == 0
