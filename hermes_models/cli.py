@@ -177,6 +177,8 @@ def _check_db(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.UsageError(
             f"{name}: {exc}" if is_postgres_url(value) else str(exc), ctx
         ) from None
+    except OSError as exc:  # a relative path in a working folder since deleted
+        raise click.ClickException(_one_line(exc)) from None
     return value
 
 
