@@ -510,7 +510,11 @@ def test_a_folder_deleted_under_the_command_is_one_error_line(tmp_path: Path) ->
     gone = tmp_path / "gone"
     gone.mkdir()
     for command in (f"'{SCRIPT}'", f"'{sys.executable}' -m hermes_models"):
-        for how in ("HERMES_HOME=rel {command} sessions", "{command} sessions --db rel.db"):
+        for how in (
+            "HERMES_HOME=rel {command} sessions",
+            "{command} sessions --db rel.db",
+            "{command} --db rel.db sessions",
+        ):
             line = how.format(command=command)
             done = in_shell(f"cd '{gone}' && rmdir '{gone}' && {line} | cat", tmp_path)
             assert done.stderr == "Error: No such file or directory\n", line
