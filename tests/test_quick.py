@@ -434,8 +434,9 @@ def test_files_the_quick_path_does_not_open(
 ) -> None:
     db = tmp_path / "state.db"
     _one_session(db)
-    assert quick._open(str(db)) is not None  # and closed again below
-    quick._open(str(db)).close()
+    opened = quick._open(str(db))
+    assert opened is not None
+    opened.close()
     # A -journal: a writer that may have crashed, whose rollback is the full command's.
     journal = tmp_path / "state.db-journal"
     journal.write_bytes(b"")
