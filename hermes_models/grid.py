@@ -39,6 +39,8 @@ SHORTEST = 13
 TIME_WIDTH = 16
 #: The narrowest last column a table is laid out with; narrower, rows become blocks.
 NARROWEST = 12
+#: The width used when the terminal (or ``COLUMNS``) says it has no columns at all.
+FALLBACK_WIDTH = 80
 #: Space between two columns.
 GAP = "  "
 
@@ -49,7 +51,8 @@ _NOT_SHOWN = dict.fromkeys([*range(0x00, 0x0A), *range(0x0B, 0x20), *range(0x7F,
 def pipe_width(environ: dict[str, str] | None = None) -> int:
     """The width a listing is laid out for when standard output is not a terminal:
     ``$COLUMNS`` when it is a number, else the size of a terminal on standard input,
-    output or error, else (or when that says 0) 80 — as rich decides it."""
+    output or error, else (or when that says 0) :data:`FALLBACK_WIDTH` — as rich
+    decides it."""
     columns = (os.environ if environ is None else environ).get("COLUMNS")
     width = 0
     if columns is not None and columns.isdigit():
@@ -61,7 +64,7 @@ def pipe_width(environ: dict[str, str] | None = None) -> int:
             except (OSError, ValueError):
                 continue
             break
-    return width if width > 0 else 80
+    return width if width > 0 else FALLBACK_WIDTH
 
 
 def shown(text: str) -> str:
@@ -146,12 +149,6 @@ def short_ids(ids: list[str], unique: Callable[[str], bool], width: int) -> dict
             length += 1
         shortened[session_id] = session_id[:length]
     return shortened
-
-
-def needs_short_ids(ids: Iterable[str], width: int) -> bool:
-    """Whether :func:`short_ids` would shorten any of ``ids`` at ``width``."""
-    longest = max((len(i) for i in ids), default=0)
-    return longest > LONG_ID and longest + TABLE_SPARE > width
 
 
 def time_header(clock: Clock, label: str, epochs: Iterable[Any]) -> str:
@@ -245,13 +242,13 @@ def _blocks(headers: list[str], table: list[list[str]], width: int) -> str:
 
 
 __all__ = [
+    "FALLBACK_WIDTH",
     "LONG_ID",
     "NARROWEST",
     "SHORTEST",
     "TABLE_SPARE",
     "TIME_WIDTH",
     "cell_width",
-    "needs_short_ids",
     "pipe_width",
     "session_cells",
     "sessions_text",

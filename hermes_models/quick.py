@@ -59,8 +59,6 @@ _FULL_COMMAND_READS = (
 #: A number the quick path reads (longer ones go to the full command's checks).
 _MAX_DIGITS = 18
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
 
 def run() -> None:
     """Console-script entry point: the quick path when it applies, else the full CLI."""
@@ -321,7 +319,7 @@ class Names:
 
 def _folded(text: str) -> bytes:
     """``text``'s UTF-8 bytes, ASCII letters lower-cased (what SQLite's lower() folds)."""
-    return text.translate(_ASCII_LOWER).encode("utf-8")
+    return text.encode("utf-8").lower()  # bytes.lower() folds ASCII letters alone
 
 
 def sessions_quickly(argv: list[str], environ: Any = None) -> int | None:

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .clock import Clock
+from .grid import FALLBACK_WIDTH
 
 #: The ``--json``/``--nl``/``--csv``/``--tsv`` formats.
 FORMATS = ("json", "nl", "csv", "tsv")
@@ -49,10 +50,6 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
         stop_quietly()
-
-
-#: The width used when the terminal (or ``COLUMNS``) says it has no columns at all.
-FALLBACK_WIDTH = 80
 
 
 def console(*, stderr: bool = False) -> Console:

@@ -20,6 +20,7 @@ from console_script import (
     in_shell,
     make_read_only,
     run,
+    run_module,
     run_unprivileged,
 )
 
@@ -367,15 +368,7 @@ def test_a_closed_standard_input_reads_as_empty(work: Path) -> None:
 
 
 def test_python_dash_m_runs_the_cli(work: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "hermes_models", "resume", "--db", "demo.db", "demo-retries"],
-        cwd=work,
-        env=environment(work),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_module("resume", "--db", "demo.db", "demo-retries", cwd=work)
     assert (result.returncode, result.stdout, result.stderr) == (0, "demo-retries-2\n", "")
     usage = subprocess.run(
         [sys.executable, "-m", "hermes_models", "--bogus"],
