@@ -16,7 +16,6 @@ import os
 import sqlite3
 import threading
 import weakref
-from pathlib import Path
 
 import peewee
 
@@ -34,7 +33,7 @@ from .files import (
     is_postgres_url,
     probe_file_held,
     read_only_params,
-    resolve_path,
+    resolve_file,
     roll_back_hot_journal,
     secure_files,
     writable_sidecars,
@@ -49,11 +48,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("hermes_models")
 
 #: Open handles by file, while something holds them (a SessionDB, the models' binding).
-_databases: weakref.WeakValueDictionary[tuple[Path, bool], HermesDatabase] = (
+_databases: weakref.WeakValueDictionary[tuple[str, bool], HermesDatabase] = (
     weakref.WeakValueDictionary()
 )
 #: Files this process migrated (forgetting one only costs a check that nothing is pending).
-_migrated: BoundedSet[Path] = BoundedSet("migrated files", 1024)
+_migrated: BoundedSet[str] = BoundedSet("migrated files", 1024)
 _open_lock = threading.RLock()
 
 
@@ -99,10 +98,10 @@ def connect(
     if is_postgres_url(target):
         return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:
-        path = resolve_path(target)
+        path = resolve_file(target)
         with _open_lock:
             db = _databases.get((path, read_only))
-            if db is not None and not path.exists():
+            if db is not None and not os.path.exists(path):
                 _databases.pop((path, read_only), None)
                 _migrated.discard(path)
                 db = None
@@ -162,21 +161,21 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
     return cast("HermesDatabase", db)
 
 
-def _apply_migrations(path: Path) -> None:
+def _apply_migrations(path: str) -> None:
     schema.migrate(path)
     _migrated.add(path)
 
 
 #: Newer files this process has said it opens read-only (said once per file).
-_told_newer: BoundedSet[Path] = BoundedSet("newer files announced", 1024)
+_told_newer: BoundedSet[str] = BoundedSet("newer files announced", 1024)
 
 
-def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
+def _open(path: str, *, read_only: bool, migrate: bool) -> HermesDatabase:
     """A new handle on ``path`` (see :func:`connect`)."""
     check_file_kind(path)
     params = None
     if read_only:
-        if not path.exists():
+        if not os.path.exists(path):
             raise FileNotFoundError(f"{path} does not exist (opened read-only)")
         check_ownership(path, read_only=True)
         params = read_only_params(path)
@@ -210,7 +209,7 @@ def _open(path: Path, *, read_only: bool, migrate: bool) -> HermesDatabase:
 
 
 def _open_probed(
-    path: Path,
+    path: str,
     shape: FileShape | None,
     *,
     params: dict[str, str] | None,

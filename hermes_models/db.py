@@ -23,7 +23,6 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from pathlib import Path
 
 import peewee
 
@@ -36,6 +35,7 @@ from .shape import FileShape
 from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, TypeVar
 
     T = TypeVar("T")
@@ -127,9 +127,15 @@ class HermesDatabase(peewee.SqliteDatabase):
     pooled = False
 
     def __init__(
-        self, path: Path, *, read_only: bool = False, params: dict[str, str] | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        params: dict[str, str] | None = None,
     ) -> None:
-        self.path = path
+        #: The file, an absolute path as text (:func:`hermes_models.files.resolve_file`).
+        self.file = path = os.fspath(path)
+        self._path: Path | None = None
         self.read_only = read_only
         self.journal: str | None = None
         #: The structure of the file (set by :func:`hermes_models.connect`; None until then).
@@ -150,7 +156,17 @@ class HermesDatabase(peewee.SqliteDatabase):
             uri = sqlite_uri(path, **(params or {"mode": "ro"}))
             super().__init__(uri, timeout=writes.BUSY_TIMEOUT_S, uri=True)
         else:
-            super().__init__(str(path), timeout=writes.BUSY_TIMEOUT_S)
+            super().__init__(path, timeout=writes.BUSY_TIMEOUT_S)
+
+    @property
+    def path(self) -> Path:
+        """The file, as a :class:`~pathlib.Path` (:attr:`file` is the same as text).
+        Made on first use: opening a store needs no :mod:`pathlib`."""
+        if self._path is None:
+            from pathlib import Path  # on first use: see the docstring
+
+            self._path = Path(self.file)
+        return self._path
 
     def _connect(self) -> sqlite3.Connection:
         conn = cast("sqlite3.Connection", super()._connect())  # type: ignore[misc]
@@ -166,7 +182,7 @@ class HermesDatabase(peewee.SqliteDatabase):
 
     def _add_conn_hooks(self, conn: sqlite3.Connection) -> None:
         # SQLite opens the -wal and -shm files at the first statement: check them first.
-        check_ownership(self.path, read_only=self.read_only)
+        check_ownership(self.file, read_only=self.read_only)
         super()._add_conn_hooks(conn)  # type: ignore[misc]
         # Raw SQL through the DB-API connection gets rows addressable by
         # column name, as Hermes' own connection gives them; peewee's
@@ -177,7 +193,7 @@ class HermesDatabase(peewee.SqliteDatabase):
         if self.read_only:
             self.journal = _journal_mode(conn)
         else:
-            self.journal = _set_journal_mode(conn, str(self.path))
+            self.journal = _set_journal_mode(conn, self.file)
 
     def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
         """Run ``sql``; on a file newer than v16 a write raises :class:`SchemaTooNewError`
@@ -185,13 +201,13 @@ class HermesDatabase(peewee.SqliteDatabase):
         the file's triggers, and a newer Hermes' may need a tokenizer plain SQLite lacks."""
         if self.shape is not None and self.shape.newer:
             if sql.lstrip()[:7].upper().startswith(_WRITING):
-                raise newer_schema_error(self.path, self.shape, "writing")
+                raise newer_schema_error(self.file, self.shape, "writing")
         try:
             return super().execute_sql(sql, params)
         except (sqlite3.OperationalError, peewee.OperationalError) as exc:
             cause = getattr(exc, "orig", exc)
             if self.shape is not None and self.shape.newer and is_read_only_error(cause):
-                raise newer_schema_error(self.path, self.shape, "writing") from exc
+                raise newer_schema_error(self.file, self.shape, "writing") from exc
             raise
 
     def run(self, sql: str, params: Any) -> sqlite3.Cursor:
@@ -264,9 +280,9 @@ class HermesDatabase(peewee.SqliteDatabase):
             SchemaTooNewError: the file is newer than the schema this package writes.
             ReadOnlyDatabaseError: the handle was opened read-only.
         """
-        refuse_newer_schema(self.path, self.shape)
+        refuse_newer_schema(self.file, self.shape)
         if self.read_only:
-            raise ReadOnlyDatabaseError(f"{self.path} was opened read-only; writes are refused")
+            raise ReadOnlyDatabaseError(f"{self.file} was opened read-only; writes are refused")
 
     def ensure_grams(self) -> bool:
         """Install the gram index's TEMP triggers on this thread's connection unless it

@@ -19,8 +19,6 @@ import logging
 import os
 import sqlite3
 import stat
-from pathlib import Path
-from urllib.parse import quote, unquote, urlsplit
 
 from . import sqlite_sql
 from .caches import BoundedSet
@@ -31,7 +29,16 @@ from .errors import (
     UnsafeFileError,
     is_read_only_error,
 )
+from .hints import TYPE_CHECKING
 from .shape import WRITES_VERSION, FileShape, probe
+from .uris import sqlite_uri
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import TypeAlias
+
+    #: A file's name as these functions take it: text, or a path object.
+    StrPath: TypeAlias = "str | os.PathLike[str]"
 
 logger = logging.getLogger("hermes_models")
 
@@ -52,7 +59,7 @@ def is_postgres_url(target: object) -> bool:
     )
 
 
-def read_only_file_error(path: Path) -> ReadOnlyDatabaseError:
+def read_only_file_error(path: StrPath) -> ReadOnlyDatabaseError:
     """The error that refuses to write ``path``: SQLite cannot write it or its folder."""
     return ReadOnlyDatabaseError(
         f"{path} cannot be written here (the file or its folder is read-only); "
@@ -61,25 +68,44 @@ def read_only_file_error(path: Path) -> ReadOnlyDatabaseError:
 
 
 def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str = "target") -> Path:
-    """The database file a ``connect()`` target names.
-
-    ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
-    ``~/.hermes``), read at call time. A ``sqlite:///`` URL names a path
-    (``sqlite:////abs/path.db`` for absolute paths).
+    """The database file a ``connect()`` target names, as a :class:`~pathlib.Path`
+    (see :func:`resolve_file`, which gives it as text).
 
     Raises:
         TypeError: ``target`` is not a string or path.
-        ValueError: ``target`` is empty, in-memory, or a URL of another scheme.
+        ValueError: ``target`` is empty, in-memory, a URL of another scheme, or
+            starts with ``~`` where no home folder is known.
+    """
+    from pathlib import Path  # loaded here: opening a store needs none (see uris)
+
+    return Path(resolve_file(target, argument=argument))
+
+
+def resolve_file(target: str | os.PathLike[str] | None = None, *, argument: str = "target") -> str:
+    """The database file a ``connect()`` target names: an absolute path, as text.
+
+    ``None`` means ``$HERMES_HOME/state.db`` (``HERMES_HOME`` defaults to
+    ``~/.hermes``), read at call time. A ``sqlite:///`` URL names a path
+    (``sqlite:////abs/path.db`` for absolute paths). ``~`` is expanded, and the
+    path made absolute and normal (``a/./b//c`` is ``a/b/c``).
+
+    Raises:
+        TypeError: ``target`` is not a string or path.
+        ValueError: ``target`` is empty, in-memory, a URL of another scheme, or
+            starts with ``~`` where no home folder is known.
     """
     if target is None:
         home = os.environ.get("HERMES_HOME") or "~/.hermes"
-        return Path(os.path.abspath(Path(home).expanduser() / "state.db"))
+        return os.path.join(_expand_home(home, "HERMES_HOME"), "state.db")
     if not isinstance(target, (str, os.PathLike)):
         raise TypeError(f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}")
     text = os.fspath(target)
     if not isinstance(text, str):
         raise TypeError(f"{argument} must be a text path, not bytes")
     if "://" in text:
+        # Loaded for a URL alone: a path needs no urllib (see uris).
+        from urllib.parse import unquote, urlsplit
+
         parts = urlsplit(text)
         if parts.scheme.lower() != "sqlite":
             raise ValueError(
@@ -98,15 +124,32 @@ def resolve_path(target: str | os.PathLike[str] | None = None, *, argument: str 
         raise ValueError(f"{argument}: in-memory databases are not supported (WAL needs a file)")
     if "\x00" in text:
         raise ValueError(f"{argument}: path contains a NUL character")
-    return Path(os.path.abspath(Path(text).expanduser()))
+    return _expand_home(text, argument)
 
 
-def sqlite_uri(path: Path, **params: str) -> str:
-    """A ``file:`` URI for ``path`` with ``#``, ``?``, ``%`` and spaces escaped."""
-    uri = "file:" + quote(str(path), safe="/")
-    if params:
-        uri += "?" + "&".join(f"{key}={value}" for key, value in params.items())
-    return uri
+def _expand_home(text: str, argument: str) -> str:
+    """``text`` with a leading ``~`` or ``~user`` expanded, made absolute and normal.
+
+    Raises:
+        ValueError: ``text`` starts with ``~`` and that home folder is not known
+            (the ``~`` is never taken as a folder's name).
+    """
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = expanded[1:].split(os.sep, 1)[0]
+        whose = f"user {user!r}" if user else "this process"
+        raise ValueError(
+            f"{argument}: {text!r} starts with ~, but no home folder is known for {whose}"
+        )
+    return os.path.abspath(expanded)
+
+
+def _has_content(path: StrPath) -> bool:
+    """Whether ``path`` exists (a link followed) and is not empty."""
+    try:
+        return os.stat(path).st_size > 0
+    except OSError:
+        return False
 
 
 def _file_kind(mode: int) -> str:
@@ -124,7 +167,7 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def check_header(path: Path) -> None:
+def check_header(path: StrPath) -> None:
     """Refuse anything but a missing path or a regular file that is empty or an SQLite database.
 
     A symbolic link is followed: a link to a database is fine, a link to
@@ -145,7 +188,7 @@ def check_header(path: Path) -> None:
         conn.close()
 
 
-def check_file_kind(path: Path) -> bool:
+def check_file_kind(path: StrPath) -> bool:
     """The part of :func:`check_header` that needs no SQLite: True when ``path`` is a
     regular file with content (False: missing or empty).
 
@@ -161,7 +204,7 @@ def check_file_kind(path: Path) -> bool:
     return info.st_size > 0
 
 
-def check_pages(path: Path, conn: sqlite3.Connection) -> None:
+def check_pages(path: StrPath, conn: sqlite3.Connection) -> None:
     """The part of :func:`check_header` read through ``conn``, a connection to the
     non-empty regular file ``path``: refuse it unless SQLite sees pages in it.
 
@@ -179,13 +222,16 @@ def check_pages(path: Path, conn: sqlite3.Connection) -> None:
         raise NotADatabaseError(f"{path} is not an SQLite database")
 
 
-def make_private_folder(folder: Path) -> None:
+def make_private_folder(folder: StrPath) -> None:
     """Create ``folder`` and any missing parents with mode 0700 (whatever the umask)."""
     missing = []
-    for candidate in (folder, *folder.parents):
-        if candidate.exists():
-            break
+    candidate = os.path.abspath(folder)
+    while not os.path.exists(candidate):
         missing.append(candidate)
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            break
+        candidate = parent
     for candidate in reversed(missing):
         try:
             os.mkdir(candidate, 0o700)
@@ -197,7 +243,7 @@ def make_private_folder(folder: Path) -> None:
 _owner_warned: BoundedSet[str] = BoundedSet("file ownership warnings", 256)
 
 
-def check_ownership(path: Path, *, read_only: bool) -> None:
+def check_ownership(path: StrPath, *, read_only: bool) -> None:
     """Refuse a database, ``-wal`` or ``-shm`` another user owns, or that is not private.
 
     Sidecars must be regular files (not links); files with group or other
@@ -214,8 +260,8 @@ def check_ownership(path: Path, *, read_only: bool) -> None:
     me = os.geteuid()
     for candidate, follow in (
         (path, True),
-        (Path(f"{path}-wal"), False),
-        (Path(f"{path}-shm"), False),
+        (f"{path}-wal", False),
+        (f"{path}-shm", False),
     ):
         try:
             info = os.stat(candidate) if follow else os.lstat(candidate)
@@ -250,7 +296,7 @@ def check_ownership(path: Path, *, read_only: bool) -> None:
         )
 
 
-def writable_sidecars(path: Path) -> None:
+def writable_sidecars(path: StrPath) -> None:
     """Give the owner back write access to ``path``'s ``-wal``/``-shm`` files that this
     process owns and cannot write: SQLite makes them with the file's mode, so a reader
     of a read-only file leaves them read-only, and a writer that opened such a ``-shm``
@@ -259,7 +305,7 @@ def writable_sidecars(path: Path) -> None:
     :func:`check_ownership`."""
     if os.name == "nt":
         return
-    for sidecar in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+    for sidecar in (f"{path}-wal", f"{path}-shm"):
         try:
             info = os.lstat(sidecar)
         except OSError:
@@ -277,7 +323,7 @@ def writable_sidecars(path: Path) -> None:
                 logger.info("%s was read-only; made writable (0600) again", sidecar)
 
 
-def secure_files(path: Path, *, create: bool) -> None:
+def secure_files(path: StrPath, *, create: bool) -> None:
     """Create ``path`` with mode 0600 (its folders 0700) if asked, and check it and its sidecars.
 
     See :func:`check_ownership`. Existing files are changed with ``chmod`` on
@@ -287,7 +333,7 @@ def secure_files(path: Path, *, create: bool) -> None:
     if os.name == "nt":
         return
     if create:
-        make_private_folder(path.parent)
+        make_private_folder(os.path.dirname(os.path.abspath(path)))
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         try:
             os.close(os.open(path, flags, 0o600))
@@ -307,7 +353,7 @@ def stored_schema_version(conn: sqlite3.Connection) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def newer_schema_error(path: Path, shape: FileShape, doing: str) -> SchemaTooNewError:
+def newer_schema_error(path: StrPath, shape: FileShape, doing: str) -> SchemaTooNewError:
     """The error that refuses ``doing`` on a file newer than the schema this package writes."""
     return SchemaTooNewError(
         f"{path} has Hermes schema version {shape.describe_version()}, newer than "
@@ -316,14 +362,14 @@ def newer_schema_error(path: Path, shape: FileShape, doing: str) -> SchemaTooNew
     )
 
 
-def refuse_newer_schema(path: Path, shape: FileShape | None, doing: str = "writing") -> None:
+def refuse_newer_schema(path: StrPath, shape: FileShape | None, doing: str = "writing") -> None:
     """Raise when ``shape`` is newer than the schema this package writes."""
     if shape is not None and shape.newer:
         raise newer_schema_error(path, shape, doing)
 
 
 def probe_file(
-    path: Path, params: dict[str, str] | None = None, *, pages: bool = False
+    path: StrPath, params: dict[str, str] | None = None, *, pages: bool = False
 ) -> FileShape | None:
     """The structure of ``path`` (:func:`hermes_models.shape.probe`), read without any write.
 
@@ -342,7 +388,7 @@ def probe_file(
 
 
 def probe_file_held(
-    path: Path, params: dict[str, str] | None = None, *, pages: bool = False, hold: bool = True
+    path: StrPath, params: dict[str, str] | None = None, *, pages: bool = False, hold: bool = True
 ) -> tuple[FileShape | None, sqlite3.Connection | None]:
     """:func:`probe_file`, and with ``hold`` its read-only connection, left open when
     the file is in WAL mode (None otherwise); the caller closes it.
@@ -354,7 +400,7 @@ def probe_file_held(
     about half of what opening a store costs. A file not in WAL mode is never
     held: its journal mode may be about to change, which needs the file alone.
     """
-    if not path.exists() or path.stat().st_size == 0:
+    if not _has_content(path):
         return None, None
     try:
         conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
@@ -378,7 +424,7 @@ def probe_file_held(
             conn.close()
 
 
-def check_schema_version(path: Path, params: dict[str, str] | None = None) -> None:
+def check_schema_version(path: StrPath, params: dict[str, str] | None = None) -> None:
     """Refuse to migrate ``path`` when it is newer than v16, reading it without any write.
 
     Raises:
@@ -389,7 +435,7 @@ def check_schema_version(path: Path, params: dict[str, str] | None = None) -> No
     refuse_newer_schema(path, probe_file(path, params), "migrating")
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: StrPath) -> None:
     """Refuse at once a file SQLite could only open read-only (file mode, folder, mount).
 
     Without this check the first write would wait out every lock retry
@@ -398,7 +444,7 @@ def check_writable(path: Path) -> None:
     Raises:
         ReadOnlyDatabaseError: the file or its folder cannot be written.
     """
-    if not path.is_file() or path.stat().st_size == 0:
+    if not os.path.isfile(path) or not _has_content(path):
         return
     conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
     try:
@@ -417,17 +463,13 @@ def check_writable(path: Path) -> None:
         conn.close()
 
 
-def roll_back_hot_journal(path: Path) -> None:
+def roll_back_hot_journal(path: StrPath) -> None:
     """Roll back what a writer left in ``path``'s rollback journal when it stopped in
     the middle of a transaction (a *hot* journal), as SQLite does on the first read of
     a connection that may write. A read-only connection cannot: the probes of an open
     would fail as if the file could not be written. A journal of a writer still at
     work is not hot; SQLite leaves it alone."""
-    journal = Path(f"{path}-journal")
-    try:
-        if journal.stat().st_size == 0:
-            return
-    except OSError:
+    if not _has_content(f"{path}-journal"):
         return
     conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=5.0, isolation_level=None)
     try:
@@ -438,7 +480,7 @@ def roll_back_hot_journal(path: Path) -> None:
         conn.close()
 
 
-def read_only_params(path: Path) -> dict[str, str]:
+def read_only_params(path: StrPath) -> dict[str, str]:
     """URI parameters that read the existing file ``path`` without writing anything.
 
     Reading a WAL file needs its ``-shm`` index, which SQLite creates next to
@@ -464,20 +506,22 @@ def read_only_params(path: Path) -> dict[str, str]:
             error = exc
         finally:
             conn.close()
-    journal = Path(f"{path}-journal")
-    if is_read_only_error(error) and journal.exists() and journal.stat().st_size > 0:
+    journal = f"{path}-journal"
+    if is_read_only_error(error) and _has_content(journal):
+        name = os.path.basename(journal)
         raise sqlite3.OperationalError(
-            f"{path} cannot be read read-only: {journal.name} holds a transaction a writer"
+            f"{path} cannot be read read-only: {name} holds a transaction a writer"
             " left unfinished, which only a writable open rolls back (open it once without"
             " read_only=True, or where it can be written)"
         )
-    wal = Path(f"{path}-wal")
-    unmerged = wal.exists() and wal.stat().st_size > 0
+    wal = f"{path}-wal"
+    unmerged = _has_content(wal)
     if not is_read_only_error(error) and not (unmerged and "unable to open" in str(error)):
         return params
     if unmerged:
+        name = os.path.basename(wal)
         raise sqlite3.OperationalError(
-            f"{path} cannot be read here: its folder is read-only and {wal.name} holds "
+            f"{path} cannot be read here: its folder is read-only and {name} holds "
             "changes not yet merged into the file (open it once where the folder is writable)"
         )
     logger.warning(
@@ -505,6 +549,7 @@ __all__ = [
     "read_only_file_error",
     "read_only_params",
     "refuse_newer_schema",
+    "resolve_file",
     "resolve_path",
     "roll_back_hot_journal",
     "secure_files",

@@ -20,6 +20,7 @@ Every function returns plain dicts; printing them is the CLI's job.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -72,9 +73,9 @@ def present_fts_tables(db: HermesDatabase) -> list[str]:
         return [model._meta.table_name for model in present_indexes()]
 
 
-def _size(path: Path) -> int:
+def _size(path: str | os.PathLike[str]) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0
 
@@ -172,7 +173,7 @@ def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
         "active_messages": active,
         "inactive_messages": messages - active,
         "file_bytes": _size(db.path),
-        "wal_bytes": _size(Path(f"{db.path}-wal")),
+        "wal_bytes": _size(f"{db.path}-wal"),
         "fts_rows": fts,
         # Hermes' later indexes leave rows out by design: not judged there.
         "fts_in_step": None if newer else all(rows == messages for rows in fts.values()),

@@ -26,7 +26,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import peewee
 from peewee import SQL, fn
@@ -43,6 +42,7 @@ from .models import AUTO_PRUNE_KEY, CompressionLock, Message, Session
 from .statements import Prepared, fetch_dicts
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, Protocol
 
     class Upkeep(Protocol):

@@ -39,6 +39,7 @@ from .sqlite_sql import (
     SCHEMA_OBJECTS,
     prefix_bounds,
 )
+from .uris import sqlite_uri
 
 if TYPE_CHECKING:
     from typing import Any
@@ -205,7 +206,7 @@ def _open(path: str) -> sqlite3.Connection | None:
     if os.path.lexists(f"{path}-journal"):
         return None
     if os.path.lexists(f"{path}-wal") or os.path.lexists(f"{path}-shm"):
-        conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, timeout=5.0)
+        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)
     else:
         # Its -wal and -shm are made and removed again, as the full command's are.
         conn = sqlite3.connect(path, timeout=5.0)  # a plain name: taken literally
@@ -231,13 +232,6 @@ def _open(path: str) -> sqlite3.Connection | None:
         conn.close()
         return None
     return conn
-
-
-def _uri_path(path: str) -> str:
-    """``path`` for a ``file:`` URI: every byte but letters, digits and ``/._-~``
-    percent-encoded."""
-    safe = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-~"
-    return "".join(chr(byte) if byte in safe else f"%{byte:02X}" for byte in os.fsencode(path))
 
 
 def _listing(conn: sqlite3.Connection, request: dict[str, Any]) -> list[dict[str, Any]]:

@@ -24,12 +24,12 @@ import logging
 import os
 import sqlite3
 import threading
-from pathlib import Path
 
 from . import sqlite_sql
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 logger = logging.getLogger("hermes_models")
@@ -51,7 +51,7 @@ def is_malformed_db_error(exc: BaseException) -> bool:
 
 def claim_repair_attempt(db_path: str | os.PathLike[str]) -> bool:
     """True the first time this process asks for ``db_path``: one automatic repair per file."""
-    key = str(Path(db_path).resolve())
+    key = os.path.realpath(db_path)
     with _claimed_lock:
         if key in _claimed:
             return False
@@ -132,6 +132,8 @@ def repair_state_db_schema(
     "backup_path": str | None, "error": str | None}``; never raises for a
     file it cannot fix.
     """
+    from pathlib import Path  # a repair only: opening a store needs none
+
     path = Path(db_path)
     report: dict[str, Any] = {
         "repaired": False,

@@ -24,7 +24,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Collection, Iterator
-from pathlib import Path
 
 from . import grams, sqlite_sql
 from .caches import BoundedCache
@@ -36,7 +35,7 @@ from .files import (
     check_schema_version,
     check_writable,
     is_postgres_url,
-    resolve_path,
+    resolve_file,
     secure_files,
     sqlite_uri,
     stored_schema_version,
@@ -45,7 +44,10 @@ from .hints import TYPE_CHECKING
 from .writes import retry_locked
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
+
+    from .files import StrPath
 
 logger = logging.getLogger("hermes_models")
 
@@ -86,16 +88,29 @@ _process_lock = threading.Lock()
 
 
 def migrations_dir() -> Path:
-    """The folder holding the migration files.
+    """The folder holding the migration files (:func:`migrations_folder`), as a
+    :class:`~pathlib.Path`.
 
     Raises:
         MigrationError: neither the installed package nor a checkout has one.
     """
-    here = Path(__file__).resolve().parent
-    if (here / "migrations").is_dir():  # an installed package: what resources.files() names
-        return here / "migrations"
-    checkout = here.parent / "migrations"
-    if checkout.is_dir():
+    from pathlib import Path  # loaded here: opening a store reads migrations_folder()
+
+    return Path(migrations_folder())
+
+
+def migrations_folder() -> str:
+    """The folder holding the migration files, as text.
+
+    Raises:
+        MigrationError: neither the installed package nor a checkout has one.
+    """
+    here = os.path.dirname(os.path.realpath(__file__))
+    installed = os.path.join(here, "migrations")
+    if os.path.isdir(installed):  # an installed package: what resources.files() names
+        return installed
+    checkout = os.path.join(os.path.dirname(here), "migrations")
+    if os.path.isdir(checkout):
         return checkout
     # Only a package imported from a zip file gets here: importlib.resources (slow
     # to import) is loaded for it alone.
@@ -103,11 +118,11 @@ def migrations_dir() -> Path:
 
     shipped = resources.files("hermes_models").joinpath("migrations")
     if shipped.is_dir():
-        return Path(str(shipped))
+        return str(shipped)
     raise MigrationError("the migrations folder is missing from this installation")
 
 
-def yoyo_url(path: Path) -> str:
+def yoyo_url(path: StrPath) -> str:
     """A ``sqlite:///`` URL yoyo opens at exactly ``path`` (``#``, ``?``, ``%`` escaped)."""
     # yoyo pastes the URL path into "file:<path>?cache=shared" unescaped, and
     # SQLite then decodes it as a URI: percent-encoding survives that trip.
@@ -134,7 +149,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
 
         postgres.parse_url(str(target), argument="target")  # a bad URL named as connect() names it
         return postgres.migrate(str(target))
-    path = resolve_path(target)
+    path = resolve_file(target)
     check_header(path)
     check_schema_version(path)
     check_writable(path)
@@ -142,7 +157,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     return apply_pending(path)
 
 
-def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[str]:
+def apply_pending(path: StrPath, applied: Collection[str] | None = None) -> list[str]:
     """The work of :func:`migrate` on a file already checked as it checks it (an SQLite
     file or none, not newer than v16, writable, private); returns the ids applied.
 
@@ -152,7 +167,7 @@ def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[st
     nor run. Whatever ``applied`` says, pending work is decided again under
     yoyo's lock.
     """
-    folder = migrations_dir()
+    folder = migrations_folder()
     if applied is not None:
         if all(migration_hash(i) in applied for i in migration_ids(folder)):
             return []
@@ -169,7 +184,7 @@ def apply_pending(path: Path, applied: Collection[str] | None = None) -> list[st
     return done
 
 
-def _apply_under_lock(path: Path, migrations: Any, done: list[str]) -> None:
+def _apply_under_lock(path: StrPath, migrations: Any, done: list[str]) -> None:
     """Apply what is pending under yoyo's lock (see :func:`apply_pending`), adding
     the id of each migration to ``done`` as it commits."""
     with _process_lock, _backend(path) as backend, _locked(backend):
@@ -213,8 +228,8 @@ def _apply_one(backend: Any, migration: Any, *, mark: bool = True) -> None:
     retry_locked(run)
 
 
-def _migrations(folder: Path | None = None) -> Any:
-    return load_migrations(folder or migrations_dir())
+def _migrations(folder: StrPath | None = None) -> Any:
+    return load_migrations(folder or migrations_folder())
 
 
 #: Parsed migration folders: yoyo splits every SQL file with sqlparse (about
@@ -223,7 +238,7 @@ def _migrations(folder: Path | None = None) -> Any:
 _PARSED: BoundedCache[tuple[object, ...], Any] = BoundedCache("migration folders", 4)
 
 
-def load_migrations(folder: Path) -> Any:
+def load_migrations(folder: StrPath) -> Any:
     """yoyo's migrations in ``folder``, loaded, parsed once per process.
 
     The key is the folder and the name, size and modification time of each of
@@ -239,25 +254,27 @@ def load_migrations(folder: Path) -> Any:
             migration.load()
         return migrations
 
-    stats = sorted(
-        (entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
-        for entry in folder.iterdir()
-        if entry.is_file()
-    )
-    return _PARSED.get((str(folder), *stats), parse)
+    with os.scandir(folder) as entries:
+        stats = sorted(
+            (entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
+            for entry in entries
+            if entry.is_file()
+        )
+    return _PARSED.get((os.fspath(folder), *stats), parse)
 
 
-def migration_ids(folder: Path) -> list[str]:
+def migration_ids(folder: StrPath) -> list[str]:
     """The ids yoyo's ``read_migrations`` gives the migrations in ``folder``, in order.
 
     Read from the file names alone, as yoyo reads them: every ``.py`` and
     ``.sql`` file but rollbacks, post-apply hooks and yoyo's scratch files.
     """
-    names = sorted(
-        entry.name
-        for entry in folder.iterdir()
-        if entry.is_file() and entry.suffix in (".py", ".sql")
-    )
+    with os.scandir(folder) as entries:
+        names = sorted(
+            entry.name
+            for entry in entries
+            if entry.is_file() and os.path.splitext(entry.name)[1] in (".py", ".sql")
+        )
     return [
         name.rsplit(".", 1)[0]
         for name in names
@@ -271,7 +288,7 @@ def migration_hash(migration_id: str) -> str:
     return hashlib.sha256(migration_id.encode("utf-8")).hexdigest()
 
 
-def _up_to_date(path: Path, folder: Path) -> bool:
+def _up_to_date(path: StrPath, folder: StrPath) -> bool:
     """True when every migration in ``folder`` is recorded as applied (read without any write).
 
     Every process checks this on its first open: taking yoyo's lock (a write)
@@ -279,7 +296,10 @@ def _up_to_date(path: Path, folder: Path) -> bool:
     another process's long write transaction.
     """
     migrations = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
-    if not path.exists() or path.stat().st_size == 0:
+    try:
+        if os.stat(path).st_size == 0:
+            return False
+    except OSError:
         return False
     try:
         conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)
@@ -296,7 +316,7 @@ def _up_to_date(path: Path, folder: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _backend(path: Path) -> Iterator[Any]:
+def _backend(path: StrPath) -> Iterator[Any]:
     def open_backend() -> Any:
         # yoyo's get_backend() in three steps, so that a file that is locked or
         # is not a database does not leave yoyo's connection open behind it
@@ -541,7 +561,7 @@ def migrate_optional(target: str | os.PathLike[str] | None, name: str) -> list[s
     The baseline must already be applied (the set builds on its tables).
     Runs under yoyo's lock like :func:`migrate`.
     """
-    path = resolve_path(target)
+    path = resolve_file(target)
     folder = optional_migrations_dir(name)
     if _up_to_date(path, folder):
         return []
@@ -570,6 +590,7 @@ __all__ = [
     "migration_hash",
     "migration_ids",
     "migrations_dir",
+    "migrations_folder",
     "optional_migrations_dir",
     "search_indexes_built",
     "search_out_of_step",

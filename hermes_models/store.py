@@ -48,7 +48,7 @@ from .children import (
 from .connection import connect
 from .db import HermesDatabase
 from .errors import SQLITE_ERRORS
-from .files import is_postgres_url, resolve_path
+from .files import is_postgres_url, resolve_file
 from .hints import TYPE_CHECKING, cast
 from .models import (
     AUTO_PRUNE_KEY,
@@ -155,10 +155,7 @@ class SessionDB:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
 
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
-        #: The file, or for a store on a server its ``postgresql://`` URL.
-        self.db_path: Any = (
-            db_path if is_postgres_url(db_path) else resolve_path(db_path, argument="db_path")
-        )
+        self._target = self._resolve(db_path)
         self.read_only = check_flag(read_only, "read_only")
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
@@ -166,23 +163,45 @@ class SessionDB:
         self._lock = threading.Lock()
         self._db: HermesDatabase | None = self._open()
 
+    @staticmethod
+    def _resolve(db_path: Any) -> str:
+        """The file ``db_path`` names, as text, or a server's URL as it was given."""
+        if is_postgres_url(db_path):
+            return cast(str, db_path)
+        return resolve_file(db_path, argument="db_path")
+
+    @property
+    def db_path(self) -> Any:
+        """The file, as a :class:`~pathlib.Path` (as Hermes has it), or for a store on
+        a server its ``postgresql://`` URL. Assigning it changes only what is given
+        back: the store stays open on its file."""
+        if is_postgres_url(self._target):
+            return self._target
+        from pathlib import Path  # made when asked for: opening a store needs no pathlib
+
+        return Path(self._target)
+
+    @db_path.setter
+    def db_path(self, value: Any) -> None:
+        self._target = self._resolve(value)
+
     def _open(self) -> HermesDatabase:
         try:
-            return connect(self.db_path, read_only=self.read_only)
+            return connect(self._target, read_only=self.read_only)
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
             cause = getattr(exc, "orig", None) or exc
             if (
                 self.read_only
                 or not is_malformed_db_error(cause)
-                or not claim_repair_attempt(self.db_path)
+                or not claim_repair_attempt(self._target)
             ):
                 if cause is not exc and isinstance(cause, sqlite3.Error):
                     raise cause from None  # sqlite3's own class, as Hermes raises
                 raise
-            logger.error("%s: the schema is malformed (%s); repairing it", self.db_path, cause)
-            if not repair_state_db_schema(self.db_path)["repaired"]:
+            logger.error("%s: the schema is malformed (%s); repairing it", self._target, cause)
+            if not repair_state_db_schema(self._target)["repaired"]:
                 raise
-        return connect(self.db_path, read_only=self.read_only)
+        return connect(self._target, read_only=self.read_only)
 
     # -- handle ------------------------------------------------------------------
 
@@ -228,7 +247,7 @@ class SessionDB:
 
     def __repr__(self) -> str:
         state = "closed" if self._db is None else ("read-only" if self.read_only else "open")
-        return f"<SessionDB {self.db_path} {state}>"
+        return f"<SessionDB {self._target} {state}>"
 
     # -- sessions ------------------------------------------------------------------
 
@@ -928,7 +947,7 @@ class SessionDB:
         checked before it is kept (see :func:`hermes_models.backup.backup`)."""
         from .backup import backup  # loaded on first use: the package imports faster
 
-        return backup(self.db_path, dest, keep=keep, progress=progress)
+        return backup(self._target, dest, keep=keep, progress=progress)
 
     # -- search (fts.py) ------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import peewee
 
@@ -184,7 +183,7 @@ class Checkpoints:
 
     __slots__ = ("next_truncate", "wal_path", "writes")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.wal_path = f"{path}-wal"
         self.writes = itertools.count(1)  # next() is atomic under the GIL
         #: The earliest time of the next TRUNCATE attempt (``time.monotonic()``).

@@ -689,7 +689,7 @@ def _with_later_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     """The package migrates with its migrations and :func:`_add_later_migration`'s."""
     folder = _copy_of_migrations(tmp_path)
     _add_later_migration(folder)
-    monkeypatch.setattr(schema_module, "migrations_dir", lambda: folder)
+    monkeypatch.setattr(schema_module, "migrations_folder", lambda: str(folder))
 
 
 def _fail_once_at(monkeypatch: pytest.MonkeyPatch, method: str, error: Exception) -> list[str]:

@@ -1,0 +1,159 @@
+"""A store's file name handled as text: what ``resolve_file`` makes of a target, how
+``uris`` escapes it for SQLite, and the ``Path`` objects the API still gives back.
+
+Opening a store loads neither :mod:`pathlib` nor :mod:`urllib.parse` (see
+``tests/test_startup.py``). The outside references here are those two modules
+themselves: the name a target resolves to is the one ``pathlib`` made of it
+before, and the escaping is :func:`urllib.parse.quote`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hermes_models
+from hermes_models import SessionDB
+from hermes_models.files import resolve_file, resolve_path
+from hermes_models.uris import sqlite_uri, uri_path
+
+#: Path pieces: separators, dots and the characters a URI treats specially among letters.
+PIECES = st.lists(
+    st.sampled_from(["a", "b", ".", "..", "", "x y", "#", "?", "%41", "é", "数据", "~", "-_"]),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _pathlib_reading(text: str) -> str:
+    """What the package made of a plain path before it stopped using pathlib."""
+    return os.path.abspath(Path(text).expanduser())
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=PIECES, absolute=st.booleans(), trailing=st.booleans())
+def test_a_path_resolves_to_what_pathlib_made_of_it(
+    pieces: list[str], absolute: bool, trailing: bool
+) -> None:
+    text = ("/" if absolute else "") + "/".join(pieces) + ("/" if trailing else "")
+    if not text.strip() or Path(text).parts[:1] == ("~",) or "://" in text:
+        return  # refused, a home folder (below), a URL: each has its own test
+    assert resolve_file(text) == _pathlib_reading(text)
+    assert resolve_path(text) == Path(_pathlib_reading(text))
+
+
+def test_home_and_hermes_home_expand_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    assert resolve_file("~/s.db") == str(tmp_path / "me" / "s.db")
+    assert resolve_file("~") == str(tmp_path / "me")
+    monkeypatch.setenv("HERMES_HOME", "~/hh/./x/../y")
+    assert resolve_file() == str(tmp_path / "me" / "hh" / "y" / "state.db")
+    assert resolve_path() == tmp_path / "me" / "hh" / "y" / "state.db"
+
+
+def test_a_tilde_after_a_folder_is_a_name_not_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pathlib read "./~" as "~", the home folder; a shell, SQLite and we read a file "~".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    assert resolve_file("./~") == str(tmp_path / "~")
+    assert resolve_file("./~/s.db") == str(tmp_path / "~" / "s.db")
+    assert resolve_file("a/~") == str(tmp_path / "a" / "~")
+
+
+def test_an_unknown_home_folder_is_an_error_that_names_it_and_makes_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"target: '~nosuchuser93/x.db' starts with ~, but no "
+        r"home folder is known for user 'nosuchuser93'",
+    ):
+        hermes_models.connect("~nosuchuser93/x.db")
+    monkeypatch.setenv("HERMES_HOME", "~nosuchuser93")
+    with pytest.raises(ValueError, match=r"HERMES_HOME: '~nosuchuser93' starts with ~"):
+        SessionDB()
+    assert os.listdir(tmp_path) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40))
+def test_a_name_is_escaped_as_urllib_escapes_it(text: str) -> None:
+    assert uri_path(text) == quote(text, safe="/")
+    assert (
+        sqlite_uri(text, mode="ro", immutable="1")
+        == f"file:{quote(text, safe='/')}?mode=ro&immutable=1"
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["plain.db", "a b#c?d%41.db", "数据 store.db", "semi;colon&amp=.db", "~tilde.db"]
+)
+def test_a_store_named_with_uri_characters_opens_that_file_read_only_too(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "hello")
+    assert sorted(os.listdir(tmp_path)) == [name]
+    with SessionDB(path, read_only=True) as reader:
+        assert [m["content"] for m in reader.get_messages("s1")] == ["hello"]
+    conn = sqlite3.connect(sqlite_uri(str(path), mode="ro"), uri=True)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM messages").fetchone() == (1,)
+    finally:
+        conn.close()
+
+
+def test_a_name_that_is_not_utf8_keeps_its_bytes(tmp_path: Path) -> None:
+    raw = os.fsencode(str(tmp_path)) + b"/store-\xff.db"
+    path = os.fsdecode(raw)  # a lone surrogate stands for the byte 0xff
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+    assert b"store-\xff.db" in os.listdir(os.fsencode(str(tmp_path)))
+    with SessionDB(path, read_only=True) as reader:
+        assert reader.get_session("s1")["source"] == "cli"
+
+
+def test_the_api_still_gives_paths_as_pathlib_paths(tmp_path: Path) -> None:
+    with SessionDB(tmp_path / "a" / ".." / "s.db") as store:
+        assert store.db_path == tmp_path / "s.db"
+        assert type(store.db_path) is type(tmp_path)
+        assert store.database.path == tmp_path / "s.db"
+        assert store.database.file == str(tmp_path / "s.db")
+        assert repr(store) == f"<SessionDB {tmp_path / 's.db'} open>"
+        store.db_path = "elsewhere.db"  # as in Hermes: only what it gives back changes
+        assert store.db_path == Path(os.path.abspath("elsewhere.db"))
+        store.create_session("s1", "cli")
+    assert not os.path.exists("elsewhere.db")
+    with SessionDB(tmp_path / "s.db", read_only=True) as reader:
+        assert reader.get_session("s1") is not None
+
+
+@pytest.mark.slow  # a new Python process
+def test_the_command_names_an_unknown_home_folder_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_models", "--db", "~nosuchuser93/x.db", "sessions"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.strip().splitlines()[-1] == (
+        "Error: --db: '~nosuchuser93/x.db' starts with ~, but no home folder is known for user "
+        "'nosuchuser93' (see 'python -m hermes_models --help')"
+    )
+    assert os.listdir(tmp_path) == []
