@@ -96,12 +96,36 @@ TIME_BUDGET_S = 5.0
 _CLOCK_STEPS = 10_000
 
 
+class _OverBudget(Exception):
+    """The statements of a try (:func:`_within_steps`) ran past its steps."""
+
+
+#: The steps a try has left (:func:`_within_steps`), per thread; None outside a try.
+_trying = threading.local()
+
+
+@contextlib.contextmanager
+def _within_steps(steps: int) -> Iterator[None]:
+    """Run the statements :func:`fetch_within` runs in the block within ``steps`` SQLite
+    virtual-machine steps in all; past them, the running statement is interrupted and
+    :class:`_OverBudget` raised. Steps are counted :data:`_CLOCK_STEPS` at a time, as a
+    statement reaches them: one finished may have taken up to that many more."""
+    before = getattr(_trying, "steps", None)
+    _trying.steps = steps
+    try:
+        yield
+    finally:
+        _trying.steps = before
+
+
 class _OutOfTime(Exception):
     """The budget ran out; ``rows`` holds the rows fetched before it did."""
 
     def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         super().__init__("search time budget exhausted")
         self.rows = rows
+        #: The plan whose page the rows belong to (None: no page was being read).
+        self.plan: MessagePlan | None = None
 
 
 def check_budget(value: Any) -> float | None:
@@ -136,18 +160,22 @@ def fetch_within(
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
-    if deadline is None:
+    trying = getattr(_trying, "steps", None) is not None
+    if deadline is None and not trying:
         cursor = execute(sql, params)
         return [c[0] for c in cursor.description], list(cursor.fetchall())
-    if time.monotonic() > deadline:  # spent by an earlier statement of the same search
-        raise _OutOfTime([])
+    if deadline is not None and time.monotonic() > deadline:
+        raise _OutOfTime([])  # spent by an earlier statement of the same search
     conn = cast(sqlite3.Connection, current().connection())
-    out_of_time = False
+    out_of_time = over = False
 
     def look_at_the_clock() -> int:
-        nonlocal out_of_time
-        out_of_time = time.monotonic() > deadline
-        return int(out_of_time)
+        nonlocal out_of_time, over
+        if trying:
+            _trying.steps -= _CLOCK_STEPS
+            over = _trying.steps < 0
+        out_of_time = deadline is not None and time.monotonic() > deadline
+        return int(over or out_of_time)
 
     rows: list[tuple[Any, ...]] = []
     conn.set_progress_handler(look_at_the_clock, _CLOCK_STEPS)
@@ -157,9 +185,11 @@ def fetch_within(
         while batch := cursor.fetchmany(256):
             rows.extend(batch)
     except (peewee.OperationalError, sqlite3.OperationalError):
-        if not out_of_time:
-            raise
-        raise _OutOfTime(rows) from None
+        if out_of_time:
+            raise _OutOfTime(rows) from None
+        if over:
+            raise _OverBudget() from None
+        raise
     finally:
         conn.set_progress_handler(None, 0)
     return names, rows
@@ -359,6 +389,13 @@ def _run(
 #: Whether the word index matches more than a number of messages.
 WORD_MATCHES_BEYOND_SQL = sqlite_sql.WORD_MATCHES_BEYOND
 
+#: The fewest SQLite virtual-machine steps FTS5 takes for each hit it ranks by
+#: ``rank`` (the sorter behind ``ORDER BY rank`` reads, scores and stores every hit):
+#: 15 in SQLite 3.40, whatever the query (``tests/test_search_window.py`` measures
+#: it). A page of words that finishes within ``WINDOW_FROM x window`` times this many
+#: steps ranked no more hits than the count that decides the window would allow.
+SORTER_STEPS_PER_HIT = 15
+
 
 def ranked_within(
     query: SearchQuery,
@@ -369,6 +406,7 @@ def ranked_within(
     *,
     scanned: bool = False,
     widen: bool = True,
+    attempt: Callable[[Shape], object] | None = None,
 ) -> Shape:
     """``shape`` ranking only the newest hits (:func:`hermes_models.plan.windowed`) when
     that pays: once the index matches the groups it decides alone more than
@@ -381,8 +419,14 @@ def ranked_within(
     ``widen``: whether a page ending beyond the window widens it (a page of messages
     does; a page of sessions counts sessions, and its window stays as it is).
 
+    ``attempt``, for a query of words alone: before counting, ``attempt(shape)`` is run
+    within the steps ranking that many hits takes at the least
+    (:data:`SORTER_STEPS_PER_HIT` each): finished, it ranked every hit, which are
+    then no more than the count would allow, and nothing is counted. The count reads
+    every hit's id lists a second time, 10-20 % of a page of a few thousand hits.
+
     Raises:
-        _OutOfTime: the deadline passed while counting.
+        _OutOfTime: the deadline passed while counting (or in ``attempt``).
     """
     limit, offset = page
     bounded = windowed(shape, query, order, limit, scanned=scanned)
@@ -395,11 +439,22 @@ def ranked_within(
     values = window_values(query, bounded, (limit or 0) + offset if widen else 0)
     beyond = min(values["window"] * WINDOW_FROM, INT64_MAX)  # a page without end: 2**63-1
     params = [values["wq"], beyond]
-    many = current().while_unchanged(
-        ("word matches beyond", *params),
-        lambda: bool(fetch_within(WORD_MATCHES_BEYOND_SQL, params, deadline)[1]),
-    )
-    return bounded if many else shape
+    steps = beyond * SORTER_STEPS_PER_HIT - _CLOCK_STEPS
+    if attempt is None or bounded.single != WORDS or steps <= 0:
+        attempt = None
+
+    def many() -> bool:
+        if attempt is not None:
+            try:
+                with _within_steps(steps):
+                    attempt(shape)
+            except _OverBudget:
+                pass  # many hits, or costly ones: the count tells
+            else:
+                return False
+        return bool(fetch_within(WORD_MATCHES_BEYOND_SQL, params, deadline)[1])
+
+    return bounded if current().while_unchanged(("word matches beyond", *params), many) else shape
 
 
 def _short_prefix(query: SearchQuery, shape: Shape) -> bool:
@@ -567,17 +622,17 @@ def search_messages(
 
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
-    def run(shape: Shape) -> present.Found:
+    def page(shape: Shape) -> tuple[MessagePlan, list[tuple[Any, ...]]]:
+        """The plan of ``shape`` (windowed or not) and the rows of its page.
+
+        Raises:
+            _OutOfTime: with the plan's rows found by then (``_OutOfTime.plan``).
+        """
+        shape = shape.snipped(parsed, order)
+        plan = MessagePlan(parsed, shape, filters, order, limit, offset)
         try:
-            shape = ranked_within(parsed, shape, order, (limit, offset), deadline)
-            shape = shape.snipped(parsed, order)
-            plan = MessagePlan(parsed, shape, filters, order, limit, offset)
             common = _common(plan, deadline)
-        except _OutOfTime:  # while counting: no hit found yet
-            _ran_out(parsed, budget, 0)
-            return present.Found([], {})
-        rows: list[tuple[Any, ...]] | None = None
-        try:
+            rows: list[tuple[Any, ...]] | None = None
             if common:
                 # Hits are many: walking messages newest first finds a page sooner.
                 plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
@@ -588,8 +643,27 @@ def search_messages(
             if rows is None:
                 rows = _run(plan, deadline)[1]
         except _OutOfTime as exc:
+            exc.plan = plan
+            raise
+        return plan, rows
+
+    def run(shape: Shape) -> present.Found:
+        tried: list[tuple[MessagePlan, list[tuple[Any, ...]]]] = []
+        try:
+            decided = ranked_within(
+                parsed,
+                shape,
+                order,
+                (limit, offset),
+                deadline,
+                attempt=lambda s: tried.append(page(s)),
+            )
+            plan, rows = tried[0] if tried and decided is shape else page(decided)
+        except _OutOfTime as exc:
             _ran_out(parsed, budget, len(exc.rows))
-            rows = exc.rows
+            if exc.plan is None:  # while counting: no hit found yet
+                return present.Found([], {})
+            plan, rows = exc.plan, exc.rows
         snippets: dict[int, str] = {}
         if rows and len(rows[0]) > len(HIT_COLUMNS):
             snippets = {row[0]: row[-1] for row in rows}
@@ -737,6 +811,7 @@ __all__ = [
     "GRAM_COVERS_ALL_SQL",
     "GRAM_REACH_SQL",
     "RANK_MODES",
+    "SORTER_STEPS_PER_HIT",
     "TIME_BUDGET_S",
     "WALK_BUDGET",
     "WALK_BUDGET_MIN",

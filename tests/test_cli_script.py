@@ -680,7 +680,9 @@ def test_a_read_only_shm_file_left_by_a_reader_does_not_refuse_a_write(work: Pat
     assert (result.returncode, result.stderr) == (0, ""), result.stderr
     assert result.stdout.startswith("archived demo-chinese")
     with SessionDB(path, read_only=True) as store:
-        assert store.get_session("demo-chinese")["archived"] == 1
+        session = store.get_session("demo-chinese")
+    assert session is not None
+    assert session["archived"] == 1
 
 
 def test_read_only_flag_reads_without_touching_the_file(work: Path) -> None:

@@ -1,6 +1,12 @@
 """A query the word index ranks and that matches more than ``plan.RANK_WINDOW`` messages
 has only its newest hits ranked: the page is exactly the best-ranked among them, and a
-query with fewer hits ranks exactly as every hit ranked."""
+query with fewer hits ranks exactly as every hit ranked.
+
+Before counting its hits, a query of words tries its whole ranking within the steps
+ranking ``WINDOW_FROM x window`` hits takes at the least (``search.SORTER_STEPS_PER_HIT``
+each). With the default window every query of this small corpus fits; the ``window``
+fixture also runs each test with the steps counted ten at a time, so that a window of
+50 leaves a try room for a few dozen hits, and answers must not change."""
 
 from __future__ import annotations
 
@@ -67,9 +73,14 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[st
     return path, written
 
 
-@pytest.fixture
-def window(monkeypatch: pytest.MonkeyPatch) -> int:
+@pytest.fixture(params=[None, 10], ids=["counted", "tried first"])
+def window(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> int:
+    """The window, with (``tried first``) or without a try of the whole ranking first:
+    SQLite's steps counted 10 at a time leave it room below ``WINDOW_FROM x WINDOW``
+    hits (by default, 10,000 at a time, a window this small leaves none)."""
     monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
+    if request.param is not None:
+        monkeypatch.setattr(search, "_CLOCK_STEPS", request.param)
     return WINDOW
 
 
@@ -374,7 +385,8 @@ def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
 ) -> None:
     """The count that decides whether to window is kept until something is committed
     to the file: the same search again (or its next page) does not count again; once
-    another process adds hits, the next search counts, and windows."""
+    another process adds hits, the next search counts, and windows. A try of the whole
+    ranking that finishes counts nothing, and is kept the same way."""
     source, written = corpus
     path = tmp_path / "state.db"
     with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(path)) as dst:
@@ -387,9 +399,14 @@ def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
         pages = [_ids(store.search_messages("beta", limit=5, offset=k)) for k in (0, 5, 0)]
         expected = _best(hits, _ranks(path, '"beta"'))
         assert pages == [expected[:5], expected[5:10], expected[:5]]
-        assert [sql for sql in ran if sql.startswith(COUNT_SQL)] == [
-            f"{COUNT_SQL} '(\"beta\")' LIMIT 1 OFFSET {plan.WINDOW_FROM * window}"
-        ]
+        tried = search._CLOCK_STEPS < 10_000
+        assert [sql for sql in ran if sql.startswith(COUNT_SQL)] == (
+            []
+            if tried
+            else [f"{COUNT_SQL} '(\"beta\")' LIMIT 1 OFFSET {plan.WINDOW_FROM * window}"]
+        )
+        # Tried once: its next page and the same search again read the page alone.
+        assert len([sql for sql in ran if "ORDER BY" in sql and "MATCH" in sql]) == 3
 
         # Another process (a Hermes v16 writer) adds more hits than twice the window.
         added = plan.WINDOW_FROM * window + 5
@@ -407,3 +424,86 @@ def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
         assert _ids(store.search_messages("beta", limit=5)) == windowed
         assert len([sql for sql in ran if sql.startswith(COUNT_SQL)]) == 1
         store._conn.set_trace_callback(None)
+
+
+def test_a_try_that_finishes_ranks_every_hit_and_counts_nothing(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query of fewer hits than the try has room for is answered by its one ranked
+    statement; one with more is stopped, counted, and windowed, as without a try."""
+    path, written = corpus
+    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
+    monkeypatch.setattr(search, "_CLOCK_STEPS", 10)
+    beta, alpha = _hits(written, "beta"), _hits(written, "alpha")
+    assert len(beta) < WINDOW < plan.WINDOW_FROM * WINDOW < len(alpha)
+    with SessionDB(path, read_only=True) as store:
+        ran: list[str] = []
+        store._conn.set_trace_callback(ran.append)
+        few = store.search_messages("beta", limit=10)
+        counted_few = [sql for sql in ran if sql.startswith(COUNT_SQL)]
+        ran.clear()
+        many = store.search_messages("alpha", limit=10)
+        counted_many = [sql for sql in ran if sql.startswith(COUNT_SQL)]
+        store._conn.set_trace_callback(None)
+    assert _ids(few) == _best(beta, _ranks(path, '"beta"'))[:10]
+    assert counted_few == []
+    assert _ids(many) == _best(alpha[:WINDOW], _ranks(path, '"alpha"'))[:10]
+    assert counted_many == [f"{COUNT_SQL} '(\"alpha\")' LIMIT 1 OFFSET {plan.WINDOW_FROM * WINDOW}"]
+
+
+def test_a_try_stopped_by_the_time_budget_returns_what_it_found(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The try runs under the search's time budget: a budget spent while it ranks ends
+    the search with no hit and a warning, not an error."""
+    path, _ = corpus
+    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
+    monkeypatch.setattr(search, "_CLOCK_STEPS", 10)
+    clock = iter([0.0] + [100.0] * 1000)  # the deadline is set at 0.0 + budget, then passed
+    monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
+    with SessionDB(path, read_only=True) as store:
+        found = store.search_messages("beta", limit=10, time_budget=1.0)
+    assert found == []
+    assert "stopped after its time budget of 1.0 s" in caplog.text
+
+
+def _ranking_steps(conn: sqlite3.Connection, query: str) -> tuple[int, int]:
+    """``(hits, steps)``: how many messages ``query`` matches, and the virtual-machine
+    steps SQLite takes to rank them all by ``rank`` (for the best one)."""
+    hits = conn.execute(
+        "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", [query]
+    ).fetchone()[0]
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn.set_progress_handler(step, 1)
+    conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 1", [query]
+    ).fetchall()
+    conn.set_progress_handler(None, 0)
+    return hits, steps
+
+
+def test_fts5_takes_at_least_the_assumed_steps_for_each_hit_it_ranks(corpus: Any) -> None:
+    """What makes a finished try sound: ranking ``n`` hits by ``rank`` takes SQLite at
+    least ``SORTER_STEPS_PER_HIT x n`` virtual-machine steps, whatever the query, so a
+    try finished within ``WINDOW_FROM x window`` times that ranked no more hits than
+    the count allows. An SQLite that takes fewer would rank more hits whole than the
+    window rule says, and one that takes many more would try in vain: this fails first."""
+    path, _ = corpus
+    per_hit = search.SORTER_STEPS_PER_HIT
+    with closing(sqlite3.connect(path)) as conn:
+        measured = {
+            query: _ranking_steps(conn, query)
+            for query in ['"alpha"', '"beta"', '"alph"*', '"alpha" OR "beta"', '"alpha" "w5"']
+        }
+    for hits, steps in measured.values():
+        assert hits > 10
+        assert per_hit * hits <= steps <= (per_hit + 2) * hits + 300
+    (many, many_steps), (few, few_steps) = measured['"alpha"'], measured['"beta"']
+    # Each hit more, the same statement: the steps a hit adds, without the fixed ones.
+    assert per_hit <= (many_steps - few_steps) / (many - few) < per_hit + 1
