@@ -142,6 +142,11 @@ class Shape:
     #: its newest hits from the index newest first, and the scan reads only the rows
     #: the index does not cover (above its mark, or changed by others).
     decides: bool = False
+    #: True when the gram index holds every message as it is and decides the query
+    #: alone, not windowed: the hits are the messages one ``MATCH`` of it lists (slot
+    #: ``gq``, as for :attr:`decides`), read in the page's statement; no scan runs
+    #: (:meth:`matched_by_grams`).
+    matched: bool = False
     #: True when the hits are among the few rows the scan found (:meth:`probed`): a
     #: word term is then looked up for each of those rows (``EXISTS``, by rowid), not
     #: read whole into a list (every match of a common word, for a few rows).
@@ -293,6 +298,16 @@ class Shape:
         )
         return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
 
+    def matched_by_grams(self, scan: ScanPlan | None) -> Shape | None:
+        """This shape with :attr:`matched` when ``scan``, its scan, would only look its
+        terms up in the gram index, each exactly, and read no row (the index holding
+        every message, which the caller tells); else None."""
+        if scan is None or self.window or self.walk or not scan.uncovered_only:
+            return None
+        if not self.all_like or len(scan.indexed) != len(scan.terms):
+            return None
+        return dataclasses.replace(self, matched=True)
+
     def snipped(self, query: SearchQuery, order: str) -> Shape:
         """This shape with :attr:`snips` for a ranked windowed page of words alone with a
         short prefix term (:data:`SNIP_PREFIX_CHARS`), whose second statement would merge
@@ -321,7 +336,14 @@ class Shape:
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
         return dataclasses.replace(
-            self, grams=False, scans=False, narrows=False, decides=False, probes=False, snips=False
+            self,
+            grams=False,
+            scans=False,
+            narrows=False,
+            decides=False,
+            matched=False,
+            probes=False,
+            snips=False,
         )
 
     def numbered(self) -> list[tuple[int, bool]]:
@@ -398,7 +420,7 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         return out
     if shape.narrows:
         out["narrow"] = json_narrowing(query)
-    if shape.decides:
+    if shape.decides or shape.matched:
         out["gq"] = gram_expression(query)
     positive: dict[str, list[str]] = {WORDS: [], TRIGRAM: []}
     k = 0
@@ -781,6 +803,8 @@ class Scanned:
 def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanPlan | None:
     """The scan of ``query``'s LIKE-routed terms (or of the rows behind a NUL of a
     trigram-only query), or None when its SQL needs none."""
+    if shape.matched:
+        return None  # the page's statement reads the gram index itself
     if shape.behind_scanned:
         terms = query.terms()
         statement = scan_statement(
@@ -1140,6 +1164,12 @@ def hits_query(
         query, behind = _one_index(shape, filters, slim=slim, ranked=ranked)
         return query if behind is None else query.union_all(behind)
     candidates = m.id.in_(SQL(sqlite_sql.JSON_LIST, [SLOT + "cand"]))
+    if shape.matched:
+        g = GramIndex
+        listed = g.select(g.rowid).where(
+            g.match(slot("gq")), g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS))
+        )
+        candidates = m.id.in_(listed)
     if shape.all_like:
         # The scan decided the query: its hits are the only rows to read.
         if shape.window:

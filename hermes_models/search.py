@@ -376,6 +376,11 @@ def _run(
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
     scan = plan.scan()
+    if isinstance(plan, MessagePlan):
+        matched = plan.shape.matched_by_grams(scan)
+        if matched is not None and _gram_index_covers_all(deadline):
+            # One MATCH of the gram index in the page's statement: no list of ids.
+            plan, scan = dataclasses.replace(plan, shape=matched), None
     scanned = None if scan is None else run_scan(scan, deadline)
     # Few rows found by the scan hold every hit: their word terms are looked up row by row.
     plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))

@@ -497,12 +497,13 @@ def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
     assert page(0, "oldest") == newest[::-1][:20]
     walked = [sql for sql in ran if "json_each" not in sql and "messages_cjk" not in sql]
     assert grams.GRAM_COUNT_SQL in ran and walked
-    # The candidate path (a term counted as rare) gives the same pages.
+    # The candidate path (a term counted as rare) gives the same pages: the index holds
+    # every message, so the page's statement reads its list with one MATCH.
     monkeypatch.setattr(search_module, "COMMON_FROM", 10**9)
     ran.clear()
     for offset in (0, 20, 400):
         assert page(offset) == newest[offset : offset + 20]
-    assert any(sql == grams.GRAM_IDS_SQL for sql in ran)
+    assert any('"messages_cjk" MATCH ?' in sql for sql in ran)
 
 
 def test_trigram_terms_find_json_content_exactly_through_the_narrowed_rows(
@@ -769,3 +770,55 @@ def test_the_scan_of_uncovered_rows_runs_only_when_the_index_leaves_some_out(
     assert _state(store.db_path)[0] == 3
     assert _page(store, "国我") == [3, 2]
     plain.close()
+
+
+def test_a_query_the_index_answers_whole_is_one_match_inside_the_page_statement(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the index holds every message, a query of one- and two-character terms
+    is read by the page's statement with one MATCH of the index, not a lookup per term
+    and a list of ids; while it leaves rows out, the lookups and the scan of those rows
+    run. The hits are what a substring scan finds either way."""
+    rng = random.Random(11)
+    store.create_session("s", "cli", started_at=T0)
+    for n in range(120):
+        store.append_message("s", "user", _text(rng), timestamp=T0 + n)
+    ran = _statements_run(monkeypatch)
+    queries = ["国我", "数据 OR セッ", "세션 NOT 数", "的 是", "数 NOT 据 OR 国"]
+
+    def check(*, whole: bool) -> None:
+        plain = sqlite3.connect(store.db_path)
+        try:
+            for query in queries:
+                ran.clear()
+                found = _found(store, query)
+                expected = set()
+                for group in query.split(" OR "):
+                    words = group.split()
+                    held = _scan(plain, words[0])
+                    for word, before in zip(words[1:], words):
+                        if word != "NOT":
+                            held = (
+                                held - _scan(plain, word)
+                                if before == "NOT"
+                                else held & _scan(plain, word)
+                            )
+                    expected |= held
+                assert found == expected, query
+                page = ran[-1]
+                lookups = [sql for sql in ran if sql == grams.GRAM_IDS_SQL]
+                if whole:
+                    assert lookups == [] and page.count('"messages_cjk" MATCH ?') == 1, query
+                else:
+                    assert lookups and '"messages_cjk" MATCH' not in page, query
+        finally:
+            plain.close()
+
+    check(whole=True)
+    hermes = sqlite3.connect(store.db_path)  # a Hermes v16 writer: its row lies above the mark
+    with hermes:
+        hermes_append(hermes, "s", "user", "他国我的数据", T0 + 500)
+    hermes.close()
+    check(whole=False)
+    store.update_search_index()
+    check(whole=True)
