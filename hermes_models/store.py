@@ -57,7 +57,6 @@ from .models import (
     StateMeta,
     unencodable_error,
 )
-from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
 from .sessions import META_FIELDS
 
 if TYPE_CHECKING:
@@ -189,6 +188,9 @@ class SessionDB:
         try:
             return connect(self._target, read_only=self.read_only)
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
+            # Loaded by a failed open alone: most processes never repair a file.
+            from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
+
             cause = getattr(exc, "orig", None) or exc
             if (
                 self.read_only

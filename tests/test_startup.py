@@ -30,6 +30,7 @@ NOT_AT_START = [
     "hermes_models.handoff",
     "hermes_models.maintenance",
     "hermes_models.postgres_sql",
+    "hermes_models.repair",
     "hermes_models.telegram",
     "ipaddress",
     "pathlib",
