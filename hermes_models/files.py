@@ -95,8 +95,9 @@ def resolve_file(target: str | os.PathLike[str] | None = None, *, argument: str 
             starts with ``~`` where no home folder is known.
     """
     if target is None:
-        home = os.environ.get("HERMES_HOME") or "~/.hermes"
-        return os.path.join(_expand_home(home, "HERMES_HOME"), "state.db")
+        home = os.environ.get("HERMES_HOME")
+        where = _expand_home(home, "HERMES_HOME") if home else _expand_home("~/.hermes", argument)
+        return os.path.join(where, "state.db")
     if not isinstance(target, (str, os.PathLike)):
         raise TypeError(f"{argument} must be a path or sqlite:/// URL, not {type(target).__name__}")
     text = os.fspath(target)

@@ -128,6 +128,16 @@ class _OutOfTime(Exception):
         self.plan: MessagePlan | None = None
 
 
+@contextlib.contextmanager
+def _reading_no_hits() -> Iterator[None]:
+    """Statements that read no hit (counts, id lookups, the scan before a page): a
+    deadline passed in them leaves no hit found, whatever rows they had read."""
+    try:
+        yield
+    except _OutOfTime:
+        raise _OutOfTime([]) from None
+
+
 def check_budget(value: Any) -> float | None:
     """``time_budget`` checked: a positive number of seconds, None for no limit, or ``...``
     for :data:`TIME_BUDGET_S`."""
@@ -376,12 +386,13 @@ def _run(
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
     scan = plan.scan()
-    if isinstance(plan, MessagePlan):
-        matched = plan.shape.matched_by_grams(scan)
-        if matched is not None and _gram_index_covers_all(deadline):
-            # One MATCH of the gram index in the page's statement: no list of ids.
-            plan, scan = dataclasses.replace(plan, shape=matched), None
-    scanned = None if scan is None else run_scan(scan, deadline)
+    with _reading_no_hits():
+        if isinstance(plan, MessagePlan):
+            matched = plan.shape.matched_by_grams(scan)
+            if matched is not None and _gram_index_covers_all(deadline):
+                # One MATCH of the gram index in the page's statement: no list of ids.
+                plan, scan = dataclasses.replace(plan, shape=matched), None
+        scanned = None if scan is None else run_scan(scan, deadline)
     # Few rows found by the scan hold every hit: their word terms are looked up row by row.
     plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))
     statement = plan.statement
@@ -636,7 +647,8 @@ def search_messages(
         shape = shape.snipped(parsed, order)
         plan = MessagePlan(parsed, shape, filters, order, limit, offset)
         try:
-            common = _common(plan, deadline)
+            with _reading_no_hits():
+                common = _common(plan, deadline)
             rows: list[tuple[Any, ...]] | None = None
             if common:
                 # Hits are many: walking messages newest first finds a page sooner.

@@ -154,7 +154,10 @@ class SessionDB:
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
 
     def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
+        #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
+        #: What was assigned to ``db_path`` since, if anything.
+        self._shown: str | None = None
         self.read_only = check_flag(read_only, "read_only")
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
@@ -172,17 +175,18 @@ class SessionDB:
     @property
     def db_path(self) -> Any:
         """The file, as a :class:`~pathlib.Path` (as Hermes has it), or for a store on
-        a server its ``postgresql://`` URL. Assigning it changes only what is given
-        back: the store stays open on its file."""
-        if is_postgres_url(self._target):
-            return self._target
+        a server its ``postgresql://`` URL. Assigning it changes only what it gives
+        back: the store, its ``repr`` and :meth:`backup` stay on the file it opened."""
+        shown = self._target if self._shown is None else self._shown
+        if is_postgres_url(shown):
+            return shown
         from pathlib import Path  # made when asked for: opening a store needs no pathlib
 
-        return Path(self._target)
+        return Path(shown)
 
     @db_path.setter
     def db_path(self, value: Any) -> None:
-        self._target = self._resolve(value)
+        self._shown = self._resolve(value)
 
     def _open(self) -> HermesDatabase:
         try:

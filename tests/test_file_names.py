@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -138,7 +139,11 @@ def test_the_api_still_gives_paths_as_pathlib_paths(tmp_path: Path) -> None:
         store.db_path = "elsewhere.db"  # as in Hermes: only what it gives back changes
         assert store.db_path == Path(os.path.abspath("elsewhere.db"))
         store.create_session("s1", "cli")
+        assert repr(store) == f"<SessionDB {tmp_path / 's.db'} open>"
+        assert store.backup(tmp_path / "copy.db")["path"] == str(tmp_path / "copy.db")
     assert not os.path.exists("elsewhere.db")
+    with SessionDB(tmp_path / "copy.db", read_only=True) as copy:
+        assert copy.get_session("s1") is not None
     with SessionDB(tmp_path / "s.db", read_only=True) as reader:
         assert reader.get_session("s1") is not None
 
@@ -157,3 +162,21 @@ def test_the_command_names_an_unknown_home_folder_in_one_line(tmp_path: Path) ->
         "'nosuchuser93' (see 'python -m hermes_models --help')"
     )
     assert os.listdir(tmp_path) == []
+
+
+def test_the_default_store_without_a_home_folder_names_the_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pwd
+
+    def unknown(uid: int) -> Any:
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HERMES_HOME", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", unknown)
+    with pytest.raises(
+        ValueError,
+        match=r"^db_path: '~/.hermes' starts with ~, but no home folder is known for this process$",
+    ):
+        SessionDB()

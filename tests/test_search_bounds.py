@@ -443,3 +443,49 @@ def test_a_term_longer_than_sqlites_like_pattern_limit_is_searched_not_raised(
         assert [r["id"] for r in store.search_sessions(term)] == ["s"]
     assert store.search_messages("数" * 17001) == []
     assert store.search_messages("数" + "a" * 50000) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "statement"),
+    [
+        ("alpha 数", grams.GRAM_IDS_SQL),  # a term's lookup in the gram index
+        ("数据", grams.GRAM_COUNT_SQL),  # the count that chooses how to read the page
+        ("数据", search.GRAM_COVERS_ALL_SQL),  # whether the index holds every message
+        ("数据", search.GRAM_REACH_SQL),
+    ],
+)
+def test_a_budget_spent_before_the_page_returns_no_hit_and_a_warning(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    query: str,
+    statement: str,
+) -> None:
+    """The rows a count or a lookup had read when the deadline passed are not hits: the
+    search returns none (it raised ValueError, presenting them as hits)."""
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("s", "cli")
+        for i in range(30):
+            store.append_message("s", "user", f"alpha 数据 {i}")
+        # A Hermes v16 writer's row above the gram index's mark: the scan reads it.
+        with closing(sqlite3.connect(tmp_path / "state.db")) as hermes, hermes:
+            hermes.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp)"
+                " VALUES ('s', 'user', 'alpha 数据 plain', 1e9)"
+            )
+        real = search.fetch_within
+        stopped: list[str] = []
+
+        def out_of_time_there(sql: str, params: Any, deadline: Any) -> Any:
+            names, rows = real(sql, params, deadline)
+            if statement in sql and rows:
+                stopped.append(sql)
+                raise search._OutOfTime(rows[:3])  # as when the deadline passes mid-read
+            return names, rows
+
+        monkeypatch.setattr(search, "fetch_within", out_of_time_there)
+        with caplog.at_level(logging.WARNING, logger="hermes_models"):
+            found = store.search_messages(query, time_budget=5.0)
+    assert stopped, "the statement did not run"
+    assert found == []
+    assert "stopped after its time budget of 5.0 s; returning the 0 hit(s)" in caplog.text
