@@ -42,10 +42,11 @@ if TYPE_CHECKING:
         SchemaTooNewError,
         UnsafeFileError,
         WriteConflictError,
+        is_malformed_db_error,
     )
     from .files import SCHEMA_VERSION
     from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
-    from .repair import is_malformed_db_error, repair_state_db_schema
+    from .repair import repair_state_db_schema
     from .schema import migrate
     from .search import search_sql
     from .store import SessionDB
@@ -93,7 +94,7 @@ _HOMES = {
         ("CompressionLock", "Message", "SchemaVersion", "Session", "StateMeta", "SystemPrompt"),
         "models",
     ),
-    "is_malformed_db_error": "repair",
+    "is_malformed_db_error": "errors",
     "repair_state_db_schema": "repair",
     "migrate": "schema",
     "search_sql": "search",

@@ -91,6 +91,18 @@ def is_read_only_error(exc: BaseException) -> bool:
     return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc).lower()
 
 
+#: Error texts SQLite gives when it cannot parse a file's schema or pages.
+MALFORMED_MARKERS = ("malformed database schema", "database disk image is malformed")
+
+
+def is_malformed_db_error(exc: BaseException) -> bool:
+    """True for an ``sqlite3.DatabaseError`` saying the schema or file is malformed."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc).lower()
+    return any(marker in text for marker in MALFORMED_MARKERS)
+
+
 #: sqlite3's exception classes by DB-API name: what a driver's or peewee's error of
 #: that class becomes for code written against Hermes' store.
 SQLITE_ERRORS: dict[str, type[sqlite3.Error]] = {
@@ -105,6 +117,7 @@ SQLITE_ERRORS: dict[str, type[sqlite3.Error]] = {
 
 
 __all__ = [
+    "MALFORMED_MARKERS",
     "SQLITE_ERRORS",
     "BackupError",
     "BundleError",
@@ -123,5 +136,6 @@ __all__ = [
     "VerificationError",
     "WriteConflictError",
     "is_lock_error",
+    "is_malformed_db_error",
     "is_read_only_error",
 ]

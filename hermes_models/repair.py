@@ -26,6 +26,7 @@ import sqlite3
 import threading
 
 from . import sqlite_sql
+from .errors import MALFORMED_MARKERS, is_malformed_db_error
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,19 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("hermes_models")
 
-#: Error texts SQLite gives when it cannot parse a file's schema or pages.
-MALFORMED_MARKERS = ("malformed database schema", "database disk image is malformed")
 
 _claimed: set[str] = set()
 _claimed_lock = threading.Lock()
-
-
-def is_malformed_db_error(exc: BaseException) -> bool:
-    """True for an ``sqlite3.DatabaseError`` saying the schema or file is malformed."""
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    text = str(exc).lower()
-    return any(marker in text for marker in MALFORMED_MARKERS)
 
 
 def claim_repair_attempt(db_path: str | os.PathLike[str]) -> bool:

@@ -47,7 +47,7 @@ from .children import (
 )
 from .connection import connect
 from .db import HermesDatabase
-from .errors import SQLITE_ERRORS
+from .errors import SQLITE_ERRORS, is_malformed_db_error
 from .files import is_postgres_url, resolve_file
 from .hints import TYPE_CHECKING, cast
 from .models import (
@@ -192,15 +192,16 @@ class SessionDB:
         try:
             return connect(self._target, read_only=self.read_only)
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
-            # Loaded by a failed open alone: most processes never repair a file.
-            from .repair import claim_repair_attempt, is_malformed_db_error, repair_state_db_schema
-
             cause = getattr(exc, "orig", None) or exc
-            if (
-                self.read_only
-                or not is_malformed_db_error(cause)
-                or not claim_repair_attempt(self._target)
-            ):
+            if not self.read_only and is_malformed_db_error(cause):
+                # Loaded to repair alone: most processes never repair a file, and an
+                # open refused for another reason (a read-only file) loads nothing.
+                from .repair import claim_repair_attempt, repair_state_db_schema
+
+                repairing = claim_repair_attempt(self._target)
+            else:
+                repairing = False
+            if not repairing:
                 if cause is not exc and isinstance(cause, sqlite3.Error):
                     raise cause from None  # sqlite3's own class, as Hermes raises
                 raise
