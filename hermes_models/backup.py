@@ -32,7 +32,7 @@ from typing import Any
 from . import sqlite_sql
 from .checks import check_int64
 from .errors import BackupError
-from .files import check_header, read_only_params, resolve_path, sqlite_uri
+from .files import check_header, expand_user, read_only_params, resolve_path, sqlite_uri
 from .output import failure_naming
 
 logger = logging.getLogger("hermes_models")
@@ -217,7 +217,7 @@ def backup(
         raise ValueError("dest must not be empty (a new file, or a folder)")
     if keep is not None:
         keep = check_int64(keep, "keep", minimum=1)
-    dest_path = Path(os.path.abspath(os.path.expanduser(os.fspath(dest))))
+    dest_path = Path(os.path.abspath(expand_user(os.fspath(dest), "dest")))
     into_folder = keep is not None or dest_path.is_dir() or os.fspath(dest).endswith(("/", os.sep))
     if into_folder:
         if dest_path.exists() and not dest_path.is_dir():

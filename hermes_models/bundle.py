@@ -41,7 +41,7 @@ from . import jsonl
 from .binding import current
 from .dialect import among
 from .errors import BundleError
-from .files import SCHEMA_VERSION
+from .files import SCHEMA_VERSION, expand_user
 from .lineage import walk_sessions
 from .models import Message, Session, stored_fields
 from .output import open_output
@@ -277,7 +277,7 @@ def is_bundle(path: str | os.PathLike[str]) -> bool:
     Reads at most :data:`~hermes_models.jsonl.MAX_LINE_BYTES` per line; a file
     that cannot be read as JSON Lines is not a bundle.
     """
-    with open(os.path.expanduser(os.fspath(path)), "rb") as handle:
+    with open(expand_user(os.fspath(path), "path"), "rb") as handle:
         try:
             for _, where, text in jsonl.lines(handle, os.fspath(path)):
                 if text.strip():

@@ -857,7 +857,7 @@ def search(
 
 
 @contextmanager
-def _output(path: Path | None) -> Iterator[Any]:
+def _output(path: str | None) -> Iterator[Any]:
     """``path``, or standard output as UTF-8 text when None."""
     if path is not None:
         yield path
@@ -890,7 +890,8 @@ def _output(path: Path | None) -> Iterator[Any]:
 @click.option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    # Text, not Path: Path("./~/x") is "~/x", which would then name the home folder.
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
     default=None,
     help="File to write (default or '-': standard output). FIFOs and devices are written as is.",
 )
@@ -903,7 +904,7 @@ def export(
     session_id: str | None,
     source: str | None,
     data_format: str,
-    output: Path | None,
+    output: str | None,
     force: bool,
     fmt: str | None,
 ) -> None:
@@ -911,7 +912,7 @@ def export(
 
     The summary (--json, --nl, --csv, --tsv) is printed when --output names a file.
     """
-    if output == Path("-"):
+    if output == "-":
         output = None
     if fmt and output is None:
         raise click.UsageError(f"--{fmt} describes the file written with --output", ctx)
@@ -931,7 +932,7 @@ def export(
     if output is None:
         return
     if fmt:
-        terminal.write_records([{"path": str(output), "format": data_format, **counts}], fmt)
+        terminal.write_records([{"path": output, "format": data_format, **counts}], fmt)
         return
     what = views.plural(counts["sessions"], "session")
     if "messages" in counts:
@@ -939,7 +940,7 @@ def export(
     terminal.say(f"wrote {what} to {output}")
 
 
-def _check_import_input(path: Path, new_store: bool) -> None:
+def _check_import_input(path: str, new_store: bool) -> None:
     """Refuse a folder without transcripts; before a new database file is created, also
     a file that cannot be imported (into an existing file, the import itself refuses it
     without writing anything)."""
@@ -948,7 +949,7 @@ def _check_import_input(path: Path, new_store: bool) -> None:
     from .bundle_reader import check_bundle
     from .transcript_files import read_transcript, transcript_paths
 
-    if path.is_dir():
+    if os.path.isdir(path):
         if not transcript_paths(path):
             raise click.ClickException(f"{path}: no <session_id>.jsonl transcripts in this folder")
     elif new_store and is_bundle(path):
@@ -966,7 +967,8 @@ def _check_import_input(path: Path, new_store: bool) -> None:
     ),
 )
 @db_option
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+# Text, not Path: Path("./~/x") is "~/x", which would then name the home folder.
+@click.argument("path", type=click.Path(exists=True, path_type=str))
 @click.option(
     "--source",
     default="cli",
@@ -976,7 +978,7 @@ def _check_import_input(path: Path, new_store: bool) -> None:
 @format_options
 @click.pass_context
 def import_(
-    ctx: click.Context, db_path: str | None, path: Path, source: str, fmt: str | None
+    ctx: click.Context, db_path: str | None, path: str, source: str, fmt: str | None
 ) -> None:
     """Import a JSONL bundle, a legacy <session_id>.jsonl transcript, or a folder of them.
 
@@ -989,7 +991,7 @@ def import_(
     _refuse_read_only(ctx)
     new_store = _server(db_path) is None and not resolve_path(db_path).exists()
     _check_import_input(path, new_store=new_store)
-    bundle = path.is_file() and is_bundle(path)
+    bundle = os.path.isfile(path) and is_bundle(path)
     report: dict[str, Any]
     failed: list[dict[str, str]] = []
     with SessionDB(db_path) as store, terminal.progress("importing") as progress:

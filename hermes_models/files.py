@@ -135,6 +135,17 @@ def _expand_home(text: str, argument: str) -> str:
         ValueError: ``text`` starts with ``~`` and that home folder is not known
             (the ``~`` is never taken as a folder's name).
     """
+    return os.path.abspath(expand_user(text, argument))
+
+
+def expand_user(text: str, argument: str) -> str:
+    """``text`` with a leading ``~`` or ``~user`` expanded, as a shell does: ``./~/x``
+    is a folder named ``~`` (unlike ``pathlib``, which reads it as ``~/x``).
+
+    Raises:
+        ValueError: ``text`` starts with ``~`` and that home folder is not known
+            (the ``~`` is never taken as a folder's name).
+    """
     expanded = os.path.expanduser(text)
     if expanded.startswith("~"):
         user = expanded[1:].split(os.sep, 1)[0]
@@ -142,7 +153,7 @@ def _expand_home(text: str, argument: str) -> str:
         raise ValueError(
             f"{argument}: {text!r} starts with ~, but no home folder is known for {whose}"
         )
-    return os.path.abspath(expanded)
+    return expanded
 
 
 def _has_content(path: StrPath) -> bool:

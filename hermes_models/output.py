@@ -22,18 +22,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
+from .files import expand_user
+
 
 def file_path(value: Any, argument: str) -> Path | None:
     """``value`` as a path (``~`` expanded), or None when it is a text stream.
 
     Raises:
         TypeError: ``value`` is neither a path nor a stream.
+        ValueError: ``value`` starts with ``~`` and that home folder is not known.
     """
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
         if not isinstance(text, str):
             raise TypeError(f"{argument} must be a text path, not bytes")
-        return Path(text).expanduser()
+        return Path(expand_user(text, argument))
     if hasattr(value, "write") or hasattr(value, "read"):
         return None
     raise TypeError(f"{argument} must be a path or a text stream, not {type(value).__name__}")

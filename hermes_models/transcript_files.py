@@ -126,7 +126,9 @@ def _timestamp(value: Any, where: str) -> float:
     return stamp
 
 
-def read_transcript(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+def read_transcript(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
     """The meta fields, the message dicts and the number of skipped lines of one file.
 
     Raises:
@@ -291,7 +293,8 @@ def import_transcripts(
     """
     transcript.check_session_id(source, "source")
     files = transcript_paths(path)
-    single = not Path(os.fspath(path)).expanduser().is_dir()
+    target = file_path(path, "path")
+    single = target is not None and not target.is_dir()
     report: dict[str, Any] = {
         "files": len(files),
         "sessions_added": 0,

@@ -180,3 +180,101 @@ def test_the_default_store_without_a_home_folder_names_the_argument(
         match=r"^db_path: '~/.hermes' starts with ~, but no home folder is known for this process$",
     ):
         SessionDB()
+
+
+# -- files written and read besides the store --------------------------------------------
+
+
+def test_export_import_and_backup_read_a_tilde_after_a_folder_as_a_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pathlib read "./~/x" as "~/x" and wrote the bundle into the home folder.
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "me"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "~").mkdir()
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("s", "cli", started_at=1.0)
+        store.append_message("s", "user", "hello", timestamp=2.0)
+        assert store.export_bundle("./~/x.jsonl") == {"sessions": 1, "messages": 1}
+        assert store.export_markdown("./~/x.md") == 1
+        store.backup("./~/b.db")
+    assert sorted(os.listdir(tmp_path / "~")) == ["b.db", "x.jsonl", "x.md"]
+    assert os.listdir(home) == []
+    with SessionDB(tmp_path / "copy.db") as copy:
+        assert copy.import_bundle("./~/x.jsonl")["sessions_added"] == 1
+        assert [m["content"] for m in copy.get_messages("s")] == ["hello"]
+    with SessionDB(tmp_path / "~" / "b.db", read_only=True) as backup:
+        assert [m["content"] for m in backup.get_messages("s")] == ["hello"]
+    # "~" alone still names the home folder, as in a shell.
+    with SessionDB(tmp_path / "state.db") as store:
+        store.export_bundle("~/y.jsonl")
+    assert os.listdir(home) == ["y.jsonl"]
+
+
+def test_an_unknown_home_folder_in_a_destination_is_a_value_error_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("s", "cli")
+        before = sorted(os.listdir(tmp_path))
+        for write, argument in (
+            (store.export_bundle, "target"),
+            (store.export_markdown, "target"),
+            (store.backup, "dest"),
+        ):
+            with pytest.raises(
+                ValueError,
+                match=rf"^{argument}: '~nosuchuser93/x' starts with ~, but no home folder is "
+                r"known for user 'nosuchuser93'$",
+            ):
+                write("~nosuchuser93/x")
+        with pytest.raises(ValueError, match=r"^path: '~nosuchuser93/x' starts with ~"):
+            store.import_transcripts("~nosuchuser93/x")
+        assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.slow  # new Python processes
+def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "me"
+    home.mkdir()
+    (tmp_path / "~").mkdir()
+    env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(tmp_path / "hh")}
+    with SessionDB(tmp_path / "hh" / "state.db") as store:
+        store.create_session("s", "cli")
+        store.append_message("s", "user", "hello")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_models", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    assert run("export", "-o", "./~/x.jsonl") == (
+        0,
+        "wrote 1 session and 1 message to ./~/x.jsonl\n",
+        "",
+    )
+    assert os.listdir(tmp_path / "~") == ["x.jsonl"]
+    assert run("--db", str(tmp_path / "new.db"), "import", "./~/x.jsonl", "--json")[:2] == (
+        0,
+        '[{"path": "./~/x.jsonl", "sessions_added": 1, "sessions_skipped": 0, '
+        '"messages_added": 1, "messages_skipped": 0, "messages_renumbered": 0, '
+        '"titles_renamed": 0}]\n',
+    )
+    status, out, err = run("backup", "~nosuchuser93/b.db")
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        "Error: dest: '~nosuchuser93/b.db' starts with ~, but no home folder is known for "
+        "user 'nosuchuser93'"
+    ]
+    assert os.listdir(home) == []
+    assert sorted(os.listdir(tmp_path)) == ["hh", "me", "new.db", "~"]
