@@ -146,14 +146,17 @@ def say(text: str, *, err: bool = False) -> None:
 
 
 @contextmanager
-def utf8_stdout() -> Iterator[Any]:
-    """Standard output as UTF-8 text, whatever the locale says."""
+def utf8_stdout(errors: str = "strict") -> Iterator[Any]:
+    """Standard output as UTF-8 text, whatever the locale says (``errors`` as for
+    :func:`open`)."""
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:
         yield sys.stdout
         return
     sys.stdout.flush()
-    stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n", write_through=True)
+    stream = io.TextIOWrapper(
+        buffer, encoding="utf-8", errors=errors, newline="\n", write_through=True
+    )
     try:
         yield stream
     finally:
@@ -187,12 +190,29 @@ def _columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
+def _escape_surrogates(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as a ``\\uXXXX`` escape (valid
+    JSON and UTF-8; Python's ``json`` reads the surrogate back, which ``os.fsencode``
+    turns into the file name's byte)."""
+    try:
+        text.encode("utf-8")
+        return text  # no surrogate: the common case, checked in C
+    except UnicodeEncodeError:
+        pass
+    return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
-    """Print ``rows`` as ``json`` (one array), ``nl`` (an object a line), ``csv`` or ``tsv``."""
+    """Print ``rows`` as ``json`` (one array), ``nl`` (an object a line), ``csv`` or ``tsv``.
+
+    A file name that is not UTF-8 (its bytes held as lone surrogates, as Python
+    decodes them) keeps its bytes in CSV and TSV, as ``ls`` prints them, and
+    gets ``\\udcXX`` escapes in JSON.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"fmt: unknown output format {fmt!r}")
     try:
-        with utf8_stdout() as stream:
+        with utf8_stdout(errors="surrogateescape") as stream:
             if fmt in ("csv", "tsv"):
                 table = list(rows)
                 names = _columns(table)
@@ -207,7 +227,7 @@ def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
                 return
             first = True
             for row in rows:
-                text = json.dumps(row, ensure_ascii=False)
+                text = _escape_surrogates(json.dumps(row, ensure_ascii=False))
                 if fmt == "nl":
                     stream.write(text + "\n")
                 else:

@@ -9,6 +9,7 @@ before, and the escaping is :func:`urllib.parse.quote`'s.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -278,3 +279,36 @@ def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
     ]
     assert os.listdir(home) == []
     assert sorted(os.listdir(tmp_path)) == ["hh", "me", "new.db", "~"]
+
+
+@pytest.mark.slow  # new Python processes
+def test_machine_output_of_a_name_that_is_not_utf8_keeps_its_bytes(tmp_path: Path) -> None:
+    # It failed with "surrogates not allowed" after the copy of `backup --json` was made.
+    name = os.fsdecode(os.fsencode(str(tmp_path)) + b"/a\xffb.db")
+    SessionDB(name).close()
+
+    def run(*args: str) -> tuple[int, bytes, bytes]:
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_models", "--db", name, *args],
+            capture_output=True,
+            cwd=tmp_path,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    status, out, err = run("stats", "--json")
+    assert (status, err) == (0, b"")
+    assert b"a\\udcffb.db" in out  # an escape: the output is UTF-8 and valid JSON
+    assert os.fsencode(json.loads(out)[0]["path"]) == os.fsencode(name)
+    status, out, err = run("stats", "--nl")
+    assert (status, err) == (0, b"")
+    assert os.fsencode(json.loads(out)["path"]) == os.fsencode(name)
+    for fmt, sep in (("--csv", b","), ("--tsv", b"\t")):
+        status, out, err = run("stats", fmt)
+        assert (status, err) == (0, b"")
+        assert out.splitlines()[1].startswith(os.fsencode(name) + sep + b"16" + sep)
+    status, out, err = run("backup", str(tmp_path / "copies") + "/", "--json")
+    assert (status, err) == (0, b"")
+    (made,) = json.loads(out)
+    assert os.fsencode(made["source"]) == os.fsencode(name)
+    assert os.path.isfile(made["path"])
+    assert os.fsencode(made["path"]).startswith(os.fsencode(str(tmp_path)) + b"/copies/a\xffb-")
