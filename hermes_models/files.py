@@ -118,7 +118,9 @@ def resolve_file(target: str | os.PathLike[str] | None = None, *, argument: str 
                 f"{argument}: {text!r} names no file (the part after 'sqlite://' is a host);"
                 " a file is sqlite:///relative.db or sqlite:////absolute/path.db"
             )
-        text = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        # %FF is the byte 0xFF, as in a file name that is not UTF-8 (not U+FFFD).
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        text = unquote(path, errors="surrogateescape")
     if not text.strip():
         raise ValueError(f"{argument}: empty database path")
     if text == ":memory:" or text.startswith("file::memory:"):

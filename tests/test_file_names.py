@@ -312,3 +312,13 @@ def test_machine_output_of_a_name_that_is_not_utf8_keeps_its_bytes(tmp_path: Pat
     assert os.fsencode(made["source"]) == os.fsencode(name)
     assert os.path.isfile(made["path"])
     assert os.fsencode(made["path"]).startswith(os.fsencode(str(tmp_path)) + b"/copies/a\xffb-")
+
+
+def test_a_percent_escape_in_a_sqlite_url_is_the_byte_it_names(tmp_path: Path) -> None:
+    # %FF was read as U+FFFD ("\xef\xbf\xbd" on disk), another file than the one named.
+    folder = os.fsencode(str(tmp_path))
+    assert resolve_file(f"sqlite:///{tmp_path}/a%FFb.db") == (os.fsdecode(folder + b"/a\xffb.db"))
+    assert resolve_file("sqlite:////x/%E6%95%B0%20y.db") == "/x/数 y.db"
+    with SessionDB(f"sqlite:///{tmp_path}/a%FFb.db") as store:
+        store.create_session("s", "cli")
+    assert os.listdir(folder) == [b"a\xffb.db"]
