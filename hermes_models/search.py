@@ -298,6 +298,8 @@ def _walkable(plan: MessagePlan) -> bool:
     index (migration 0008): they can be found by walking messages newest first."""
     if not (plan.shape.all_like and plan.order in ("rank", "newest")):
         return False
+    if plan.shape.long_like:
+        return False  # a walk tests each row with LIKE: the pattern is too long for it
     if plan.limit is None or plan.limit <= 0:
         return False  # every hit is wanted: reading the candidates is the shorter way
     file = current().shape

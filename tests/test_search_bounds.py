@@ -450,6 +450,37 @@ def test_a_term_longer_than_sqlites_like_pattern_limit_is_searched_not_raised(
     assert store.search_messages("数" + "a" * 50000) == []
 
 
+@pytest.mark.backends("sqlite")  # SQLite's LIKE limit, on a file without the trigram index
+@pytest.mark.parametrize("sort", [None, "newest", "oldest"])
+def test_a_term_too_long_for_like_is_scanned_where_no_index_serves_it(
+    tmp_path: Path, sort: str | None
+) -> None:
+    """Without the trigram index (a SQLite without its tokenizer) CJK terms are routed to
+    LIKE: a term over the LIKE limit raised "pattern too complex" in the walk over the
+    newest messages, which tests each row with LIKE."""
+    body = "".join(chr(0x4E00 + (i * 7) % 997) for i in range(17000))
+    with SessionDB(tmp_path / "state.db") as store:
+        conn = store._conn
+        for event in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER messages_fts_trigram_{event}")
+        conn.execute("DROP TABLE messages_fts_trigram")
+        conn.commit()
+        store.create_session("s", "cli", started_at=1.0)
+        held = store.append_message("s", "user", "前" + body + "后", timestamp=2.0)
+        store.append_message("s", "user", "数据库 " + "ab" * 26000, timestamp=3.0)
+        for term, hits in (
+            (body[:16667], [held]),
+            ("前" + body, [held]),
+            (body + "后后", []),
+            ("数" + "a" * 50000, []),
+            ("数据库 " + "ab" * 25000, [held + 1]),
+        ):
+            assert plan.Shape.of(parse(term), frozenset({WORDS, LIKE})).long_like
+            assert [h["id"] for h in store.search_messages(term, sort=sort)] == hits
+            assert [h["id"] for h in store.search_messages(term, sort=sort, limit=5)] == hits
+            assert [r["id"] for r in store.search_sessions(term)] == ["s"] * len(hits)
+
+
 @pytest.mark.parametrize(
     ("query", "statement"),
     [
