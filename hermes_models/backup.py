@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from . import sqlite_sql
-from .checks import check_int64
+from .checks import check_int64, expand_user
 from .errors import BackupError
-from .files import check_header, expand_user, read_only_params, resolve_path, sqlite_uri
+from .files import check_header, read_only_params, resolve_path, sqlite_uri
 from .output import failure_naming
 
 logger = logging.getLogger("hermes_models")

@@ -39,9 +39,10 @@ from peewee import SQL, fn
 
 from . import jsonl
 from .binding import current
+from .checks import expand_user
 from .dialect import among
 from .errors import BundleError
-from .files import SCHEMA_VERSION, expand_user
+from .files import SCHEMA_VERSION
 from .lineage import walk_sessions
 from .models import Message, Session, stored_fields
 from .output import open_output

@@ -282,8 +282,27 @@ def check_days(value: Any, argument: str) -> float:
     return days
 
 
+def expand_user(text: str, argument: str) -> str:
+    """``text`` with a leading ``~`` or ``~user`` expanded, as a shell does: ``./~/x``
+    is a folder named ``~`` (unlike ``pathlib``, which reads it as ``~/x``).
+
+    Raises:
+        ValueError: ``text`` starts with ``~`` and that home folder is not known
+            (the ``~`` is never taken as a folder's name).
+    """
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = expanded[1:].split(os.sep, 1)[0]
+        whose = f"user {user!r}" if user else "this process"
+        raise ValueError(
+            f"{argument}: {text!r} starts with ~, but no home folder is known for {whose}"
+        )
+    return expanded
+
+
 def check_folder(value: Any, argument: str) -> Path | None:
-    """``value`` as a path (None when not given): a str or a text ``os.PathLike``."""
+    """``value`` as a path (None when not given): a str or a text ``os.PathLike``,
+    a leading ``~`` expanded (:func:`expand_user`)."""
     if value is None:
         return None
     if not isinstance(value, (str, os.PathLike)):
@@ -293,7 +312,7 @@ def check_folder(value: Any, argument: str) -> Path | None:
         raise TypeError(f"{argument} must be a text path, not bytes")
     from pathlib import Path  # loaded here: the command's quick path never needs it
 
-    return Path(text)
+    return Path(expand_user(text, argument))
 
 
 def check_ttl(ttl: Any, argument: str = "ttl") -> float:
@@ -335,4 +354,5 @@ __all__ = [
     "check_timestamp",
     "check_ttl",
     "check_utf8",
+    "expand_user",
 ]

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from . import __version__, grid, history, terminal, views
 from .binding import using
-from .checks import INT64_MAX
+from .checks import INT64_MAX, expand_user
 from .connection import connect
 from .errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from .files import is_postgres_url, newer_schema_error, resolve_path
@@ -967,8 +967,9 @@ def _check_import_input(path: str, new_store: bool) -> None:
     ),
 )
 @db_option
-# Text, not Path: Path("./~/x") is "~/x", which would then name the home folder.
-@click.argument("path", type=click.Path(exists=True, path_type=str))
+# Text, not Path: Path("./~/x") is "~/x", which would then name the home folder. Its
+# existence is checked once ~ is expanded, as the import reads it (import_).
+@click.argument("path", type=click.Path(path_type=str))
 @click.option(
     "--source",
     default="cli",
@@ -988,6 +989,13 @@ def import_(
     """
     from .bundle import is_bundle  # loaded when used: keeps the CLI's start-up short
 
+    given = path
+    try:
+        path = expand_user(given, "PATH")  # a quoted ~/x: the home folder, as elsewhere
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], ctx, param_hint="'PATH'") from None
+    if not os.path.exists(path):
+        raise click.BadParameter(f"Path {given!r} does not exist.", ctx, param_hint="'PATH'")
     _refuse_read_only(ctx)
     new_store = _server(db_path) is None and not resolve_path(db_path).exists()
     _check_import_input(path, new_store=new_store)
@@ -1203,7 +1211,8 @@ def _deletion_done(
 
 sessions_dir_option = click.option(
     "--sessions-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    # Text, not Path: Path("./~/x") is "~/x", which would then name the home folder.
+    type=click.Path(file_okay=False, path_type=str),
     default=None,
     metavar="DIR",
     help="Also remove the deleted sessions' transcript files from DIR "
@@ -1236,7 +1245,7 @@ def delete(
     ctx: click.Context,
     db_path: str | None,
     session_ids: tuple[str, ...],
-    sessions_dir: Path | None,
+    sessions_dir: str | None,
     yes: bool,
     dry_run: bool,
     utc: bool,
@@ -1289,7 +1298,7 @@ def prune(
     db_path: str | None,
     days: float,
     source: str | None,
-    sessions_dir: Path | None,
+    sessions_dir: str | None,
     yes: bool,
     dry_run: bool,
     utc: bool,

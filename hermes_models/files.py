@@ -22,6 +22,7 @@ import stat
 
 from . import sqlite_sql
 from .caches import BoundedSet
+from .checks import expand_user
 from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,
@@ -138,24 +139,6 @@ def _expand_home(text: str, argument: str) -> str:
             (the ``~`` is never taken as a folder's name).
     """
     return os.path.abspath(expand_user(text, argument))
-
-
-def expand_user(text: str, argument: str) -> str:
-    """``text`` with a leading ``~`` or ``~user`` expanded, as a shell does: ``./~/x``
-    is a folder named ``~`` (unlike ``pathlib``, which reads it as ``~/x``).
-
-    Raises:
-        ValueError: ``text`` starts with ``~`` and that home folder is not known
-            (the ``~`` is never taken as a folder's name).
-    """
-    expanded = os.path.expanduser(text)
-    if expanded.startswith("~"):
-        user = expanded[1:].split(os.sep, 1)[0]
-        whose = f"user {user!r}" if user else "this process"
-        raise ValueError(
-            f"{argument}: {text!r} starts with ~, but no home folder is known for {whose}"
-        )
-    return expanded
 
 
 def _has_content(path: StrPath) -> bool:

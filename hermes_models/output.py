@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
-from .files import expand_user
+from .checks import expand_user
 
 
 def file_path(value: Any, argument: str) -> Path | None:

@@ -322,3 +322,72 @@ def test_a_percent_escape_in_a_sqlite_url_is_the_byte_it_names(tmp_path: Path) -
     with SessionDB(f"sqlite:///{tmp_path}/a%FFb.db") as store:
         store.create_session("s", "cli")
     assert os.listdir(folder) == [b"a\xffb.db"]
+
+
+def test_a_sessions_folder_expands_its_tilde_before_anything_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sessions_dir="~/x" removed the transcripts of ./~/x and left those of $HOME/x.
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "me"
+    monkeypatch.setenv("HOME", str(home))
+    for folder in (home / "x", tmp_path / "~" / "x"):
+        folder.mkdir(parents=True)
+        for sid in ("a", "b"):
+            (folder / f"{sid}.jsonl").write_text("{}\n")
+    with SessionDB(tmp_path / "state.db") as store:
+        for sid in ("a", "b"):
+            store.create_session(sid, "cli")
+        with pytest.raises(
+            ValueError,
+            match=r"^sessions_dir: '~nosuchuser93/x' starts with ~, but no home folder is "
+            r"known for user 'nosuchuser93'$",
+        ):
+            store.delete_sessions(["a"], sessions_dir="~nosuchuser93/x")
+        assert store.get_session("a") is not None
+        assert store.delete_sessions(["a"], sessions_dir="~/x") == 1
+        assert store.delete_sessions(["b"], sessions_dir="./~/x") == 1
+    assert os.listdir(home / "x") == ["b.jsonl"]
+    assert os.listdir(tmp_path / "~" / "x") == ["a.jsonl"]
+
+
+@pytest.mark.slow  # new Python processes
+def test_the_commands_expand_a_quoted_tilde_in_what_they_read_and_delete(
+    tmp_path: Path,
+) -> None:
+    # `import '~/x'` checked ./~/x existed, then read $HOME/x; --sessions-dir=~/x (which a
+    # shell leaves as it is after "=") removed files from ./~/x.
+    home = tmp_path / "me"
+    (home / "x").mkdir(parents=True)
+    (tmp_path / "~" / "x").mkdir(parents=True)
+    env = {**os.environ, "HOME": str(home), "HERMES_HOME": str(tmp_path / "hh")}
+    with SessionDB(tmp_path / "hh" / "state.db") as store:
+        store.create_session("s", "cli")
+        store.append_message("s", "user", "hello")
+        store.export_bundle(home / "x" / "b.jsonl")
+    (tmp_path / "~" / "x" / "b.jsonl").write_text("not a bundle\n")
+    (home / "x" / "s.jsonl").write_text("{}\n")
+    (tmp_path / "~" / "x" / "s.jsonl").write_text("{}\n")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_models", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    status, out, err = run("--db", str(tmp_path / "new.db"), "import", "~/x/b.jsonl", "--json")
+    assert (status, err) == (0, "")
+    assert json.loads(out)[0]["sessions_added"] == 1
+    status, out, err = run("import", "~nosuchuser93/x.jsonl")
+    assert (status, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "Error: Invalid value for 'PATH': '~nosuchuser93/x.jsonl' starts with ~, but no home "
+        "folder is known for user 'nosuchuser93' (see 'python -m hermes_models import --help')"
+    )
+    assert run("delete", "--yes", "s", "--sessions-dir=~/x")[0] == 0
+    assert sorted(os.listdir(home / "x")) == ["b.jsonl"]
+    assert sorted(os.listdir(tmp_path / "~" / "x")) == ["b.jsonl", "s.jsonl"]
