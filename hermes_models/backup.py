@@ -32,7 +32,14 @@ from typing import Any
 from . import sqlite_sql
 from .checks import check_int64, expand_user
 from .errors import BackupError
-from .files import check_header, read_only_params, resolve_path, sqlite_uri
+from .files import (
+    check_header,
+    is_postgres_url,
+    read_only_params,
+    resolve_file,
+    resolve_path,
+    sqlite_uri,
+)
 from .output import failure_naming
 
 logger = logging.getLogger("hermes_models")
@@ -193,7 +200,8 @@ def backup(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Copy the store ``source`` (a path or ``sqlite:///`` URL; None: the default store)
-    to ``dest`` while other processes keep using it; returns what was done.
+    to ``dest`` (a path or ``sqlite:///`` URL) while other processes keep using it;
+    returns what was done.
 
     ``dest`` is a new file, or a folder (an existing one, a path ending in a
     separator, or any path when ``keep`` is given) where the copy is named
@@ -205,7 +213,8 @@ def backup(
     Raises:
         FileNotFoundError: ``source`` does not exist.
         NotADatabaseError: ``source`` is not an SQLite database (a folder, a device...).
-        ValueError: ``dest`` is empty.
+        ValueError: ``dest`` is empty, a URL of a server or of another scheme, or
+            starts with the ``~`` of an unknown user.
         FileExistsError: ``dest`` is an existing file.
         BackupError: the copy failed its checks (it is not kept).
     """
@@ -217,7 +226,16 @@ def backup(
         raise ValueError("dest must not be empty (a new file, or a folder)")
     if keep is not None:
         keep = check_int64(keep, "keep", minimum=1)
-    dest_path = Path(os.path.abspath(expand_user(os.fspath(dest), "dest")))
+    text = os.fspath(dest)
+    if "://" in text:
+        if is_postgres_url(text):
+            raise ValueError(
+                "dest: a backup is a file; copy a store to PostgreSQL with copy_store"
+                " (hermes-models copy)"
+            )
+        dest_path = Path(resolve_file(text, argument="dest"))  # sqlite:///, or an error
+    else:
+        dest_path = Path(os.path.abspath(expand_user(text, "dest")))
     into_folder = keep is not None or dest_path.is_dir() or os.fspath(dest).endswith(("/", os.sep))
     if into_folder:
         if dest_path.exists() and not dest_path.is_dir():

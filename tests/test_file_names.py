@@ -391,3 +391,21 @@ def test_the_commands_expand_a_quoted_tilde_in_what_they_read_and_delete(
     assert run("delete", "--yes", "s", "--sessions-dir=~/x")[0] == 0
     assert sorted(os.listdir(home / "x")) == ["b.jsonl"]
     assert sorted(os.listdir(tmp_path / "~" / "x")) == ["b.jsonl", "s.jsonl"]
+
+
+def test_a_backup_to_a_sqlite_url_writes_the_file_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It made a folder named "sqlite:" and wrote "sqlite:/<path>" into it.
+    monkeypatch.chdir(tmp_path)
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("s", "cli")
+        made = store.backup("sqlite:///copies/b.db")
+        assert made["path"] == str(tmp_path / "copies" / "b.db")
+        with pytest.raises(ValueError, match=r"^dest: a backup is a file; copy a store to "):
+            store.backup("postgresql://localhost/db")
+        with pytest.raises(ValueError, match=r"^dest: unsupported URL scheme 'mysql'"):
+            store.backup("mysql://localhost/db")
+    assert sorted(os.listdir(tmp_path)) == ["copies", "state.db"]
+    with SessionDB(tmp_path / "copies" / "b.db", read_only=True) as copy:
+        assert [row["id"] for row in copy.list_sessions_rich()] == ["s"]
