@@ -36,7 +36,11 @@ def file_path(value: Any, argument: str) -> Path | None:
         text = os.fspath(value)
         if not isinstance(text, str):
             raise TypeError(f"{argument} must be a text path, not bytes")
-        return Path(expand_user(text, argument))
+        expanded = expand_user(text, argument)
+        if expanded.startswith(f".{os.sep}~"):
+            # A Path prints "./~/x" as "~/x", which messages would show as the home folder.
+            expanded = os.path.abspath(expanded)
+        return Path(expanded)
     if hasattr(value, "write") or hasattr(value, "read"):
         return None
     raise TypeError(f"{argument} must be a path or a text stream, not {type(value).__name__}")

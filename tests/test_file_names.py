@@ -265,6 +265,12 @@ def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
         "",
     )
     assert os.listdir(tmp_path / "~") == ["x.jsonl"]
+    # Messages name the folder "~" here, not what reads as the home folder ("~/x.jsonl").
+    assert run("export", "-o", "./~/x.jsonl") == (
+        1,
+        "",
+        f"Error: {tmp_path}/~/x.jsonl already exists (--force replaces it)\n",
+    )
     assert run("--db", str(tmp_path / "new.db"), "import", "./~/x.jsonl", "--json")[:2] == (
         0,
         '[{"path": "./~/x.jsonl", "sessions_added": 1, "sessions_skipped": 0, '
