@@ -914,6 +914,8 @@ def export(
     """
     if output == "-":
         output = None
+    if output is not None:
+        _expand_user(ctx, output, "'--output'")  # checked before the store is opened
     if fmt and output is None:
         raise click.UsageError(f"--{fmt} describes the file written with --output", ctx)
     with open_store(ctx, db_path, writes=False) as store:
@@ -938,6 +940,15 @@ def export(
     if "messages" in counts:
         what += " and " + views.plural(counts["messages"], "message")
     terminal.say(f"wrote {what} to {output}")
+
+
+def _expand_user(ctx: click.Context, value: str, hint: str) -> str:
+    """``value`` with a leading ``~`` expanded; the ``~`` of an unknown user is a usage
+    error that names the option or argument (``hint``), as for ``--db``."""
+    try:
+        return expand_user(value, hint)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1], ctx, param_hint=hint) from None
 
 
 def _check_import_input(path: str, new_store: bool) -> None:
@@ -990,10 +1001,7 @@ def import_(
     from .bundle import is_bundle  # loaded when used: keeps the CLI's start-up short
 
     given = path
-    try:
-        path = expand_user(given, "PATH")  # a quoted ~/x: the home folder, as elsewhere
-    except ValueError as exc:
-        raise click.BadParameter(str(exc).split(": ", 1)[1], ctx, param_hint="'PATH'") from None
+    path = _expand_user(ctx, given, "'PATH'")  # a quoted ~/x: the home folder, as elsewhere
     if not os.path.exists(path):
         raise click.BadParameter(f"Path {given!r} does not exist.", ctx, param_hint="'PATH'")
     _refuse_read_only(ctx)
@@ -1443,6 +1451,7 @@ def backup(
         raise click.ClickException(f"{path} does not exist (nothing to back up)")
     if not dest:
         raise click.BadParameter("must not be empty (a new file, or a folder)", param_hint="DEST")
+    _expand_user(ctx, dest, "DEST")
     with terminal.progress("backing up") as progress:
         result = copy_store(path, dest, keep=keep, progress=progress)
     if fmt:

@@ -277,12 +277,18 @@ def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
         '"messages_added": 1, "messages_skipped": 0, "messages_renumbered": 0, '
         '"titles_renamed": 0}]\n',
     )
-    status, out, err = run("backup", "~nosuchuser93/b.db")
-    assert (status, out) == (1, "")
-    assert err.splitlines() == [
-        "Error: dest: '~nosuchuser93/b.db' starts with ~, but no home folder is known for "
-        "user 'nosuchuser93'"
-    ]
+    # An unknown user's ~ in a file argument is a usage error naming it, as in --db.
+    for args, hint in (
+        (("backup", "~nosuchuser93/b.db"), "DEST"),
+        (("export", "-o", "~nosuchuser93/b.db"), "'--output'"),
+    ):
+        status, out, err = run(*args)
+        assert (status, out) == (2, "")
+        assert err.splitlines() == [
+            f"Error: Invalid value for {hint}: '~nosuchuser93/b.db' starts with ~, but no home "
+            f"folder is known for user 'nosuchuser93' (see 'python -m hermes_models {args[0]} "
+            "--help')"
+        ]
     assert os.listdir(home) == []
     assert sorted(os.listdir(tmp_path)) == ["hh", "me", "new.db", "~"]
 
