@@ -459,6 +459,41 @@ def test_optimize_and_vacuum_keep_everything(tree: SessionDB) -> None:
     assert tree._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+@pytest.mark.backends("sqlite")  # FTS5's segments
+def test_vacuum_merges_the_gram_index_too_and_searches_find_the_same(tree: SessionDB) -> None:
+    """`vacuum` said it merged the search indexes and left the gram index in as many
+    segments as transactions had written it (each of its lookups searches every one)."""
+    texts = [f"第{i}条 数据库 {'国我' if i % 3 == 0 else '事件'} note {i}" for i in range(40)]
+    tree.create_session("cjk", "cli")
+    for text in texts:  # one transaction each: one new segment each, until FTS5 merges
+        tree.append_message("cjk", "user", text)
+    conn = tree._conn
+
+    def segments() -> int:
+        return int(conn.execute("SELECT count(DISTINCT segid) FROM messages_cjk_idx").fetchone()[0])
+
+    def found(term: str) -> list[str]:
+        hits = tree.search_messages(term, limit=None, time_budget=None)
+        return sorted(
+            conn.execute("SELECT content FROM messages WHERE id = ?", (h["id"],)).fetchone()[0]
+            for h in hits
+        )
+
+    terms = ("国我", "数", "事件", "条 数")
+    expected = {term: sorted(t for t in texts if term in t) for term in terms}
+    assert segments() > 1
+    assert {term: found(term) for term in terms} == expected
+    assert tree.vacuum() == 2  # Hermes' two indexes, as Hermes counts
+    assert segments() == 1
+    assert {term: found(term) for term in terms} == expected
+    assert (
+        conn.execute(
+            "INSERT INTO messages_cjk(messages_cjk, rank) VALUES ('integrity-check', 0)"
+        ).fetchall()
+        == []
+    )
+
+
 @pytest.mark.backends("sqlite")  # the file, its WAL and FTS5's triggers
 def test_vacuum_counts_only_the_indexes_present(tree: SessionDB) -> None:
     conn = tree._conn
