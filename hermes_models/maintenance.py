@@ -449,6 +449,8 @@ def update_gram_index(
     """Bring the gram index (:mod:`hermes_models.grams`) up to date: index every message
     above its mark, a chunk per short write transaction; first rebuild it when another
     process deleted or changed indexed messages (``rebuild=None``), or when asked.
+    When it indexed anything, the segments those transactions left are merged into
+    one, a few pages per write transaction (:func:`hermes_models.grams.merge`).
 
     Returns ``present`` (False on a file or build without the index; nothing is
     done), ``rebuilt``, ``indexed`` (messages indexed now), ``high_water`` and
@@ -481,6 +483,8 @@ def update_gram_index(
         indexed = grams.rebuild(db, progress=progress)
     else:
         indexed = grams.catch_up(db, progress=progress)
+    if indexed:
+        grams.merge(db)  # the segments those transactions left, merged in short steps
     state = grams.status(db)
     return {
         "present": True,

@@ -375,6 +375,11 @@ INSERT_GRAMS = f"INSERT INTO {GRAM_TABLE}(rowid, grams) VALUES (?, ?)"
 GRAM_MARK = f"SELECT high_water FROM {GRAM_MARK_TABLE}"
 SET_GRAM_MARK = f"UPDATE {GRAM_MARK_TABLE} SET high_water = ?"
 GRAM_GONE_COUNT = f"SELECT count(*) FROM {GRAM_GONE_TABLE}"
+#: How many segments the gram index is in (each lookup searches every one).
+GRAM_SEGMENTS = f"SELECT count(DISTINCT segid) FROM {GRAM_TABLE}_idx"
+#: FTS5's incremental merge of the gram index: up to |?| leaf pages written; a negative
+#: amount merges every segment into one (its later steps take a positive amount).
+GRAM_MERGE = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rank) VALUES ('merge', ?)"
 MESSAGES_ABOVE = "SELECT count(*) FROM messages WHERE id > ?"
 #: How many messages have an id above the first bound id, up to the second.
 MESSAGES_ABOVE_UP_TO = "SELECT count(*) FROM messages WHERE id > ? AND id <= ?"
@@ -584,8 +589,10 @@ __all__ = [
     "GRAM_IDS",
     "GRAM_MARK",
     "GRAM_MARK_TABLE",
+    "GRAM_MERGE",
     "GRAM_REACH",
     "GRAM_ROWS_ABOVE",
+    "GRAM_SEGMENTS",
     "GRAM_TABLE",
     "GRAM_TABLES_FOUND",
     "GRAM_TRIGGERS",

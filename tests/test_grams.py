@@ -822,3 +822,55 @@ def test_a_query_the_index_answers_whole_is_one_match_inside_the_page_statement(
     check(whole=False)
     store.update_search_index()
     check(whole=True)
+
+
+# -- merging the index's segments -------------------------------------------------------
+
+
+def test_indexing_in_steps_ends_in_one_segment_with_the_same_answers(tmp_path: Path) -> None:
+    """Each short indexing transaction leaves a segment, and FTS5 merges them only
+    partly; `update_search_index` then merges them into one, in steps of a few pages
+    (each a short write transaction), and every search answers as before."""
+    rng = random.Random(23)
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        texts = [_text(rng) for _ in range(300)]
+        for n, text in enumerate(texts):
+            hermes_append(hermes, "s", "user", text, T0 + 1 + n)
+    finally:
+        hermes.close()
+    terms = sorted({text[i : i + 2] for text in texts[:40] for i in range(0, len(text) - 1, 3)})
+    terms = [
+        t for t in terms if [(q.text, grams.exact(q)) for q in parse(t).terms()] == [(t, True)]
+    ]
+    terms = terms[:25]
+    assert len(terms) >= 10
+    with SessionDB(path) as store:
+        db = store.database
+        assert grams.catch_up(db, chunk=10) == 300  # 30 transactions
+        assert grams.segments(db) > 1
+        expected = {t: {n + 1 for n, text in enumerate(texts) if t in text} for t in terms}
+        assert {t: _found(store, t) for t in terms} == expected
+        assert grams.merge(db, pages=1) >= 1
+        assert grams.segments(db) == 1
+        assert grams.merge(db) == 0  # nothing left to merge
+        assert {t: _found(store, t) for t in terms} == expected
+        check = "INSERT INTO messages_cjk(messages_cjk, rank) VALUES ('integrity-check', 0)"
+        assert store._conn.execute(check).fetchall() == []
+    # A Hermes writer adds rows; indexing them leaves segments, which it merges.
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        more = [_text(rng) for _ in range(30)]
+        for n, text in enumerate(more):
+            hermes_append(hermes, "s", "user", text, T0 + 400 + n)
+    finally:
+        hermes.close()
+    with SessionDB(path) as store:
+        assert store.update_search_index()["indexed"] == 30
+        assert grams.segments(store.database) == 1
+        texts += more
+        expected = {t: {n + 1 for n, text in enumerate(texts) if t in text} for t in terms}
+        assert {t: _found(store, t) for t in terms} == expected
