@@ -426,11 +426,10 @@ def prune_empty_ghost_sessions(*, sessions_dir: Any = None) -> int:
 def optimize_fts() -> int:
     """Merge the segments of each full-text index; returns how many of Hermes' two
     (words, trigrams) were optimized, as Hermes counts. The gram index, where the
-    file has it, is merged too: one segment instead of a dozen spares each of its
-    lookups a b-tree search per segment (a rare pair's count, 25 -> 10 us at 1M)."""
+    file has it, is merged too, in short steps (:func:`hermes_models.grams.merge`)."""
     # The search indexes' models (and playhouse's FTS5 support) are loaded when
     # used: SessionDB imports this module, and `import hermes_models` stays short.
-    from .fts import GramIndex, gram_index_ready, present_indexes
+    from .fts import gram_index_ready, present_indexes
 
     if on_postgresql():
         db = current()
@@ -438,8 +437,9 @@ def optimize_fts() -> int:
             db.execute_sql(postgres_sql.GIN_CLEAN_PENDING, (index,))
         return len(postgres_sql.SEARCH_INDEXES)
     models = present_indexes()
-    merged: list[Any] = [*models, GramIndex] if gram_index_ready() else [*models]
-    write(lambda: [model.optimize() for model in merged])
+    write(lambda: [model.optimize() for model in models])
+    if gram_index_ready():
+        grams.merge(current())
     return len(models)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from console_script import run_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -250,13 +251,7 @@ def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
         store.append_message("s", "user", "hello")
 
     def run(*args: str) -> tuple[int, str, str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "hermes_models", *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-        )
+        done = run_module(*args, cwd=tmp_path, env=env)
         return done.returncode, done.stdout, done.stderr
 
     assert run("export", "-o", "./~/x.jsonl") == (
@@ -382,13 +377,7 @@ def test_the_commands_expand_a_quoted_tilde_in_what_they_read_and_delete(
     (tmp_path / "~" / "x" / "s.jsonl").write_text("{}\n")
 
     def run(*args: str) -> tuple[int, str, str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "hermes_models", *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=env,
-        )
+        done = run_module(*args, cwd=tmp_path, env=env)
         return done.returncode, done.stdout, done.stderr
 
     status, out, err = run("--db", str(tmp_path / "new.db"), "import", "~/x/b.jsonl", "--json")

@@ -827,6 +827,17 @@ def test_a_query_the_index_answers_whole_is_one_match_inside_the_page_statement(
 # -- merging the index's segments -------------------------------------------------------
 
 
+def _hermes_appends(path: Path, texts: list[str], first: float) -> None:
+    """``texts`` appended to session ``s`` by a plain-sqlite3 (Hermes v16) writer, one
+    transaction each, a second apart from ``first``: none of them gram-indexed."""
+    hermes = sqlite3.connect(path, isolation_level=None)
+    try:
+        for n, text in enumerate(texts):
+            hermes_append(hermes, "s", "user", text, first + n)
+    finally:
+        hermes.close()
+
+
 def test_indexing_in_steps_ends_in_one_segment_with_the_same_answers(tmp_path: Path) -> None:
     """Each short indexing transaction leaves a segment, and FTS5 merges them only
     partly; `update_search_index` then merges them into one, in steps of a few pages
@@ -835,13 +846,8 @@ def test_indexing_in_steps_ends_in_one_segment_with_the_same_answers(tmp_path: P
     path = tmp_path / "state.db"
     with SessionDB(path) as store:
         store.create_session("s", "cli", started_at=T0)
-    hermes = sqlite3.connect(path, isolation_level=None)
-    try:
-        texts = [_text(rng) for _ in range(300)]
-        for n, text in enumerate(texts):
-            hermes_append(hermes, "s", "user", text, T0 + 1 + n)
-    finally:
-        hermes.close()
+    texts = [_text(rng) for _ in range(300)]
+    _hermes_appends(path, texts, T0 + 1)
     terms = sorted({text[i : i + 2] for text in texts[:40] for i in range(0, len(text) - 1, 3)})
     terms = [
         t for t in terms if [(q.text, grams.exact(q)) for q in parse(t).terms()] == [(t, True)]
@@ -861,13 +867,8 @@ def test_indexing_in_steps_ends_in_one_segment_with_the_same_answers(tmp_path: P
         check = "INSERT INTO messages_cjk(messages_cjk, rank) VALUES ('integrity-check', 0)"
         assert store._conn.execute(check).fetchall() == []
     # A Hermes writer adds rows; indexing them leaves segments, which it merges.
-    hermes = sqlite3.connect(path, isolation_level=None)
-    try:
-        more = [_text(rng) for _ in range(30)]
-        for n, text in enumerate(more):
-            hermes_append(hermes, "s", "user", text, T0 + 400 + n)
-    finally:
-        hermes.close()
+    more = [_text(rng) for _ in range(30)]
+    _hermes_appends(path, more, T0 + 400)
     with SessionDB(path) as store:
         assert store.update_search_index()["indexed"] == 30
         assert grams.segments(store.database) == 1
