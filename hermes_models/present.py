@@ -17,7 +17,7 @@ from typing import Any
 
 from .content import content_text
 from .models import CONTENT_JSON_PREFIX, decode_content, readable
-from .query import SearchQuery, highlight, term_regex
+from .query import SearchQuery, highlight, term_finder
 
 #: Characters of each message in a hit's ``context``.
 CONTEXT_CHARS = 200
@@ -46,9 +46,12 @@ def text_of(content: str | None) -> str:
 def snippet_of(
     content: str | None, tool_name: str | None, tool_calls: str | None, regex: Any
 ) -> str:
-    """A snippet made from a message's text, tool name and tool calls."""
-    haystack = " ".join(p for p in (readable(content), tool_name, tool_calls) if p)
-    return highlight(haystack, regex)
+    """A snippet made from a message's text, tool name and tool calls; ``regex`` as
+    :func:`hermes_models.query.term_finder` gives it."""
+    text = readable(content)
+    if tool_name or tool_calls:
+        text = " ".join(p for p in (text, tool_name, tool_calls) if p)
+    return highlight(text, regex)
 
 
 def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
@@ -61,7 +64,7 @@ def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
         text = text_of(content)
         snippet = found.snippets.get(message_id)
         if snippet is None or (content is not None and "\x00" in content):
-            regex = regex or term_regex(query.positive_terms())
+            regex = regex or term_finder(query.positive_terms())
             snippet = snippet_of(content, tool_name, tool_calls, regex)
         context = [{"role": role, "content": text[:CONTEXT_CHARS]}]
         around = found.around.get(message_id)
@@ -97,7 +100,7 @@ def sessions(
 ) -> list[dict[str, Any]]:
     """Session rows as :func:`hermes_models.search.search_sessions` returns them;
     ``best`` holds ``(id, content, tool_name, tool_calls)`` of each best hit."""
-    regex = term_regex(query.positive_terms()) if best else None
+    regex = term_finder(query.positive_terms()) if best else None
     snippets = {row[0]: snippet_of(row[1], row[2], row[3], regex) for row in best}
     for row in rows:
         rank = row.pop("_rank") or 0.0

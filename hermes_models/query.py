@@ -275,18 +275,54 @@ def term_regex(terms: tuple[Term, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(patterns), re.IGNORECASE)
 
 
-def highlight(text: str, regex: re.Pattern[str] | None, width: int = SNIPPET_CHARS) -> str:
+def term_finder(terms: tuple[Term, ...]) -> re.Pattern[str] | str | None:
+    """What :func:`highlight` looks for to mark ``terms``: the text itself when they are
+    one substring term whose characters have no case (CJK, digits, punctuation), which
+    :func:`term_regex` matches exactly as written; else :func:`term_regex`."""
+    texts = {t.text for t in terms if t.cjk}
+    if len(texts) == 1 and len(texts) == len({t.text for t in terms}):
+        (text,) = texts
+        if text.lower() == text == text.upper():
+            return text
+    return term_regex(terms)
+
+
+def highlight(text: str, regex: re.Pattern[str] | str | None, width: int = SNIPPET_CHARS) -> str:
     """About ``width`` characters of ``text`` centred on the first match, matches
-    marked ``>>>``/``<<<``; the start of ``text`` when nothing matches."""
-    first = regex.search(text) if regex is not None else None
-    if first is None:
-        return text[:width] + (ELLIPSIS if len(text) > width else "")
-    pad = max(0, width - (first.end() - first.start())) // 2
-    start = max(0, first.start() - pad)
-    end = max(first.end(), min(len(text), start + width))
-    start = max(0, min(start, end - width))
-    marked = first.re.sub(lambda m: MARK_OPEN + m.group(0) + MARK_CLOSE, text[start:end])
+    marked ``>>>``/``<<<``; the start of ``text`` when nothing matches. ``regex`` may be
+    a string found as it is (see :func:`term_finder`)."""
+    if isinstance(regex, str):
+        at = text.find(regex)
+        if at < 0:
+            return _start_of(text, width)
+        if len(text) <= width:  # the whole text is the snippet
+            return text.replace(regex, MARK_OPEN + regex + MARK_CLOSE)
+        start, end = _around(text, at, at + len(regex), width)
+        marked = text[start:end].replace(regex, MARK_OPEN + regex + MARK_CLOSE)
+    else:
+        first = regex.search(text) if regex is not None else None
+        if first is None:
+            return _start_of(text, width)
+        start, end = _around(text, first.start(), first.end(), width)
+        marked = first.re.sub(_marked, text[start:end])
     return (ELLIPSIS if start > 0 else "") + marked + (ELLIPSIS if end < len(text) else "")
+
+
+def _start_of(text: str, width: int) -> str:
+    return text[:width] + (ELLIPSIS if len(text) > width else "")
+
+
+def _around(text: str, found: int, until: int, width: int) -> tuple[int, int]:
+    """Where a snippet of ``width`` characters centred on ``text[found:until]`` starts
+    and ends."""
+    pad = max(0, width - (until - found)) // 2
+    start = max(0, found - pad)
+    end = max(until, min(len(text), start + width))
+    return max(0, min(start, end - width)), end
+
+
+def _marked(match: re.Match[str]) -> str:
+    return MARK_OPEN + match.group(0) + MARK_CLOSE
 
 
 # -- substring terms found in one pass ---------------------------------------------------
@@ -361,5 +397,6 @@ __all__ = [
     "escape_like",
     "highlight",
     "parse",
+    "term_finder",
     "term_regex",
 ]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hermes_models import HermesDatabase
 from hermes_models.fts import MessageIndex, MessageTrigramIndex, available_routes
@@ -20,6 +24,7 @@ from hermes_models.query import (
     escape_like,
     highlight,
     parse,
+    term_finder,
     term_regex,
 )
 
@@ -281,6 +286,64 @@ def test_highlight_without_a_match_shows_the_start() -> None:
     assert highlight("z" * 130, regex) == "z" * 120 + "..."
     assert term_regex(()) is None
     assert highlight("no terms", None) == "no terms"
+
+
+def test_a_single_caseless_substring_term_is_found_as_written() -> None:
+    assert term_finder(parse("国我").positive_terms()) == "国我"
+    assert term_finder(parse("세션 세션").positive_terms()) == "세션"
+    assert term_finder(parse("数据 OR 数据").positive_terms()) == "数据"
+    # Characters with case, words, and more than one term keep the regex.
+    for query in (
+        "数据A",
+        "数据a",
+        "国ß",
+        "ＡＢ数据",
+        "数据 sqlite",
+        "数据 事件",
+        "loop",
+        "数据 OR 事件",
+    ):
+        terms = parse(query).positive_terms()
+        finder, regex = term_finder(terms), term_regex(terms)
+        assert isinstance(finder, re.Pattern) and regex is not None
+        assert (finder.pattern, finder.flags) == (regex.pattern, regex.flags)
+    assert term_finder(()) is None
+    # "国ß" is no string: without case, it also finds "国ẞ" (capital sharp s).
+    assert highlight("国ẞ", term_finder(parse("国ß").positive_terms())) == ">>>国ẞ<<<"
+
+
+def test_a_found_string_marks_as_the_regex_does() -> None:
+    text = "中" * 100 + "前国我后" + "文" * 100 + "国我国我"
+    at = text.index("国我")
+    assert highlight(text, "国我") == (
+        "..." + text[at - 59 : at] + ">>>国我<<<" + text[at + 2 : at + 61] + "..."
+    )
+    assert highlight("国我国我 and 国我", "国我") == ">>>国我<<<>>>国我<<< and >>>国我<<<"
+    assert highlight("没有", "国我") == "没有"
+    assert highlight("没" * 121, "国我") == "没" * 120 + "..."
+
+
+CASELESS_OR_NOT = st.sampled_from(list("国我数据세션データ1-_ .aAＡａßẞİıΣσς\x00*%"))
+
+
+@given(
+    term=st.text(CASELESS_OR_NOT, min_size=1, max_size=3),
+    before=st.text(CASELESS_OR_NOT, max_size=150),
+    after=st.text(CASELESS_OR_NOT, max_size=150),
+    holds=st.booleans(),
+    width=st.integers(1, 130) | st.integers(-3, 3).map(lambda d: -d - 10_000),
+)
+def test_the_found_string_and_the_regex_make_the_same_snippet(
+    term: str, before: str, after: str, holds: bool, width: int
+) -> None:
+    text = before + term + after if holds else before + after
+    if width < 0:  # about the length of the text, where the whole text may fit
+        width = max(1, len(text) - 10_000 - width)
+    terms = parse(term).positive_terms()
+    finder = term_finder(terms)
+    assert highlight(text, finder, width) == highlight(text, term_regex(terms), width)
+    if isinstance(finder, str):  # found as written: a substring of characters without case
+        assert finder == terms[0].text and contains_cjk(finder)
 
 
 # -- the index models -------------------------------------------------------------------------
