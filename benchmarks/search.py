@@ -38,9 +38,15 @@ from typing import Any
 from hermes_models import SessionDB, search
 from hermes_models.grams import GRAM_IDS_SQL
 from hermes_models.plan import BEST_RANKS_FUNCTION, SCAN_FUNCTION, BestRanks
-from hermes_models.query import highlight, parse, term_regex
-from hermes_models.search import readable
-from hermes_models.sqlite_sql import GRAM_REACH, WORD_MATCHES_BEYOND
+from hermes_models.query import highlight, parse, term_finder
+from hermes_models.search import common_from, readable
+from hermes_models.sqlite_sql import (
+    GRAM_COUNT,
+    GRAM_NEED_FUNCTION,
+    GRAM_STATE,
+    GRAM_STATE_COUNT,
+    WORD_MATCHES_BEYOND,
+)
 
 WORDS = (
     "the of and to in is that for it with as was on be by this are or from at which but not "
@@ -171,13 +177,12 @@ def plain_search(
     """A hand-written search: the recorded statements run with sqlite3, rows turned into
     the same hit dicts (JSON content shown as text, snippets made in Python where the
     index gave none)."""
-    # Gram index lookups, the reach of the gram index (whether a short CJK term is
-    # common) and the one-pass scan come first (LIKE-routed terms), and the
-    # count that decides whether a word query is ranked within its newest hits
-    # (hermes_models.plan.RANK_WINDOW); then the page.
-    while statements[0][0] in (GRAM_IDS_SQL, GRAM_REACH, WORD_MATCHES_BEYOND) or (
-        SCAN_FUNCTION in statements[0][0]
-    ):
+    # Gram index lookups, the state of the gram index and its counts (whether a
+    # short CJK term is common) and the one-pass scan come first (LIKE-routed
+    # terms), and the count that decides whether a word query is ranked within its
+    # newest hits (hermes_models.plan.RANK_WINDOW); then the page.
+    leading = (GRAM_IDS_SQL, GRAM_STATE, GRAM_STATE_COUNT, GRAM_COUNT, WORD_MATCHES_BEYOND)
+    while statements[0][0] in leading or (SCAN_FUNCTION in statements[0][0]):
         conn.execute(*statements[0]).fetchall()
         statements = statements[1:]
     (sql, params), rest = statements[0], statements[1:]
@@ -195,7 +200,7 @@ def plain_search(
             snippets = dict(conn.execute(sql, params).fetchall())
         else:
             around = {row[0]: row[1:] for row in conn.execute(sql, params).fetchall()}
-    regex = term_regex(parse(query).positive_terms())
+    regex = term_finder(parse(query).positive_terms())  # as ours: a string for one CJK term
     hits = []
     for row in rows:
         hit_id, session_id, ts, role, content, tool_name, tool_calls, source, model, started = row[
@@ -278,6 +283,8 @@ def main() -> None:
     plain = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     # The scan's SQL function, doing nothing: its findings are already in the page's values.
     plain.create_function(SCAN_FUNCTION, 4, lambda *columns: 0)
+    # The count's cap in the gram index's state statement (a short CJK term's first search).
+    plain.create_function(GRAM_NEED_FUNCTION, 2, common_from)
     print(
         f"{'route':<22} {'query':<24} {'hits':>6} {'ours':>9} {'plain':>9} {'ratio':>6} "
         f"{'SQL only':>9} {'ratio':>6}  target"

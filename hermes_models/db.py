@@ -328,7 +328,9 @@ class HermesDatabase(peewee.SqliteDatabase):
         For the counts that choose how a search runs: the same search again, or its
         next page, does not count again. At most :data:`MEMO_ENTRIES` values are kept
         a connection; any commit to the file forgets them all. Inside a transaction
-        (whose changes may yet be rolled back) nothing is kept or reused.
+        (whose changes may yet be rolled back) nothing is kept or reused. A
+        ``compute`` that asks for another kept value does not read the file's state
+        again: it was read just before.
         """
         conn = cast("sqlite3.Connection", self.connection())
         if conn.in_transaction:
@@ -336,17 +338,24 @@ class HermesDatabase(peewee.SqliteDatabase):
             # change count would not tell: inside a transaction nothing is kept.
             return compute()
         token: _ThreadToken = self._thread_tokens.token
-        mark = (int(conn.execute(sqlite_sql.DATA_VERSION).fetchone()[0]), conn.total_changes)
-        if token.memo_mark != mark:
-            token.memo.clear()
-            token.memo_mark = mark
-        elif key in token.memo:
+        if not token.computing:
+            _look_at_the_file(conn, token)
+        if key in token.memo:
             return cast("T", token.memo[key])
-        value = compute()
+        token.computing += 1
+        try:
+            value = compute()
+        finally:
+            token.computing -= 1
         if len(token.memo) >= MEMO_ENTRIES:
             token.memo.clear()
         token.memo[key] = value
         return value
+
+    def reading_once(self) -> _ReadingOnce:
+        """A block (``with``) of reads in which :meth:`while_unchanged` looks at the
+        file's state once, on entering: one search's choices, read as of its start."""
+        return _ReadingOnce(self)
 
     def forget_kept(self) -> None:
         """Forget what :meth:`while_unchanged` keeps on this thread's connection (the next
@@ -415,7 +424,7 @@ MEMO_ENTRIES = 256
 class _ThreadToken:
     """Lives as long as one thread's connection may: see HermesDatabase._connect."""
 
-    __slots__ = ("__weakref__", "grams", "installed", "memo", "memo_mark")
+    __slots__ = ("__weakref__", "computing", "grams", "installed", "memo", "memo_mark")
 
     def __init__(self) -> None:
         #: Whether the gram index's TEMP triggers are on this connection (None: not
@@ -427,6 +436,43 @@ class _ThreadToken:
         #: they were read in.
         self.memo: dict[Hashable, Any] = {}
         self.memo_mark: tuple[int, int] | None = None
+        #: How many :meth:`HermesDatabase.while_unchanged` computations (and
+        #: :meth:`HermesDatabase.reading_once` blocks) are running: inside them the
+        #: file's state was looked at just before.
+        self.computing = 0
+
+
+def _look_at_the_file(conn: sqlite3.Connection, token: _ThreadToken) -> None:
+    """Forget what :meth:`HermesDatabase.while_unchanged` keeps when anything was
+    committed to the file since it was kept."""
+    mark = (int(conn.execute(sqlite_sql.DATA_VERSION).fetchone()[0]), conn.total_changes)
+    if token.memo_mark != mark:
+        token.memo.clear()
+        token.memo_mark = mark
+
+
+class _ReadingOnce:
+    """:meth:`HermesDatabase.reading_once`."""
+
+    __slots__ = ("db", "token")
+
+    def __init__(self, db: HermesDatabase) -> None:
+        self.db = db
+        self.token: _ThreadToken | None = None
+
+    def __enter__(self) -> None:
+        conn = cast("sqlite3.Connection", self.db.connection())
+        if conn.in_transaction:
+            return  # nothing is kept inside a transaction (while_unchanged)
+        token: _ThreadToken = self.db._thread_tokens.token
+        _look_at_the_file(conn, token)
+        token.computing += 1
+        self.token = token
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            self.token.computing -= 1
+            self.token = None
 
 
 def _close_owned(conn: sqlite3.Connection, pid: int) -> None:

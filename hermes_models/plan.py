@@ -298,13 +298,13 @@ class Shape:
         )
         return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
 
-    def matched_by_grams(self, scan: ScanPlan | None) -> Shape | None:
-        """This shape with :attr:`matched` when ``scan``, its scan, would only look its
-        terms up in the gram index, each exactly, and read no row (the index holding
-        every message, which the caller tells); else None."""
-        if scan is None or self.window or self.walk or not scan.uncovered_only:
+    def matched_by_grams(self, query: SearchQuery) -> Shape | None:
+        """This shape with :attr:`matched` when its scan (:func:`scan_plan`) would only
+        look ``query``'s terms up in the gram index, each exactly, and read no row (the
+        index holding every message, which the caller tells); else None."""
+        if self.matched or self.window or self.walk or not (self.grams and self.all_like):
             return None
-        if not self.all_like or len(scan.indexed) != len(scan.terms):
+        if not all(exact(term) for term in query.terms()):
             return None
         return dataclasses.replace(self, matched=True)
 

@@ -265,25 +265,30 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     return Scanned(holding)
 
 
-def _gram_index_covers_all(deadline: float | None) -> bool:
-    """True when the gram index holds every message as it is (kept while the file is
-    unchanged): a scan of the rows it does not cover would read none."""
-    return bool(
-        current().while_unchanged(
-            "gram index covers all",
-            lambda: fetch_within(GRAM_COVERS_ALL_SQL, [], deadline)[1][0][0],
-        )
+def _gram_state(deadline: float | None) -> tuple[int, int, bool]:
+    """The highest message id, the gram index's mark, and whether others changed or
+    deleted messages since it was indexed (kept while the file is unchanged)."""
+    return current().while_unchanged(
+        "gram state", lambda: tuple(fetch_within(GRAM_STATE_SQL, [], deadline)[1][0])
     )
 
 
-#: Whether the gram index covers every message (:func:`_gram_index_covers_all`).
-GRAM_COVERS_ALL_SQL = sqlite_sql.GRAM_COVERS_ALL
+def _gram_index_covers_all(deadline: float | None) -> bool:
+    """True when the gram index holds every message as it is: a scan of the rows it
+    does not cover would read none."""
+    top, mark, changed = _gram_state(deadline)
+    return top <= mark and not changed
+
+
+#: The gram index's state (:func:`_gram_state`).
+GRAM_STATE_SQL = sqlite_sql.GRAM_STATE
+#: The gram index's state and a count of one term's candidates (:func:`_count_common`).
+GRAM_STATE_COUNT_SQL = sqlite_sql.GRAM_STATE_COUNT
+#: The SQL function :func:`common_from`.
+GRAM_NEED_FUNCTION = sqlite_sql.GRAM_NEED_FUNCTION
 
 #: Candidates from which a term counts as common whatever the size of the store.
 COMMON_FROM = 1000
-#: The highest message id (how many messages a walk may have to pass, at most) and
-#: the gram index's mark (up to which every message is indexed).
-GRAM_REACH_SQL = sqlite_sql.GRAM_REACH
 
 
 #: Messages, divided by the number of terms, that a first try looks at (newest first)
@@ -356,20 +361,40 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
     )
 
 
+def common_from(page_terms: int, top: int | None) -> int:
+    """Candidates from which a term counts as common (:func:`_common`), for a page of
+    ``page_terms`` divided by the number of terms on a store whose highest message id
+    is ``top``; also the SQL function :data:`GRAM_NEED_FUNCTION`."""
+    return max(COMMON_FROM, math.isqrt(page_terms * (top or 0)))
+
+
 def _count_common(
     groups: tuple[tuple[str, ...], ...], page: int, terms: int, deadline: float | None
 ) -> bool | None:
-    """:func:`_common` for the gram index's ``MATCH`` expressions of each group's terms."""
-    top, mark = fetch_within(GRAM_REACH_SQL, [], deadline)[1][0]
-    top, mark = top or 0, mark or 0
-    need = max(COMMON_FROM, math.isqrt(page * top * terms))
+    """:func:`_common` for the gram index's ``MATCH`` expressions of each group's terms.
+
+    The first term is counted in the statement that reads the gram index's state
+    (:func:`_gram_state`, kept), the others (if any) one by one.
+    """
+    current().install_once(
+        f"{GRAM_NEED_FUNCTION}/2",
+        lambda conn: conn.create_function(GRAM_NEED_FUNCTION, 2, common_from, deterministic=True),
+    )
+    page_terms = min(page * terms, INT64_MAX)
+    row = fetch_within(GRAM_STATE_COUNT_SQL, [groups[0][0], page_terms], deadline)[1][0]
+    top, mark, changed, counted = row
+    current().while_unchanged("gram state", lambda: (top, mark, bool(changed)))
+    need = common_from(page_terms, top)
     if top - mark > need:
         return None  # the index does not cover enough of the store to tell
     found = 0
-    for group in groups:
+    for k, group in enumerate(groups):
         rarest = need
-        for match in group:
-            (count,) = fetch_within(GRAM_COUNT_SQL, [match, need], deadline)[1][0]
+        for j, match in enumerate(group):
+            if k == j == 0:
+                count = counted  # read with the state
+            else:
+                (count,) = fetch_within(GRAM_COUNT_SQL, [match, need], deadline)[1][0]
             rarest = min(rarest, count)
             if not rarest:
                 break
@@ -387,16 +412,18 @@ def _run(
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
-    scan = plan.scan()
     with _reading_no_hits():
         if isinstance(plan, MessagePlan):
-            matched = plan.shape.matched_by_grams(scan)
+            matched = plan.shape.matched_by_grams(plan.query)
             if matched is not None and _gram_index_covers_all(deadline):
                 # One MATCH of the gram index in the page's statement: no list of ids.
-                plan, scan = dataclasses.replace(plan, shape=matched), None
+                plan = dataclasses.replace(plan, shape=matched)
+        scan = plan.scan()
         scanned = None if scan is None else run_scan(scan, deadline)
     # Few rows found by the scan hold every hit: their word terms are looked up row by row.
-    plan = dataclasses.replace(plan, shape=plan.shape.probed(scanned))
+    probed = plan.shape.probed(scanned)
+    if probed is not plan.shape:
+        plan = dataclasses.replace(plan, shape=probed)
     statement = plan.statement
     # A page that makes its snippets in its one pass keeps the best ranks read so far.
     keeping = _function(BEST_RANKS_FUNCTION, 2, BestRanks().keep) if plan.shape.snips else None
@@ -697,7 +724,8 @@ def search_messages(
                 snippets.update(_rows(*lookup))
         return present.Found(rows, snippets)
 
-    found = routed(parsed, run, like=_reads_tool_rows(filters))
+    with current().reading_once():  # the choices below look at the file's state once
+        found = routed(parsed, run, like=_reads_tool_rows(filters))
     if found.rows:
         ids = [row[0] for row in found.rows]
         statement = context_statement(filters.include_inactive)
@@ -816,7 +844,8 @@ def search_sessions(
             return []  # rows come out only once all of them are ranked
         return [dict(zip(names, row)) for row in found]
 
-    rows = routed(parsed, run)
+    with current().reading_once():
+        rows = routed(parsed, run)
     best: list[tuple[Any, ...]] = []
     if rows:
         ids = [row["_best_id"] for row in rows]
@@ -827,14 +856,16 @@ def search_sessions(
 __all__ = [
     "COMMON_FROM",
     "CONTEXT_CHARS",
-    "GRAM_COVERS_ALL_SQL",
-    "GRAM_REACH_SQL",
+    "GRAM_NEED_FUNCTION",
+    "GRAM_STATE_COUNT_SQL",
+    "GRAM_STATE_SQL",
     "RANK_MODES",
     "SORTER_STEPS_PER_HIT",
     "TIME_BUDGET_S",
     "WALK_BUDGET",
     "WALK_BUDGET_MIN",
     "check_budget",
+    "common_from",
     "deadline_of",
     "execute",
     "fetch_within",

@@ -333,15 +333,25 @@ GRAM_IDS = (
 #: How many messages the gram index lists for one expression, counting up to a cap (the
 #: second parameter): enough to tell a common term from a rare one without reading all.
 GRAM_COUNT = f"SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE} MATCH ? LIMIT ?)"
-#: The highest message id (how many messages a walk may have to pass, at most) and
-#: the gram index's mark (up to which every message is indexed).
-GRAM_REACH = f"SELECT (SELECT max(id) FROM messages), (SELECT high_water FROM {GRAM_MARK_TABLE})"
-#: Whether the gram index covers every message: none above its mark, none changed by
-#: others since it was indexed (then a scan of the rows it does not cover reads none).
-GRAM_COVERS_ALL = (
-    f"SELECT coalesce((SELECT max(id) FROM messages), 0)"
-    f" <= coalesce((SELECT high_water FROM {GRAM_MARK_TABLE}), 0)"
-    f" AND NOT EXISTS (SELECT 1 FROM {GRAM_GONE_TABLE})"
+#: The gram index's state, in one read: the highest message id (how many messages a
+#: walk may have to pass, at most), the index's mark (up to which every message is
+#: indexed), and whether others changed or deleted messages since it was indexed
+#: (with none above its mark and none changed, it covers every message).
+GRAM_STATE = (
+    "SELECT coalesce((SELECT max(id) FROM messages), 0),"
+    f" coalesce((SELECT high_water FROM {GRAM_MARK_TABLE}), 0),"
+    f" EXISTS (SELECT 1 FROM {GRAM_GONE_TABLE})"
+)
+#: The SQL function giving how many candidates make a term common, of the page times the
+#: number of terms and the highest message id (:func:`hermes_models.search.common_from`).
+GRAM_NEED_FUNCTION = "hermes_models_gram_need"
+#: :data:`GRAM_STATE`, then how many messages the gram index lists for one expression
+#: (the first parameter), counting up to the number that makes a term common (of the
+#: page times the number of terms, the second): a term's first search reads both in
+#: one statement.
+GRAM_STATE_COUNT = (
+    f"{GRAM_STATE}, (SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE}"
+    f" MATCH ?1 LIMIT {GRAM_NEED_FUNCTION}(?2, (SELECT max(id) FROM messages))))"
 )
 #: The gram index's mark and the ids listed as changed by others, as subqueries: a
 #: search that reads the index alone reads rows up to the mark and none of those
@@ -581,7 +591,6 @@ __all__ = [
     "FTS_META",
     "GRAMS_FUNCTION",
     "GRAM_COUNT",
-    "GRAM_COVERS_ALL",
     "GRAM_GONE_COUNT",
     "GRAM_GONE_IDS",
     "GRAM_GONE_TABLE",
@@ -590,9 +599,11 @@ __all__ = [
     "GRAM_MARK",
     "GRAM_MARK_TABLE",
     "GRAM_MERGE",
-    "GRAM_REACH",
+    "GRAM_NEED_FUNCTION",
     "GRAM_ROWS_ABOVE",
     "GRAM_SEGMENTS",
+    "GRAM_STATE",
+    "GRAM_STATE_COUNT",
     "GRAM_TABLE",
     "GRAM_TABLES_FOUND",
     "GRAM_TRIGGERS",

@@ -8,24 +8,29 @@ process does (which knows nothing of the index), and both interleaved.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_script import run
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from test_search_upkeep import without_fts5
 
 import hermes_models
 from hermes_models import SessionDB, grams, health
 from hermes_models import search as search_module
+from hermes_models.binding import using
 from hermes_models.errors import ReadOnlyDatabaseError
 from hermes_models.fts import available_routes
-from hermes_models.plan import Shape
-from hermes_models.query import parse
+from hermes_models.plan import Shape, scan_plan
+from hermes_models.query import TRIGRAM, parse
 
 from legacy import hermes_append
 
@@ -339,6 +344,68 @@ def test_a_read_only_handle_searches_with_the_index_and_refuses_to_update_it(
             reader.update_search_index()
 
 
+QUERY_WORDS = st.sampled_from(
+    [
+        "数",
+        "数据",
+        "国我",
+        "세션",
+        "数a",
+        "数据库",
+        "事件循环",
+        "sqlite",
+        "loop*",
+        "OR",
+        "NOT",
+        '"数 据"',
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def gram_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionDB]:
+    """A store file with the gram index, for tests that only plan searches."""
+    store = SessionDB(tmp_path_factory.mktemp("grams") / "state.db")
+    yield store
+    store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@example(words=["数", "数据", "国我"], window=False, trigram=True, grams=False)  # a scan, no index
+@example(words=["数", "数据", "国我"], window=False, trigram=True, grams=True)
+@example(words=["数据库"], window=False, trigram=False, grams=True)  # LIKE, not exact
+@given(
+    words=st.lists(QUERY_WORDS, min_size=1, max_size=5),
+    window=st.booleans(),
+    trigram=st.booleans(),
+    grams=st.booleans(),
+)
+def test_a_query_is_matched_by_the_gram_index_exactly_when_its_scan_only_looks_terms_up(
+    gram_file: SessionDB, words: list[str], window: bool, trigram: bool, grams: bool
+) -> None:
+    # Shape.matched_by_grams decides from the shape and the query what the scan plan
+    # would show: a scan of gram index lookups only, every term exact, reading no row.
+    query = parse(" ".join(words))
+    with using(gram_file.database):
+        routes = available_routes()
+        shape = Shape.of(query, routes if trigram else routes - {TRIGRAM})
+        shape = dataclasses.replace(shape, window=window, grams=grams)
+        scan = scan_plan(query, shape, False)
+        by_scan = (
+            scan is not None
+            and scan.uncovered_only
+            and len(scan.indexed) == len(scan.terms)
+            and shape.all_like
+            and not shape.window
+            and not shape.walk
+        )
+        matched = shape.matched_by_grams(query)
+    assert (matched is not None) == by_scan, (words, shape)
+    if matched is not None:
+        assert matched == dataclasses.replace(shape, matched=True)
+        assert scan_plan(query, matched, False) is None  # the page reads the index itself
+
+
 def test_the_scan_reads_only_the_candidates_of_the_index(store: SessionDB) -> None:
     store.create_session("s", "cli", started_at=T0)
     store.append_message("s", "user", "数据", timestamp=T0)
@@ -496,7 +563,7 @@ def test_a_common_term_is_paged_newest_first_by_walking_messages_by_time(
         assert page(offset, "newest") == newest[offset : offset + 20]
     assert page(0, "oldest") == newest[::-1][:20]
     walked = [sql for sql in ran if "json_each" not in sql and "messages_cjk" not in sql]
-    assert grams.GRAM_COUNT_SQL in ran and walked
+    assert search_module.GRAM_STATE_COUNT_SQL in ran and walked
     # The candidate path (a term counted as rare) gives the same pages: the index holds
     # every message, so the page's statement reads its list with one MATCH.
     monkeypatch.setattr(search_module, "COMMON_FROM", 10**9)
@@ -728,21 +795,68 @@ def test_a_search_reads_the_schema_cookie_once(store: SessionDB) -> None:
     assert [sql for sql in ran if "schema_version" in sql] == ["PRAGMA schema_version"] * 3
 
 
-def test_a_repeated_search_reads_the_gram_counts_once_until_a_commit(store: SessionDB) -> None:
+def test_a_search_looks_at_the_files_state_once_and_sees_what_others_committed(
+    store: SessionDB,
+) -> None:
+    # The counts a search keeps are checked against the file's state (data_version)
+    # once a search, not once per count; a commit by another process is still seen.
     store.create_session("s", "cli", started_at=T0)
     store.append_message("s", "user", "国我 sqlite", timestamp=T0)
     ran: list[str] = []
     store._conn.set_trace_callback(ran.append)
     try:
-        pages = [_page(store, "国我") for _ in range(3)]
-        reach = [sql for sql in ran if sql == grams.sqlite_sql.GRAM_REACH]
-        assert pages == [[1]] * 3 and len(reach) == 1
-        store.append_message("s", "user", "国我 again", timestamp=T0 + 1)  # a commit
-        ran.clear()
-        assert [_page(store, "国我") for _ in range(2)] == [[2, 1]] * 2
-        assert [sql for sql in ran if sql == grams.sqlite_sql.GRAM_REACH] == reach
+        first = [_page(store, "国我"), _page(store, "国我")]
+        looks = [sql for sql in ran if "data_version" in sql.lower() and "--" not in sql]
+        assert first == [[1], [1]] and looks == ["PRAGMA data_version"] * 2
+        with closing(sqlite3.connect(store.db_path)) as hermes, hermes:
+            hermes_append(hermes, "s", "user", "国我 from hermes", T0 + 1)
+        assert _page(store, "国我") == [2, 1]
+        assert [hit["id"] for hit in store.search_sessions("国我", time_budget=None)] == ["s"]
     finally:
         store._conn.set_trace_callback(None)
+
+
+def test_the_count_in_the_state_statement_stops_where_a_term_becomes_common(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The statement's LIMIT (an SQL function) is the number _count_common compares with.
+    store.create_session("s", "cli", started_at=T0)
+    for i in range(40):
+        store.append_message("s", "user", f"数据 {i}", timestamp=T0 + i)
+    monkeypatch.setattr(search_module, "COMMON_FROM", 3)
+    assert len(_page(store, "数据")) == 20  # defines the function on the connection
+    for page_terms in (1, 20, 60, 10**6):
+        need = search_module.common_from(page_terms, 40)
+        row = store._conn.execute(
+            grams.sqlite_sql.GRAM_STATE_COUNT,
+            (grams.term_match(parse("数据").terms()[0]), page_terms),
+        ).fetchone()
+        assert tuple(row) == (40, 40, 0, min(40, need)), page_terms
+    assert [search_module.common_from(n, 40) for n in (1, 20, 60)] == [6, 28, 48]
+    assert search_module.common_from(20, None) == 3  # an empty store: at least COMMON_FROM
+
+
+def test_a_repeated_search_reads_the_gram_counts_once_until_a_commit(
+    store: SessionDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "国我 sqlite", timestamp=T0)
+    ran = _statements_run(monkeypatch)
+    counts = [grams.sqlite_sql.GRAM_STATE_COUNT]  # the state and the count, in one statement
+    pages = [_page(store, "国我") for _ in range(3)]
+    assert pages == [[1]] * 3
+    assert [sql for sql in ran if "count(*)" in sql or "max(id)" in sql] == counts
+    store.append_message("s", "user", "国我 again", timestamp=T0 + 1)  # a commit
+    ran.clear()
+    assert [_page(store, "国我") for _ in range(2)] == [[2, 1]] * 2
+    assert [sql for sql in ran if "count(*)" in sql or "max(id)" in sql] == counts
+    # A second term is counted on its own; the state is read once.
+    ran.clear()
+    assert _page(store, "国我 我") == [2, 1]
+    assert [sql for sql in ran if "count(*)" in sql or "max(id)" in sql] == [
+        grams.sqlite_sql.GRAM_STATE_COUNT,
+        grams.sqlite_sql.GRAM_COUNT,
+    ]
 
 
 def test_the_scan_of_uncovered_rows_runs_only_when_the_index_leaves_some_out(

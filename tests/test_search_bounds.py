@@ -489,9 +489,10 @@ def test_a_term_too_long_for_like_is_scanned_where_no_index_serves_it(
     ("query", "statement"),
     [
         ("alpha 数", grams.GRAM_IDS_SQL),  # a term's lookup in the gram index
-        ("数据", grams.GRAM_COUNT_SQL),  # the count that chooses how to read the page
-        ("数据", search.GRAM_COVERS_ALL_SQL),  # whether the index holds every message
-        ("数据", search.GRAM_REACH_SQL),
+        # the gram index's state and the count that chooses how to read the page
+        ("数据", search.GRAM_STATE_COUNT_SQL),
+        ("数据 数", grams.GRAM_COUNT_SQL),  # the count of a second term
+        ("alpha 数", search.GRAM_STATE_SQL),  # whether the index holds every message
     ],
 )
 def test_a_budget_spent_before_the_page_returns_no_hit_and_a_warning(
