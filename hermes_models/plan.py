@@ -27,6 +27,7 @@ the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import json
 import operator
@@ -380,6 +381,7 @@ class Shape:
         return tuple(picked)
 
 
+@functools.lru_cache(maxsize=64)  # asked for by the shape and by the values of a search
 def json_narrowing(query: SearchQuery) -> str | None:
     """The gram-index expression of the messages that can hold ``query``: in each group,
     the CJK characters and adjacent pairs of its terms, all of them; any group
@@ -1434,7 +1436,7 @@ def _context(include_inactive: bool) -> Statement:
 def ids_values(ids: list[int]) -> dict[str, Any]:
     """The slot values of :func:`context_statement` and :func:`best_hits_statement`
     for hits ``ids``."""
-    return {"ids": json.dumps(ids)}
+    return {"ids": "[" + ",".join(map(str, ids)) + "]"}  # ids are ints: their JSON array
 
 
 def best_hits_statement() -> Statement:
