@@ -37,11 +37,23 @@ IMAGE = "[image]"
 CONTENT_JSON_PREFIX = "\x00json:"
 
 
+def stored_text(value: object) -> str:
+    """A column's value shown as text: text as it is, a BLOB (bytes) as UTF-8, as
+    ``CAST(... AS TEXT)`` reads it (bytes that are not UTF-8 replaced), any other
+    value as its ``str()``. (Search's substring matching does not read a BLOB so:
+    ``LIKE`` never matches one.)"""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
 def decode_content(stored: str | None) -> Any:
     """Message content as appended: the inverse of
     :func:`hermes_models.models.encode_content`."""
-    if stored is None or not stored.startswith(CONTENT_JSON_PREFIX):
-        return stored
+    if not isinstance(stored, str) or not stored.startswith(CONTENT_JSON_PREFIX):
+        return stored  # text, NULL, or a value another writer stored (a BLOB, a number)
     import json  # loaded on the first JSON content: a listing of text starts faster
 
     try:
@@ -67,7 +79,8 @@ def content_text(
     in its place (Hermes leaves pictures out). When no part gives text the
     result is ``empty``, or with ``empty=None`` the content's JSON. Hermes'
     rule also strips the joined text, so whitespace-only parts read as
-    ``empty``. Any other value is its ``str()``.
+    ``empty``. Bytes (a BLOB another writer stored) read as UTF-8, as SQLite
+    reads a BLOB as text; any other value is its ``str()``.
     """
     if content is None:
         return ""
@@ -78,7 +91,7 @@ def content_text(
     elif isinstance(content, list):
         parts = content
     else:
-        return str(content)
+        return stored_text(content)
     texts: list[str] = []
     for part in parts:
         if not isinstance(part, dict):
@@ -101,4 +114,11 @@ def content_text(
     return json.dumps(content, ensure_ascii=False)
 
 
-__all__ = ["CONTENT_JSON_PREFIX", "IMAGE", "MULTIMODAL", "content_text", "decode_content"]
+__all__ = [
+    "CONTENT_JSON_PREFIX",
+    "IMAGE",
+    "MULTIMODAL",
+    "content_text",
+    "decode_content",
+    "stored_text",
+]

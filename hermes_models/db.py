@@ -352,9 +352,14 @@ class HermesDatabase(peewee.SqliteDatabase):
         token.memo[key] = value
         return value
 
-    def reading_once(self) -> _ReadingOnce:
+    def _reading_once(self) -> _ReadingOnce:
         """A block (``with``) of reads in which :meth:`while_unchanged` looks at the
-        file's state once, on entering: one search's choices, read as of its start."""
+        file's state once, on entering: one search's choices, read as of its start.
+
+        For the package's searches only: a value kept before the block is reused
+        inside it even when another process commits during the block, so a block
+        held around more than one search could miss rows written meanwhile.
+        """
         return _ReadingOnce(self)
 
     def forget_kept(self) -> None:
@@ -437,7 +442,7 @@ class _ThreadToken:
         self.memo: dict[Hashable, Any] = {}
         self.memo_mark: tuple[int, int] | None = None
         #: How many :meth:`HermesDatabase.while_unchanged` computations (and
-        #: :meth:`HermesDatabase.reading_once` blocks) are running: inside them the
+        #: :meth:`HermesDatabase._reading_once` blocks) are running: inside them the
         #: file's state was looked at just before.
         self.computing = 0
 
@@ -452,7 +457,7 @@ def _look_at_the_file(conn: sqlite3.Connection, token: _ThreadToken) -> None:
 
 
 class _ReadingOnce:
-    """:meth:`HermesDatabase.reading_once`."""
+    """:meth:`HermesDatabase._reading_once`."""
 
     __slots__ = ("db", "token")
 

@@ -61,7 +61,7 @@ def readable(stored: str | None) -> str:
     """Stored message content as the text search snippets show: the text of
     every part, ``[image]`` for pictures, the JSON when no part has text
     (:func:`hermes_models.content.content_text`)."""
-    if stored is not None and not stored.startswith(CONTENT_JSON_PREFIX):
+    if isinstance(stored, str) and not stored.startswith(CONTENT_JSON_PREFIX):
         return stored  # text, the common case: as stored
     return content_text(decode_content(stored), image=IMAGE, every_part=True, empty=None)
 

@@ -38,9 +38,9 @@ class Found:
 def text_of(content: str | None) -> str:
     """Content as a hit's ``context`` shows it: JSON content by Hermes' rule
     (:func:`hermes_models.content.content_text`), other content as stored."""
-    if content is None or content.startswith(CONTENT_JSON_PREFIX):
-        return content_text(decode_content(content))
-    return content
+    if isinstance(content, str) and not content.startswith(CONTENT_JSON_PREFIX):
+        return content
+    return content_text(decode_content(content))  # JSON, NULL, or another writer's value
 
 
 def snippet_of(
@@ -50,7 +50,8 @@ def snippet_of(
     :func:`hermes_models.query.term_finder` gives it."""
     text = readable(content)
     if tool_name or tool_calls:
-        text = " ".join(p for p in (text, tool_name, tool_calls) if p)
+        parts = (text, tool_name, tool_calls)
+        text = " ".join(p if isinstance(p, str) else content_text(p) for p in parts if p)
     return highlight(text, regex)
 
 
@@ -63,7 +64,7 @@ def hits(found: Found, query: SearchQuery) -> list[dict[str, Any]]:
         source, model, started = row[7:10]
         text = text_of(content)
         snippet = found.snippets.get(message_id)
-        if snippet is None or (content is not None and "\x00" in content):
+        if snippet is None or (isinstance(content, str) and "\x00" in content):
             regex = regex or term_finder(query.positive_terms())
             snippet = snippet_of(content, tool_name, tool_calls, regex)
         context = [{"role": role, "content": text[:CONTEXT_CHARS]}]

@@ -724,7 +724,7 @@ def search_messages(
                 snippets.update(_rows(*lookup))
         return present.Found(rows, snippets)
 
-    with current().reading_once():  # the choices below look at the file's state once
+    with current()._reading_once():  # the choices below look at the file's state once
         found = routed(parsed, run, like=_reads_tool_rows(filters))
     if found.rows:
         ids = [row[0] for row in found.rows]
@@ -844,7 +844,7 @@ def search_sessions(
             return []  # rows come out only once all of them are ranked
         return [dict(zip(names, row)) for row in found]
 
-    with current().reading_once():
+    with current()._reading_once():
         rows = routed(parsed, run)
     best: list[tuple[Any, ...]] = []
     if rows:

@@ -535,3 +535,47 @@ def test_trigram_pages_follow_the_index_rank_and_put_unreadable_rows_last(
         "2 >>>事件循环<<<",
         "0 >>>事件循环<<<",
     ]
+
+
+def test_a_blob_another_writer_stored_is_searched_shown_and_read_without_raising(
+    tmp_path: Path,
+) -> None:
+    # SQLite keeps a BLOB in the TEXT content column as it is; Python reads it back as
+    # bytes. Search, its snippets and context, and the readers raised TypeError on it.
+    # FTS5 reads a BLOB as text (word and trigram terms find it); LIKE never matches
+    # one (SQLite: x'616263' LIKE 'abc' is 0), so neither do 1-2 character CJK terms.
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+        store.append_message("s", "user", "国我 text", timestamp=T0)
+    blob = "国我 blob 事件循环".encode()
+    with closing(sqlite3.connect(path)) as other, other:
+        other.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp)"
+            " VALUES ('s', 'assistant', ?, ?)",
+            (blob, T0 + 1),
+        )
+    with SessionDB(path) as store:
+        found = {
+            query: [(hit["id"], hit["snippet"]) for hit in store.search_messages(query)]
+            for query in ("国我", "blob", "事件循环")
+        }
+        assert found == {  # FTS5's snippets of the row (its three columns, joined)
+            "国我": [(1, ">>>国我<<< text")],
+            "blob": [(2, "国我 >>>blob<<< 事件循环  ")],
+            "事件循环": [(2, "国我 blob >>>事件循环<<<  ")],
+        }
+        with closing(sqlite3.connect(path)) as plain:
+            like = "SELECT id FROM messages WHERE content LIKE '%国我%' ORDER BY id"
+            assert plain.execute(like).fetchall() == [(1,)]
+        (hit,) = store.search_messages("blob")
+        assert hit["context"] == [
+            {"role": "user", "content": "国我 text"},
+            {"role": "assistant", "content": "国我 blob 事件循环"},
+        ]
+        assert [r["id"] for r in store.search_sessions("国我")] == ["s"]
+        assert [m["content"] for m in store.get_messages("s")] == ["国我 text", blob]
+        assert [m["content"] for m in store.get_messages_as_conversation("s")] == [
+            "国我 text",
+            blob,
+        ]
