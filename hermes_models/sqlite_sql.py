@@ -351,7 +351,7 @@ GRAM_NEED_FUNCTION = "hermes_models_gram_need"
 #: one statement.
 GRAM_STATE_COUNT = (
     f"{GRAM_STATE}, (SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE}"
-    f" MATCH ?1 LIMIT {GRAM_NEED_FUNCTION}(?2, (SELECT max(id) FROM messages))))"
+    f" MATCH ? LIMIT {GRAM_NEED_FUNCTION}(?, (SELECT max(id) FROM messages))))"
 )
 #: The gram index's mark and the ids listed as changed by others, as subqueries: a
 #: search that reads the index alone reads rows up to the mark and none of those
