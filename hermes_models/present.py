@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .content import content_text
+from .content import content_text, stored_text
 from .models import CONTENT_JSON_PREFIX, decode_content, readable
 from .query import SearchQuery, highlight, term_finder
 
@@ -51,7 +51,7 @@ def snippet_of(
     text = readable(content)
     if tool_name or tool_calls:
         parts = (text, tool_name, tool_calls)
-        text = " ".join(p if isinstance(p, str) else content_text(p) for p in parts if p)
+        text = " ".join(stored_text(p) for p in parts if p)
     return highlight(text, regex)
 
 

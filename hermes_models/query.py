@@ -279,8 +279,8 @@ def term_finder(terms: tuple[Term, ...]) -> re.Pattern[str] | str | None:
     """What :func:`highlight` looks for to mark ``terms``: the text itself when they are
     one substring term whose characters have no case (CJK, digits, punctuation), which
     :func:`term_regex` matches exactly as written; else :func:`term_regex`."""
-    texts = {t.text for t in terms if t.cjk}
-    if len(texts) == 1 and len(texts) == len({t.text for t in terms}):
+    texts = {t.text for t in terms}
+    if len(texts) == 1 and all(t.cjk for t in terms):
         (text,) = texts
         if text.lower() == text == text.upper():
             return text

@@ -265,12 +265,18 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     return Scanned(holding)
 
 
-def _gram_state(deadline: float | None) -> tuple[int, int, bool]:
+def _gram_state(
+    deadline: float | None, read: tuple[Any, ...] | None = None
+) -> tuple[int, int, bool]:
     """The highest message id, the gram index's mark, and whether others changed or
-    deleted messages since it was indexed (kept while the file is unchanged)."""
-    return current().while_unchanged(
-        "gram state", lambda: tuple(fetch_within(GRAM_STATE_SQL, [], deadline)[1][0])
-    )
+    deleted messages since it was indexed (kept while the file is unchanged); ``read``:
+    those columns as a statement just read them (kept unless a value is already)."""
+
+    def state() -> tuple[int, int, bool]:
+        top, mark, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
+        return top, mark, bool(changed)
+
+    return current().while_unchanged("gram state", state)
 
 
 def _gram_index_covers_all(deadline: float | None) -> bool:
@@ -382,8 +388,8 @@ def _count_common(
     )
     page_terms = min(page * terms, INT64_MAX)
     row = fetch_within(GRAM_STATE_COUNT_SQL, [groups[0][0], page_terms], deadline)[1][0]
-    top, mark, changed, counted = row
-    current().while_unchanged("gram state", lambda: (top, mark, bool(changed)))
+    top, mark, _, counted = row
+    _gram_state(deadline, row[:3])
     need = common_from(page_terms, top)
     if top - mark > need:
         return None  # the index does not cover enough of the store to tell
