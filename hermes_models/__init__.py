@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from .connection import connect
     from .db import (
         HermesDatabase,
-        apply_wal_with_fallback,
         format_db_unavailable,
         format_session_db_unavailable,
         get_last_init_error,
     )
+    from .driver import sqlite_info
     from .errors import (
         BackupError,
         BundleError,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         is_malformed_db_error,
     )
     from .files import SCHEMA_VERSION
+    from .journal import apply_wal_with_fallback
     from .models import CompressionLock, Message, SchemaVersion, Session, StateMeta, SystemPrompt
     from .repair import repair_state_db_schema
     from .schema import migrate
@@ -67,7 +68,8 @@ _HOMES = {
     "write": "binding",
     "connect": "connection",
     "HermesDatabase": "db",
-    "apply_wal_with_fallback": "db",
+    "apply_wal_with_fallback": "journal",
+    "sqlite_info": "driver",
     "format_db_unavailable": "db",
     "format_session_db_unavailable": "db",
     "get_last_init_error": "db",
@@ -147,6 +149,7 @@ __all__ = [
     "migrate",
     "repair_state_db_schema",
     "search_sql",
+    "sqlite_info",
     "using",
     "write",
 ]

@@ -30,7 +30,6 @@ import base64
 import json
 import logging
 import os
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
@@ -41,6 +40,7 @@ from . import jsonl
 from .binding import current
 from .checks import expand_user
 from .dialect import among
+from .driver import sqlite3
 from .errors import BundleError
 from .files import SCHEMA_VERSION
 from .lineage import walk_sessions

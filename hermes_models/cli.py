@@ -315,6 +315,13 @@ def _read_only(ctx: click.Context) -> bool:
     return bool(_root(ctx).get("read_only"))
 
 
+def _journal(ctx: click.Context) -> dict[str, Any]:
+    """``--journal-mode`` and ``--synchronous``, as SessionDB and connect() take them (None:
+    the library reads HERMES_MODELS_JOURNAL_MODE and HERMES_MODELS_SYNCHRONOUS)."""
+    root = _root(ctx)
+    return {"journal_mode": root.get("journal_mode"), "synchronous": root.get("synchronous")}
+
+
 def _refuse_read_only(ctx: click.Context) -> None:
     if _read_only(ctx):
         raise click.UsageError(f"--read-only: '{ctx.command_path}' changes the database", ctx)
@@ -338,7 +345,7 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
         _refuse_read_only(ctx)
     url = _server(db_path)
     if url is not None:
-        store = SessionDB(url, read_only=_read_only(ctx))
+        store = SessionDB(url, read_only=_read_only(ctx), **_journal(ctx))
         try:
             yield store
         finally:
@@ -350,10 +357,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
             f"{path} does not exist (create it with: hermes-models migrate --db {path})"
         )
     if _read_only(ctx):
-        store = SessionDB(db_path, read_only=True)
+        store = SessionDB(db_path, read_only=True, **_journal(ctx))
     else:
         try:
-            store = SessionDB(db_path)
+            store = SessionDB(db_path, **_journal(ctx))
         except ReadOnlyDatabaseError as exc:
             if writes:
                 if isinstance(exc, UnsafeFileError):  # another user's file: say so
@@ -362,7 +369,7 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
                 # read it read-only: this command writes.
                 reason = str(exc).split("; open it with read_only=True", 1)[0]
                 raise click.ClickException(_escaped(reason)) from None
-            store = SessionDB(db_path, read_only=True)
+            store = SessionDB(db_path, read_only=True, **_journal(ctx))
     shape = store.database.shape
     if writes and shape is not None and shape.newer:
         store.close()
@@ -452,9 +459,32 @@ def session_argument(command: F) -> F:
     help="Open the database read-only: commands that read work, commands that write refuse.",
 )
 @click.option("--utc", is_flag=True, help="Show times in UTC (default: local time, zone named).")
+@click.option(
+    "--journal-mode",
+    type=click.Choice(["wal", "delete"], case_sensitive=False),
+    default=None,
+    help="wal: switch the file to WAL where this SQLite is safe; delete: put a file not in "
+    "WAL in DELETE mode (default: a new file WAL where safe, others as they are). "
+    "Env: HERMES_MODELS_JOURNAL_MODE.",
+)
+@click.option(
+    "--synchronous",
+    type=click.Choice(["off", "normal", "full", "extra", "0", "1", "2", "3"], case_sensitive=False),
+    default=None,
+    help="The synchronous level of every connection, as SQLite names it (default: the "
+    "SQLite build's). "
+    "Env: HERMES_MODELS_SYNCHRONOUS.",
+)
 @click.version_option(__version__, prog_name="hermes-models")
 @click.pass_context
-def cli(ctx: click.Context, db_path: str | None, read_only: bool, utc: bool) -> None:
+def cli(
+    ctx: click.Context,
+    db_path: str | None,
+    read_only: bool,
+    utc: bool,
+    journal_mode: str | None,
+    synchronous: str | None,
+) -> None:
     """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
         handler = _StderrHandler(logging.WARNING)
@@ -485,7 +515,7 @@ def migrate(ctx: click.Context, db_path: str | None) -> None:
         terminal.say(f"{_label(url)}: schema up to date")
         return
     path = resolve_path(db_path)
-    for migration_id in apply_migrations(path):
+    for migration_id in apply_migrations(path, **_journal(ctx)):
         terminal.say(f"applied {migration_id}")
     terminal.say(f"{path}: schema up to date")
 
@@ -524,7 +554,7 @@ def demo(ctx: click.Context, db_path: str | None, keep: bool) -> None:
         path = resolve_path(explicit) if explicit_file else Path(tmp) / "state.db"
         if keep and explicit is None:
             path = Path(tempfile.mkdtemp(prefix="hermes-models-demo-")) / "state.db"
-        with SessionDB(path if url is None else url) as store:
+        with SessionDB(path if url is None else url, **_journal(ctx)) as store:
             if url is not None and store.session_count() > 0:
                 raise click.ClickException(
                     f"{_label(url)} already holds sessions; the demo writes a new"
@@ -1010,7 +1040,7 @@ def import_(
     bundle = os.path.isfile(path) and is_bundle(path)
     report: dict[str, Any]
     failed: list[dict[str, str]] = []
-    with SessionDB(db_path) as store, terminal.progress("importing") as progress:
+    with SessionDB(db_path, **_journal(ctx)) as store, terminal.progress("importing") as progress:
         if bundle:
             report = dict(store.import_bundle(path, progress=progress))
         else:
@@ -1090,7 +1120,7 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
     notes: list[str] = []
     if fix:
         _refuse_read_only(ctx)
-        db = connect(path, migrate=False)
+        db = connect(path, migrate=False, **_journal(ctx))
         try:
             fixed = repair(db)
         finally:

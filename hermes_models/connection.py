@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import weakref
 
 import peewee
 
-from . import schema, sqlite_sql
+from . import journal, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .checks import check_flag
 from .db import HermesDatabase, record_init_error
+from .driver import sqlite3
 from .errors import NotADatabaseError
 from .files import (
     SCHEMA_VERSION,
@@ -47,10 +47,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("hermes_models")
 
-#: Open handles by file, while something holds them (a SessionDB, the models' binding).
-_databases: weakref.WeakValueDictionary[tuple[str, bool], HermesDatabase] = (
-    weakref.WeakValueDictionary()
-)
+#: Open handles by file, mode and journal settings, while something holds them (a
+#: SessionDB, the models' binding).
+_databases: weakref.WeakValueDictionary[
+    tuple[str, bool, journal.JournalSettings], HermesDatabase
+] = weakref.WeakValueDictionary()
 #: Files this process migrated (forgetting one only costs a check that nothing is pending).
 _migrated: BoundedSet[str] = BoundedSet("migrated files", 1024)
 _open_lock = threading.RLock()
@@ -72,6 +73,8 @@ def connect(
     *,
     migrate: bool = True,
     read_only: bool = False,
+    journal_mode: str | None = None,
+    synchronous: str | int | None = None,
 ) -> HermesDatabase:  # a PostgresDatabase for a postgresql:// URL: the same interface
     """Open the Hermes database ``target`` and bind every model to it.
 
@@ -81,6 +84,10 @@ def connect(
     ``migrate=True`` pending migrations are applied first. A second call for
     the same file returns the same handle.
     ``read_only=True`` opens the file with ``mode=ro``: it must exist.
+    ``journal_mode`` (``"wal"``, ``"delete"``) and ``synchronous`` (``"off"``,
+    ``"normal"``, ``"full"``, ``"extra"``, 0-3) are the journal settings of
+    :mod:`hermes_models.journal`; None reads ``HERMES_MODELS_JOURNAL_MODE`` and
+    ``HERMES_MODELS_SYNCHRONOUS``.
 
     A file newer than the v16 schema this package writes (a later Hermes, or
     a fork: see :mod:`hermes_models.shape`) is always opened read-only, with
@@ -92,17 +99,21 @@ def connect(
         FileNotFoundError: ``read_only=True`` and the file does not exist.
         TypeError: ``migrate`` or ``read_only`` is not a bool (``"false"`` would be
             read as true).
+        ValueError: ``journal_mode`` or ``synchronous`` (or its environment
+            variable) is not a value accepted.
     """
     migrate = check_flag(migrate, "migrate")
     read_only = check_flag(read_only, "read_only")
+    chosen = journal.settings(journal_mode, synchronous)
     if is_postgres_url(target):
         return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:
         path = resolve_file(target)
+        key = (path, read_only, chosen)
         with _open_lock:
-            db = _databases.get((path, read_only))
+            db = _databases.get(key)
             if db is not None and not os.path.exists(path):
-                _databases.pop((path, read_only), None)
+                _databases.pop(key, None)
                 _migrated.discard(path)
                 db = None
             if db is not None and not db.read_only:
@@ -111,14 +122,14 @@ def connect(
                 shape = retry_locked(lambda: probe(cached.connection()))
                 if shape.newer:
                     db.shape = shape
-                    _databases.pop((path, read_only), None)
+                    _databases.pop(key, None)
                     db.close()
                     db = None
             if db is None:
-                db = _open(path, read_only=read_only, migrate=migrate)
-                _databases[(path, read_only)] = db
+                db = _open(path, read_only=read_only, migrate=migrate, chosen=chosen)
+                _databases[key] = db
             elif migrate and not db.read_only and path not in _migrated:
-                _apply_migrations(path)
+                _apply_migrations(path, chosen)
             if migrate and not db.read_only:
                 # Every open: an index a build without FTS5 left out is built now.
                 schema.keep_search_indexes(db)
@@ -161,8 +172,8 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
     return cast("HermesDatabase", db)
 
 
-def _apply_migrations(path: str) -> None:
-    schema.migrate(path)
+def _apply_migrations(path: str, chosen: journal.JournalSettings) -> None:
+    schema.migrate(path, journal_mode=chosen.mode, synchronous=chosen.synchronous)
     _migrated.add(path)
 
 
@@ -170,7 +181,9 @@ def _apply_migrations(path: str) -> None:
 _told_newer: BoundedSet[str] = BoundedSet("newer files announced", 1024)
 
 
-def _open(path: str, *, read_only: bool, migrate: bool) -> HermesDatabase:
+def _open(
+    path: str, *, read_only: bool, migrate: bool, chosen: journal.JournalSettings
+) -> HermesDatabase:
     """A new handle on ``path`` (see :func:`connect`)."""
     check_file_kind(path)
     params = None
@@ -191,7 +204,9 @@ def _open(path: str, *, read_only: bool, migrate: bool) -> HermesDatabase:
         lambda: probe_file_held(path, params, pages=True, hold=not read_only)
     )
     try:
-        db = _open_probed(path, shape, params=params, read_only=read_only, migrate=migrate)
+        db = _open_probed(
+            path, shape, params=params, read_only=read_only, migrate=migrate, chosen=chosen
+        )
     finally:
         if held is not None:
             held.close()
@@ -215,6 +230,7 @@ def _open_probed(
     params: dict[str, str] | None,
     read_only: bool,
     migrate: bool,
+    chosen: journal.JournalSettings,
 ) -> HermesDatabase:
     """:func:`_open` once the file has been probed: ``shape`` is what the probe read."""
     if shape is not None and shape.newer and not read_only:
@@ -227,9 +243,11 @@ def _open_probed(
         secure_files(path, create=True)
         if migrate and path not in _migrated:
             # Checked above as migrate() checks a file: only the pending work is left.
-            applied = schema.apply_pending(path, None if shape is None else shape.migrations)
+            applied = schema.apply_pending(
+                path, None if shape is None else shape.migrations, journal_settings=chosen
+            )
             _migrated.add(path)
-    db = HermesDatabase(path, read_only=read_only, params=params)
+    db = HermesDatabase(path, read_only=read_only, params=params, journal_settings=chosen)
     # The probe above still describes the file unless a migration just changed it.
     probed = shape if shape is not None and not applied else None
 

@@ -2,11 +2,12 @@
 its connections is set up.
 
 Several processes (a gateway, CLIs, worker agents) share one SQLite file.
-Each connection turns foreign keys on, waits at most one second on a busy
-lock, and keeps the file in WAL mode so readers never wait for a writer. On
-file systems where WAL cannot work (NFS, SMB, some FUSE mounts, WSL1) the
-file falls back to DELETE mode with one warning. Why the last open failed
-is kept for Hermes' module helpers (:func:`format_db_unavailable`).
+Each connection is opened with the SQLite module :mod:`hermes_models.driver`
+chose, turns foreign keys on, waits at most one second on a busy lock, and
+follows the journal policy of :mod:`hermes_models.journal` (WAL, so readers
+never wait for a writer, where the SQLite is safe; DELETE where WAL cannot
+work). Why the last open failed is kept for Hermes' module helpers
+(:func:`format_db_unavailable`).
 
 What is checked about the file before it is opened lives in
 :mod:`hermes_models.files`; how a write waits for the lock and when the WAL
@@ -19,18 +20,18 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Hashable
 
 import peewee
 
-from . import grams, sqlite_sql, writes
-from .caches import BoundedSet
+from . import driver, grams, journal, sqlite_sql, writes
+from .driver import sqlite3
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
 from .hints import TYPE_CHECKING, cast
+from .journal import WAL_INCOMPAT_MARKERS, JournalSettings
 from .shape import FileShape
 from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
 
@@ -46,68 +47,21 @@ _PEEWEE_LOG = logging.getLogger("peewee")
 _DEBUG = logging.DEBUG
 
 
-#: Error texts of ``PRAGMA journal_mode=WAL`` on file systems without WAL support.
-WAL_INCOMPAT_MARKERS = ("locking protocol", "not authorized")
+def _share_peewee_adapters() -> None:
+    """Register on the package's SQLite module the adapters peewee registered on the
+    one it chose (dates, times, decimals), when the two differ: values are stored
+    alike whichever module runs."""
+    chosen_by_peewee: Any = getattr(peewee, "sqlite3", None)
+    if chosen_by_peewee is None or chosen_by_peewee is sqlite3:
+        return
+    for (kind, protocol), adapt in list(chosen_by_peewee.adapters.items()):
+        if protocol is chosen_by_peewee.PrepareProtocol:
+            sqlite3.register_adapter(kind, adapt)
+    for name, convert in list(chosen_by_peewee.converters.items()):
+        sqlite3.register_converter(name, convert)
 
 
-def _request_wal(conn: sqlite3.Connection) -> str:
-    row = conn.execute(sqlite_sql.JOURNAL_MODE_WAL).fetchone()
-    return str(row[0]).lower()
-
-
-def _journal_mode(conn: sqlite3.Connection) -> str | None:
-    """The journal mode ``conn`` reports, lower-cased; None when it cannot be read."""
-    try:
-        row = conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()
-    except sqlite3.OperationalError:
-        return None
-    return None if row is None or row[0] is None else str(row[0]).lower()
-
-
-_wal_warned: BoundedSet[str] = BoundedSet("WAL fallback warnings", 256)
-
-
-def _set_journal_mode(conn: sqlite3.Connection, db_label: str) -> str:
-    """Put ``conn``'s file in WAL mode, or DELETE mode where WAL cannot work.
-
-    Returns the mode SQLite reports after the change. A file already in WAL
-    is left alone (setting the pragma again has side effects on files other
-    connections hold open), and a file another process put in WAL is never
-    downgraded.
-    """
-    if _journal_mode(conn) == "wal":
-        return "wal"
-    try:
-        return writes.retry_locked(lambda: _request_wal(conn))
-    except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        if not any(marker in text for marker in WAL_INCOMPAT_MARKERS):
-            raise
-        if _journal_mode(conn) == "wal":
-            raise
-        if _wal_warned.add(db_label):
-            logger.warning(
-                "%s: WAL is not supported on this file system (%s); using "
-                "journal_mode=DELETE, which works on NFS/SMB/FUSE but lets writers "
-                "block readers",
-                db_label,
-                exc,
-            )
-        conn.execute(sqlite_sql.JOURNAL_MODE_DELETE)
-        return "delete"
-
-
-def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.db") -> str:
-    """Set ``journal_mode=WAL`` on ``conn``, falling back to DELETE; ``"wal"`` or ``"delete"``.
-
-    Hermes' helper of the same name, for any DB-API connection: a file
-    already in WAL is not touched; an error naming a WAL-incompatible file
-    system (``locking protocol``, ``not authorized``) switches to DELETE mode
-    with one warning per ``db_label`` in this process, unless the file is
-    already in WAL on disk, in which case the error propagates, as does
-    any other error.
-    """
-    return "delete" if _set_journal_mode(conn, db_label) == "delete" else "wal"
+_share_peewee_adapters()
 
 
 #: First words of the statements that write.
@@ -125,6 +79,8 @@ class HermesDatabase(peewee.SqliteDatabase):
     dialect = "sqlite"
     #: Whether connections come from a pool that :meth:`release` hands them back to.
     pooled = False
+    #: The SQLite every connection runs (peewee asks for features by it).
+    server_version = driver.SQLITE_VERSION_INFO
 
     def __init__(
         self,
@@ -132,12 +88,16 @@ class HermesDatabase(peewee.SqliteDatabase):
         *,
         read_only: bool = False,
         params: dict[str, str] | None = None,
+        journal_settings: JournalSettings | None = None,
     ) -> None:
         #: The file, an absolute path as text (:func:`hermes_models.files.resolve_file`).
         self.file = path = os.fspath(path)
         self._path: Path | None = None
         self.read_only = read_only
+        #: The journal mode the file was in when this thread's connection opened.
         self.journal: str | None = None
+        #: The journal settings every connection follows (:mod:`hermes_models.journal`).
+        self.journal_settings = journal_settings or JournalSettings()
         #: The structure of the file (set by :func:`hermes_models.connect`; None until then).
         self.shape: FileShape | None = None
         #: Which full-text tables this SQLite build runs (set on first use).
@@ -169,7 +129,16 @@ class HermesDatabase(peewee.SqliteDatabase):
         return self._path
 
     def _connect(self) -> sqlite3.Connection:
-        conn = cast("sqlite3.Connection", super()._connect())  # type: ignore[misc]
+        # The module driver chose, which need not be the one peewee chose.
+        handle: Any = self  # peewee's attributes, untyped
+        conn = sqlite3.connect(
+            self.database, timeout=handle._timeout, isolation_level=None, **self.connect_params
+        )
+        try:
+            self._add_conn_hooks(conn)
+        except Exception:
+            conn.close()
+            raise
         # peewee keeps one connection per thread. A thread that ends without
         # closing its own would leave it to the garbage collector (Python 3.13
         # warns "unclosed database"), so it is closed when the thread's state
@@ -190,10 +159,15 @@ class HermesDatabase(peewee.SqliteDatabase):
         conn.row_factory = sqlite3.Row
         conn.execute(sqlite_sql.FOREIGN_KEYS_ON)
         conn.execute(sqlite_sql.set_busy_timeout(int(writes.BUSY_TIMEOUT_S * 1000)))
+        journal.set_connection_defaults(conn)
         if self.read_only:
-            self.journal = _journal_mode(conn)
+            self.journal = journal.journal_mode(conn)
+            if self.journal_settings.synchronous is not None:
+                conn.execute(sqlite_sql.set_synchronous(self.journal_settings.synchronous))
         else:
-            self.journal = _set_journal_mode(conn, self.file)
+            self.journal = journal.apply(
+                conn, self.file, self.journal_settings, vulnerable=driver.WAL_RESET_BUG
+            )
 
     def execute_sql(self, sql: str, params: Any = None, commit: Any = None) -> Any:
         """Run ``sql``; on a file newer than v16 a write raises :class:`SchemaTooNewError`
@@ -531,10 +505,8 @@ format_session_db_unavailable = format_db_unavailable
 
 __all__ = [
     "MEMO_ENTRIES",
-    "WAL_INCOMPAT_MARKERS",
     "WRITE_PATIENCE_S",
     "HermesDatabase",
-    "apply_wal_with_fallback",
     "format_db_unavailable",
     "format_session_db_unavailable",
     "get_last_init_error",

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 import re
-import sqlite3
 from pathlib import Path
 from types import ModuleType
 
 from . import sqlite_sql
+from .driver import sqlite3
 from .hints import cast
 from .schema import migrations_dir
 

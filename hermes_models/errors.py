@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import peewee
+
+from .driver import sqlite3
 
 
 class HermesModelsError(Exception):

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import stat
 
 from . import sqlite_sql
 from .caches import BoundedSet
 from .checks import expand_user
+from .driver import sqlite3
 from .errors import (
     NotADatabaseError,
     ReadOnlyDatabaseError,

@@ -42,10 +42,10 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-import sqlite3
 from collections.abc import Callable, Iterable
 
 from . import sqlite_sql
+from .driver import sqlite3, whole_arguments
 from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
@@ -136,11 +136,12 @@ def _cached_grams(*columns: object) -> str:
     return grams(*columns)
 
 
-def _safe_grams(*columns: object) -> str:
+def _safe_grams(mask: int, *columns: object) -> str:
     # The TEMP triggers ask for one row's grams up to three times (two conditions and
-    # the insert): a few recent answers are kept.
+    # the insert): a few recent answers are kept. Text holding a NUL comes as bytes
+    # (flagged in ``mask``: see sqlite_sql.whole_text).
     try:
-        return _cached_grams(*columns)
+        return _cached_grams(*whole_arguments(mask, columns))
     except Exception:  # an SQL function must not raise into a write
         return ""
 
@@ -204,7 +205,7 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
     False (and nothing installed) when the file has no gram index or this
     SQLite build cannot run FTS5.
     """
-    conn.create_function(GRAMS_FUNCTION, 3, _safe_grams, deterministic=True)
+    conn.create_function(GRAMS_FUNCTION, 4, _safe_grams, deterministic=True)
 
     def note_behind() -> None:
         behind()

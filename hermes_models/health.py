@@ -21,7 +21,6 @@ Every function returns plain dicts; printing them is the CLI's job.
 from __future__ import annotations
 
 import os
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any, cast
@@ -33,8 +32,10 @@ from .binding import current, using
 from .checks import INT64_MAX
 from .db import HermesDatabase
 from .dialect import POSTGRESQL, SQLITE
+from .driver import WAL_RESET_BUG, sqlite3, sqlite_info
 from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
 from .fts import present_indexes
+from .fts_check import check_index, split_integrity
 from .lineage import order_sessions
 from .models import Message, Session
 from .shape import FileShape
@@ -164,10 +165,14 @@ def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
     fts = {table: int(_one(db, sqlite_sql.count_rows(table))) for table in present_fts_tables(db)}
     shape = db.shape
     newer = shape is not None and shape.newer
+    journal = str(_one(db, sqlite_sql.JOURNAL_MODE))
     return {
         "path": str(db.path),
         "schema_version": _version(db),
-        "journal_mode": str(_one(db, sqlite_sql.JOURNAL_MODE)),
+        "journal_mode": journal,
+        # The SQLite this process runs on, and whether the file is exposed to its bug.
+        "sqlite": sqlite_info(),
+        "exposed": journal == "wal" and WAL_RESET_BUG,
         "sessions": int(_one(db, sqlite_sql.COUNT_SESSIONS)),
         "messages": messages,
         "active_messages": active,
@@ -187,11 +192,49 @@ def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "detail": detail}
 
 
-def _integrity(db: HermesDatabase) -> dict[str, Any]:
+def _integrity(db: HermesDatabase, indexes: list[str] | None = None) -> dict[str, Any]:
+    """``PRAGMA integrity_check``; what it says of the search ``indexes`` (SQLite 3.44+
+    runs FTS5's check too) is left to their own checks (:mod:`hermes_models.fts_check`)."""
     found = [str(row[0]) for row in _rows(db, sqlite_sql.INTEGRITY_CHECK)]
-    if found == ["ok"]:
+    found, _ = split_integrity(found, indexes or [])
+    if found in (["ok"], []):
         return _check("integrity_check", True, "ok")
     return _check("integrity_check", False, "; ".join(found[:5]))
+
+
+def describe_sqlite() -> str:
+    """The SQLite this process runs on, in one line: version, module, source id, and
+    whether it has the WAL-reset bug."""
+    info = sqlite_info()
+    bug = "has the WAL-reset bug" if info["wal_reset_bug"] else "without the WAL-reset bug"
+    return f"{info['version']} ({info['module']}; source {info['source_id']}), {bug}"
+
+
+def _sqlite_check() -> dict[str, Any]:
+    return _check("sqlite", True, describe_sqlite())
+
+
+def _journal_check(db: HermesDatabase) -> dict[str, Any]:
+    """The file's journal mode; a file in WAL mode on an SQLite with the WAL-reset bug
+    is exposed to it (a failed check: the detail says what to do)."""
+    mode = str(_one(db, sqlite_sql.JOURNAL_MODE)).lower()
+    if mode == "wal" and WAL_RESET_BUG:
+        return _check(
+            "journal mode",
+            False,
+            f"wal: exposed to the WAL-reset bug of SQLite {sqlite_info()['version']}, which "
+            "can corrupt a WAL file that several processes write and checkpoint; run every "
+            "process on SQLite 3.51.3 or later (`pip install pysqlite3`), or stop them all "
+            "and open the file once with journal_mode=delete",
+        )
+    if mode != "wal" and WAL_RESET_BUG:
+        return _check(
+            "journal mode",
+            True,
+            f"{mode}: not exposed (this SQLite has the WAL-reset bug, so the file is kept out "
+            "of WAL)",
+        )
+    return _check("journal mode", True, mode)
 
 
 def _foreign_keys(db: HermesDatabase) -> dict[str, Any]:
@@ -250,11 +293,11 @@ def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]
         try:
             for name, table in zip(names, tables):
                 try:
-                    conn.execute(sqlite_sql.fts_integrity_check(table))
+                    found = check_index(conn, table, str(_one(db, sqlite_sql.table_sql(table))))
                 except sqlite3.Error as exc:
                     checks.append(_check(name, False, str(exc)))
                 else:
-                    checks.append(_check(name, True, "ok"))
+                    checks.append(_check(name, found.ok, found.detail))
         finally:
             conn.close()
     return checks
@@ -385,6 +428,8 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
     if shape is not None and shape.newer:
         return _doctor_newer(db, shape)
     checks = [
+        _sqlite_check(),
+        _journal_check(db),
         _check(
             "schema_version",
             version == SCHEMA_VERSION,
@@ -392,7 +437,7 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
             if version == SCHEMA_VERSION
             else f"{version}: expected {SCHEMA_VERSION} (run `hermes-models migrate`)",
         ),
-        _integrity(db),
+        _integrity(db, present_fts_tables(db)),
         _foreign_keys(db),
         _parent_loops(db),
     ]
@@ -434,13 +479,15 @@ def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
     through a tokenizer this process lacks, no counter rule of ours imposed on Hermes'."""
     layout = "none" if shape.fts_layout is None else str(shape.fts_layout)
     checks = [
+        _sqlite_check(),
+        _journal_check(db),
         _check(
             "schema_version",
             True,
             f"{shape.describe_version()}: newer than {SCHEMA_VERSION}, read only "
             f"(full-text layout {layout})",
         ),
-        _integrity(db),
+        _integrity(db, present_fts_tables(db)),
         _foreign_keys(db),
     ]
     inline = [
@@ -508,6 +555,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
 __all__ = [
     "SEQUENCE_HEADROOM",
     "counter_mismatches",
+    "describe_sqlite",
     "doctor",
     "gram_state",
     "message_sequence",

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .db import apply_wal_with_fallback, format_session_db_unavailable, get_last_init_error
+from .db import format_session_db_unavailable, get_last_init_error
 from .files import SCHEMA_VERSION, resolve_path
 from .hints import TYPE_CHECKING
+from .journal import apply_wal_with_fallback
 from .repair import is_malformed_db_error, repair_state_db_schema
 from .store import SessionDB
 

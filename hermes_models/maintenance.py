@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from . import grams, postgres_sql, sqlite_sql
 from .binding import current, write
 from .checks import check_days, check_folder, check_text
 from .dialect import on_postgresql
+from .driver import sqlite3
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .hints import TYPE_CHECKING, cast

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -25,6 +24,7 @@ from .checks import check_epoch as check_epoch  # re-exported: callers import it
 from .content import CONTENT_JSON_PREFIX as CONTENT_JSON_PREFIX  # re-exported
 from .content import IMAGE, content_text
 from .content import decode_content as decode_content  # re-exported
+from .driver import sqlite3
 from .hints import TYPE_CHECKING, cast
 from .holders import holder_is_gone
 from .statements import Prepared

@@ -597,6 +597,24 @@ def newest_cte(filters: FilterShape) -> Any:
     return peewee.Select(columns=[fn.COALESCE(shown, 0)]).cte("newest", columns=("floor",))
 
 
+def _holds_nul(column: Any) -> Any:
+    return (fn.typeof(column) == "text") & (fn.instr(column, fn.char(0)) > 0)
+
+
+def _whole_text(column: Any) -> Any:
+    """``column`` as an argument of an SQL function of ours, whole (as
+    :func:`hermes_models.sqlite_sql.whole_text` spells it)."""
+    return Case(None, [(_holds_nul(column), column.cast("BLOB"))], column)
+
+
+def _nul_mask(columns: tuple[Any, ...]) -> Any:
+    """Which of ``columns`` :func:`_whole_text` hands over as bytes (bit ``i``: the ``i``-th)."""
+    mask = _holds_nul(columns[0])
+    for i, column in enumerate(columns[1:], 1):
+        mask = mask + _holds_nul(column) * (1 << i)
+    return mask
+
+
 def _starts_with_nul(m: Any) -> Any:
     return (m.content >= Value(NUL)) & (m.content < Value("\x01"))
 
@@ -768,7 +786,8 @@ def _render_scan(
         )
     if prefilter:
         where.append(_balanced(operator.or_, [_like(m, k, slot) for k in prefilter]))
-    visit = getattr(fn, SCAN_FUNCTION)(m.id, m.content, m.tool_name, m.tool_calls)
+    columns = (m.content, m.tool_name, m.tool_calls)
+    visit = getattr(fn, SCAN_FUNCTION)(m.id, *map(_whole_text, columns), _nul_mask(columns))
     query = m.select(m.id).where(*where, visit != 0)
     return render(query)
 
@@ -1026,6 +1045,9 @@ def _one_index(
     )
     if single != TRIGRAM:
         return query, None
+    # Rows that start with NUL come from the query below whichever SQLite indexed
+    # them (one before 3.4x indexed nothing past a NUL; a later one indexes it all).
+    query = query.where(~_starts_with_nul(m))
     gap = _trigram_gap(m, shape)
     if gap is not None:
         # Those rows come from the LIKE below (an older index may hold a cut copy).

@@ -25,6 +25,7 @@ import functools
 import re
 from dataclasses import dataclass
 
+from .driver import whole_arguments
 from .grams import CJK_RANGES
 
 OPERATORS = frozenset({"AND", "OR", "NOT"})
@@ -353,10 +354,22 @@ class Matcher:
         #: Whether case matters: only when a needle has an ASCII letter.
         self._fold = any(c.isascii() and c.isalpha() for needle in self.holders for c in needle)
 
-    def visit(self, message_id: int, content: object, tool_name: object, tool_calls: object) -> int:
-        """Note which needles a message holds; 0 always (an SQL function: never raises)."""
+    def visit(
+        self,
+        message_id: int,
+        content: object,
+        tool_name: object,
+        tool_calls: object,
+        mask: int = 0,
+    ) -> int:
+        """Note which needles a message holds; 0 always (an SQL function: never raises).
+        Text holding a NUL comes as bytes, flagged in ``mask`` (see
+        :func:`hermes_models.sqlite_sql.whole_text`)."""
         try:
-            columns = [str(c) for c in (content, tool_name, tool_calls) if c is not None]
+            values: tuple[object, ...] = (content, tool_name, tool_calls)
+            if mask:
+                values = whole_arguments(mask, values)
+            columns = [str(c) for c in values if c is not None]
             search = self._search
             if any(search(column) is not None for column in columns):
                 self._sort(message_id, columns)

@@ -15,20 +15,21 @@ whichever path answers. Having written it, the process ends with
 
 The quick path answers only a file it would not change: an existing SQLite
 file of this package's current structure with every migration applied
-(nothing to migrate), in WAL mode, private to this user, with private
-sidecars. Anything else — a terminal, another option, a server URL, an
-environment variable it does not read, a file that needs care, any error
-before the first byte is written — goes to the full command, which does what
-it always did (and gives its errors).
+(nothing to migrate), in WAL mode on an SQLite without the WAL-reset bug
+(:mod:`hermes_models.driver`), private to this user, with private sidecars.
+Anything else — a terminal, another option, a server URL, an environment
+variable it does not read, a file that needs care, any error before the first
+byte is written — goes to the full command, which does what it always did (and
+gives its errors).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import sys
 
+from .driver import WAL_RESET_BUG, sqlite3
 from .hints import TYPE_CHECKING
 from .sqlite_sql import (
     COMPILE_OPTIONS,
@@ -203,7 +204,9 @@ def _open(path: str) -> sqlite3.Connection | None:
     from . import quick_sql
     from .shape import probe
 
-    if os.path.lexists(f"{path}-journal"):
+    if os.path.lexists(f"{path}-journal") or WAL_RESET_BUG:
+        # (On an SQLite with the WAL-reset bug the full command says whether the file
+        # is exposed to it.)
         return None
     if os.path.lexists(f"{path}-wal") or os.path.lexists(f"{path}-shm"):
         conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import sqlite3
 import threading
 
 from . import sqlite_sql
+from .driver import sqlite3
 from .errors import MALFORMED_MARKERS, is_malformed_db_error
 from .hints import TYPE_CHECKING
 

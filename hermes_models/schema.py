@@ -20,14 +20,14 @@ import functools
 import hashlib
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Collection, Iterator
 
-from . import grams, sqlite_sql
+from . import driver, grams, journal, sqlite_sql
 from .caches import BoundedCache
 from .db import HermesDatabase
+from .driver import sqlite3
 from .errors import MigrationError, is_lock_error
 from .files import (
     SCHEMA_VERSION,
@@ -129,14 +129,22 @@ def yoyo_url(path: StrPath) -> str:
     return "sqlite:///" + sqlite_uri(path)[len("file:") :]
 
 
-def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
+def migrate(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    journal_mode: str | None = None,
+    synchronous: str | int | None = None,
+) -> list[str]:
     """Apply pending migrations to ``target`` and return the ids applied.
 
     ``target`` is a file (a path or ``sqlite:///`` URL; None: the default
     store), or a ``postgresql://`` URL, whose store is migrated by
-    :func:`hermes_models.postgres.migrate`.
+    :func:`hermes_models.postgres.migrate`. ``journal_mode`` and ``synchronous``
+    are the journal settings of :mod:`hermes_models.journal` (a new file is put
+    in its journal mode before the first migration).
 
     Raises:
+        ValueError: ``journal_mode`` or ``synchronous`` is not a value accepted.
         MissingDriverError: a ``postgresql://`` URL, and psycopg is not installed.
         NotADatabaseError: the file is not an SQLite database.
         SchemaTooNewError: a newer Hermes wrote the file (nothing is written).
@@ -144,6 +152,7 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
             ``sessions`` table that is not Hermes', or upgrading an older Hermes
             file failed (it is left as it was).
     """
+    chosen = journal.settings(journal_mode, synchronous)
     if is_postgres_url(target):
         from . import postgres  # the server backend loads only for a server
 
@@ -154,10 +163,15 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
     check_schema_version(path)
     check_writable(path)
     secure_files(path, create=True)
-    return apply_pending(path)
+    return apply_pending(path, journal_settings=chosen)
 
 
-def apply_pending(path: StrPath, applied: Collection[str] | None = None) -> list[str]:
+def apply_pending(
+    path: StrPath,
+    applied: Collection[str] | None = None,
+    *,
+    journal_settings: journal.JournalSettings | None = None,
+) -> list[str]:
     """The work of :func:`migrate` on a file already checked as it checks it (an SQLite
     file or none, not newer than v16, writable, private); returns the ids applied.
 
@@ -179,15 +193,18 @@ def apply_pending(path: StrPath, applied: Collection[str] | None = None) -> list
     # deadlock) was rolled back whole; the pending work is decided again. The
     # ones committed before it stay applied, and are reported.
     done: list[str] = []
-    retry_locked(lambda: _apply_under_lock(path, migrations, done))
+    chosen = journal_settings or journal.settings()
+    retry_locked(lambda: _apply_under_lock(path, migrations, done, chosen))
     secure_files(path, create=False)
     return done
 
 
-def _apply_under_lock(path: StrPath, migrations: Any, done: list[str]) -> None:
+def _apply_under_lock(
+    path: StrPath, migrations: Any, done: list[str], chosen: journal.JournalSettings
+) -> None:
     """Apply what is pending under yoyo's lock (see :func:`apply_pending`), adding
     the id of each migration to ``done`` as it commits."""
-    with _process_lock, _backend(path) as backend, _locked(backend):
+    with _process_lock, _backend(path, chosen) as backend, _locked(backend):
         applied = set(backend.get_applied_migration_hashes())
         baseline = [m for m in migrations if m.id in BASELINE]
         if not any(m.hash in applied for m in baseline):
@@ -315,18 +332,33 @@ def _up_to_date(path: StrPath, folder: StrPath) -> bool:
     return all(key in applied for key in migrations)
 
 
+@functools.cache
+def _backend_class() -> Any:
+    """yoyo's SQLite backend on the module :mod:`hermes_models.driver` chose (yoyo's
+    own imports the standard library's :mod:`sqlite3`)."""
+    from yoyo.backends.core.sqlite3 import SQLiteBackend  # only when there is migrating to do
+
+    return type("SQLiteBackend", (SQLiteBackend,), {"driver_module": sqlite3.__name__})
+
+
 @contextlib.contextmanager
-def _backend(path: StrPath) -> Iterator[Any]:
+def _backend(path: StrPath, chosen: journal.JournalSettings | None = None) -> Iterator[Any]:
     def open_backend() -> Any:
         # yoyo's get_backend() in three steps, so that a file that is locked or
         # is not a database does not leave yoyo's connection open behind it
         # (yoyo is imported only when there is migrating to do).
-        from yoyo.connections import get_backend_class, parse_uri
+        from yoyo.connections import parse_uri
         from yoyo.migrations import default_migration_table
 
         parsed = parse_uri(yoyo_url(path))
-        backend = get_backend_class(parsed.scheme)(parsed, default_migration_table)
+        backend = _backend_class()(parsed, default_migration_table)
         try:
+            # The first connection to a new file gives it its journal mode.
+            conn = backend.connection
+            journal.set_connection_defaults(conn)
+            journal.apply(
+                conn, str(path), chosen or journal.settings(), vulnerable=driver.WAL_RESET_BUG
+            )
             backend.init_database()
             tables = {row[0] for row in backend.execute(sqlite_sql.SCHEMA_NAMES)}
         except BaseException:

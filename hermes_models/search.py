@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +38,7 @@ from . import present, sqlite_sql
 from .binding import current, newer_file
 from .checks import INT64_MAX, check_flag
 from .dialect import on_postgresql
+from .driver import sqlite3
 from .fts import INDEXES, available_routes, warn_once
 from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
 from .listing import check_page
@@ -256,7 +256,7 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
     if not (scan.uncovered_only and _gram_index_covers_all(deadline)):
-        with _function(SCAN_FUNCTION, 4, matcher.visit):
+        with _function(SCAN_FUNCTION, 5, matcher.visit):
             fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
     holders = matcher.holders
     holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}

@@ -21,10 +21,10 @@ Nothing here writes; the probe runs on any connection, read-only ones included.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from collections.abc import Mapping
 
 from . import sqlite_sql
+from .driver import sqlite3
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:

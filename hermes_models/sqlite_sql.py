@@ -39,6 +39,14 @@ RELEASE_GRAMS = "RELEASE hermes_models_grams"
 JOURNAL_MODE = "PRAGMA journal_mode"
 JOURNAL_MODE_WAL = "PRAGMA journal_mode=WAL"
 JOURNAL_MODE_DELETE = "PRAGMA journal_mode=DELETE"
+SYNCHRONOUS = "PRAGMA synchronous"
+#: Memory-mapped reads stay off (the build's default may differ).
+MMAP_OFF = "PRAGMA mmap_size=0"
+#: Deleted content overwritten with zeros, whichever build's default.
+SECURE_DELETE_ON = "PRAGMA secure_delete=ON"
+#: Which SQLite build runs the statement (its exact check-in).
+SOURCE_ID = "SELECT sqlite_source_id()"
+SQLITE_VERSION = "SELECT sqlite_version()"
 #: A scratch file: no journal, no syncing.
 JOURNAL_MODE_OFF = "PRAGMA journal_mode = OFF"
 SYNCHRONOUS_OFF = "PRAGMA synchronous = OFF"
@@ -65,6 +73,11 @@ WRITABLE_SCHEMA_OFF = "PRAGMA writable_schema=OFF"
 WAL_CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 WAL_CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 VACUUM = "VACUUM"
+
+
+def set_synchronous(level: int) -> str:
+    """``PRAGMA synchronous`` set to ``level`` (0-3: OFF, NORMAL, FULL, EXTRA)."""
+    return f"PRAGMA synchronous={int(level)}"
 
 
 def set_foreign_keys(value: int) -> str:
@@ -113,6 +126,7 @@ FTS5_TABLES = (
     "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'"
     " AND lower(sql) LIKE '%using fts5%'"
 )
+FTS5_TABLES_WITH_SQL = FTS5_TABLES.replace("SELECT name ", "SELECT name, sql ", 1)
 #: The tables and triggers of the two message search indexes.
 SEARCH_OBJECT_NAMES = (
     "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
@@ -262,6 +276,39 @@ def fts_integrity_check(table: str) -> str:
     return f"INSERT INTO {table}({table}) VALUES ('integrity-check')"
 
 
+#: The savepoint inside which a check aligns an index's stored text, then undoes it.
+SAVEPOINT_CHECK = "SAVEPOINT hermes_models_check"
+ROLLBACK_TO_CHECK = "ROLLBACK TO hermes_models_check"
+RELEASE_CHECK = "RELEASE hermes_models_check"
+#: A scratch index in which the check counts the terms this SQLite reads in a text.
+TERM_COUNTER = "hermes_models_term_counter"
+DROP_TERM_COUNTER = f"DROP TABLE IF EXISTS temp.{TERM_COUNTER}"
+COUNT_TERMS_INSERT = f"INSERT INTO temp.{TERM_COUNTER}(rowid, x) VALUES (?, ?)"
+COUNT_TERMS_READ = f"SELECT sz FROM temp.{TERM_COUNTER}_docsize WHERE id = ?"
+COUNT_TERMS_CLEAR = f"DELETE FROM temp.{TERM_COUNTER}"
+
+
+def term_counter(options: str) -> str:
+    """The scratch index :data:`TERM_COUNTER`, tokenized as ``options`` says (``""``
+    or ``", tokenize='trigram'"``)."""
+    return f"CREATE VIRTUAL TABLE temp.{TERM_COUNTER} USING fts5(x{options})"
+
+
+def rows_holding_nul(table: str) -> str:
+    """The rows of the search index ``table`` whose stored text holds a NUL character:
+    id, text and stored term counts (``_docsize``)."""
+    return (
+        f"SELECT c.id, c.c0, d.sz FROM {quote(table + '_content')} AS c"
+        f" JOIN {quote(table + '_docsize')} AS d ON d.id = c.id"
+        " WHERE instr(CAST(c.c0 AS BLOB), x'00') > 0"
+    )
+
+
+def set_stored_text(table: str) -> str:
+    """Replace the stored text of one row (bound: text, id) of the search index ``table``."""
+    return f"UPDATE {quote(table + '_content')} SET c0 = ? WHERE id = ?"
+
+
 def clear_main(table: str) -> str:
     """Empty ``table`` of the scratch copy (a shadow table of a search index)."""
     return f"DELETE FROM main.{table}"
@@ -401,9 +448,28 @@ CLEAR_GRAM_GONE = f"DELETE FROM {GRAM_GONE_TABLE}"
 _MARK = f"(SELECT high_water FROM main.{GRAM_MARK_TABLE})"
 
 
+def _holds_nul(column: str) -> str:
+    return f"(typeof({column}) = 'text' AND instr({column}, char(0)) > 0)"
+
+
+def whole_text(column: str) -> str:
+    """``column`` as an argument of an SQL function of ours: text holding a NUL
+    character goes as its UTF-8 bytes (some builds of the ``sqlite3`` module cut a
+    text argument at its first NUL), flagged in :func:`nul_mask`."""
+    return f"CASE WHEN {_holds_nul(column)} THEN CAST({column} AS BLOB) ELSE {column} END"
+
+
+def nul_mask(*columns: str) -> str:
+    """Which of ``columns`` :func:`whole_text` hands over as bytes: bit ``i`` for the
+    ``i``-th (:func:`hermes_models.driver.whole_arguments` makes them text again)."""
+    return " + ".join(f"{_holds_nul(column)} * {1 << i}" for i, column in enumerate(columns))
+
+
 def _grams_of(row: str) -> str:
     """The grams of the trigger's row ``row`` (``new`` or ``old``)."""
-    return f"{GRAMS_FUNCTION}({row}.content, {row}.tool_name, {row}.tool_calls)"
+    columns = (f"{row}.content", f"{row}.tool_name", f"{row}.tool_calls")
+    arguments = ", ".join(whole_text(column) for column in columns)
+    return f"{GRAMS_FUNCTION}({nul_mask(*columns)}, {arguments})"
 
 
 def _add(row: str) -> str:
@@ -573,6 +639,9 @@ __all__ = [
     "COPY_SET_PARENT",
     "COUNT_MESSAGES",
     "COUNT_SESSIONS",
+    "COUNT_TERMS_CLEAR",
+    "COUNT_TERMS_INSERT",
+    "COUNT_TERMS_READ",
     "DATA_VERSION",
     "DEDUP_SCHEMA",
     "DEFER_FOREIGN_KEYS_ON",
@@ -581,6 +650,7 @@ __all__ = [
     "DELETE_UNUSED_SEQUENCE",
     "DETACH_SOURCE",
     "DROP_FTS5_PROBE",
+    "DROP_TERM_COUNTER",
     "EMPTY_GRAMS",
     "FOREIGN_KEYS",
     "FOREIGN_KEYS_OFF",
@@ -588,6 +658,7 @@ __all__ = [
     "FOREIGN_KEY_CHECK",
     "FORGET_SEARCH_SCHEMA",
     "FTS5_TABLES",
+    "FTS5_TABLES_WITH_SQL",
     "FTS_META",
     "GRAMS_FUNCTION",
     "GRAM_COUNT",
@@ -626,16 +697,20 @@ __all__ = [
     "MESSAGE_IDS_BETWEEN",
     "MESSAGE_SEQUENCE",
     "META_VALUE",
+    "MMAP_OFF",
     "NEWEST_FLOOR",
     "OPEN_GRAM_TABLE",
     "PAGE_COUNT",
     "READ_SCHEMA",
+    "RELEASE_CHECK",
     "RELEASE_GRAMS",
     "RESET_GRAM_MARK",
     "REST_LIMIT",
     "ROLLBACK",
+    "ROLLBACK_TO_CHECK",
     "ROLLBACK_TO_GRAMS",
     "ROWID_IN_JSON_LIST",
+    "SAVEPOINT_CHECK",
     "SAVEPOINT_GRAMS",
     "SCHEMA_COOKIE",
     "SCHEMA_NAMES",
@@ -643,16 +718,21 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEARCH_OBJECT_NAMES",
     "SEARCH_SCHEMA",
+    "SECURE_DELETE_ON",
     "SEQUENCE_OF",
     "SET_GRAM_MARK",
     "SET_META_VALUE",
     "SET_SCHEMA_VERSION",
     "SET_SEQUENCE",
     "SET_SESSION_COUNTERS",
+    "SOURCE_ID",
+    "SQLITE_VERSION",
+    "SYNCHRONOUS",
     "SYNCHRONOUS_OFF",
     "TABLES_AND_VIEWS",
     "TABLES_NAMED",
     "TABLE_NAMES",
+    "TERM_COUNTER",
     "TITLES_FROM_LIST",
     "TRIGGER_NAMES",
     "UPSERT_META",
@@ -678,16 +758,22 @@ __all__ = [
     "insert_or_ignore",
     "messages_not_indexed",
     "multi_row_insert",
+    "nul_mask",
     "prefix_bounds",
     "quote",
     "read_nothing_from",
+    "rows_holding_nul",
     "set_busy_timeout",
     "set_foreign_keys",
     "set_message_sequence",
+    "set_stored_text",
+    "set_synchronous",
     "set_user_version",
     "stale_index_rows",
     "stray_index_rows",
     "table_info",
     "table_sql",
+    "term_counter",
     "wal_checkpoint",
+    "whole_text",
 ]

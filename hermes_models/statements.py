@@ -28,7 +28,6 @@ values are many (a search's) keep ``?`` placeholders and bind a list
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Hashable, Iterator, Mapping
 
 from peewee import Value
@@ -36,6 +35,7 @@ from peewee import Value
 from .binding import current, using
 from .caches import BoundedCache
 from .db import HermesDatabase
+from .driver import sqlite3
 from .hints import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -47,9 +46,11 @@ from .children import (
 )
 from .connection import connect
 from .db import HermesDatabase
+from .driver import sqlite3
 from .errors import SQLITE_ERRORS, is_malformed_db_error
 from .files import is_postgres_url, resolve_file
 from .hints import TYPE_CHECKING, cast
+from .journal import settings as journal_settings
 from .models import (
     AUTO_PRUNE_KEY,
     CompressionLock,
@@ -144,7 +145,11 @@ class SessionDB:
     """The Hermes session store on one SQLite file.
 
     ``db_path`` defaults to ``$HERMES_HOME/state.db``. ``read_only=True``
-    opens an existing file for reading and searching only. A writable open
+    opens an existing file for reading and searching only. ``journal_mode``
+    (``"wal"``, ``"delete"``) and ``synchronous`` (``"off"``, ``"normal"``,
+    ``"full"``, ``"extra"``, 0-3) are the journal settings of
+    :mod:`hermes_models.journal` (None: ``HERMES_MODELS_JOURNAL_MODE``,
+    ``HERMES_MODELS_SYNCHRONOUS``, else the policy's defaults). A writable open
     of a file whose schema SQLite cannot parse repairs it once per process
     (:func:`hermes_models.repair.repair_state_db_schema`, a copy first) and
     opens it again, as Hermes does.
@@ -153,12 +158,21 @@ class SessionDB:
     #: Longest session title accepted, in characters.
     MAX_TITLE_LENGTH = titles.MAX_TITLE_LENGTH
 
-    def __init__(self, db_path: Any = None, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        db_path: Any = None,
+        read_only: bool = False,
+        *,
+        journal_mode: str | None = None,
+        synchronous: str | int | None = None,
+    ) -> None:
         #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
         #: What was assigned to ``db_path`` since, if anything.
         self._shown: str | None = None
         self.read_only = check_flag(read_only, "read_only")
+        #: The journal settings, checked (a bad value is a ValueError before any open).
+        self._journal = journal_settings(journal_mode, synchronous)
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
@@ -190,7 +204,7 @@ class SessionDB:
 
     def _open(self) -> HermesDatabase:
         try:
-            return connect(self._target, read_only=self.read_only)
+            return self._connect()
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
             cause = getattr(exc, "orig", None) or exc
             if not self.read_only and is_malformed_db_error(cause):
@@ -208,7 +222,15 @@ class SessionDB:
             logger.error("%s: the schema is malformed (%s); repairing it", self._target, cause)
             if not repair_state_db_schema(self._target)["repaired"]:
                 raise
-        return connect(self._target, read_only=self.read_only)
+        return self._connect()
+
+    def _connect(self) -> HermesDatabase:
+        return connect(
+            self._target,
+            read_only=self.read_only,
+            journal_mode=self._journal.mode,
+            synchronous=self._journal.synchronous,
+        )
 
     # -- handle ------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ refused. Deleting a session drops its binding (``ON DELETE CASCADE``).
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 
@@ -25,6 +24,7 @@ from peewee import SQL, CompositeKey, DoubleField, ForeignKeyField, IntegerField
 from . import postgres_sql
 from .binding import current, write
 from .checks import check_flag, check_int64, check_key
+from .driver import sqlite3
 from .errors import ReadOnlyDatabaseError
 from .files import refuse_newer_schema
 from .hints import TYPE_CHECKING, cast

@@ -10,7 +10,6 @@ its SQL is rendered once from the model's fields and run directly.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -30,6 +29,7 @@ from .checks import (
 )
 from .db import HermesDatabase
 from .dialect import POSTGRESQL, json_array_length, on_postgresql
+from .driver import sqlite3
 from .hints import TYPE_CHECKING, cast
 from .models import (
     ROLES,

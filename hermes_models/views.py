@@ -331,7 +331,8 @@ def stats_table(report: dict[str, Any]) -> Table:
     table.add_row("file" if on_file else "store", report["path"])
     schema = f"v{report['schema_version']}"
     if on_file:
-        schema += f" ({report['journal_mode']} journal)"
+        exposed = ", exposed to the WAL-reset bug" if report.get("exposed") else ""
+        schema += f" ({report['journal_mode']} journal{exposed})"
     if report.get("newer_than_writes"):
         schema += ", newer than v16: read only"
     table.add_row("schema", schema)
@@ -343,6 +344,11 @@ def stats_table(report: dict[str, Any]) -> Table:
         f"{report['messages']} ({report['active_messages']} active, "
         f"{report['inactive_messages']} rewound)",
     )
+    sqlite = report.get("sqlite")
+    if on_file and sqlite:
+        bug = "has the WAL-reset bug" if sqlite["wal_reset_bug"] else "without the WAL-reset bug"
+        table.add_row("SQLite", f"{sqlite['version']} ({sqlite['module']}), {bug}")
+        table.add_row("SQLite source", str(sqlite["source_id"]))
     if on_file:
         table.add_row("file size", size(report["file_bytes"]))
         table.add_row("WAL size", size(report["wal_bytes"]))

@@ -22,13 +22,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 
 import peewee
 
 from . import sqlite_sql
+from .driver import sqlite3
 from .errors import WriteConflictError, is_lock_error, is_read_only_error
 from .files import read_only_file_error
 from .hints import TYPE_CHECKING

@@ -84,8 +84,7 @@ def _upgrade_time(cursor):
 
 # A JSON object (or NULL) model_config; anything else is left as it is.
 _OBJECT = (
-    "(model_config IS NULL OR (json_valid(model_config)"
-    " AND json_type(model_config) = 'object'))"
+    "(model_config IS NULL OR (json_valid(model_config) AND json_type(model_config) = 'object'))"
 )
 
 

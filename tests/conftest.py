@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from pg_server import Server
 
 import hermes_models
 from hermes_models import HermesDatabase, SessionDB
+from hermes_models.driver import sqlite3
 from hermes_models.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES

@@ -27,10 +27,11 @@ says 0 and no message row exists.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
+
+from hermes_models.driver import sqlite3
 
 ORPHANED = "__orphaned__"
 DAY = 86400.0

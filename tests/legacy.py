@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from hermes_models.driver import sqlite3
 
 #: Versions the tests build files for.
 VERSIONS = (2, 3, 6, 10, 11, 12, 15, 16)

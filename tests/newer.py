@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from hermes_models.driver import sqlite3
 
 import legacy
 

@@ -7,8 +7,9 @@ included). Tests run code under it in a child process:
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
+
+from hermes_models.driver import sqlite3
 
 _connect = sqlite3.connect
 _TOUCH = (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)

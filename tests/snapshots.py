@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+from hermes_models.driver import sqlite3
 from hermes_models.files import is_postgres_url, sqlite_uri
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import re
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from click.testing import CliRunner
 import hermes_models
 from hermes_models import MigrationError, SessionDB
 from hermes_models.cli import cli
+from hermes_models.driver import sqlite3
 from hermes_models.lineage import kind_of
 from hermes_models.models import Session
 from hermes_models.schema import MIGRATIONS

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from yoyo import get_backend, read_migrations
 
 import hermes_models
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 from hermes_models.schema import migrations_dir, yoyo_url
 
 import legacy

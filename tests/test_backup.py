@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from console_script import build_demo_store, environment, run
 import hermes_models.backup as backup_module
 from hermes_models import BackupError, SessionDB
 from hermes_models.backup import backup, rotation_pattern
+from hermes_models.driver import sqlite3
 
 from snapshots import snapshot
 

@@ -6,7 +6,6 @@ import base64
 import io
 import json
 import shutil
-import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ import hermes_models
 from hermes_models import BundleError, SessionDB, pg_staging, staging
 from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.cli import cli
+from hermes_models.driver import sqlite3
 
 import legacy
 

@@ -4,7 +4,6 @@ before anything is written; files that would crash a reader refused the same way
 from __future__ import annotations
 
 import json
-import sqlite3
 import tracemalloc
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -15,6 +14,7 @@ import pytest
 
 from hermes_models import BundleError, SessionDB, jsonl, transcript
 from hermes_models.bundle import FORMAT
+from hermes_models.driver import sqlite3
 from hermes_models.transcript_files import parse_iso
 
 from snapshots import store_snapshot

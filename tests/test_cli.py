@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ import hermes_models.history
 from hermes_models import MissingDriverError, SessionDB
 from hermes_models.cli import cli, main
 from hermes_models.copy import copy_store
+from hermes_models.driver import sqlite3
 from hermes_models.postgres import open_database, parse_url
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")

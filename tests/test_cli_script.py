@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from console_script import (
 
 from hermes_models import SessionDB
 from hermes_models.cli import cli
+from hermes_models.driver import sqlite3
 
 from snapshots import snapshot
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 import hermes_models
 from hermes_models import CompressionLock, SessionDB
+from hermes_models.driver import sqlite3
 
 SPAWN = multiprocessing.get_context("spawn")
 

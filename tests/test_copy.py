@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from hermes_models import SessionDB, postgres_sql
 from hermes_models import copy as copy_module
 from hermes_models.bundle import MESSAGE_COLUMNS, SESSION_COLUMNS
 from hermes_models.copy import MARKER_KEY, copy_store, order_sessions, verify_copy
+from hermes_models.driver import sqlite3
 from hermes_models.errors import CopyError, TargetNotEmptyError, VerificationError
 from hermes_models.postgres import open_database
 

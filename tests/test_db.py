@@ -8,7 +8,6 @@ import hashlib
 import logging
 import os
 import re
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -29,14 +28,17 @@ from hermes_models import (
     SessionDB,
     StateMeta,
     WriteConflictError,
+    driver,
     format_db_unavailable,
     get_last_init_error,
 )
 from hermes_models import binding as binding_module
 from hermes_models import connection as connection_module
 from hermes_models import db as db_module
+from hermes_models import journal as journal_module
 from hermes_models import writes as writes_module
 from hermes_models.db import MEMO_ENTRIES, record_init_error
+from hermes_models.driver import sqlite3
 from hermes_models.files import resolve_path
 from hermes_models.statements import Prepared
 
@@ -449,7 +451,7 @@ def test_wal_falls_back_to_delete_with_one_warning_per_database(
     marker: str,
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal(marker, calls))
+    monkeypatch.setattr(journal_module, "_request_wal", _refuse_wal(marker, calls))
     caplog.set_level(logging.WARNING, logger="hermes_models")
     first, second = tmp_path / "nfs.db", tmp_path / "smb.db"
 
@@ -483,7 +485,9 @@ def test_wal_falls_back_to_delete_with_one_warning_per_database(
         (True, False, True),
         (False, True, True),
     ]
-    assert len(calls) == 6  # every new connection asks for WAL; only the first warns
+    # A new file's first connection asks for WAL; the file then has content in DELETE
+    # mode, which later connections keep without asking again.
+    assert len(calls) == 2
     assert _meta(first) == [("main", "v"), ("thread-0", "v"), ("thread-1", "v"), ("thread-2", "v")]
     assert _meta(second) == [("other", "v")]
     assert sorted(os.listdir(tmp_path)) == ["nfs.db", "smb.db"]
@@ -496,7 +500,7 @@ def test_other_journal_errors_propagate(
     fresh_last_error: None,
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal("disk I/O error", calls))
+    monkeypatch.setattr(journal_module, "_request_wal", _refuse_wal("disk I/O error", calls))
     caplog.set_level(logging.WARNING, logger="hermes_models")
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
         hermes_models.connect(db_path)
@@ -513,7 +517,7 @@ def test_a_wal_file_is_never_switched(
     assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
     conn.close()
     calls: list[int] = []
-    monkeypatch.setattr(db_module, "_request_wal", _refuse_wal("locking protocol", calls))
+    monkeypatch.setattr(journal_module, "_request_wal", _refuse_wal("locking protocol", calls))
     caplog.set_level(logging.WARNING, logger="hermes_models")
 
     db = hermes_models.connect(db_path)
@@ -1271,7 +1275,7 @@ def test_an_open_makes_the_wal_files_once_and_they_go_with_the_last_close(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
 
 
-def test_a_file_in_delete_mode_is_not_held_and_becomes_wal(
+def test_a_file_in_delete_mode_is_not_held_and_keeps_its_mode_unless_wal_is_asked_for(
     tmp_path: Path, migrated_copy: Callable[[Path], Path]
 ) -> None:
     path = migrated_copy(tmp_path / "state.db")
@@ -1280,6 +1284,12 @@ def test_a_file_in_delete_mode_is_not_held_and_becomes_wal(
     conn.close()
     db = hermes_models.connect(path)
     try:
-        assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert db.execute_sql("PRAGMA journal_mode").fetchone() == ("delete",)
+    finally:
+        db.close()
+    db = hermes_models.connect(path, journal_mode="wal")
+    try:
+        expected = "delete" if driver.WAL_RESET_BUG else "wal"
+        assert db.execute_sql("PRAGMA journal_mode").fetchone() == (expected,)
     finally:
         db.close()

@@ -14,7 +14,6 @@ sessions (with their parents) and messages must be exactly the reference's.
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from hermes_models import Session, SessionDB
+from hermes_models.driver import sqlite3
 
 from hermes_reference import DAY, Reference, read, state_of
 

@@ -20,7 +20,6 @@ import re
 import resource
 import shutil
 import signal
-import sqlite3
 import stat
 import tempfile
 import time
@@ -41,6 +40,7 @@ from hermes_models import (
 )
 from hermes_models import writes as writes_module
 from hermes_models.cli import main
+from hermes_models.driver import sqlite3
 
 from snapshots import snapshot
 

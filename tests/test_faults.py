@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import hermes_models
+from hermes_models.driver import sqlite3
 
 WRITER = Path(__file__).with_name("fault_writer.py")
 

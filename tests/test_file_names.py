@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from hypothesis import strategies as st
 
 import hermes_models
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 from hermes_models.files import resolve_file, resolve_path
 from hermes_models.uris import sqlite_uri, uri_path
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 import hermes_models
 from hermes_models import NotADatabaseError, SessionDB, UnsafeFileError
+from hermes_models.driver import sqlite3
 
 NOBODY = 65534
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
-import sqlite3
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -27,6 +30,7 @@ import hermes_models
 from hermes_models import SessionDB, grams, health
 from hermes_models import search as search_module
 from hermes_models.binding import using
+from hermes_models.driver import sqlite3
 from hermes_models.errors import ReadOnlyDatabaseError
 from hermes_models.fts import available_routes
 from hermes_models.plan import Shape, scan_plan
@@ -741,27 +745,63 @@ def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
         assert sum('"messages_cjk" MATCH' in sql for sql in ran) == 1
 
 
-def test_repeated_searches_reuse_the_statements_sqlite_prepared(store: SessionDB) -> None:
+def test_repeated_searches_reuse_the_statements_sqlite_prepared(tmp_path: Path) -> None:
     # Defining or removing an SQL function expires every statement the connection
     # has prepared. A search's scan and rank functions are defined once per
     # connection, not for every search, so the next searches find their statements
     # prepared (SQLite's sqlite_stmt table counts each statement's re-preparations).
-    store.create_session("s", "cli", started_at=T0)
-    for k in range(4):
-        store.append_message("s", "user", f"国我 {k} sqlite", timestamp=T0 + k)
-    plain = sqlite3.connect(store.db_path)  # a Hermes v16 writer: its row lies above the mark
-    with plain:
-        plain.execute(
-            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-            ("s", "user", "那国我", T0 + 9),
-        )
-    plain.close()
+    # The bundled SQLite is built without sqlite_stmt: the searches run in a process
+    # on the standard library's module, whose SQLite has it.
+    program = textwrap.dedent(
+        """
+        import json, sqlite3, sys
+        from hermes_models import SessionDB, driver
+        assert driver.sqlite3 is sqlite3
+        T0 = 1_700_000_000.0
+        store = SessionDB(sys.argv[1])
+        store.create_session("s", "cli", started_at=T0)
+        for k in range(4):
+            store.append_message("s", "user", f"国我 {k} sqlite", timestamp=T0 + k)
+        plain = sqlite3.connect(sys.argv[1])  # a Hermes v16 writer: its row lies above the mark
+        with plain:
+            plain.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+                ("s", "user", "那国我", T0 + 9),
+            )
+        plain.close()
+
+        def page(query):
+            return [hit["id"] for hit in store.search_messages(query, time_budget=None)]
+
+        def preparations():
+            rows = store._conn.execute(
+                "SELECT sql, reprep FROM sqlite_stmt WHERE sql NOT LIKE '%sqlite_stmt%'"
+            ).fetchall()
+            return {row[0]: row[1] for row in rows}
+
+        queries = ("国我", "国我 sqlite")
+        first = [page(query) for query in queries]
+        before = preparations()
+        again = [page(query) for query in queries * 3]
+        after = preparations()
+        print(json.dumps({"first": first, "again": again, "before": before, "after": after}))
+        """
+    )
+    env = {**os.environ, "HERMES_MODELS_SQLITE": "sqlite3", "HERMES_HOME": str(tmp_path / "h")}
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "state.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
     expected = [5, 4, 3, 2, 1]  # newest first, the plain writer's row included
-    queries = ("国我", "国我 sqlite")
-    assert [_page(store, query) for query in queries] == [expected, expected[1:]]
-    before = _preparations(store)
-    assert [_page(store, query) for query in queries * 3] == [expected, expected[1:]] * 3
-    after = _preparations(store)
+    assert seen["first"] == [expected, expected[1:]]
+    assert seen["again"] == [expected, expected[1:]] * 3
+    before, after = seen["before"], seen["after"]
     assert sorted(after) == sorted(before)  # the same statements, none prepared anew
     assert [sql for sql, count in after.items() if count != before[sql]] == []
     assert len(after) > 5
@@ -769,14 +809,6 @@ def test_repeated_searches_reuse_the_statements_sqlite_prepared(store: SessionDB
 
 def _page(store: SessionDB, query: str) -> list[int]:
     return [hit["id"] for hit in store.search_messages(query, time_budget=None)]
-
-
-def _preparations(store: SessionDB) -> dict[str, int]:
-    """Each statement the connection holds prepared -> how often SQLite prepared it anew."""
-    rows = store._conn.execute(
-        "SELECT sql, reprep FROM sqlite_stmt WHERE sql NOT LIKE '%sqlite_stmt%'"
-    ).fetchall()
-    return {row[0]: row[1] for row in rows}
 
 
 def test_a_search_reads_the_schema_cookie_once(store: SessionDB) -> None:

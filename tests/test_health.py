@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -18,14 +17,17 @@ from conftest import plain_connection, target_of
 from console_script import environment, make_read_only, run, run_unprivileged
 
 import hermes_models
-from hermes_models import Message, SessionDB, health, write
+from hermes_models import Message, SessionDB, driver, health, write
 from hermes_models.checks import INT64_MAX
+from hermes_models.driver import sqlite3
 
 import legacy
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
 CHECKS = [
+    "sqlite",
+    "journal mode",
     "schema_version",
     "integrity_check",
     "foreign_key_check",
@@ -106,6 +108,8 @@ def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -
         "fts_in_step": True,
         "fts_layout": 0,
         "newer_than_writes": False,
+        "sqlite": driver.sqlite_info(),
+        "exposed": False,
         "search_indexes": {
             "messages_fts": "used",
             "messages_fts_trigram": "used",
@@ -164,6 +168,12 @@ def test_doctor_passes_a_sound_file_and_changes_nothing(store_file: Path) -> Non
         "every session's counters match its messages",
         f"{INT64_MAX - 18:,} ids left",
     ]
+    info = driver.sqlite_info()
+    bug = "has the WAL-reset bug" if info["wal_reset_bug"] else "without the WAL-reset bug"
+    assert [c["detail"] for c in report["checks"]][:2] == [
+        f"{info['version']} ({info['module']}; source {info['source_id']}), {bug}",
+        "wal",
+    ]
     assert all(c["ok"] for c in report["checks"])
     assert (legacy.dump(store_file), _digest(store_file)) == (before, digest)
 
@@ -202,8 +212,13 @@ def test_doctor_finds_stale_index_text_and_a_corrupt_index(store_file: Path) -> 
         "UPDATE messages_fts_trigram SET content = 'changed' WHERE rowid = 1",
         "UPDATE messages_fts_data SET block = zeroblob(length(block)) WHERE id > 10",
     )
-    assert _failed(_doctor(store_file)) == {
-        "fts integrity-check messages_fts": "database disk image is malformed",
+    failed = _failed(_doctor(store_file))
+    # SQLite's words for it: older builds (3.40) say the image is malformed.
+    assert failed.pop("fts integrity-check messages_fts") in (
+        "database disk image is malformed",
+        'fts5: corruption found reading blob 2336462209025 from table "messages_fts"',
+    )
+    assert failed == {
         "messages_fts_trigram matches messages": "0 message(s) not indexed, 0 stray, 1 out of date",
     }
 
@@ -247,6 +262,8 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
     report = _doctor(path)
     assert _failed(report) == {"schema_version": "10: expected 16 (run `hermes-models migrate`)"}
     assert [c["name"] for c in report["checks"]] == [
+        "sqlite",
+        "journal mode",
         "schema_version",
         "integrity_check",
         "foreign_key_check",
@@ -443,7 +460,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (13 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (15 checks passed)"
 
 
 @pytest.mark.slow  # console-script runs

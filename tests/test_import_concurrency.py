@@ -12,7 +12,6 @@ import json
 import multiprocessing
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import hermes_models.importer as importer_module
 from hermes_models import ImportConflictError, SessionDB, pg_staging, staging
 from hermes_models.bundle import FORMAT
 from hermes_models.copy import copy_store
+from hermes_models.driver import sqlite3
 from hermes_models.files import sqlite_uri
 from hermes_models.holders import local_holder
 

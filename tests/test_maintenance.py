@@ -4,7 +4,6 @@ removing transcript files, and compacting the file (library and SessionDB)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from hermes_models import Session, SessionDB, maintenance
 from hermes_models.binding import using
+from hermes_models.driver import sqlite3
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

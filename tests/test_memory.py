@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import tracemalloc
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import pytest
 
 from hermes_models import SessionDB, staging
 from hermes_models.bundle import CHUNK_ROWS, FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_models.driver import sqlite3
 from hermes_models.staging import Staging, statement_sizes
 
 PROMPT = "You are Hermes. " * 1000  # 16 KB, a long system prompt

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from yoyo.migrations import Migration
 import hermes_models
 import hermes_models.schema as schema_module
 from hermes_models import MigrationError, SchemaTooNewError
+from hermes_models.driver import sqlite3
 from hermes_models.schema import (
     LOCK_POLL_S,
     MIGRATIONS,

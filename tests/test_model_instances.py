@@ -4,7 +4,6 @@ values (an end, counters, lineage)."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from conftest import plain_connection, target_of
 
 from hermes_models import HermesDatabase, Message, Session, SessionDB
 from hermes_models.checks import EPOCH_MAX, EPOCH_MIN
+from hermes_models.driver import sqlite3
 
 from factories import EPOCH, SessionFactory
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from hermes_models import (
     Session,
     StateMeta,
 )
+from hermes_models.driver import sqlite3
 from hermes_models.fts import MessageIndex, MessageTrigramIndex
 from hermes_models.models import (
     CONTENT_JSON_PREFIX,

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from console_script import environment, run
 
 import hermes_models
 from hermes_models import SchemaTooNewError, SessionDB
+from hermes_models.driver import sqlite3
 
 import newer
 

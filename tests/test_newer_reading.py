@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 
 import hermes_models
 from hermes_models import Message, SchemaTooNewError, Session, SessionDB, history
+from hermes_models.driver import sqlite3
 
 import newer
 

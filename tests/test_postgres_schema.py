@@ -10,7 +10,6 @@ the SQLite gram index holds, which the PostgreSQL index must hold too).
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +26,7 @@ import hermes_models
 import hermes_models.postgres as postgres_module
 from hermes_models import Message, Session, SessionDB
 from hermes_models.binding import using
+from hermes_models.driver import sqlite3
 from hermes_models.grams import grams
 from hermes_models.postgres import (
     ESCAPE,

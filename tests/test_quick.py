@@ -9,7 +9,6 @@ The outside reference is the full command (click, rich's console, peewee's
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from hermes_models import Session, SessionDB, quick, quick_build, quick_sql, sqlite_sql
 from hermes_models.cli import cli
+from hermes_models.driver import sqlite3
 
 T0 = 1_767_600_000.0  # 2026-01-05 08:00 UTC
 

@@ -8,7 +8,6 @@ import gc
 import itertools
 import logging
 import random
-import sqlite3
 import tracemalloc
 from contextlib import closing
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from test_search_recall import ALPHABETS, build, haystacks
 
 from hermes_models import SessionDB, caches, grams, plan, search, statements
+from hermes_models.driver import sqlite3
 from hermes_models.plan import Shape
 from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
 

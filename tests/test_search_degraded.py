@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 import peewee
 import pytest
 
 from hermes_models import SessionDB, search
+from hermes_models.driver import sqlite3
 
 T0 = 1_700_000_000.0
 

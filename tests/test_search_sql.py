@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 import hermes_models
 from hermes_models import SessionDB, search_sql
 from hermes_models.binding import using
+from hermes_models.driver import sqlite3
 from hermes_models.fts import available_routes
 from hermes_models.plan import Shape
 from hermes_models.query import LIKE, TRIGRAM, WORDS, parse

@@ -9,7 +9,6 @@ written meanwhile too) and only then records schema version 16.
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 
 import legacy
 

@@ -10,7 +10,6 @@ fixture also runs each test with the steps counted ten at a time, so that a wind
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from hermes_models import SessionDB, plan, search
 from hermes_models.binding import using
+from hermes_models.driver import sqlite3
 
 T0 = 1_700_000_000.0
 MESSAGES = 400

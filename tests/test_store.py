@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import peewee
 import pytest
 
 from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
+from hermes_models.driver import sqlite3
 from hermes_models.store import META_FIELDS
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
@@ -66,10 +66,19 @@ def session_row(session_id: str, **values: Any) -> dict[str, Any]:
 
 
 def dump(path: Path) -> list[str]:
-    """The whole file as SQL text, read through a separate connection."""
+    """The whole file, its schema and every row of every table, as text, read through a
+    separate connection (the module the package runs on has no ``iterdump``)."""
     conn = sqlite3.connect(path)
     try:
-        return list(conn.iterdump())
+        schema = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+        lines = [repr(row) for row in schema]
+        for _, name, sql in schema:
+            if str(sql).upper().startswith("CREATE TABLE"):
+                rows = conn.execute(f'SELECT * FROM "{name}"').fetchall()
+                lines.extend(sorted(f"{name}: {row!r}" for row in rows))
+        return lines
     finally:
         conn.close()
 

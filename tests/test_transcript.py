@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any
 
 import pytest
 
 from hermes_models import Session, SessionDB
+from hermes_models.driver import sqlite3
 from hermes_models.models import CONTENT_JSON_PREFIX
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")

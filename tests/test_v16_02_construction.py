@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
 from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, postgres, using
+from hermes_models.driver import sqlite3
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 import pytest
 
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from hermes_models import SessionDB
+from hermes_models.driver import sqlite3
 from hermes_models.hermes_state import FTS_SQL, SCHEMA_SQL
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")

@@ -6,7 +6,6 @@ On both backends: the opt-in set is ``migrations/telegram_topics`` for a file an
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from conftest import target_of
 from pg_server import Server
 
 from hermes_models import ReadOnlyDatabaseError, SessionDB, using
+from hermes_models.driver import sqlite3
 from hermes_models.postgres import migrations_dir as pg_migrations_dir
 from hermes_models.postgres import parse_url
 from hermes_models.schema import migration_ids, migrations_dir

@@ -47,7 +47,9 @@ INDEXES = (
     "ON telegram_dm_topic_bindings(user_id, chat_id)",
 )
 
-COLUMNS = "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
+COLUMNS = (
+    "chat_id, thread_id, user_id, session_key, session_id, managed_mode, linked_at, updated_at"
+)
 
 VERSION_KEY = "telegram_dm_topic_schema_version"
 

@@ -1,0 +1,228 @@
+"""Which SQLite every connection of the package runs on, chosen once, here.
+
+SQLite 3.7.0 to 3.51.2 has the WAL-reset bug: a file in WAL mode that several
+connections write and checkpoint at the same time can be corrupted (fixed in
+3.51.3, and in the 3.50.7 and 3.44.6 backports). Many Pythons link such a
+build. The ``pysqlite3`` wheel, an install requirement where a wheel exists,
+bundles a fixed SQLite behind the standard :mod:`sqlite3` interface.
+
+:data:`sqlite3` is the module the package uses for every connection it opens
+(peewee's, yoyo's, backups', the checks', the quick path's): the first of
+``pysqlite3`` and the standard library's :mod:`sqlite3` whose SQLite lacks the
+bug, else the newer of the two. ``HERMES_MODELS_SQLITE`` chooses instead
+(``pysqlite3`` or ``sqlite3``; ``auto`` or unset: the rule above). A module is
+named ``sqlite3`` in this package whichever it is; this module is the only one
+that imports either.
+
+Code written against the standard library catches its exception classes. The
+``pysqlite3`` module's are its own, so when it is chosen each of its classes
+below ``Error`` (``DatabaseError``, ``OperationalError``, ``IntegrityError``,
+``InterfaceError``, …) gets the standard class of the same name as a second
+base: an error it raises is an instance of both. Its ``Error`` and ``Warning``
+cannot be given a second base (Python refuses to change the bases of a class
+made directly from ``Exception``); :func:`standard_error` turns those into
+classes that have both. ``pysqlite3`` raises its ``Warning`` only when one
+``execute`` is given several statements (Python 3.11's :mod:`sqlite3` raises
+``ProgrammingError`` there).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3 as _standard
+
+from .hints import TYPE_CHECKING
+from .sqlite_sql import SOURCE_ID
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+_bundled: ModuleType | None
+try:
+    from pysqlite3 import dbapi2 as _dbapi2  # type: ignore[import-untyped]
+except ImportError:  # no wheel for this platform, or not installed
+    _bundled = None
+else:
+    _bundled = _dbapi2
+
+#: The environment variable that chooses the module: ``auto``, ``pysqlite3`` or ``sqlite3``.
+MODULE_VARIABLE = "HERMES_MODELS_SQLITE"
+_CHOICES = ("auto", "pysqlite3", "sqlite3")
+
+#: The DB-API exception classes below ``Error``, parents before children.
+_JOINABLE = (
+    "DatabaseError",
+    "InterfaceError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
+)
+
+
+def has_wal_reset_bug(version: tuple[int, ...]) -> bool:
+    """True when an SQLite of ``version`` (``(3, 40, 1)``) has the WAL-reset bug:
+    3.7.0 (the first with WAL) to 3.51.2, except 3.44.6+ and 3.50.7+ of their lines."""
+    info = tuple(version[:3]) + (0,) * (3 - len(version[:3]))
+    if info < (3, 7, 0) or info >= (3, 51, 3):
+        return False
+    return not ((3, 44, 6) <= info < (3, 45, 0) or (3, 50, 7) <= info < (3, 51, 0))
+
+
+def join_exceptions(module: ModuleType) -> bool:
+    """Give each of ``module``'s exception classes below ``Error`` the standard library's
+    class of the same name as a second base; True when every one is (now) a subclass."""
+    if module is _standard:
+        return True
+    for name in _JOINABLE:
+        cls, standard = getattr(module, name), getattr(_standard, name)
+        if issubclass(cls, standard):
+            continue
+        try:
+            cls.__bases__ = (*cls.__bases__, standard)
+        except TypeError:
+            return False
+    return True
+
+
+def _candidates() -> list[ModuleType]:
+    return [_standard] if _bundled is None else [_bundled, _standard]
+
+
+def choose(setting: str | None = None) -> ModuleType:
+    """The module for ``setting`` (see the module's docstring; None reads
+    :data:`MODULE_VARIABLE`).
+
+    Raises:
+        ImportError: the setting is not one of ``auto``, ``pysqlite3``, ``sqlite3``,
+            or names ``pysqlite3`` where it is not installed.
+    """
+    raw = os.environ.get(MODULE_VARIABLE, "") if setting is None else setting
+    choice = raw.strip().lower() or "auto"
+    if choice not in _CHOICES:
+        raise ImportError(f"{MODULE_VARIABLE}={raw!r}: expected one of {', '.join(_CHOICES)}")
+    if choice == "sqlite3":
+        return _standard
+    if choice == "pysqlite3":
+        if _bundled is None:
+            raise ImportError(f"{MODULE_VARIABLE}=pysqlite3, but pysqlite3 is not installed")
+        return _bundled
+    fixed = [m for m in _candidates() if not has_wal_reset_bug(m.sqlite_version_info)]
+    pool = fixed or _candidates()
+    # The newest; the standard library's on a tie (nothing more to load or trust).
+    newest: ModuleType = max(reversed(pool), key=lambda m: m.sqlite_version_info)
+    return newest
+
+
+def _chosen() -> ModuleType:
+    module = choose()
+    if not join_exceptions(module):
+        # Its errors could not be made the standard library's: callers written for
+        # sqlite3 would miss them. The standard module is the safe choice then.
+        return _standard
+    return module
+
+
+if TYPE_CHECKING:
+    import sqlite3 as sqlite3
+else:
+    #: The module every connection of the package is opened with.
+    sqlite3 = _chosen()
+
+#: The standard library's :mod:`sqlite3` (for the classes Hermes' callers catch).
+standard = _standard
+
+#: The SQLite the package runs on, as ``"3.53.4"`` and ``(3, 53, 4)``.
+SQLITE_VERSION: str = sqlite3.sqlite_version
+SQLITE_VERSION_INFO: tuple[int, int, int] = sqlite3.sqlite_version_info
+#: Whether that SQLite has the WAL-reset bug (the journal policy of
+#: :mod:`hermes_models.journal` then keeps files out of WAL).
+WAL_RESET_BUG: bool = has_wal_reset_bug(SQLITE_VERSION_INFO)
+#: The module's import name: ``"pysqlite3.dbapi2"`` or ``"sqlite3"``.
+MODULE_NAME: str = sqlite3.__name__
+
+_joined: dict[type[BaseException], type[BaseException]] = {}
+
+
+def standard_error(exc: BaseException) -> BaseException:
+    """``exc`` if it is an instance of a standard :mod:`sqlite3` class (or not an
+    SQLite error at all); else the same error as a class that has both."""
+    kind = type(exc)
+    if isinstance(exc, (_standard.Error, _standard.Warning)):
+        return exc
+    if not isinstance(exc, (sqlite3.Error, sqlite3.Warning)):
+        return exc
+    joined = _joined.get(kind)
+    if joined is None:
+        base = _standard.Warning if isinstance(exc, sqlite3.Warning) else _standard.Error
+        for name in _JOINABLE:
+            if isinstance(exc, getattr(sqlite3, name)):
+                base = getattr(_standard, name)
+                break
+        joined = _joined[kind] = type(kind.__name__, (kind, base), {"__module__": __name__})
+    new = joined(*exc.args)
+    for attribute in ("sqlite_errorcode", "sqlite_errorname"):
+        if hasattr(exc, attribute):
+            setattr(new, attribute, getattr(exc, attribute))
+    return new
+
+
+def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]:
+    """``values`` with those :func:`hermes_models.sqlite_sql.whole_text` handed over as
+    UTF-8 bytes (bit ``i`` of ``mask`` set for the ``i``-th) as text again."""
+    if not mask:
+        return values
+    return tuple(
+        bytes(value).decode("utf-8", "surrogateescape")
+        if mask >> i & 1 and isinstance(value, (bytes, memoryview))
+        else value
+        for i, value in enumerate(values)
+    )
+
+
+_source_id: str | None = None
+
+
+def source_id() -> str:
+    """``sqlite_source_id()`` of the SQLite the package runs on (its exact build)."""
+    global _source_id
+    if _source_id is None:
+        conn = sqlite3.connect(":memory:")
+        try:
+            _source_id = str(conn.execute(SOURCE_ID).fetchone()[0])
+        finally:
+            conn.close()
+    return _source_id
+
+
+def sqlite_info() -> dict[str, object]:
+    """The SQLite the package runs on, for ``stats`` and ``doctor``: ``module``,
+    ``version``, ``source_id``, ``wal_reset_bug``, and the standard library's
+    ``standard_version`` beside it."""
+    return {
+        "module": MODULE_NAME,
+        "version": SQLITE_VERSION,
+        "source_id": source_id(),
+        "wal_reset_bug": WAL_RESET_BUG,
+        "standard_version": _standard.sqlite_version,
+    }
+
+
+__all__ = [
+    "MODULE_NAME",
+    "MODULE_VARIABLE",
+    "SQLITE_VERSION",
+    "SQLITE_VERSION_INFO",
+    "WAL_RESET_BUG",
+    "choose",
+    "has_wal_reset_bug",
+    "join_exceptions",
+    "source_id",
+    "sqlite3",
+    "sqlite_info",
+    "standard",
+    "standard_error",
+    "whole_arguments",
+]
