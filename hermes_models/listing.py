@@ -183,7 +183,11 @@ def rich_listing(
     keyed = after is not None
     if keyed and flags[2]:
         raise ValueError("after pages the start order; with order_by_last_active use offset")
-    shape = (len(sources), len(excluded), *flags, by_id, keyed)
+    # SQLite 3.53 runs the listing with a bound LIMIT about 250 us slower than with the
+    # number written (3.40 does not; measured, not traced to its cause): on SQLite the
+    # page size goes into the SQL, one statement per page size.
+    page = None if on_postgresql() else limit_value(limit)
+    shape = (len(sources), len(excluded), *flags, by_id, keyed, page)
 
     prepared = listing_statement(shape)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -206,9 +210,11 @@ def rich_listing(
 def listing_statement(shape: tuple[Any, ...]) -> Prepared:
     """The prepared statement of :func:`rich_listing` for one ``shape``: the number of
     sources and of excluded sources, the six flags (children, tips, by last activity,
-    archived too, archived only, a minimum count), by id, by key."""
+    archived too, archived only, a minimum count), by id, by key, and the page size
+    written in the SQL (None: bound, as the quick path and PostgreSQL have it)."""
     n_sources, n_excluded, *flags_and_more = shape
     flags, by_id, keyed = flags_and_more[:6], flags_and_more[6], flags_and_more[7]
+    page = flags_and_more[8]  # the LIMIT written in the SQL (None: bound)
 
     def prepare() -> Prepared:
         names = [f"source{i}" for i in range(n_sources)]
@@ -220,7 +226,7 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
             return rich_listing_query(
                 source=[marks[f"source{i}"] for i in range(n_sources)] or None,
                 exclude_sources=[marks[f"exclude{i}"] for i in range(n_excluded)] or None,
-                limit=marks["limit"],
+                limit=marks["limit"] if page is None else SQL(str(int(page))),
                 offset=marks["offset"],
                 include_children=flags[0],
                 min_message_count=marks["min_count"] if flags[5] else 0,
@@ -232,7 +238,7 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
                 after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
             )
 
-        return Prepared(build, *names, "limit", "offset", *optional)
+        return Prepared(build, *names, *(["limit"] if page is None else []), "offset", *optional)
 
     return cached(("listing", shape), prepare)
 
@@ -241,7 +247,7 @@ def rich_listing_query(
     *,
     source: Any = None,
     exclude_sources: Any = None,
-    limit: int | None = 20,
+    limit: Any = 20,
     offset: int = 0,
     include_children: bool = False,
     min_message_count: Any = 0,

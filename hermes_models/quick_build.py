@@ -36,7 +36,9 @@ def quick_sql_source() -> str:
                 for archived_only in (False, True):
                     for recent in (False, True):
                         flags = (int(source), 0, False, True, recent, False, archived_only)
-                        statement = listing_statement((*flags, False, False, False)).render(db)
+                        statement = listing_statement((*flags, False, False, False, None)).render(
+                            db
+                        )
                         listings[(source, archived_only, recent)] = tuple(statement)
             objects = sorted(tuple(row) for row in db.connection().execute(SCHEMA_OBJECTS))
             lines = [
