@@ -132,7 +132,11 @@ class HermesDatabase(peewee.SqliteDatabase):
         # The module driver chose, which need not be the one peewee chose.
         handle: Any = self  # peewee's attributes, untyped
         conn = sqlite3.connect(
-            self.database, timeout=handle._timeout, isolation_level=None, **self.connect_params
+            self.database,
+            timeout=handle._timeout,
+            isolation_level=None,
+            factory=driver.Connection,
+            **self.connect_params,
         )
         try:
             self._add_conn_hooks(conn)

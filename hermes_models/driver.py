@@ -21,9 +21,11 @@ below ``Error`` (``DatabaseError``, ``OperationalError``, ``IntegrityError``,
 base: an error it raises is an instance of both. Its ``Error`` and ``Warning``
 cannot be given a second base (Python refuses to change the bases of a class
 made directly from ``Exception``); :func:`standard_error` turns those into
-classes that have both. ``pysqlite3`` raises its ``Warning`` only when one
-``execute`` is given several statements (Python 3.11's :mod:`sqlite3` raises
-``ProgrammingError`` there).
+classes that have both, and every store connection is a :data:`Connection`,
+whose cursors do it (for a caller's raw SQL through ``SessionDB._conn`` too).
+``pysqlite3`` raises its ``Warning`` only when one ``execute`` is given several
+statements; the class made is then the standard ``Warning`` (what Python 3.10's
+:mod:`sqlite3` raises there) and ``ProgrammingError`` (3.11+'s).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .sqlite_sql import SOURCE_ID
 
 if TYPE_CHECKING:
     from types import ModuleType
+    from typing import Any
 
 _bundled: ModuleType | None
 try:
@@ -156,17 +159,75 @@ def standard_error(exc: BaseException) -> BaseException:
         return exc
     joined = _joined.get(kind)
     if joined is None:
-        base = _standard.Warning if isinstance(exc, sqlite3.Warning) else _standard.Error
+        # pysqlite3 raises its Warning for several statements in one execute, where the
+        # standard library raised Warning up to Python 3.10 and ProgrammingError since:
+        # the class made is both, for callers written against either.
+        bases: tuple[type[BaseException], ...] = (
+            (_standard.Warning, _standard.ProgrammingError)
+            if isinstance(exc, sqlite3.Warning)
+            else (_standard.Error,)
+        )
         for name in _JOINABLE:
             if isinstance(exc, getattr(sqlite3, name)):
-                base = getattr(_standard, name)
+                bases = (getattr(_standard, name),)
                 break
-        joined = _joined[kind] = type(kind.__name__, (kind, base), {"__module__": __name__})
+        joined = _joined[kind] = type(kind.__name__, (kind, *bases), {"__module__": __name__})
     new = joined(*exc.args)
     for attribute in ("sqlite_errorcode", "sqlite_errorname"):
         if hasattr(exc, attribute):
             setattr(new, attribute, getattr(exc, attribute))
     return new
+
+
+def _translated(exc: BaseException) -> BaseException | None:
+    """The error to raise instead of ``exc`` (see :func:`standard_error`), None to keep it."""
+    new = standard_error(exc)
+    return None if new is exc else new
+
+
+if TYPE_CHECKING or sqlite3 is _standard:
+    #: The connection class of every store connection (see :data:`Connection`).
+    Connection = sqlite3.Connection
+else:
+
+    class _Cursor(sqlite3.Cursor):  # type: ignore[misc,name-defined]
+        """A cursor whose errors are all the standard library's (``Warning``, ``Error``)."""
+
+        def execute(self, *args: Any) -> Any:
+            try:
+                return super().execute(*args)
+            except (sqlite3.Warning, sqlite3.Error) as exc:
+                new = _translated(exc)
+                if new is None:
+                    raise
+                raise new from None
+
+        def executemany(self, *args: Any) -> Any:
+            try:
+                return super().executemany(*args)
+            except (sqlite3.Warning, sqlite3.Error) as exc:
+                new = _translated(exc)
+                if new is None:
+                    raise
+                raise new from None
+
+        def executescript(self, *args: Any) -> Any:
+            try:
+                return super().executescript(*args)
+            except (sqlite3.Warning, sqlite3.Error) as exc:
+                new = _translated(exc)
+                if new is None:
+                    raise
+                raise new from None
+
+    class Connection(sqlite3.Connection):  # type: ignore[misc,name-defined,no-redef]
+        """The bundled module's connection, whose cursors (``execute`` makes one too)
+        raise only errors that are instances of the standard library's classes: the
+        ``Warning`` and ``Error`` that cannot take a second base (a caller's raw SQL
+        through ``SessionDB._conn``) become classes of both."""
+
+        def cursor(self, factory: Any = _Cursor) -> Any:
+            return super().cursor(factory)
 
 
 def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]:
@@ -216,6 +277,7 @@ __all__ = [
     "SQLITE_VERSION",
     "SQLITE_VERSION_INFO",
     "WAL_RESET_BUG",
+    "Connection",
     "choose",
     "has_wal_reset_bug",
     "join_exceptions",
