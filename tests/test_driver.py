@@ -112,6 +112,41 @@ def test_a_process_told_to_use_the_standard_module_uses_it_for_everything(
     assert done.stderr.count("has the WAL-reset bug") == 1
 
 
+@pytest.mark.slow  # a new Python process
+def test_without_pysqlite3_the_standard_module_runs_everything(tmp_path: Path) -> None:
+    # A platform without a wheel: pysqlite3 cannot be imported.
+    program = (
+        "import sys\n"
+        "sys.modules['pysqlite3'] = sys.modules['pysqlite3.dbapi2'] = None\n"
+        "import json, sqlite3\n"
+        "from hermes_models import SessionDB, driver\n"
+        "try:\n"
+        "    driver.choose('pysqlite3')\n"
+        "except ImportError as exc:\n"
+        "    refused = str(exc)\n"
+        "with SessionDB(sys.argv[1]) as s:\n"
+        "    s.create_session('a', 'cli')\n"
+        "    mode = s._conn.execute('PRAGMA journal_mode').fetchone()[0]\n"
+        "print(json.dumps([driver.sqlite3 is sqlite3, driver.MODULE_NAME, refused, mode]))\n"
+    )
+    env = {**os.environ, "HERMES_HOME": str(tmp_path)}
+    env.pop(driver.MODULE_VARIABLE, None)
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "state.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        True,
+        "sqlite3",
+        "HERMES_MODELS_SQLITE=pysqlite3, but pysqlite3 is not installed",
+        "delete" if has_wal_reset_bug(standard.sqlite_version_info) else "wal",
+    ]
+
+
 # -- every connection ---------------------------------------------------------------------------
 
 
