@@ -299,3 +299,30 @@ def test_the_cli_journal_options_are_honoured_and_checked(tmp_path: Path) -> Non
     assert from_env.returncode != 0
     assert "HERMES_MODELS_JOURNAL_MODE='sideways': expected one of wal, delete" in from_env.stderr
     assert os.path.exists(path) and health.doctor(hermes_models.connect(path))["ok"]
+
+
+@pytest.mark.slow  # Hermes v31's own code in a process of its own
+def test_hermes_v31_on_the_vulnerable_sqlite_keeps_files_as_this_package_does(
+    tmp_path: Path,
+) -> None:
+    from hermes_release import HermesProcess
+
+    # Hermes' own policy on 3.40.1: a new file stays in DELETE mode.
+    made_by_hermes = tmp_path / "hermes.db"
+    with HermesProcess("v31", made_by_hermes) as hermes:
+        assert hermes.sqlite_version == driver.standard.sqlite_version
+        hermes.call("create_session", "h", "cli")
+        assert hermes.sql("PRAGMA journal_mode") == [["delete"]]
+    # This package reads it (schema 31: read only) and leaves it so.
+    with SessionDB(made_by_hermes, read_only=True) as store:
+        assert store.get_session("h")["source"] == "cli"
+    assert _mode(made_by_hermes) == "delete"
+    # A WAL file stays in WAL under Hermes on 3.40.1, as here.
+    wal = _store_file(tmp_path / "wal.db", "wal")
+    with HermesProcess("v31", wal) as hermes:
+        hermes.call("append_message", "a", "user", "Hermes")
+        assert hermes.sql("PRAGMA journal_mode") == [["wal"]]
+    assert _mode(wal) == "wal"
+    with SessionDB(wal, read_only=True) as store:
+        assert [m["content"] for m in store.get_messages("a")] == ["Hermes"]
+    assert _mode(wal) == "wal"
