@@ -114,6 +114,11 @@ def check_index(conn: sqlite3.Connection, table: str, table_sql: str) -> IndexCh
         sqlite3.Error: the check could not run at all (no such tokenizer, no such table).
     """
     quoted = sqlite_sql.quote(table)
+    try:  # "no such tokenizer", where the check itself may pass without a tokenizer
+        conn.execute(sqlite_sql.fts_tokenizer_probe(quoted)).fetchall()
+    except sqlite3.Error as exc:
+        if "no such tokenizer" in str(exc):
+            raise  # any other fault is the check's to report
     try:
         conn.execute(sqlite_sql.fts_integrity_check(quoted))
         return IndexCheck(True, "ok")

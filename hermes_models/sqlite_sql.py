@@ -276,6 +276,12 @@ def fts_integrity_check(table: str) -> str:
     return f"INSERT INTO {table}({table}) VALUES ('integrity-check')"
 
 
+def fts_tokenizer_probe(table: str) -> str:
+    """A search of the index ``table`` that needs its tokenizer ("no such tokenizer"
+    when this SQLite lacks it; SQLite 3.53's ``integrity-check`` may pass without it)."""
+    return f"SELECT 1 FROM {table} WHERE {table} MATCH 'a' LIMIT 1"
+
+
 #: The savepoint inside which a check aligns an index's stored text, then undoes it.
 SAVEPOINT_CHECK = "SAVEPOINT hermes_models_check"
 ROLLBACK_TO_CHECK = "ROLLBACK TO hermes_models_check"
@@ -752,6 +758,7 @@ __all__ = [
     "count_rows",
     "create_fts5_probe",
     "fts_integrity_check",
+    "fts_tokenizer_probe",
     "gram_candidates",
     "ids_in_list",
     "if_not_exists",

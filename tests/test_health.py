@@ -471,7 +471,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     assert (
         "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 13 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 15 checks failed"
     records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 1
     assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
@@ -490,7 +490,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert (fixed.returncode, fixed.stderr) == (0, "")
     assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
-    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (13 checks passed)"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (15 checks passed)"
     refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert refused.returncode == 2
 
@@ -510,7 +510,7 @@ def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
         folder.chmod(0o755)
         store_file.chmod(0o600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (13 checks passed)"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (15 checks passed)"
     assert "read_only=True" not in result.stderr
     assert json.loads(stats.stdout)["sessions"] == 8
     assert writing.returncode == 1
@@ -547,7 +547,13 @@ def test_cli_stats_prints_the_report(store_file: Path) -> None:
         "sessions 8",
         "messages 18 (17 active, 1 rewound)",
     ]
-    assert rows[6:] == [
+    info = hermes_models.sqlite_info()
+    bug = "has" if info["wal_reset_bug"] else "without"
+    assert rows[4:6] == [
+        f"SQLite {info['version']} ({info['module']}), {bug} the WAL-reset bug",
+        f"SQLite source {info['source_id']}",
+    ]
+    assert rows[8:] == [
         "messages_fts 18 rows (in step)",
         "messages_fts_trigram 18 rows (in step)",
     ]
