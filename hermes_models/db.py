@@ -145,10 +145,9 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: True when this handle's connections keep the gram index in step
         #: (:mod:`hermes_models.grams`; known once a connection has written).
         self.grams = False
-        #: Set by the gram index's TEMP trigger: a message we inserted could not be
-        #: indexed (others' rows lie below it), so the write catches up before it commits.
-        self.grams_behind = False
-        self._behind_writes = itertools.count()
+        #: Counts writes that changed messages: one in
+        #: :data:`hermes_models.grams.CATCH_UP_EVERY` also refreshes ids others changed.
+        self._gram_writes = itertools.count()
         #: When this handle checkpoints after a write (:class:`hermes_models.writes.Checkpoints`).
         self.checkpoints = writes.Checkpoints(path)
         self._thread_tokens = threading.local()
@@ -288,12 +287,13 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Install the gram index's TEMP triggers on this thread's connection unless it
         has them; True when the file has the index and this build can keep it."""
         # Installed at a connection's first write, not when it opens: opening stays
-        # short, and rows written without the triggers are caught up later, never missed.
+        # short, and rows written without the triggers are listed as changed by the
+        # file's own triggers all the same (a later write or optimize indexes them).
         conn = cast("sqlite3.Connection", self.connection())
         token: _ThreadToken = self._thread_tokens.token
         if token.grams is None:
             try:
-                token.grams = self.grams = grams.install(conn, self._note_grams_behind)
+                token.grams = self.grams = grams.install(conn, token.noted.add)
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 if not is_lock_error(exc):
                     raise
@@ -368,27 +368,30 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.connection()
         self._thread_tokens.token.memo.clear()
 
-    def _note_grams_behind(self) -> None:
-        self.grams_behind = True
-
     def _before_commit(self) -> None:
-        """What a write does last in its transaction: catch the gram index up now and
-        then when a message of ours could not be indexed."""
-        if self.grams_behind:
-            self.grams_behind = False
-            if next(self._behind_writes) % grams.CATCH_UP_EVERY == 0:
-                self._catch_up_grams()
+        """What a write does last in its transaction: refresh the gram index for the
+        messages it changed (and, one such write in
+        :data:`~hermes_models.grams.CATCH_UP_EVERY`, for up to
+        :data:`~hermes_models.grams.CATCH_UP_ROWS` ids others changed)."""
+        token: _ThreadToken = self._thread_tokens.token
+        if token.grams and token.noted:
+            self._refresh_grams(token, next(self._gram_writes) % grams.CATCH_UP_EVERY == 0)
 
-    def _catch_up_grams(self) -> None:
-        """Index a few messages others wrote above the gram index's mark, in this
-        write's transaction; a failure there never fails the write."""
+    def _refresh_grams(self, token: _ThreadToken, others: bool) -> None:
+        """:func:`hermes_models.grams.refresh` in this write's transaction, in a savepoint:
+        a failure there never fails the write (the ids stay listed as changed, and a
+        search reads those rows itself)."""
         conn = self.connection()
+        noted = sorted(token.noted)
+        token.noted.clear()
         conn.execute(sqlite_sql.SAVEPOINT_GRAMS)
         try:
-            grams.index_rows_above(conn, grams.CATCH_UP_ROWS)
+            grams.refresh(conn, noted)
+            if others:
+                grams.refresh_changed(conn, grams.CATCH_UP_ROWS)
         except sqlite3.Error as exc:
             conn.execute(sqlite_sql.ROLLBACK_TO_GRAMS)
-            logger.debug("gram index catch-up failed: %s", exc)
+            logger.debug("gram index refresh failed: %s", exc)
         finally:
             conn.execute(sqlite_sql.RELEASE_GRAMS)
 
@@ -429,12 +432,15 @@ MEMO_ENTRIES = 256
 class _ThreadToken:
     """Lives as long as one thread's connection may: see HermesDatabase._connect."""
 
-    __slots__ = ("__weakref__", "computing", "grams", "installed", "memo", "memo_mark")
+    __slots__ = ("__weakref__", "computing", "grams", "installed", "memo", "memo_mark", "noted")
 
     def __init__(self) -> None:
         #: Whether the gram index's TEMP triggers are on this connection (None: not
         #: looked at yet).
         self.grams: bool | None = None
+        #: The message ids this connection's writes changed since its last refresh of
+        #: the gram index (noted by its TEMP triggers).
+        self.noted: set[int] = set()
         #: What :meth:`HermesDatabase.install_once` has installed on this connection.
         self.installed: set[str] = set()
         #: :meth:`HermesDatabase.while_unchanged`: values, and the state of the file

@@ -49,7 +49,7 @@ from .fts import (
     MessageTrigramIndex,
     gram_index_ready,
 )
-from .grams import candidates_sql, exact, grams, match_any, term_match
+from .grams import candidates_sql, exact, grams, match_any, quoted, term_match
 from .lineage import (
     branch_expr,
     delegate_marked,
@@ -141,7 +141,7 @@ class Shape:
     #: characters, :func:`hermes_models.grams.exact`; slot ``gq``: the whole query as
     #: one gram-index expression, :func:`gram_expression`): a windowed search reads
     #: its newest hits from the index newest first, and the scan reads only the rows
-    #: the index does not cover (above its mark, or changed by others).
+    #: the index does not cover (changed since it indexed them).
     decides: bool = False
     #: True when the gram index holds every message as it is and decides the query
     #: alone, not windowed: the hits are the messages one ``MATCH`` of it lists (slot
@@ -391,7 +391,7 @@ def json_narrowing(query: SearchQuery) -> str | None:
         tokens = sorted({token for term in group.include for token in grams(term.text).split()})
         if not tokens:
             return None
-        groups.append("(" + " AND ".join(tokens) + ")")
+        groups.append("(" + " AND ".join(quoted(token) for token in tokens) + ")")
     return " OR ".join(groups)
 
 
@@ -788,10 +788,10 @@ class ScanPlan:
     values: dict[str, Any]
     #: ``(k, term)``: the terms the scan looks for, by slot number.
     terms: tuple[tuple[int, Term], ...]
-    #: ``(k, expression)``: terms the gram index answers exactly (rows up to its mark).
+    #: ``(k, expression)``: terms the gram index answers exactly (rows not changed since indexed).
     indexed: tuple[tuple[int, str], ...] = ()
     #: True when ``statement`` reads only the rows the gram index does not cover
-    #: (above its mark, changed by others): none when it covers every message.
+    #: (changed since indexed): none when it covers every message.
     uncovered_only: bool = False
 
 
@@ -824,12 +824,12 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
     indexed: tuple[tuple[int, str], ...] = ()
     if shape.decides:
         # The statement reads the index's hits; the scan reads only the rows it does
-        # not cover (above its mark, changed by others) and decides them.
+        # not cover (changed since indexed) and decides them.
         values["cjk"] = None
     elif shape.grams:
         # A term of one or two CJK characters only is answered by the gram index
         # exactly; the scan reads the candidates of the other terms, and the rows
-        # the index does not cover (above its mark, or changed by others).
+        # the index does not cover (changed since it indexed them).
         exacts = [exact(t) for _, t in like]
         indexed = tuple((k, term_match(t)) for (k, t), e in zip(like, exacts) if e)
         rest = [t for (_, t), e in zip(like, exacts) if not e]
@@ -1131,8 +1131,8 @@ def _trigram_part(shape: Shape, filters: FilterShape, part: str) -> Statement:
 def _gram_newest(filters: FilterShape, slim: bool) -> Any:
     """The newest ``window`` hits (slot) the gram index lists for the expression ``gq``
     (slot), after ``filters``, read newest first: the index hands its matches over in
-    rowid order and stops there. Rows above the index's mark and rows others changed
-    since they were indexed are left out (the scan decides those)."""
+    rowid order and stops there. Rows changed since they were indexed are left out
+    (the scan decides those)."""
     g, m, s = GramIndex, Message, Session
     found = (
         g.select(*_columns(m, s, Value(0.0), slim))
@@ -1140,8 +1140,7 @@ def _gram_newest(filters: FilterShape, slim: bool) -> Any:
         .join(s, on=(s.id == m.session))
         .where(
             g.match(slot("gq")),
-            g.rowid <= SQL(sqlite_sql.GRAM_HIGH_WATER),
-            g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS)),
+            g.rowid.not_in(SQL(sqlite_sql.GRAM_CHANGED_IDS)),
             *filter_terms(filters, m, s),
         )
         .order_by(g.rowid.desc())
@@ -1169,7 +1168,7 @@ def hits_query(
     if shape.matched:
         g = GramIndex
         listed = g.select(g.rowid).where(
-            g.match(slot("gq")), g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS))
+            g.match(slot("gq")), g.rowid.not_in(SQL(sqlite_sql.GRAM_CHANGED_IDS))
         )
         candidates = m.id.in_(listed)
     if shape.all_like:

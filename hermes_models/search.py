@@ -265,16 +265,14 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     return Scanned(holding)
 
 
-def _gram_state(
-    deadline: float | None, read: tuple[Any, ...] | None = None
-) -> tuple[int, int, bool]:
-    """The highest message id, the gram index's mark, and whether others changed or
-    deleted messages since it was indexed (kept while the file is unchanged); ``read``:
-    those columns as a statement just read them (kept unless a value is already)."""
+def _gram_state(deadline: float | None, read: tuple[Any, ...] | None = None) -> tuple[int, bool]:
+    """The highest message id, and whether any message is listed as changed since the
+    gram index indexed it (kept while the file is unchanged); ``read``: those columns
+    as a statement just read them (kept unless a value is already)."""
 
-    def state() -> tuple[int, int, bool]:
-        top, mark, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
-        return top, mark, bool(changed)
+    def state() -> tuple[int, bool]:
+        top, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
+        return top, bool(changed)
 
     return current().while_unchanged("gram state", state)
 
@@ -282,8 +280,7 @@ def _gram_state(
 def _gram_index_covers_all(deadline: float | None) -> bool:
     """True when the gram index holds every message as it is: a scan of the rows it
     does not cover would read none."""
-    top, mark, changed = _gram_state(deadline)
-    return top <= mark and not changed
+    return not _gram_state(deadline)[1]
 
 
 #: The gram index's state (:func:`_gram_state`).
@@ -387,11 +384,11 @@ def _count_common(
         lambda conn: conn.create_function(GRAM_NEED_FUNCTION, 2, common_from, deterministic=True),
     )
     page_terms = min(page * terms, INT64_MAX)
-    row = fetch_within(GRAM_STATE_COUNT_SQL, [groups[0][0], page_terms], deadline)[1][0]
-    top, mark, _, counted = row
-    _gram_state(deadline, row[:3])
+    row = fetch_within(GRAM_STATE_COUNT_SQL, [page_terms, groups[0][0], page_terms], deadline)[1][0]
+    top, _, uncovered, counted = row
+    _gram_state(deadline, row[:2])
     need = common_from(page_terms, top)
-    if top - mark > need:
+    if uncovered > need:
         return None  # the index does not cover enough of the store to tell
     found = 0
     for k, group in enumerate(groups):

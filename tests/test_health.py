@@ -36,7 +36,8 @@ CHECKS = [
     "fts integrity-check messages_fts_trigram",
     "messages_fts_trigram triggers",
     "messages_fts_trigram matches messages",
-    "gram index",
+    "gram index matches messages",
+    "fts integrity-check messages_cjk",
     "session counters",
     "message id sequence",
 ]
@@ -110,8 +111,8 @@ def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -
             "messages_fts": "used",
             "messages_fts_trigram": "used",
             # An adopted Hermes file: its messages wait for hermes-models optimize.
-            "messages_cjk": "used (18 newer messages not indexed yet, 0 changed by other "
-            "processes: read the slow way until hermes-models optimize)",
+            "messages_cjk": "used (18 messages written or changed since indexed: searches read "
+            "them themselves until hermes-models optimize)",
         },
     }
 
@@ -443,7 +444,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (13 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (14 checks passed)"
 
 
 @pytest.mark.slow  # console-script runs
@@ -454,7 +455,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     assert (
         "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 13 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 14 checks failed"
     records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 1
     assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
@@ -473,7 +474,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert (fixed.returncode, fixed.stderr) == (0, "")
     assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
-    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (13 checks passed)"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (14 checks passed)"
     refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert refused.returncode == 2
 
@@ -493,7 +494,7 @@ def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
         folder.chmod(0o755)
         store_file.chmod(0o600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (13 checks passed)"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (14 checks passed)"
     assert "read_only=True" not in result.stderr
     assert json.loads(stats.stdout)["sessions"] == 8
     assert writing.returncode == 1
