@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 
 import peewee
 
-from . import grams, sqlite_sql, writes
+from . import content, grams, sqlite_sql, writes
 from .caches import BoundedSet
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
@@ -114,6 +114,54 @@ def apply_wal_with_fallback(conn: sqlite3.Connection, *, db_label: str = "state.
 _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "VACUUM", "REINDEX")
 
 
+class LenientCursor(sqlite3.Cursor):
+    """A cursor that, meeting text that is not UTF-8 (another program's truncated write),
+    switches its database to reading text with U+FFFD replacement characters
+    (:meth:`HermesDatabase.read_leniently`, which logs the damaged rows) and reads on:
+    ``fetchone`` reads the same row again (sqlite3 does not step past a row it failed
+    to convert), ``fetchall`` of a query not yet read from runs it again. So a stream
+    of rows - a peewee query, an export - never stops at such a value."""
+
+    db: HermesDatabase | None = None
+    _ran: tuple[str, Any] | None = None
+    _read = False
+
+    def execute(self, sql: str, parameters: Any = (), /) -> LenientCursor:
+        self._ran, self._read = (sql, parameters), False
+        super().execute(sql, parameters)
+        return self
+
+    def _lenient(self, exc: sqlite3.OperationalError) -> bool:
+        """True when ``exc`` was text that is not UTF-8 and reading it so is now on."""
+        if not content.is_decode_error(exc) or self.db is None:
+            return False
+        if self.connection.text_factory is content.lenient_text:
+            return False  # read so already: another fault
+        self.db.read_leniently()
+        return True
+
+    def fetchone(self) -> Any:
+        self._read = True
+        while True:
+            try:
+                return super().fetchone()
+            except sqlite3.OperationalError as exc:
+                if not self._lenient(exc):
+                    raise
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.OperationalError as exc:
+            ran = self._ran
+            reads = ran is not None and ran[0].lstrip()[:6].upper() in ("SELECT", "WITH")
+            if self._read or not reads or not self._lenient(exc):
+                raise
+            assert ran is not None
+            super().execute(*ran)
+            return super().fetchall()
+
+
 class HermesDatabase(peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
@@ -187,6 +235,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         # column name, as Hermes' own connection gives them; peewee's
         # cursors (see cursor()) keep returning plain tuples.
         conn.row_factory = sqlite3.Row
+        if self.file in content.LENIENT_FILES:  # it holds text that is not UTF-8
+            conn.text_factory = content.lenient_text
         conn.execute(sqlite_sql.FOREIGN_KEYS_ON)
         conn.execute(sqlite_sql.set_busy_timeout(int(writes.BUSY_TIMEOUT_S * 1000)))
         if self.read_only:
@@ -239,9 +289,12 @@ class HermesDatabase(peewee.SqliteDatabase):
         return cursor
 
     def cursor(self, named_cursor: Any = None) -> sqlite3.Cursor:
-        """A cursor of this thread's connection that returns rows as tuples."""
-        cursor = cast("sqlite3.Cursor", super().cursor(named_cursor))
+        """A cursor of this thread's connection that returns rows as tuples and reads
+        text another program stored that is not UTF-8 (:class:`LenientCursor`)."""
+        conn = cast("sqlite3.Connection", self.connection())
+        cursor = conn.cursor(LenientCursor)
         cursor.row_factory = None
+        cursor.db = self
         return cursor
 
     def write(self, fn: Callable[[], T]) -> T:
@@ -394,6 +447,23 @@ class HermesDatabase(peewee.SqliteDatabase):
             logger.debug("gram index refresh failed: %s", exc)
         finally:
             conn.execute(sqlite_sql.RELEASE_GRAMS)
+
+    def read_leniently(self) -> None:
+        """Read text that is not UTF-8 with U+FFFD replacement characters from now on, on
+        every connection of this process to this file (:func:`hermes_models.content.lenient_text`),
+        and log one warning naming the rows that hold such text. Called where a read
+        met such text; reading every value so costs ~75 ns, so no file is read so before."""
+        conn = cast("sqlite3.Connection", self.connection())
+        conn.text_factory = content.lenient_text
+        if self.file in content.LENIENT_FILES:
+            return
+        content.LENIENT_FILES.add(self.file)
+        try:
+            found, total = content.damaged_text(conn)
+        except sqlite3.Error as exc:  # naming the rows is a courtesy; reading goes on
+            logger.warning("%s: text that is not UTF-8 (%s)", self.file, exc)
+            return
+        logger.warning("%s", content.describe_damage(self.file, found, total))
 
     def bound_wal(self) -> bool:
         """Empty the ``-wal`` file when it has grown too large; True when it was emptied

@@ -721,6 +721,7 @@ def scan_statement(
     prefilter: tuple[int, ...] = (),
     behind: Shape | None = None,
     grams: bool = False,
+    raw: bool = False,
 ) -> Statement:
     """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
 
@@ -732,6 +733,9 @@ def scan_statement(
     ``behind``: only the rows behind a NUL, which a trigram query of that shape
     cannot find through its index. ``grams``: only the candidate rows of the gram
     index (slot ``cjk``: the expression of :func:`hermes_models.grams.match_any`).
+    ``raw``: the function is shown text as its bytes and a BLOB as NULL (which ``LIKE``
+    never matches), for a file holding text that is not UTF-8, which sqlite3 cannot
+    hand to a function (:func:`visit_bytes` reads it with U+FFFD).
     """
     key = (
         "scan",
@@ -741,9 +745,33 @@ def scan_statement(
         grams,
         behind is not None and behind.words,
         behind.gaps if behind is not None else None,
+        raw,
         file_key(),
     )
-    return cached(key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams))
+    return cached(
+        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams, raw)
+    )
+
+
+def _as_bytes(column: Any) -> Any:
+    """A text column's value as its bytes, NULL for a BLOB, any other value as it is."""
+    kind = fn.typeof(column)
+    return Case(
+        None, [(kind == "text", column.cast("BLOB")), (kind == "blob", SQL("NULL"))], column
+    )
+
+
+def visit_bytes(visit: Callable[..., int]) -> Callable[..., int]:
+    """``visit`` (a :data:`SCAN_FUNCTION`) for a ``raw`` scan (:func:`scan_statement`):
+    text handed over as bytes is read as UTF-8 with U+FFFD for what is not."""
+
+    def visit_raw(message_id: int, *columns: object) -> int:
+        return visit(
+            message_id,
+            *(c.decode("utf-8", "replace") if isinstance(c, bytes) else c for c in columns),
+        )
+
+    return visit_raw
 
 
 def _render_scan(
@@ -752,6 +780,7 @@ def _render_scan(
     prefilter: tuple[int, ...],
     behind: Shape | None,
     grams: bool,
+    raw: bool = False,
 ) -> Statement:
     m = Message
     where = [] if include_inactive else [visible(m, file_rules())]
@@ -768,7 +797,8 @@ def _render_scan(
         )
     if prefilter:
         where.append(_balanced(operator.or_, [_like(m, k, slot) for k in prefilter]))
-    visit = getattr(fn, SCAN_FUNCTION)(m.id, m.content, m.tool_name, m.tool_calls)
+    columns = (m.content, m.tool_name, m.tool_calls)
+    visit = getattr(fn, SCAN_FUNCTION)(m.id, *(_as_bytes(c) if raw else c for c in columns))
     query = m.select(m.id).where(*where, visit != 0)
     return render(query)
 
@@ -788,11 +818,15 @@ class ScanPlan:
     values: dict[str, Any]
     #: ``(k, term)``: the terms the scan looks for, by slot number.
     terms: tuple[tuple[int, Term], ...]
-    #: ``(k, expression)``: terms the gram index answers exactly (rows not changed since indexed).
+    #: ``(k, expression)``: terms the gram index answers exactly (rows not changed
+    #: since indexed).
     indexed: tuple[tuple[int, str], ...] = ()
     #: True when ``statement`` reads only the rows the gram index does not cover
     #: (changed since indexed): none when it covers every message.
     uncovered_only: bool = False
+    #: ``statement`` showing text as bytes (:func:`scan_statement`'s ``raw``): for a
+    #: file holding text that is not UTF-8.
+    raw: Callable[[], Statement] | None = None
 
 
 @dataclass
@@ -809,10 +843,14 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         return None  # the page's statement reads the gram index itself
     if shape.behind_scanned:
         terms = query.terms()
-        statement = scan_statement(
-            include_inactive, all(not t.text.isascii() for t in terms), behind=shape
+        wide = all(not t.text.isascii() for t in terms)
+        statement = scan_statement(include_inactive, wide, behind=shape)
+        return ScanPlan(
+            statement,
+            term_values(query, shape),
+            tuple(enumerate(terms)),
+            raw=lambda: scan_statement(include_inactive, wide, behind=shape, raw=True),
         )
-        return ScanPlan(statement, term_values(query, shape), tuple(enumerate(terms)))
     if not shape.scanned:
         return None
     values = term_values(query, shape)
@@ -834,14 +872,18 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         indexed = tuple((k, term_match(t)) for (k, t), e in zip(like, exacts) if e)
         rest = [t for (_, t), e in zip(like, exacts) if not e]
         values["cjk"] = match_any(rest) if rest else None
-    statement = scan_statement(
-        include_inactive,
-        all(not t.text.isascii() for _, t in like),
-        () if shape.grams else shape.prefilter(),
-        grams=shape.grams,
-    )
+    wide = all(not t.text.isascii() for _, t in like)
+    prefilter = () if shape.grams else shape.prefilter()
+    statement = scan_statement(include_inactive, wide, prefilter, grams=shape.grams)
     uncovered_only = shape.grams and values.get("cjk") is None
-    return ScanPlan(statement, values, like, indexed, uncovered_only)
+    return ScanPlan(
+        statement,
+        values,
+        like,
+        indexed,
+        uncovered_only,
+        raw=lambda: scan_statement(include_inactive, wide, prefilter, grams=shape.grams, raw=True),
+    )
 
 
 def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True) -> dict[str, str]:

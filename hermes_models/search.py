@@ -38,6 +38,7 @@ import peewee
 from . import present, sqlite_sql
 from .binding import current, newer_file
 from .checks import INT64_MAX, check_flag
+from .content import FUNCTION_ERROR, LENIENT_FILES, is_decode_error
 from .dialect import on_postgresql
 from .fts import INDEXES, available_routes, warn_once
 from .grams import GRAM_COUNT_SQL, GRAM_IDS_SQL, exact, term_match
@@ -64,6 +65,7 @@ from .plan import (
     ids_values,
     matching_query,
     scan_plan,
+    visit_bytes,
     window_values,
     windowed,
     written_out,
@@ -165,11 +167,25 @@ def fetch_within(
     """The column names and every row of one statement, stopped at ``deadline``.
 
     The deadline is enforced by an SQLite progress handler on this thread's
-    connection, which interrupts the statement.
+    connection, which interrupts the statement. Text another program stored that
+    is not UTF-8 is read with U+FFFD (the statement runs again so).
 
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
+    try:
+        return _fetch_within(sql, params, deadline)
+    except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+        db = current()
+        if not is_decode_error(exc) or getattr(db, "file", None) in LENIENT_FILES:
+            raise
+        db.read_leniently()
+        return _fetch_within(sql, params, deadline)
+
+
+def _fetch_within(
+    sql: str, params: list[Any], deadline: float | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
     trying = getattr(_trying, "steps", None) is not None
     if deadline is None and not trying:
         cursor = execute(sql, params)
@@ -256,13 +272,34 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
     if not (scan.uncovered_only and _gram_index_covers_all(deadline)):
-        with _function(SCAN_FUNCTION, 4, matcher.visit):
-            fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
+        db = current()
+        raw = scan.raw is not None and getattr(db, "file", None) in LENIENT_FILES
+        try:
+            _scan_rows(scan, matcher, deadline, raw)
+        except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+            # Text another program stored that is not UTF-8 cannot be handed to the
+            # function: the scan reads every text as bytes instead (U+FFFD for those).
+            if raw or scan.raw is None or FUNCTION_ERROR not in str(exc):
+                raise
+            db.read_leniently()
+            matcher = Matcher(tuple(term for _, term in scan.terms))
+            _scan_rows(scan, matcher, deadline, True)
     holders = matcher.holders
     holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}
     for k, ids in indexed.items():
         holding[k] |= ids
     return Scanned(holding)
+
+
+def _scan_rows(scan: ScanPlan, matcher: Matcher, deadline: float | None, raw: bool) -> None:
+    """Run ``scan``'s statement (its ``raw`` form: text as bytes) with ``matcher``."""
+    if raw and scan.raw is not None:
+        statement = scan.raw()
+        with _function(SCAN_FUNCTION, 4, visit_bytes(matcher.visit)):
+            fetch_within(statement.sql, statement.bind(scan.values), deadline)
+        return
+    with _function(SCAN_FUNCTION, 4, matcher.visit):
+        fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
 
 
 def _gram_state(deadline: float | None, read: tuple[Any, ...] | None = None) -> tuple[int, bool]:

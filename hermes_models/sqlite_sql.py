@@ -489,6 +489,19 @@ END""",
 )
 
 
+# -- text that is not UTF-8 ---------------------------------------------------------------------
+
+
+def text_as_bytes(table: str, columns: Sequence[str]) -> str:
+    """The rowid and each of ``columns`` of every row of ``table`` as bytes when it is
+    text (NULL otherwise), by rowid: text another program wrote that is not UTF-8 is
+    read without failing (the names come from ``PRAGMA table_info``)."""
+    parts = ", ".join(
+        f'CASE WHEN typeof("{c}") = \'text\' THEN CAST("{c}" AS BLOB) END' for c in columns
+    )
+    return f'SELECT rowid, {parts} FROM "{table}" ORDER BY rowid'
+
+
 # -- copy -------------------------------------------------------------------------------------
 # hermes_models.copy: a whole store moved to another file or server, and checked.
 
