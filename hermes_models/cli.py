@@ -1100,6 +1100,13 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
         if fixed["sequence"]:
             old, new = fixed["sequence"]
             notes.append(f"lowered the message id sequence from {old} to {new}")
+        if fixed["regrammed"]:
+            ids = ", ".join(str(i) for i in fixed["regrammed"][:10])
+            more = ", ..." if len(fixed["regrammed"]) > 10 else ""
+            notes.append(
+                f"indexed {views.plural(len(fixed['regrammed']), 'message')} again in the "
+                f"gram index (id {ids}{more})"
+            )
     db = connect(path, migrate=False, read_only=True)
     try:
         report = check(db)

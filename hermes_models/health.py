@@ -548,7 +548,9 @@ def _lower_sequence(db: HermesDatabase, top: int) -> None:
 def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
-    highest id in use. Returns ``{"recounted": [ids], "sequence": [old, new] or None}``.
+    highest id in use; then index again, in short transactions, the messages whose
+    grams the gram index holds wrongly (:func:`mend_grams`). Returns ``{"recounted":
+    [ids], "sequence": [old, new] or None, "regrammed": [ids]}``.
 
     Lowering the sequence lets ids of messages deleted since be used again.
     """
@@ -580,7 +582,27 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 
-    return db.write(run)
+    fixed = db.write(run)
+    fixed["regrammed"] = mend_grams(db)
+    return fixed
+
+
+def mend_grams(db: HermesDatabase, *, sample: int | None = None) -> list[int]:
+    """The ids :func:`hermes_models.grams.check` finds the gram index wrong about (all
+    messages, or a sample on a large store, as ``doctor`` checks), listed as changed
+    and indexed again, a chunk per short write transaction. Nothing on PostgreSQL or
+    a file without the index."""
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        return []
+    conn = db.connection()
+    if not grams.present(conn) or not grams.usable(conn):
+        return []
+    found = grams.check(db, sample=sample)
+    ids = sorted({*found.wrong, *found.stray})
+    if ids:
+        grams.relist(db, ids)
+        grams.catch_up(db)
+    return ids
 
 
 __all__ = [
@@ -588,6 +610,7 @@ __all__ = [
     "counter_mismatches",
     "doctor",
     "gram_state",
+    "mend_grams",
     "message_sequence",
     "present_fts_tables",
     "repair",

@@ -448,10 +448,11 @@ def update_gram_index(
 ) -> dict[str, Any]:
     """Bring the gram index (:mod:`hermes_models.grams`) up to date: index every message
     listed as changed since it was indexed (written, changed or deleted by anyone), a
-    chunk per short write transaction; with ``rebuild``, first empty it and list every
-    message. Then its segments are merged into one, a few pages per write transaction
-    (:func:`hermes_models.grams.merge`), which also finishes a merge a killed process
-    left half done.
+    chunk per short write transaction, after listing again those whose grams it holds
+    wrongly (:func:`hermes_models.grams.check`, as ``doctor`` checks); with ``rebuild``,
+    first empty it and list every message. Then its segments are merged into one, a few
+    pages per write transaction (:func:`hermes_models.grams.merge`), which also
+    finishes a merge a killed process left half done.
 
     Returns ``present`` (False on a file or build without the index; nothing is
     done), ``rebuilt``, ``indexed`` (ids refreshed now), ``changed`` (ids still listed
@@ -476,6 +477,11 @@ def update_gram_index(
     if again:
         indexed = grams.rebuild(db, progress=progress)
     else:
+        # What the index holds wrongly (checked as doctor checks it: every message, or
+        # a sample on a large store) is listed again, then everything listed indexed.
+        found = grams.check(db)
+        if found.wrong or found.stray:
+            grams.relist(db, [*found.wrong, *found.stray])
         indexed = grams.catch_up(db, progress=progress)
     merged = grams.merge(db)  # the segments those transactions left, in short steps
     state = grams.status(db)

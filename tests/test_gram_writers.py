@@ -270,3 +270,61 @@ def test_whole_store_commands_read_text_that_is_not_utf8_and_name_the_row(
     bundle = run("export", "--db", str(path), cwd=tmp_path).stdout
     assert bundle.count('"format":"hermes-models-bundle"') == 1  # written once, not retried
     assert bundle.count('"type":"message"') == 21
+
+
+def _diverge(path: Path) -> None:
+    """Writes made while the file's triggers were missing (a tool that dropped and put
+    them back): message 3 changed and message 4 deleted, and nothing lists them."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        kept = dict(
+            conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE name IN"
+                " ('messages_cjk_changed_update', 'messages_cjk_changed_delete')"
+            ).fetchall()
+        )
+        for name in kept:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("UPDATE messages SET content = '异步 unlisted' WHERE id = 3")
+        conn.execute("DELETE FROM messages WHERE id = 4")
+        for sql in kept.values():
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
+def test_optimize_finds_and_indexes_again_what_the_index_holds_wrongly(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    _indexed_store(path)
+    _diverge(path)
+    with SessionDB(path) as store:
+        found_wrong = grams.check(store.database)
+        assert (found_wrong.wrong, found_wrong.stray, found_wrong.ok) == ([3], [4], False)
+        store.update_search_index()
+        assert grams.check(store.database).ok
+    assert_exact(path)
+
+
+# Console-script runs (~0.4 s each).
+@pytest.mark.slow
+def test_doctor_names_the_messages_the_index_holds_wrongly_and_fix_mends_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    _indexed_store(path)
+    _diverge(path)
+    done = run("doctor", "--db", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    assert (
+        "FAIL gram index matches messages: 1 message(s) whose grams differ: id 3; 1 id(s) "
+        "held that are no message: 4 (19 messages checked;"
+    ) in " ".join(done.stdout.split())
+    fixed = run("doctor", "--fix", "--db", str(path), cwd=tmp_path)
+    assert (fixed.returncode, fixed.stderr) == (0, "")
+    lines = fixed.stdout.splitlines()
+    assert lines[:2] == [
+        "fixed: recounted 1 session",  # the delete left message_count behind too
+        "fixed: indexed 2 messages again in the gram index (id 3, 4)",
+    ]
+    assert lines[-1].endswith("healthy (14 checks passed)")
+    assert_exact(path)

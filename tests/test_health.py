@@ -346,7 +346,11 @@ def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
             " 2, 3 messages; tool_call_count 2, 2 tool calls) (`hermes-models doctor --fix`"
             " recounts them)"
         }
-    assert health.repair(store.database) == {"recounted": ["kept"], "sequence": None}
+    assert health.repair(store.database) == {
+        "recounted": ["kept"],
+        "sequence": None,
+        "regrammed": [],
+    }
     assert store.get_session("kept")["message_count"] == 3
     assert health.counter_mismatches(store.database) == []
     if _on_file(store):
@@ -376,7 +380,11 @@ def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_p
             " which no message can be appended (`hermes-models doctor --fix` lowers it to the "
             "highest id in use)"
         }
-    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 2]}
+    assert health.repair(store.database) == {
+        "recounted": [],
+        "sequence": [INT64_MAX - 10, 2],
+        "regrammed": [],
+    }
     assert store.append_message("kept", "user", "appends again") == 3
     assert health.message_sequence(store.database) == {
         "sequence": 3,
@@ -407,7 +415,7 @@ def test_a_sequence_is_not_lowered_below_an_id_another_client_is_adding(
             lowered = health.repair(store.database)
         finally:
             committer.join(30)
-    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40]}
+    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40], "regrammed": []}
     assert store.append_message("kept", "user", "after") == 41
 
 
@@ -416,7 +424,11 @@ def test_a_sequence_lowered_with_no_message_left_starts_again_at_1(
 ) -> None:
     store.delete_session("kept")
     _set_sequence(store, db_path, INT64_MAX - 10)
-    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 0]}
+    assert health.repair(store.database) == {
+        "recounted": [],
+        "sequence": [INT64_MAX - 10, 0],
+        "regrammed": [],
+    }
     store.create_session("again", "cli")
     assert store.append_message("again", "user", "first again") == 1
 
@@ -431,7 +443,7 @@ def test_a_sequence_the_messages_themselves_exhaust_is_not_lowered(
         assert detail.endswith(
             "(the highest message id itself is that close: the messages must be renumbered)"
         )
-    assert health.repair(store.database) == {"recounted": [], "sequence": None}
+    assert health.repair(store.database) == {"recounted": [], "sequence": None, "regrammed": []}
     assert health.message_sequence(store.database)["sequence"] == INT64_MAX - 5
 
 
