@@ -10,14 +10,27 @@ Under the old high-water mark each of them lost messages.
 
 from __future__ import annotations
 
+import random
+import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from console_script import run
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from hermes_models import SessionDB, grams
 from hermes_models.copy import copy_store
+
+from legacy import hermes_append
 
 T0 = 1_700_000_000.0
 TERMS = ("异步", "内存", "数据", "数", "据", "库", "存", "事件", "セッ", "세션")
@@ -328,3 +341,256 @@ def test_doctor_names_the_messages_the_index_holds_wrongly_and_fix_mends_them(
     ]
     assert lines[-1].endswith("healthy (14 checks passed)")
     assert_exact(path)
+
+
+# -- the differential state machine --------------------------------------------------------
+# Random interleavings of every kind of writer on one file; after every step each term's
+# search is compared with the substring oracle. Under the old mark it fails within a few
+# steps (an explicit id below the highest, a REPLACE, a merge, an import, a copy).
+
+WORDS = ("alpha", "bravo", "kilo")
+#: 1-2 character CJK terms (the gram index), 3+ (the trigram index) and words.
+MACHINE_TERMS = ("数", "据", "数据", "异步", "内存", "セッ", "세션", "数据库", "事件循环", *WORDS)
+PIECES = ("数据", "数据库", "异步", "内存", "事件循环", "セッション", "세션", "库", "步")
+TEXTS = st.lists(st.sampled_from(PIECES + WORDS), min_size=1, max_size=4).map(" ".join)
+KILLED_WRITER = """
+import sys, time
+from hermes_models import SessionDB
+store = SessionDB(sys.argv[1])
+store.create_session("killed", "cli")
+n = 0
+while True:
+    n += 1
+    store.append_message("killed", "user", f"数据库 异步 {n} 内存 alpha")
+    if n % 7 == 0:
+        store.update_search_index()
+"""
+
+
+class GramWriters(RuleBasedStateMachine):
+    """One file, written by our API, a Hermes-style plain-sqlite3 writer (explicit ids,
+    REPLACE, UPDATE, DELETE, INSERT ... SELECT, bytes that are not UTF-8), copies,
+    merges, imports, and a process killed with SIGKILL mid-write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="gram-writers-"))
+        self.path = self.dir / "state.db"
+        self.files = 0
+        self.store = SessionDB(self.path)
+        self.store.create_session("s", "telegram", started_at=T0)
+        self.at = T0
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _plain(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, isolation_level=None, timeout=30)
+
+    def _tick(self) -> float:
+        self.at += 1.0
+        return self.at
+
+    def _side(self, texts: list[str]) -> Path:
+        """A second store whose two sessions' messages interleave in time."""
+        self.files += 1
+        side = self.dir / f"side{self.files}.db"
+        with SessionDB(side) as other:
+            for k in (0, 1):
+                other.create_session(f"x{self.files}-{k}", "telegram", started_at=T0 + k)
+            for i, text in enumerate(texts):
+                other.append_message(f"x{self.files}-{i % 2}", "user", text, timestamp=T0 + i)
+        return side
+
+    @rule(text=TEXTS)
+    def api_append(self, text: str) -> None:
+        self.store.append_message("s", "user", text, timestamp=self._tick())
+
+    @rule(text=TEXTS, where=st.sampled_from(["free below", "above", "auto"]))
+    def plain_insert(self, text: str, where: str) -> None:
+        conn = self._plain()
+        try:
+            top = conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+            ids = {r[0] for r in conn.execute("SELECT id FROM messages")}
+            free = [i for i in range(1, top) if i not in ids]
+            if where == "free below" and free:
+                message_id: int | None = free[len(free) // 2]
+            elif where == "above":
+                message_id = top + 50
+            else:
+                message_id = None
+            hermes_append(
+                conn, "s", "user", text, self._tick(), **({"id": message_id} if message_id else {})
+            )
+        finally:
+            conn.close()
+
+    @rule(text=TEXTS, pick=st.integers(0, 10**6))
+    def plain_replace(self, text: str, pick: int) -> None:
+        conn = self._plain()
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+            if ids:
+                conn.execute(
+                    "INSERT OR REPLACE INTO messages (id, session_id, role, content, timestamp)"
+                    " VALUES (?, 's', 'user', ?, ?)",
+                    (ids[pick % len(ids)], text, self._tick()),
+                )
+        finally:
+            conn.close()
+
+    @rule(
+        text=TEXTS,
+        pick=st.integers(0, 10**6),
+        column=st.sampled_from(["content", "tool_name", "tool_calls"]),
+    )
+    def plain_update(self, text: str, pick: int, column: str) -> None:
+        conn = self._plain()
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+            if ids:
+                conn.execute(
+                    f"UPDATE messages SET {column} = ? WHERE id = ?", (text, ids[pick % len(ids)])
+                )
+        finally:
+            conn.close()
+
+    @rule(pick=st.integers(0, 10**6))
+    def plain_delete(self, pick: int) -> None:
+        conn = self._plain()
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM messages ORDER BY id")]
+            if ids:
+                conn.execute("DELETE FROM messages WHERE id = ?", (ids[pick % len(ids)],))
+        finally:
+            conn.close()
+
+    @rule()
+    def plain_bulk_copy(self) -> None:
+        conn = self._plain()
+        try:
+            conn.execute(
+                "INSERT INTO messages (session_id, role, content, tool_name, timestamp)"
+                " SELECT session_id, role, content, tool_name, timestamp + 1000 FROM messages"
+                " WHERE id IN (SELECT id FROM messages ORDER BY id LIMIT 5)"
+            )
+        finally:
+            conn.close()
+
+    @rule()
+    def plain_not_utf8(self) -> None:
+        conn = self._plain()
+        try:
+            _damaged(conn, "s", self._tick())
+        finally:
+            conn.close()
+
+    @rule(texts=st.lists(TEXTS, min_size=1, max_size=6))
+    def merge(self, texts: list[str]) -> None:
+        copy_store(self._side(texts), self.path, merge=True)
+
+    @rule(texts=st.lists(TEXTS, min_size=1, max_size=6))
+    def import_bundle(self, texts: list[str]) -> None:
+        bundle = self.dir / f"b{self.files}.jsonl"
+        with SessionDB(self._side(texts)) as other:
+            other.export_bundle(bundle)
+        self.store.import_bundle(bundle)
+
+    @rule()
+    def copy_and_go_on_with_the_copy(self) -> None:
+        self.files += 1
+        target = self.dir / f"copy{self.files}.db"
+        self.store.close()
+        copy_store(self.path, target)
+        self.path = target
+        self.store = SessionDB(self.path)
+
+    @rule()
+    def optimize(self) -> None:
+        self.store.update_search_index()
+
+    @rule(wait=st.sampled_from([0.3, 0.6, 0.9]))
+    def kill_9_a_writer(self, wait: float) -> None:
+        child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(self.path)])
+        time.sleep(wait)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+    @invariant()
+    def every_search_is_the_oracles(self) -> None:
+        for term in MACHINE_TERMS:
+            assert found(self.store, term) == oracle(self.path, term), term
+
+
+GramWriters.TestCase.settings = settings(
+    max_examples=examples(12),
+    stateful_step_count=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# Processes killed with SIGKILL, copies and merges of files: ~1 min in the full run.
+TestGramIndexAgreesWithTheOracleUnderEveryWriter = pytest.mark.slow(GramWriters.TestCase)
+
+
+# Hermes v16's released code in a process of its own (~5 s).
+@pytest.mark.slow
+def test_a_real_hermes_v16_process_writing_beside_ours_leaves_every_search_exact(
+    tmp_path: Path,
+) -> None:
+    from hermes_release import HermesProcess
+
+    rng = random.Random(16)
+    path = tmp_path / "state.db"
+    store = SessionDB(path)
+    store.create_session("ours", "cli", started_at=T0)
+    with HermesProcess("v16", path) as hermes:
+        hermes.call("create_session", "theirs", "telegram")
+
+        def their_sql(text: str, params: tuple[object, ...]) -> None:
+            hermes.sql("BEGIN IMMEDIATE")
+            hermes.sql(text, params)
+            hermes.sql("COMMIT")
+
+        for step in range(80):
+            text = " ".join(rng.choice(PIECES + WORDS) for _ in range(rng.randint(1, 4)))
+            ids = [r[0] for r in hermes.sql("SELECT id FROM messages ORDER BY id")]
+            kind = rng.choice(["ours", "theirs", "theirs", "replace", "update", "delete", "id"])
+            if kind == "ours" or not ids:
+                store.append_message("ours", "user", text, timestamp=T0 + step)
+            elif kind == "theirs":
+                hermes.call("append_message", "theirs", "assistant", text)
+            elif kind == "replace":
+                their_sql(
+                    "INSERT OR REPLACE INTO messages (id, session_id, role, content, timestamp)"
+                    " VALUES (?, 'theirs', 'user', ?, ?)",
+                    (rng.choice(ids), text, T0 + step),
+                )
+            elif kind == "update":
+                column = rng.choice(["content", "tool_name", "tool_calls"])
+                their_sql(f"UPDATE messages SET {column} = ? WHERE id = ?", (text, rng.choice(ids)))
+            elif kind == "delete":
+                their_sql("DELETE FROM messages WHERE id = ?", (rng.choice(ids),))
+            else:  # a free id below the highest, as a restore writes it
+                free = sorted(set(range(1, max(ids))) - set(ids))
+                if free:
+                    their_sql(
+                        "INSERT INTO messages (id, session_id, role, content, timestamp)"
+                        " VALUES (?, 'theirs', 'user', ?, ?)",
+                        (rng.choice(free), text, T0 + step),
+                    )
+            if step % 8 == 7:
+                for term in MACHINE_TERMS:
+                    assert found(store, term) == oracle(path, term), (step, term)
+            if step == 40:
+                store.update_search_index()
+        # Hermes searches the file too (its own FTS5 word and trigram routes).
+        assert hermes.call("search_messages", "alpha") is not None
+        hermes.kill()
+    for term in MACHINE_TERMS:
+        assert found(store, term) == oracle(path, term), term
+    store.update_search_index()
+    assert grams.check(store.database).ok
+    for term in MACHINE_TERMS:
+        assert found(store, term) == oracle(path, term), term
+    store.close()
