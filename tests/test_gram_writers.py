@@ -594,3 +594,61 @@ def test_a_real_hermes_v16_process_writing_beside_ours_leaves_every_search_exact
     for term in MACHINE_TERMS:
         assert found(store, term) == oracle(path, term), term
     store.close()
+
+
+MERGING = """
+import sys
+from hermes_models import SessionDB, grams
+store = SessionDB(sys.argv[1])
+db = store.database
+write = db.write
+def stepped(fn):
+    done = write(fn)
+    print("step", flush=True)
+    return done
+db.write = stepped
+grams.merge(db, pages=1)
+print("merged", flush=True)
+"""
+
+
+# A process killed with SIGKILL, console-script runs (~1.5 s).
+@pytest.mark.slow
+def test_a_killed_merge_of_the_index_is_finished_by_optimize(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    rng = random.Random(9)
+    with SessionDB(path) as store:
+        store.create_session("s", "cli", started_at=T0)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for i in range(2000):  # many distinct grams: an index of many pages
+            han = "".join(chr(rng.randint(0x4E00, 0x4FFF)) for _ in range(12))
+            text = " ".join(rng.choice(PIECES + WORDS) for _ in range(2)) + f" {han}"
+            hermes_append(conn, "s", "user", text, T0 + i)
+    finally:
+        conn.close()
+    with SessionDB(path) as store:
+        grams.catch_up(store.database, chunk=40)  # a segment per transaction
+        before = grams.segments(store.database)
+    assert before >= 2
+    child = subprocess.Popen(
+        [sys.executable, "-c", MERGING, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    assert [child.stdout.readline() for _ in range(3)] == ["step\n"] * 3
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    with SessionDB(path) as store:
+        assert grams.segments(store.database) >= 2  # left half merged
+    done = run("optimize", "--db", str(path), cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    with SessionDB(path) as store:
+        assert grams.segments(store.database) == 1
+        assert grams.check(store.database).ok
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO messages_cjk (messages_cjk, rank) VALUES ('integrity-check', 1)")
+    finally:
+        conn.close()
+    assert_exact(path, MACHINE_TERMS)
