@@ -82,9 +82,16 @@ def test_a_copy_of_conversations_whose_messages_interleave_finds_every_message(
 ) -> None:
     source, target = tmp_path / "src.db", tmp_path / "copy.db"
     _interleaved(source)
-    copy_store(source, target)
-    # The copy writes the second session's lower ids after the first's higher ones.
+    report = copy_store(source, target)
+    assert report.verified["messages"] == 24
+    # The copy writes the second session's lower ids after the first's higher ones,
+    # indexes what it wrote and checks the index by what it holds before "verified".
     assert oracle(target, "异步") == oracle(source, "异步") != set()
+    conn = sqlite3.connect(target)
+    try:
+        assert conn.execute("SELECT count(*) FROM messages_cjk_changed").fetchone() == (0,)
+    finally:
+        conn.close()
     assert_exact(target)
     with SessionDB(target) as store:
         store.update_search_index()
