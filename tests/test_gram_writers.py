@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from hermes_models import SessionDB, grams
+from hermes_models import SessionDB, grams, health
+from hermes_models.binding import using
 from hermes_models.copy import copy_store
 
 from legacy import hermes_append
@@ -529,6 +530,23 @@ class GramWriters(RuleBasedStateMachine):
         for term in MACHINE_TERMS:
             assert found(self.store, term) == oracle(self.path, term), term
 
+    @invariant()
+    def doctor_sees_the_counters_a_recount_sees(self) -> None:
+        # message_count is kept by each writer (plain SQL may leave it behind): doctor's
+        # check must name exactly the sessions a count in Python finds wrong.
+        conn = sqlite3.connect(self.path)
+        try:
+            stored = dict(conn.execute("SELECT id, COALESCE(message_count, 0) FROM sessions"))
+            rows = [r[0] for r in conn.execute("SELECT session_id FROM messages")]
+        finally:
+            conn.close()
+        wrong = {s for s, n in stored.items() if n != rows.count(s)}
+        with using(self.store.database):
+            named = {
+                r["id"] for r in health.counter_mismatches() if r["message_count"] != r["messages"]
+            }
+        assert named == wrong
+
 
 GramWriters.TestCase.settings = settings(
     max_examples=examples(12),
@@ -605,7 +623,8 @@ def test_a_real_hermes_v16_process_writing_beside_ours_leaves_every_search_exact
 
 MERGING = """
 import sys
-from hermes_models import SessionDB, grams
+from hermes_models import SessionDB, grams, health
+from hermes_models.binding import using
 store = SessionDB(sys.argv[1])
 db = store.database
 write = db.write
