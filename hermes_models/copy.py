@@ -299,18 +299,6 @@ class _PostgresSide(_Side):
     def close(self) -> None:
         self.db.close()
 
-    def index_grams(self) -> None:
-        """Index what the copy wrote (listed as changed by the file's triggers) in the
-        gram index, in short transactions, so that its verification reads it."""
-        if grams.present(self.db.connection()) and grams.usable(self.db.connection()):
-            grams.catch_up(self.db)
-
-    def check_grams(self) -> grams.GramCheck | None:
-        """The gram index checked by what it holds (as ``doctor`` checks it)."""
-        if not grams.present(self.db.connection()) or not grams.usable(self.db.connection()):
-            return None
-        return grams.check(self.db)
-
     def shape(self) -> Any:
         self.db.connection()
         return self.db.shape

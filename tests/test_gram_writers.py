@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import examples
@@ -678,3 +679,19 @@ def test_a_killed_merge_of_the_index_is_finished_by_optimize(tmp_path: Path) -> 
     finally:
         conn.close()
     assert_exact(path, MACHINE_TERMS)
+
+
+@pytest.mark.postgresql
+def test_a_copy_from_postgresql_of_interleaved_conversations_finds_every_message(
+    tmp_path: Path, pg: Any
+) -> None:
+    source, target = tmp_path / "src.db", tmp_path / "copy.db"
+    _interleaved(source)
+    url = pg.new_database(migrated=False)
+    copy_store(source, url)
+    with SessionDB(url) as server:
+        assert found(server, "异步") == oracle(source, "异步") != set()
+    report = copy_store(url, target)
+    assert report.verified["messages"] == 24
+    assert oracle(target, "异步") == oracle(source, "异步")
+    assert_exact(target)
