@@ -379,7 +379,7 @@ while True:
 class GramWriters(RuleBasedStateMachine):
     """One file, written by our API, a Hermes-style plain-sqlite3 writer (explicit ids,
     REPLACE, UPDATE, DELETE, INSERT ... SELECT, bytes that are not UTF-8), copies,
-    merges, imports, and a process killed with SIGKILL mid-write."""
+    merges, imports, a backup put back, and a process killed with SIGKILL mid-write."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -513,6 +513,19 @@ class GramWriters(RuleBasedStateMachine):
         self.store.close()
         copy_store(self.path, target)
         self.path = target
+        self.store = SessionDB(self.path)
+
+    @rule(text=TEXTS)
+    def backup_write_on_and_restore(self, text: str) -> None:
+        # A backup, writes after it, then the backup put back in place (docs/backup.md).
+        self.files += 1
+        saved = self.dir / f"backup{self.files}.db"
+        self.store.backup(saved)
+        self.store.append_message("s", "user", text, timestamp=self._tick())
+        self.store.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(saved, self.path)
         self.store = SessionDB(self.path)
 
     @rule()
