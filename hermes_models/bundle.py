@@ -39,6 +39,7 @@ from peewee import SQL, fn
 from . import jsonl
 from .binding import current
 from .checks import expand_user
+from .content import rows_read_leniently
 from .dialect import among
 from .driver import sqlite3
 from .errors import BundleError
@@ -160,7 +161,8 @@ def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     """Session rows (stored values, :func:`file_columns` order) by ``(started_at, id)``;
     None: all. Read from the cursor as they are used: memory does not grow with them."""
     query = Session.select(*_selected(Session)).order_by(Session.started_at, Session.id)
-    yield from raw(query if ids is None else query.where(among(Session.id, ids)))
+    cursor = raw(query if ids is None else query.where(among(Session.id, ids)))
+    yield from rows_read_leniently(current(), cursor)
 
 
 def _of_a_session(query: Any) -> Any:
@@ -176,9 +178,8 @@ def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     None: all of a session that exists. Read from the cursor as they are used (SQLite
     sorts a selection on disk)."""
     query = Message.select(*_selected(Message)).order_by(Message.id)
-    yield from raw(
-        _of_a_session(query) if ids is None else query.where(among(Message.session, ids))
-    )
+    cursor = raw(_of_a_session(query) if ids is None else query.where(among(Message.session, ids)))
+    yield from rows_read_leniently(current(), cursor)
 
 
 def orphan_total() -> int:

@@ -1130,6 +1130,13 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
         if fixed["sequence"]:
             old, new = fixed["sequence"]
             notes.append(f"lowered the message id sequence from {old} to {new}")
+        if fixed["regrammed"]:
+            ids = ", ".join(str(i) for i in fixed["regrammed"][:10])
+            more = ", ..." if len(fixed["regrammed"]) > 10 else ""
+            notes.append(
+                f"indexed {views.plural(len(fixed['regrammed']), 'message')} again in the "
+                f"gram index (id {ids}{more})"
+            )
     db = connect(path, migrate=False, read_only=True)
     try:
         report = check(db)
@@ -1420,10 +1427,10 @@ def vacuum(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 @click.pass_context
 def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | None) -> None:
     """Bring the index that finds one- and two-character Chinese, Japanese and Korean
-    terms up to date: index the messages other processes (Hermes) wrote, a chunk per
-    short transaction, so writers never wait long. Rebuilds first when another
-    process deleted or changed indexed messages. Searches are exact before, during
-    and after; only their speed changes.
+    terms up to date: index the messages other processes (Hermes) wrote, changed or
+    deleted, a chunk per short transaction, so writers never wait long, then merge
+    the index into one segment (finishing a merge a killed run left). Searches are
+    exact before, during and after; only their speed changes.
     """
     with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
         result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
@@ -1443,7 +1450,13 @@ def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | 
         return
     done = views.plural(result["indexed"], "message", "messages")
     how = "rebuilt the index: indexed" if result["rebuilt"] else "indexed"
-    terminal.say(f"{how} {done}; every message up to id {result['high_water']} is indexed")
+    left = result["changed"]
+    tail = (
+        "every message is indexed"
+        if not left
+        else f"{views.plural(left, 'message', 'messages')} written meanwhile not indexed yet"
+    )
+    terminal.say(f"{how} {done}; {tail}")
 
 
 @cli.command(

@@ -23,10 +23,16 @@ once.
 
 from __future__ import annotations
 
+import logging
+
+from . import sqlite_sql
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
+
+logger = logging.getLogger("hermes_models")
 
 #: What a multimodal message without any text part reads as (Hermes' words).
 MULTIMODAL = "[multimodal content]"
@@ -114,11 +120,117 @@ def content_text(
     return json.dumps(content, ensure_ascii=False)
 
 
+# -- text that is not UTF-8 ---------------------------------------------------------------------
+# Another program may store text whose bytes are not UTF-8 (a truncated multi-byte
+# write). sqlite3 fails reading such a value ("Could not decode to UTF-8 column ...").
+# The rule: such text is read with U+FFFD for each invalid sequence (Python's
+# errors="replace"), the gram index indexes that text (hermes_models.grams), and
+# the commands say which row it is. Reading every value that way costs ~75 ns a
+# value, so a handle switches to it only once it met such text (``lenient_text``).
+
+#: The words of sqlite3's error reading text that is not UTF-8.
+DECODE_ERROR = "Could not decode to UTF-8"
+#: The words of sqlite3's error when such text is handed to an SQL function of ours.
+FUNCTION_ERROR = "user-defined function raised exception"
+
+#: Files whose text this process reads with :func:`lenient_text` (one met such text).
+LENIENT_FILES: set[str] = set()
+
+
+def is_decode_error(exc: BaseException) -> bool:
+    """True when ``exc`` (or the sqlite3 error it wraps) is sqlite3 failing to read text
+    that is not UTF-8."""
+    for error in (exc, getattr(exc, "orig", None), exc.__cause__):
+        if error is not None and DECODE_ERROR in str(error):
+            return True
+    return False
+
+
+def lenient_text(data: bytes) -> str:
+    """A text value read as UTF-8, each invalid sequence as U+FFFD (a ``text_factory``)."""
+    return data.decode("utf-8", "replace")
+
+
+#: The tables whose text columns are looked at for bytes that are not UTF-8.
+DAMAGE_TABLES = ("sessions", "messages")
+
+
+def damaged_text(conn: Any, limit: int = 10) -> tuple[list[tuple[str, Any, str]], int]:
+    """Values whose text is not UTF-8: up to ``limit`` of ``(table, key, column)`` (the key:
+    a message's id, a session's id as read with U+FFFD), and how many there are. Reads
+    every text column of every row of :data:`DAMAGE_TABLES`, each value as its bytes
+    (for the command that met one, and ``doctor``)."""
+    found: list[tuple[str, Any, str]] = []
+    total = 0
+    for table in DAMAGE_TABLES:
+        info = conn.execute(sqlite_sql.table_info(table)).fetchall()
+        columns = [str(row[1]) for row in info if "TEXT" in str(row[2]).upper()]
+        if not columns:
+            continue
+        for row in conn.execute(sqlite_sql.text_as_bytes(table, columns)):
+            values = dict(zip(columns, row[1:]))
+            for column, value in values.items():
+                if value is not None and not _utf8(value):
+                    total += 1
+                    if len(found) < limit:
+                        key = row[0] if table == "messages" else values.get("id")
+                        key = lenient_text(key) if isinstance(key, bytes) else key
+                        found.append((table, key, column))
+    return found, total
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def describe_damage(label: str, found: list[tuple[str, Any, str]], total: int) -> str:
+    """One line naming the rows :func:`damaged_text` found."""
+    named = ", ".join(
+        f"{'message' if table == 'messages' else 'session'} {key!r} ({column})"
+        for table, key, column in found
+    )
+    more = f" and {total - len(found)} more" if total > len(found) else ""
+    return (
+        f"{label}: text that is not UTF-8 in {named}{more}; shown with U+FFFD replacement "
+        "characters"
+    )
+
+
+def rows_read_leniently(db: Any, cursor: Any) -> Iterator[Any]:
+    """The rows of ``cursor`` (a cursor of ``db``'s connection), read as they come; text
+    that is not UTF-8 switches ``db`` to :func:`lenient_text` and the same row is read
+    again (sqlite3 keeps it), so a stream of rows never stops at such a value."""
+    while True:
+        try:
+            row = cursor.fetchone()
+        except Exception as exc:
+            if not is_decode_error(exc) or db.file in LENIENT_FILES:
+                raise
+            db.read_leniently()
+            continue
+        if row is None:
+            return
+        yield row
+
+
 __all__ = [
     "CONTENT_JSON_PREFIX",
+    "DAMAGE_TABLES",
+    "DECODE_ERROR",
+    "FUNCTION_ERROR",
     "IMAGE",
+    "LENIENT_FILES",
     "MULTIMODAL",
     "content_text",
+    "damaged_text",
     "decode_content",
+    "describe_damage",
+    "is_decode_error",
+    "lenient_text",
+    "rows_read_leniently",
     "stored_text",
 ]

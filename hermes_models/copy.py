@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from . import postgres, postgres_sql, sqlite_sql
+from . import grams, postgres, postgres_sql, sqlite_sql
 from .binding import database
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress
 from .connection import connect
@@ -116,6 +116,13 @@ class _Side:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def index_grams(self) -> None:
+        """Index what the copy wrote in the file's gram index (a server keeps its own)."""
+
+    def check_grams(self) -> grams.GramCheck | None:
+        """The file's gram index checked by what it holds; None: none to check."""
+        return None
 
     def shape(self) -> Any:
         raise NotImplementedError
@@ -202,6 +209,18 @@ class _SqliteSide(_Side):
 
     def close(self) -> None:
         self.db.close()
+
+    def index_grams(self) -> None:
+        """Index what the copy wrote (listed as changed by the file's triggers) in the
+        gram index, in short transactions, so that its verification reads it."""
+        if grams.present(self.db.connection()) and grams.usable(self.db.connection()):
+            grams.catch_up(self.db)
+
+    def check_grams(self) -> grams.GramCheck | None:
+        """The gram index checked by what it holds (as ``doctor`` checks it)."""
+        if not grams.present(self.db.connection()) or not grams.usable(self.db.connection()):
+            return None
+        return grams.check(self.db)
 
     def shape(self) -> Any:
         return self.db.shape
@@ -593,6 +612,7 @@ class _Copy:
             if looped:
                 self.copy_batch(looped)
             self.dst.write(self.finish)
+            self.dst.index_grams()
             self.report.titles_renamed = sum(1 for s in self.renamed if s in self.added)
             checked = _Verifier(
                 self.src, self.dst, self.merge, self.added, self.step, renamed=self.renamed
@@ -798,6 +818,14 @@ class _Verifier:
                     )
                 if theirs[key] != row:
                     self.differ(f"{table}: the row of {columns[0]} {key!r}", key, strict=False)
+        found = self.dst.check_grams()
+        if found is not None and not found.ok:
+            wrong = sorted({*found.wrong, *found.stray})
+            raise VerificationError(
+                f"the gram index of {self.dst.label} holds wrong grams for messages "
+                f"{', '.join(map(str, wrong[:10]))}"
+                + (f" (FTS5: {found.index_detail})" if found.index_detail else "")
+            )
         verified = {table: self.dst.count(table) for table in TABLES}
         verified["state_meta"] -= self.dst.meta(MARKER_KEY) is not None
         versions = (

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 
 import peewee
 
-from . import driver, grams, journal, sqlite_sql, writes
+from . import content, driver, grams, journal, sqlite_sql, writes
 from .driver import sqlite3
 from .errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
@@ -68,6 +68,54 @@ _share_peewee_adapters()
 _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "VACUUM", "REINDEX")
 
 
+class LenientCursor(sqlite3.Cursor):
+    """A cursor that, meeting text that is not UTF-8 (another program's truncated write),
+    switches its database to reading text with U+FFFD replacement characters
+    (:meth:`HermesDatabase.read_leniently`, which logs the damaged rows) and reads on:
+    ``fetchone`` reads the same row again (sqlite3 does not step past a row it failed
+    to convert), ``fetchall`` of a query not yet read from runs it again. So a stream
+    of rows - a peewee query, an export - never stops at such a value."""
+
+    db: HermesDatabase | None = None
+    _ran: tuple[str, Any] | None = None
+    _read = False
+
+    def execute(self, sql: str, parameters: Any = (), /) -> LenientCursor:
+        self._ran, self._read = (sql, parameters), False
+        super().execute(sql, parameters)
+        return self
+
+    def _lenient(self, exc: sqlite3.OperationalError) -> bool:
+        """True when ``exc`` was text that is not UTF-8 and reading it so is now on."""
+        if not content.is_decode_error(exc) or self.db is None:
+            return False
+        if self.connection.text_factory is content.lenient_text:
+            return False  # read so already: another fault
+        self.db.read_leniently()
+        return True
+
+    def fetchone(self) -> Any:
+        self._read = True
+        while True:
+            try:
+                return super().fetchone()
+            except sqlite3.OperationalError as exc:
+                if not self._lenient(exc):
+                    raise
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.OperationalError as exc:
+            ran = self._ran
+            reads = ran is not None and ran[0].lstrip()[:6].upper() in ("SELECT", "WITH")
+            if self._read or not reads or not self._lenient(exc):
+                raise
+            assert ran is not None
+            super().execute(*ran)
+            return super().fetchall()
+
+
 class HermesDatabase(peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
@@ -105,10 +153,9 @@ class HermesDatabase(peewee.SqliteDatabase):
         #: True when this handle's connections keep the gram index in step
         #: (:mod:`hermes_models.grams`; known once a connection has written).
         self.grams = False
-        #: Set by the gram index's TEMP trigger: a message we inserted could not be
-        #: indexed (others' rows lie below it), so the write catches up before it commits.
-        self.grams_behind = False
-        self._behind_writes = itertools.count()
+        #: Counts writes that changed messages: one in
+        #: :data:`hermes_models.grams.CATCH_UP_EVERY` also refreshes ids others changed.
+        self._gram_writes = itertools.count()
         #: When this handle checkpoints after a write (:class:`hermes_models.writes.Checkpoints`).
         self.checkpoints = writes.Checkpoints(path)
         self._thread_tokens = threading.local()
@@ -161,6 +208,8 @@ class HermesDatabase(peewee.SqliteDatabase):
         # column name, as Hermes' own connection gives them; peewee's
         # cursors (see cursor()) keep returning plain tuples.
         conn.row_factory = sqlite3.Row
+        if self.file in content.LENIENT_FILES:  # it holds text that is not UTF-8
+            conn.text_factory = content.lenient_text
         conn.execute(sqlite_sql.FOREIGN_KEYS_ON)
         conn.execute(sqlite_sql.set_busy_timeout(int(writes.BUSY_TIMEOUT_S * 1000)))
         journal.set_connection_defaults(conn)
@@ -218,9 +267,12 @@ class HermesDatabase(peewee.SqliteDatabase):
         return cursor
 
     def cursor(self, named_cursor: Any = None) -> sqlite3.Cursor:
-        """A cursor of this thread's connection that returns rows as tuples."""
-        cursor = cast("sqlite3.Cursor", super().cursor(named_cursor))
+        """A cursor of this thread's connection that returns rows as tuples and reads
+        text another program stored that is not UTF-8 (:class:`LenientCursor`)."""
+        conn = cast("sqlite3.Connection", self.connection())
+        cursor = conn.cursor(LenientCursor)
         cursor.row_factory = None
+        cursor.db = self
         return cursor
 
     def write(self, fn: Callable[[], T]) -> T:
@@ -266,12 +318,13 @@ class HermesDatabase(peewee.SqliteDatabase):
         """Install the gram index's TEMP triggers on this thread's connection unless it
         has them; True when the file has the index and this build can keep it."""
         # Installed at a connection's first write, not when it opens: opening stays
-        # short, and rows written without the triggers are caught up later, never missed.
+        # short, and rows written without the triggers are listed as changed by the
+        # file's own triggers all the same (a later write or optimize indexes them).
         conn = cast("sqlite3.Connection", self.connection())
         token: _ThreadToken = self._thread_tokens.token
         if token.grams is None:
             try:
-                token.grams = self.grams = grams.install(conn, self._note_grams_behind)
+                token.grams = self.grams = grams.install(conn, token.noted.add)
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 if not is_lock_error(exc):
                     raise
@@ -346,29 +399,49 @@ class HermesDatabase(peewee.SqliteDatabase):
         self.connection()
         self._thread_tokens.token.memo.clear()
 
-    def _note_grams_behind(self) -> None:
-        self.grams_behind = True
-
     def _before_commit(self) -> None:
-        """What a write does last in its transaction: catch the gram index up now and
-        then when a message of ours could not be indexed."""
-        if self.grams_behind:
-            self.grams_behind = False
-            if next(self._behind_writes) % grams.CATCH_UP_EVERY == 0:
-                self._catch_up_grams()
+        """What a write does last in its transaction: refresh the gram index for the
+        messages it changed (and, one such write in
+        :data:`~hermes_models.grams.CATCH_UP_EVERY`, for up to
+        :data:`~hermes_models.grams.CATCH_UP_ROWS` ids others changed)."""
+        token: _ThreadToken = self._thread_tokens.token
+        if token.grams and token.noted:
+            self._refresh_grams(token, next(self._gram_writes) % grams.CATCH_UP_EVERY == 0)
 
-    def _catch_up_grams(self) -> None:
-        """Index a few messages others wrote above the gram index's mark, in this
-        write's transaction; a failure there never fails the write."""
+    def _refresh_grams(self, token: _ThreadToken, others: bool) -> None:
+        """:func:`hermes_models.grams.refresh` in this write's transaction, in a savepoint:
+        a failure there never fails the write (the ids stay listed as changed, and a
+        search reads those rows itself)."""
         conn = self.connection()
+        noted = sorted(token.noted)
+        token.noted.clear()
         conn.execute(sqlite_sql.SAVEPOINT_GRAMS)
         try:
-            grams.index_rows_above(conn, grams.CATCH_UP_ROWS)
+            grams.refresh(conn, noted)
+            if others:
+                grams.refresh_changed(conn, grams.CATCH_UP_ROWS)
         except sqlite3.Error as exc:
             conn.execute(sqlite_sql.ROLLBACK_TO_GRAMS)
-            logger.debug("gram index catch-up failed: %s", exc)
+            logger.debug("gram index refresh failed: %s", exc)
         finally:
             conn.execute(sqlite_sql.RELEASE_GRAMS)
+
+    def read_leniently(self) -> None:
+        """Read text that is not UTF-8 with U+FFFD replacement characters from now on, on
+        every connection of this process to this file (:func:`hermes_models.content.lenient_text`),
+        and log one warning naming the rows that hold such text. Called where a read
+        met such text; reading every value so costs ~75 ns, so no file is read so before."""
+        conn = cast("sqlite3.Connection", self.connection())
+        conn.text_factory = content.lenient_text
+        if self.file in content.LENIENT_FILES:
+            return
+        content.LENIENT_FILES.add(self.file)
+        try:
+            found, total = content.damaged_text(conn)
+        except sqlite3.Error as exc:  # naming the rows is a courtesy; reading goes on
+            logger.warning("%s: text that is not UTF-8 (%s)", self.file, exc)
+            return
+        logger.warning("%s", content.describe_damage(self.file, found, total))
 
     def bound_wal(self) -> bool:
         """Empty the ``-wal`` file when it has grown too large; True when it was emptied
@@ -407,12 +480,15 @@ MEMO_ENTRIES = 256
 class _ThreadToken:
     """Lives as long as one thread's connection may: see HermesDatabase._connect."""
 
-    __slots__ = ("__weakref__", "computing", "grams", "installed", "memo", "memo_mark")
+    __slots__ = ("__weakref__", "computing", "grams", "installed", "memo", "memo_mark", "noted")
 
     def __init__(self) -> None:
         #: Whether the gram index's TEMP triggers are on this connection (None: not
         #: looked at yet).
         self.grams: bool | None = None
+        #: The message ids this connection's writes changed since its last refresh of
+        #: the gram index (noted by its TEMP triggers).
+        self.noted: set[int] = set()
         #: What :meth:`HermesDatabase.install_once` has installed on this connection.
         self.installed: set[str] = set()
         #: :meth:`HermesDatabase.while_unchanged`: values, and the state of the file

@@ -5,32 +5,57 @@ or two characters: the word index keeps a run of CJK characters as one
 token, and the trigram index needs three characters. Such a term used to be
 a ``LIKE`` over every message. The gram index lists, for each message, the
 distinct CJK characters (unigrams) and pairs of adjacent CJK characters
-(bigrams) of its content, tool name and tool calls, as ASCII tokens
-(``u6570``, ``b6570g636e``) in a contentless FTS5 table without positions
-(``messages_cjk``, created by migration 0007). A search asks it for the
-messages that may hold a term and confirms each candidate with the same
-substring test as before, so results are exactly those of the scan.
+(bigrams) of its content, tool name and tool calls, each gram its own token
+(``数``, ``数据``), in an FTS5 table without positions (``messages_cjk``,
+migration 0009). A search asks it for the messages that may hold a term and
+confirms each candidate with the same substring test as before, so results
+are exactly those of the scan.
 
-The index needs no tokenizer and no SQL function in the file: Hermes'
-own processes keep writing the same file untouched. Our connections keep it
-in step themselves, through TEMP triggers that exist only on our connection:
+Three tables, all of them plain SQL or a built-in FTS5 table, so that
+Hermes' own processes keep writing the file untouched (no tokenizer, no SQL
+function of ours is in the file):
 
-* ``messages_cjk_mark.high_water``: every message with an id up to it is in
-  the index. A message we insert right above it is indexed in the same
-  transaction and raises it. Rows written by anyone else (Hermes) stay
-  above it until indexed: when we insert a message above such rows, the
-  write indexes up to :data:`CATCH_UP_ROWS` of them before it commits (one
-  such write in :data:`CATCH_UP_EVERY`);
-  ``hermes-models optimize`` (:func:`catch_up`) indexes all of them, in
-  short transactions. Never on open, never on a read.
-* A search reads the rows above the mark, and the rows listed in
-  ``messages_cjk_gone``, the way it reads every row without the index.
-* ``messages_cjk_gone`` is filled by plain-SQL triggers in the file (so
-  Hermes' deletes and updates fire them too) with the ids of indexed
-  messages deleted or changed. Our own TEMP triggers remove the index
-  entries of a message we delete or change (computed from its old text) and
-  take its id off the list; an entry left by another process is cleared by
-  :func:`rebuild`, which ``optimize`` runs when the list is not empty.
+* ``messages_cjk_grams(id, grams)``, the *held* grams: for each message the
+  index has entries of, exactly those entries, as text. It is the FTS5
+  table's external content, so FTS5's own ``integrity-check`` (rank 1)
+  proves the index holds what it says, and a message's entries can always
+  be taken out - also when another program changed or deleted the message
+  (its old text is gone, its held grams are not).
+* ``messages_cjk_changed(id)``: the ids of messages inserted, changed (id,
+  content, tool name, tool calls) or deleted since they were indexed. Three
+  plain-SQL triggers in the file list them, whoever writes: Hermes, a
+  ``sqlite3`` script, an ``INSERT OR REPLACE`` (its insert fires them), a
+  copy, an import, a restore. There is no mark: an id is either listed here
+  or its held grams are those of the message as it is now.
+* ``messages_cjk``, the FTS5 table itself.
+
+The rule every reader and writer keeps: **an id listed as changed is never
+trusted to the index** - a search reads those rows themselves, the way it
+reads every row without the index - **and an id not listed holds exactly
+the grams of its message as it is** (none for a message without CJK text,
+nothing for an id that is no message). :func:`refresh` is the one place an
+id leaves the list: in one transaction it reads the message and its held
+grams, takes the held ones out of the index, puts the new ones in, and
+clears the id.
+
+Who refreshes: each write of ours, before it commits, refreshes the ids it
+changed itself (our TEMP triggers note them), and one write in
+:data:`CATCH_UP_EVERY` also up to :data:`CATCH_UP_ROWS` ids others changed;
+``hermes-models optimize`` (:func:`catch_up`) refreshes all of them in short
+transactions. Never on open, never on a read.
+
+How a deleted message's grams leave: a delete by anyone lists its id; the
+next refresh finds no message and takes its held grams out of the index (FTS5
+``'delete'``) and out of ``messages_cjk_grams``, in the same transaction.
+Until then a search reads the id as changed, finds no row, and returns
+nothing for it. ``fts5vocab`` stops listing a token once the last message
+holding it is refreshed away.
+
+Text that is not UTF-8 (another program's truncated write) is read as its
+bytes decoded with U+FFFD for each invalid sequence (Python's
+``errors="replace"``): the grams are those of that text, so every whole CJK
+run is indexed and a run is cut at the damaged bytes, and the refresh never
+fails on it (:func:`text_of`).
 
 An FTS5 table is far smaller than a B-tree of the same pairs: a posting is
 a varint or two (sizes measured on a million messages are in
@@ -39,20 +64,26 @@ a varint or two (sizes measured on a million messages are in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import json
+import logging
+import random
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from . import sqlite_sql
-from .driver import sqlite3, whole_arguments
-from .hints import TYPE_CHECKING, cast
+from .driver import sqlite3
+from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
     from typing import Any
 
     from .db import HermesDatabase
     from .query import Term
+
+logger = logging.getLogger("hermes_models")
 
 #: Code point ranges that make a term CJK: Han (unified, extension A and B),
 #: CJK symbols and punctuation, Hiragana, Katakana and Hangul syllables. (The
@@ -75,28 +106,33 @@ def _runs() -> re.Pattern[str]:
     return re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in CJK_RANGES) + "]+")
 
 
-#: The FTS5 table of grams, the row holding the high-water mark, and the list of
-#: indexed messages deleted or changed by a connection that did not update it.
+#: The FTS5 table of grams, the grams it holds for each message, and the ids of
+#: messages changed since they were indexed.
 TABLE = sqlite_sql.GRAM_TABLE
-MARK_TABLE = sqlite_sql.GRAM_MARK_TABLE
-GONE_TABLE = sqlite_sql.GRAM_GONE_TABLE
+HELD_TABLE = sqlite_sql.GRAM_HELD_TABLE
+CHANGED_TABLE = sqlite_sql.GRAM_CHANGED_TABLE
+#: The file's plain-SQL triggers that list changed ids.
+FILE_TRIGGERS = sqlite_sql.GRAM_FILE_TRIGGERS
 
-#: The SQL function our connections register to compute a message's grams.
-GRAMS_FUNCTION = sqlite_sql.GRAMS_FUNCTION
-#: The SQL function our TEMP trigger calls when it inserts a message it cannot index
-#: yet (rows from another process lie below it, above the mark).
-BEHIND_FUNCTION = sqlite_sql.BEHIND_FUNCTION
+#: The SQL function our TEMP triggers call with each id a write of ours changes.
+NOTE_FUNCTION = sqlite_sql.NOTE_FUNCTION
 
-#: Rows above the mark a write transaction of ours indexes before it commits, and how
-#: often: the first of every ``CATCH_UP_EVERY`` writes that insert a message above
-#: rows another process wrote (catching up on each would make every append pay for
-#: it; the rows left above the mark meanwhile are few, and a search reads them).
+#: Ids others changed that a write of ours refreshes before it commits, and how often:
+#: the first of every ``CATCH_UP_EVERY`` writes (refreshing them on each would make
+#: every append pay for it; the rows left listed meanwhile are few, and a search reads
+#: them). The ids a write changed itself are always refreshed in it.
 CATCH_UP_ROWS = 200
 CATCH_UP_EVERY = 16
 
-#: Rows :func:`catch_up` indexes per transaction when asked for everything
-#: (each such transaction holds the write lock for well under a second).
+#: Ids :func:`catch_up` refreshes per transaction when asked for everything (each such
+#: transaction holds the write lock for well under a second).
 CHUNK_ROWS = 2_000
+
+#: The most messages ``doctor`` checks one by one; above it, a random sample of this
+#: many (the held grams with no message, and FTS5's own check of the index against
+#: the held grams, are whole on any store).
+CHECK_ALL_UP_TO = 200_000
+SAMPLE_ROWS = 20_000
 
 
 def _cjk(char: str) -> bool:
@@ -104,21 +140,26 @@ def _cjk(char: str) -> bool:
 
 
 def unigram(char: str) -> str:
-    """The token of one CJK character."""
-    return f"u{ord(char):x}"
+    """The token of one CJK character: the character."""
+    return char
 
 
 def bigram(first: str, second: str) -> str:
-    """The token of two adjacent CJK characters."""
-    return f"b{ord(first):x}g{ord(second):x}"
+    """The token of two adjacent CJK characters: the two characters."""
+    return first + second
+
+
+def quoted(token: str) -> str:
+    """``token`` as an FTS5 string (a gram holds no double quote, but a query could)."""
+    return '"' + token.replace('"', '""') + '"'
 
 
 def grams(*columns: object) -> str:
     """The tokens of every distinct CJK character and adjacent pair in ``columns``,
-    space-separated ('' when there is none). Pairs never span two columns.
+    space-separated, sorted ('' when there is none). Pairs never span two columns.
 
     A value that is not text is read as ``str(value)``, as the substring scan
-    reads it.
+    reads it (so a BLOB, which ``LIKE`` never matches, has none).
     """
     out: set[str] = set()
     find = _runs().findall
@@ -126,24 +167,32 @@ def grams(*columns: object) -> str:
         if column is None:
             continue
         for run in find(column if isinstance(column, str) else str(column)):
-            out.update(unigram(char) for char in run)
-            out.update(bigram(first, second) for first, second in itertools.pairwise(run))
+            out.update(run)
+            out.update(first + second for first, second in itertools.pairwise(run))
     return " ".join(sorted(out))
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_grams(*columns: object) -> str:
-    return grams(*columns)
-
-
-def _safe_grams(mask: int, *columns: object) -> str:
-    # The TEMP triggers ask for one row's grams up to three times (two conditions and
-    # the insert): a few recent answers are kept. Text holding a NUL comes as bytes
-    # (flagged in ``mask``: see sqlite_sql.whole_text).
+def text_of(value: bytes | None) -> str | None:
+    """A text column read as bytes (:data:`hermes_models.sqlite_sql.GRAM_ROWS`), as the
+    text the gram index reads: UTF-8, each invalid sequence as U+FFFD."""
+    if value is None:
+        return None
     try:
-        return _cached_grams(*whole_arguments(mask, columns))
-    except Exception:  # an SQL function must not raise into a write
-        return ""
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "replace")
+
+
+def is_damaged(*values: bytes | None) -> bool:
+    """True when one of the text columns ``values`` (bytes) is not UTF-8."""
+    for value in values:
+        if value is None:
+            continue
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+    return False
 
 
 def term_match(term: Term) -> str:
@@ -151,9 +200,9 @@ def term_match(term: Term) -> str:
     of a term of two CJK characters, else all of the term's CJK characters."""
     text = term.text
     if len(text) == 2 and _cjk(text[0]) and _cjk(text[1]):
-        return bigram(text[0], text[1])
+        return quoted(bigram(text[0], text[1]))
     chars = sorted({char for char in text if _cjk(char)})
-    return "(" + " AND ".join(unigram(char) for char in chars) + ")"
+    return "(" + " AND ".join(quoted(unigram(char)) for char in chars) + ")"
 
 
 def exact(term: Term) -> bool:
@@ -163,7 +212,7 @@ def exact(term: Term) -> bool:
 
 
 #: The ids the gram index lists for one expression of :func:`term_match`, but those of
-#: rows others changed or deleted since (their entries may be stale: a scan decides them).
+#: rows changed since they were indexed (a scan decides them).
 GRAM_IDS_SQL = sqlite_sql.GRAM_IDS
 #: How many messages the gram index lists for one expression, counting up to a cap (the
 #: second parameter): enough to tell a common term from a rare one without reading all.
@@ -178,17 +227,23 @@ def match_any(terms: Iterable[Term]) -> str:
     return " OR ".join(parts)
 
 
-# -- our connections keep the index in step ------------------------------------------------
+# -- what the file has ------------------------------------------------------------------------
 
 
 def present(conn: sqlite3.Connection) -> bool:
-    """True when the file has the gram index (migration 0007 on a build with FTS5)."""
-    row = conn.execute(sqlite_sql.GRAM_TABLES_FOUND, (TABLE, MARK_TABLE, GONE_TABLE)).fetchone()
-    return bool(row[0] == 3)
+    """True when the file has the gram index whole: its three tables and the three
+    triggers that list changed ids (migration 0009 on a build with FTS5)."""
+    names = (TABLE, HELD_TABLE, CHANGED_TABLE, *FILE_TRIGGERS)
+    row = conn.execute(sqlite_sql.GRAM_OBJECTS_FOUND, names).fetchone()
+    return bool(row[0] == len(names))
 
 
 def usable(conn: sqlite3.Connection) -> bool:
-    """True when the file has the gram index and this SQLite build can read it."""
+    """True when the file has the gram index whole and this SQLite build can read it.
+
+    Without its triggers the index could miss any change: a search then reads every
+    row (``doctor`` says so; the next open that can write puts them back and lists
+    every message as changed)."""
     if not present(conn):
         return False
     try:
@@ -198,19 +253,20 @@ def usable(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
-    """Register the SQL functions and the TEMP triggers on one writable connection of
-    ours; ``behind()`` is called when a message we insert cannot be indexed yet.
+def install(conn: sqlite3.Connection, note: Callable[[int], None]) -> bool:
+    """Register the SQL function and the TEMP triggers by which one writable connection
+    of ours notes the ids its writes change (``note(id)`` for each), so that the
+    write refreshes them before it commits.
 
-    False (and nothing installed) when the file has no gram index or this
-    SQLite build cannot run FTS5.
+    False (and nothing installed) when the file has no gram index or this SQLite build
+    cannot run FTS5.
     """
-    conn.create_function(GRAMS_FUNCTION, 4, _safe_grams, deterministic=True)
 
-    def note_behind() -> None:
-        behind()
+    def noted(message_id: object) -> None:
+        if isinstance(message_id, int):
+            note(message_id)
 
-    conn.create_function(BEHIND_FUNCTION, 0, note_behind)
+    conn.create_function(NOTE_FUNCTION, 1, noted)
     if not usable(conn):
         return False
     for sql in sqlite_sql.GRAM_TRIGGERS:
@@ -218,37 +274,104 @@ def install(conn: sqlite3.Connection, behind: Callable[[], None]) -> bool:
     return True
 
 
-def _rows_above(conn: Any, limit: int) -> list[tuple[Any, ...]]:
-    return cast(
-        "list[tuple[Any, ...]]",
-        conn.execute(sqlite_sql.GRAM_ROWS_ABOVE, (limit,)).fetchall(),
+# -- refreshing: the one way an id leaves the list of changed ones ----------------------------
+
+
+@dataclasses.dataclass
+class Refreshed:
+    """What :func:`refresh` did: ids looked at, those whose entries it rewrote, and
+    those whose text is not UTF-8 (indexed as read with U+FFFD)."""
+
+    looked: int = 0
+    rewritten: int = 0
+    damaged: list[int] = dataclasses.field(default_factory=list)
+
+    def add(self, other: Refreshed) -> None:
+        self.looked += other.looked
+        self.rewritten += other.rewritten
+        self.damaged.extend(other.damaged)
+
+
+def _grams_of_row(row: Sequence[Any]) -> str:
+    return grams(text_of(row[1]), text_of(row[2]), text_of(row[3]))
+
+
+def _note_damaged(message_id: int) -> None:
+    # Once per change of the message: a refreshed id is not refreshed again until then.
+    logger.warning(
+        "message %d holds text that is not UTF-8: indexed as read with replacement characters",
+        message_id,
     )
 
 
-def index_rows_above(conn: Any, limit: int) -> int:
-    """Index up to ``limit`` messages above the mark and raise it, in the caller's
-    transaction; the number indexed."""
-    rows = _rows_above(conn, limit)
-    if not rows:
-        return 0
-    conn.executemany(
-        sqlite_sql.INSERT_GRAMS,
-        [(row[0], g) for row in rows if (g := grams(row[1], row[2], row[3]))],
-    )
-    conn.execute(sqlite_sql.SET_GRAM_MARK, (rows[-1][0],))
-    return len(rows)
+def refresh(conn: Any, ids: Sequence[int]) -> Refreshed:
+    """Bring the index in step with the messages ``ids`` as they are now, in the caller's
+    transaction: take out what it holds for each (the held grams), put in the grams
+    of its text, and take the ids off the list of changed ones.
+
+    Exact whatever happened to a message since it was indexed (changed, deleted,
+    replaced, another message put at its id): the held grams say what to take out.
+    """
+    done = Refreshed()
+    if not ids:
+        return done
+    if len(ids) > CHUNK_ROWS:
+        for start in range(0, len(ids), CHUNK_ROWS):
+            done.add(refresh(conn, ids[start : start + CHUNK_ROWS]))
+        return done
+    if len(ids) == 1:
+        rows = conn.execute(sqlite_sql.GRAM_ROW, (ids[0], ids[0], ids[0])).fetchall()
+    else:
+        rows = conn.execute(sqlite_sql.GRAM_ROWS, (json.dumps(list(ids)),)).fetchall()
+    unindex: list[tuple[int, str]] = []
+    index: list[tuple[int, str]] = []
+    for row in rows:
+        message_id, held = int(row[0]), row[4] or ""
+        new = _grams_of_row(row)
+        if is_damaged(row[1], row[2], row[3]):
+            done.damaged.append(message_id)
+            _note_damaged(message_id)
+        if new == held:
+            continue
+        if held:
+            unindex.append((message_id, held))
+        if new:
+            index.append((message_id, new))
+        done.rewritten += 1
+    if unindex:
+        conn.executemany(sqlite_sql.UNINDEX_GRAMS, unindex)
+        conn.executemany(sqlite_sql.UNHOLD_GRAMS, [(i,) for i, _ in unindex])
+    if index:
+        conn.executemany(sqlite_sql.HOLD_GRAMS, index)
+        conn.executemany(sqlite_sql.INDEX_GRAMS, index)
+    if len(ids) == 1:
+        conn.execute(sqlite_sql.CLEAR_CHANGED_ONE, (ids[0],))
+    else:
+        conn.execute(sqlite_sql.CLEAR_CHANGED, (json.dumps(list(ids)),))
+    done.looked = len(rows)
+    return done
+
+
+def changed_ids(conn: Any, limit: int) -> list[int]:
+    """Up to ``limit`` ids listed as changed, lowest first."""
+    return [int(row[0]) for row in conn.execute(sqlite_sql.CHANGED_IDS, (limit,)).fetchall()]
+
+
+def refresh_changed(conn: Any, limit: int) -> Refreshed:
+    """:func:`refresh` up to ``limit`` of the ids listed as changed, in the caller's
+    transaction."""
+    return refresh(conn, changed_ids(conn, limit))
 
 
 def status(db: HermesDatabase) -> dict[str, Any]:
-    """Where the gram index stands: ``present``, ``high_water``, ``behind`` (messages
-    above the mark), ``gone`` (ids listed as deleted or changed by others)."""
+    """Where the gram index stands: ``present``, ``changed`` (messages changed since they
+    were indexed: a search reads them itself), ``held`` (messages it holds grams of)."""
     conn = db.connection()
     if not present(conn):
-        return {"present": False, "high_water": None, "behind": None, "gone": None}
-    high_water = conn.execute(sqlite_sql.GRAM_MARK).fetchone()[0]
-    behind = conn.execute(sqlite_sql.MESSAGES_ABOVE, (high_water,)).fetchone()[0]
-    gone = conn.execute(sqlite_sql.GRAM_GONE_COUNT).fetchone()[0]
-    return {"present": True, "high_water": high_water, "behind": behind, "gone": gone}
+        return {"present": False, "changed": None, "held": None}
+    changed = conn.execute(sqlite_sql.CHANGED_COUNT).fetchone()[0]
+    held = conn.execute(sqlite_sql.HELD_COUNT).fetchone()[0]
+    return {"present": True, "changed": int(changed), "held": int(held)}
 
 
 def catch_up(
@@ -257,8 +380,8 @@ def catch_up(
     chunk: int = CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Index every message above the mark, ``chunk`` rows per write transaction; the
-    number indexed. ``progress(done, total)`` is called after each transaction.
+    """Refresh every id listed as changed, ``chunk`` ids per write transaction; the number
+    refreshed. ``progress(done, total)`` is called after each transaction.
 
     Raises:
         ReadOnlyDatabaseError: the handle cannot write.
@@ -267,19 +390,15 @@ def catch_up(
         raise ValueError(f"chunk must be a positive number of rows, got {chunk!r}")
     db.refuse_writes()
     state = status(db)
-    if not state["present"]:
+    if not state["present"] or not usable(db.connection()):
         return 0
-    total = int(state["behind"])
+    total = int(state["changed"])
     done = 0
-    mark = int(state["high_water"])
     while True:
-        if db.write(lambda: index_rows_above(db.connection(), chunk)) == 0:
+        step = db.write(lambda: refresh_changed(db.connection(), chunk))
+        if not step.looked:
             return done
-        # Counted by the mark: the write itself may index a few more rows as it commits.
-        conn = db.connection()
-        new_mark = conn.execute(sqlite_sql.GRAM_MARK).fetchone()[0]
-        done += conn.execute(sqlite_sql.MESSAGES_ABOVE_UP_TO, (mark, new_mark)).fetchone()[0]
-        mark = new_mark
+        done += step.looked
         if progress is not None:
             progress(done, max(total, done))
 
@@ -306,7 +425,8 @@ def merge(db: HermesDatabase, *, pages: int = MERGE_PAGES) -> int:
     Indexing in short transactions leaves a segment per transaction, which FTS5
     merges only partly as it goes (a dozen remain after indexing 1M messages); a
     term's lookup searches every segment. Merged, a rare pair's count takes 10 us
-    instead of 25.
+    instead of 25. A merge killed between two steps leaves the index whole (each
+    step is a transaction) in more than one segment: the next merge goes on.
 
     Raises:
         ReadOnlyDatabaseError: the handle cannot write.
@@ -340,12 +460,11 @@ def rebuild(
     chunk: int = CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Empty the gram index and fill it again from every message (clearing what the
-    index still held of messages others deleted or changed); the number indexed.
+    """Empty the gram index and fill it again from every message; the number indexed.
 
-    Emptying it lowers the mark to 0 in the same transaction, so a search
-    during the rebuild reads the rows not yet indexed the slow way and
-    finds exactly what it found before.
+    Emptying it lists every message as changed in the same transaction, so a search
+    during the rebuild reads the rows not yet indexed itself and finds exactly what
+    it found before.
     """
     db.refuse_writes()
     if not status(db)["present"]:
@@ -354,42 +473,161 @@ def rebuild(
     def empty() -> None:
         conn = db.connection()
         conn.execute(sqlite_sql.EMPTY_GRAMS)
-        conn.execute(sqlite_sql.RESET_GRAM_MARK)
-        conn.execute(sqlite_sql.CLEAR_GRAM_GONE)
+        conn.execute(sqlite_sql.EMPTY_HELD)
+        conn.execute(sqlite_sql.ALL_CHANGED)
 
     db.write(empty)
     return catch_up(db, chunk=chunk, progress=progress)
 
 
+# -- checking the index by what it holds -------------------------------------------------------
+
+
+@dataclasses.dataclass
+class GramCheck:
+    """What :func:`check` found.
+
+    ``checked`` messages were compared (all ``messages`` of the store, or a random
+    sample: ``sampled``); ``wrong`` are the ids whose held grams differ from the grams
+    of their text (missing, stale or extra entries); ``stray`` the ids the index holds
+    grams of that are no message; ``damaged`` the checked messages whose text is not
+    UTF-8; ``changed`` how many ids are listed as changed (a search reads those itself,
+    so they are no fault). ``index_ok`` is FTS5's own check that the index holds
+    exactly the held grams (None when it was not run), with ``index_detail``.
+    """
+
+    messages: int = 0
+    checked: int = 0
+    sampled: bool = False
+    changed: int = 0
+    wrong: list[int] = dataclasses.field(default_factory=list)
+    stray: list[int] = dataclasses.field(default_factory=list)
+    damaged: list[int] = dataclasses.field(default_factory=list)
+    index_ok: bool | None = None
+    index_detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when no message diverges and FTS5 found the index whole."""
+        return not self.wrong and not self.stray and self.index_ok is not False
+
+
+def _compare(rows: Iterable[Sequence[Any]], found: GramCheck) -> None:
+    for row in rows:
+        found.checked += 1
+        if is_damaged(row[1], row[2], row[3]):
+            found.damaged.append(int(row[0]))
+        if _grams_of_row(row) != (row[4] or ""):
+            found.wrong.append(int(row[0]))
+
+
+def check(
+    db: HermesDatabase,
+    *,
+    ids: Sequence[int] | None = None,
+    sample: int | None = None,
+    chunk: int = CHUNK_ROWS * 5,
+    rng: random.Random | None = None,
+) -> GramCheck:
+    """Compare what the gram index holds with the text of the messages, by reading both
+    (not by any mark): for each message not listed as changed, its held grams must be
+    the grams of its text; each id it holds grams of must be a message (or listed as
+    changed). Reads only, in one snapshot when the caller holds a read transaction.
+
+    ``ids``: only those messages (a copy's or an import's); else every message, or,
+    on a store of more than ``sample`` messages (default :data:`CHECK_ALL_UP_TO`), a
+    random sample of :data:`SAMPLE_ROWS` of them. FTS5's own check of the index
+    against the held grams is :func:`index_integrity` (it needs a write lock, or a
+    scratch copy: ``doctor`` makes one).
+    """
+    conn = db.connection()
+    found = GramCheck()
+    if not present(conn):
+        return found
+    found.messages = int(conn.execute(sqlite_sql.MESSAGES_COUNT).fetchone()[0])
+    found.changed = int(conn.execute(sqlite_sql.CHANGED_COUNT).fetchone()[0])
+    found.stray = [int(row[0]) for row in conn.execute(sqlite_sql.GRAM_STRAY).fetchall()]
+    limit = CHECK_ALL_UP_TO if sample is None else sample
+    if ids is None and found.messages > limit:
+        every = [int(row[0]) for row in conn.execute(sqlite_sql.MESSAGE_IDS).fetchall()]
+        ids = sorted((rng or random.Random()).sample(every, min(SAMPLE_ROWS, len(every))))
+        found.sampled = True
+    if ids is not None:
+        for start in range(0, len(ids), chunk):
+            part = json.dumps(list(ids[start : start + chunk]))
+            _compare(conn.execute(sqlite_sql.GRAM_CHECK_LISTED, (part,)).fetchall(), found)
+        return found
+    after = -(2**63)
+    while True:
+        rows = conn.execute(sqlite_sql.GRAM_CHECK_ROWS, (after, chunk)).fetchall()
+        if not rows:
+            return found
+        _compare(rows, found)
+        after = int(rows[-1][0])
+
+
+def index_integrity(conn: sqlite3.Connection) -> str | None:
+    """FTS5's check that the gram index holds exactly the held grams (its content
+    table), on ``conn`` (it writes: run it on a scratch copy or under the write
+    lock); None when whole, else what FTS5 said."""
+    try:
+        conn.execute(sqlite_sql.GRAM_INTEGRITY)
+    except sqlite3.Error as exc:
+        return str(exc)
+    return None
+
+
+def relist(db: HermesDatabase, ids: Iterable[int]) -> int:
+    """List ``ids`` as changed again (divergences :func:`check` found), in one short
+    write: searches read them themselves from then on; :func:`catch_up` indexes them.
+    The number of ids given."""
+    listed = sorted(set(ids))
+    if listed:
+        db.write(lambda: db.connection().execute(sqlite_sql.MARK_CHANGED, (json.dumps(listed),)))
+    return len(listed)
+
+
 __all__ = [
-    "BEHIND_FUNCTION",
     "CATCH_UP_EVERY",
     "CATCH_UP_ROWS",
+    "CHANGED_TABLE",
+    "CHECK_ALL_UP_TO",
     "CHUNK_ROWS",
     "CJK_RANGES",
-    "GONE_TABLE",
-    "GRAMS_FUNCTION",
+    "FILE_TRIGGERS",
     "GRAM_COUNT_SQL",
     "GRAM_IDS_SQL",
-    "MARK_TABLE",
+    "HELD_TABLE",
     "MERGE_FROM",
     "MERGE_PAGES",
     "MERGE_STEPS_MAX",
+    "NOTE_FUNCTION",
+    "SAMPLE_ROWS",
     "TABLE",
+    "GramCheck",
+    "Refreshed",
     "bigram",
     "candidates_sql",
     "catch_up",
+    "changed_ids",
+    "check",
     "exact",
     "grams",
-    "index_rows_above",
+    "index_integrity",
     "install",
+    "is_damaged",
     "match_any",
     "merge",
     "present",
+    "quoted",
     "rebuild",
+    "refresh",
+    "refresh_changed",
+    "relist",
     "segments",
     "status",
     "term_match",
+    "text_of",
     "unigram",
     "usable",
 ]

@@ -35,7 +35,7 @@ from .dialect import POSTGRESQL, SQLITE
 from .driver import WAL_RESET_BUG, sqlite3, sqlite_info
 from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
 from .fts import present_indexes
-from .fts_check import check_index, split_integrity
+from .fts_check import IndexCheck, check_index, split_integrity
 from .lineage import order_sessions
 from .models import Message, Session
 from .shape import FileShape
@@ -84,7 +84,7 @@ def _size(path: str | os.PathLike[str]) -> int:
 def gram_state(db: HermesDatabase) -> dict[str, Any]:
     """The gram index's state (:func:`hermes_models.grams.status`); ``present`` False
     when the file lacks it or this build cannot read it."""
-    absent = {"present": False, "high_water": None, "behind": None, "gone": None}
+    absent = {"present": False, "changed": None, "held": None}
     try:
         return grams.status(db) if grams.usable(db.connection()) else absent
     except sqlite3.Error:
@@ -109,10 +109,10 @@ def search_indexes(db: HermesDatabase) -> dict[str, str]:
             out[table] = "used"
     gram = gram_state(db)
     if gram["present"]:
-        if gram["behind"] or gram["gone"]:
+        if gram["changed"]:
             out[grams.TABLE] = (
-                f"used ({gram['behind']} newer messages not indexed yet, {gram['gone']} "
-                "changed by other processes: read the slow way until hermes-models optimize)"
+                f"used ({gram['changed']} messages written or changed since indexed: "
+                "searches read them themselves until hermes-models optimize)"
             )
         else:
             out[grams.TABLE] = "used"
@@ -256,6 +256,11 @@ def _shadow_tables(db: HermesDatabase, table: str) -> list[str]:
     return [f"{table}_{part}" for part in _SHADOWS if f"{table}_{part}" in names]
 
 
+def _content_tables(tables: list[str]) -> list[str]:
+    """The external content tables of the indexes ``tables`` (the gram index's held grams)."""
+    return [grams.HELD_TABLE] if grams.TABLE in tables else []
+
+
 _SHADOWS = ("data", "idx", "content", "docsize", "config")
 
 
@@ -265,10 +270,12 @@ def _copy_indexes(db: HermesDatabase, tables: list[str], scratch: Path) -> None:
     try:
         conn.execute(sqlite_sql.JOURNAL_MODE_OFF)
         conn.execute(sqlite_sql.SYNCHRONOUS_OFF)
-        for table in tables:
+        for table in (*_content_tables(tables), *tables):
             conn.execute(_one(db, sqlite_sql.table_sql(table)))
         conn.execute(sqlite_sql.ATTACH_SOURCE, (_source_uri(db),))
         conn.execute(sqlite_sql.BEGIN)
+        for content in _content_tables(tables):
+            conn.execute(sqlite_sql.copy_from_source(content))
         for table in tables:
             for shadow in _shadow_tables(db, table):
                 conn.execute(sqlite_sql.clear_main(shadow))
@@ -292,8 +299,14 @@ def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]
         checks = []
         try:
             for name, table in zip(names, tables):
+                # The gram index is checked against the grams it holds, too (rank 1).
+                full = table == grams.TABLE
                 try:
-                    found = check_index(conn, table, str(_one(db, sqlite_sql.table_sql(table))))
+                    if full:  # its own content is the grams it holds: no version differs
+                        conn.execute(sqlite_sql.GRAM_INTEGRITY)
+                        found = IndexCheck(True, "ok")
+                    else:
+                        found = check_index(conn, table, str(_one(db, sqlite_sql.table_sql(table))))
                 except sqlite3.Error as exc:
                     checks.append(_check(name, False, str(exc)))
                 else:
@@ -452,26 +465,93 @@ def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
         if version == SCHEMA_VERSION:
             checks.append(_fts_triggers(db, table))
             checks.append(_fts_in_step(db, table))
-    gram = gram_state(db)
-    if gram["present"]:
-        checks.append(_gram_check(gram))
+    checks.extend(_gram_checks(db, tables))
     if version == SCHEMA_VERSION:
         checks.append(_counters(db))
     checks.append(_sequence(db))
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def _gram_check(state: dict[str, Any]) -> dict[str, Any]:
-    """Where the gram index stands. Rows it does not cover yet are no fault (searches
-    read them the slow way and stay exact); the detail says how to catch up."""
-    if not state["behind"] and not state["gone"]:
-        detail = f"every message indexed (up to id {state['high_water']})"
-    else:
-        detail = (
-            f"{state['behind']} messages not indexed yet, {state['gone']} changed by other "
-            "processes (searches stay exact; `hermes-models optimize` indexes them)"
+#: Ids named in the detail of a failed gram index check.
+_IDS_SHOWN = 10
+
+
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:_IDS_SHOWN])
+    return shown + (f" and {len(ids) - _IDS_SHOWN} more" if len(ids) > _IDS_SHOWN else "")
+
+
+def _gram_checks(db: HermesDatabase, fts_tables: list[str]) -> list[dict[str, Any]]:
+    """The gram index checked by what it holds (:func:`hermes_models.grams.check`), its
+    triggers, FTS5's own check of it against the grams it holds, and the text of the
+    messages it read that is not UTF-8."""
+    conn = db.connection()
+    names = _names(db, "table")
+    if grams.TABLE not in names:
+        return []
+    missing = [name for name in grams.FILE_TRIGGERS if name not in _names(db, "trigger")]
+    if missing or grams.HELD_TABLE not in names or grams.CHANGED_TABLE not in names:
+        return [
+            _check(
+                "gram index",
+                False,
+                "incomplete (missing " + ", ".join(missing or ["its tables"]) + "): searches "
+                "read every row; opening the file writable (any hermes-models command "
+                "that writes) puts it back",
+            )
+        ]
+    if not grams.usable(conn) or not fts_tables:
+        return []  # this build cannot read it (no FTS5): the search indexes check says so
+    found = grams.check(db)
+    out = [_gram_held_check(found), *_fts_integrity(db, [grams.TABLE])]
+    if found.damaged:
+        where = "of the sampled messages " if found.sampled else ""
+        out.append(
+            _check(
+                "message text",
+                False,
+                f"{_plural(len(found.damaged), 'message')} {where}hold text that is "
+                f"not UTF-8: id {_ids(found.damaged)} (read, indexed and shown with "
+                "U+FFFD replacement characters; rewrite or delete them to mend)",
+            )
         )
-    return _check("gram index", True, detail)
+    return out
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
+def _gram_held_check(found: grams.GramCheck) -> dict[str, Any]:
+    how = (
+        f"{found.checked:,} of {found.messages:,} messages checked (a random sample)"
+        if found.sampled
+        else f"{found.checked:,} messages checked"
+    )
+    pending = (
+        f"; {found.changed:,} written or changed since indexed (searches read them "
+        "themselves; `hermes-models optimize` indexes them)"
+        if found.changed
+        else ""
+    )
+    if found.wrong or found.stray:
+        parts = []
+        if found.wrong:
+            parts.append(
+                f"{len(found.wrong)} message(s) whose grams differ: id {_ids(found.wrong)}"
+            )
+        if found.stray:
+            parts.append(f"{len(found.stray)} id(s) held that are no message: {_ids(found.stray)}")
+        return _check(
+            "gram index matches messages",
+            False,
+            "; ".join(parts) + f" ({how}; `hermes-models doctor --fix` or "
+            "`hermes-models optimize` indexes them again)",
+        )
+    return _check(
+        "gram index matches messages", True, f"the grams of each message, no other ({how}{pending})"
+    )
 
 
 def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
@@ -517,7 +597,9 @@ def _lower_sequence(db: HermesDatabase, top: int) -> None:
 def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
-    highest id in use. Returns ``{"recounted": [ids], "sequence": [old, new] or None}``.
+    highest id in use; then index again, in short transactions, the messages whose
+    grams the gram index holds wrongly (:func:`mend_grams`). Returns ``{"recounted":
+    [ids], "sequence": [old, new] or None, "regrammed": [ids]}``.
 
     Lowering the sequence lets ids of messages deleted since be used again.
     """
@@ -549,7 +631,27 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 
-    return db.write(run)
+    fixed = db.write(run)
+    fixed["regrammed"] = mend_grams(db)
+    return fixed
+
+
+def mend_grams(db: HermesDatabase, *, sample: int | None = None) -> list[int]:
+    """The ids :func:`hermes_models.grams.check` finds the gram index wrong about (all
+    messages, or a sample on a large store, as ``doctor`` checks), listed as changed
+    and indexed again, a chunk per short write transaction. Nothing on PostgreSQL or
+    a file without the index."""
+    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+        return []
+    conn = db.connection()
+    if not grams.present(conn) or not grams.usable(conn):
+        return []
+    found = grams.check(db, sample=sample)
+    ids = sorted({*found.wrong, *found.stray})
+    if ids:
+        grams.relist(db, ids)
+        grams.catch_up(db)
+    return ids
 
 
 __all__ = [
@@ -558,6 +660,7 @@ __all__ = [
     "describe_sqlite",
     "doctor",
     "gram_state",
+    "mend_grams",
     "message_sequence",
     "present_fts_tables",
     "repair",

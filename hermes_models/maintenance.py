@@ -447,16 +447,18 @@ def update_gram_index(
     *, rebuild: bool | None = None, progress: Callable[[int, int], None] | None = None
 ) -> dict[str, Any]:
     """Bring the gram index (:mod:`hermes_models.grams`) up to date: index every message
-    above its mark, a chunk per short write transaction; first rebuild it when another
-    process deleted or changed indexed messages (``rebuild=None``), or when asked.
-    When it indexed anything, the segments those transactions left are merged into
-    one, a few pages per write transaction (:func:`hermes_models.grams.merge`).
+    listed as changed since it was indexed (written, changed or deleted by anyone), a
+    chunk per short write transaction, after listing again those whose grams it holds
+    wrongly (:func:`hermes_models.grams.check`, as ``doctor`` checks); with ``rebuild``,
+    first empty it and list every message. Then its segments are merged into one, a few
+    pages per write transaction (:func:`hermes_models.grams.merge`), which also
+    finishes a merge a killed process left half done.
 
     Returns ``present`` (False on a file or build without the index; nothing is
-    done), ``rebuilt``, ``indexed`` (messages indexed now), ``high_water`` and
-    ``behind`` (messages still above the mark: 0 unless others write meanwhile).
-    On PostgreSQL the server keeps its gram index in step (no mark: ``high_water``
-    None, nothing behind); ``rebuild=True`` builds it again (``REINDEX``).
+    done), ``rebuilt``, ``indexed`` (ids refreshed now), ``changed`` (ids still listed
+    as changed: 0 unless others write meanwhile) and ``merged`` (merge steps taken).
+    On PostgreSQL the server keeps its gram index in step (nothing listed:
+    ``changed`` 0); ``rebuild=True`` builds it again (``REINDEX``).
 
     Raises:
         SchemaTooNewError: the file is newer than the v16 schema this package writes.
@@ -467,31 +469,28 @@ def update_gram_index(
     if on_postgresql():  # the server keeps its gram index (an index of messages) in step
         if rebuild:
             db.execute_sql(postgres_sql.reindex(postgres_sql.GRAM_INDEX))
-        return {
-            "present": True,
-            "rebuilt": bool(rebuild),
-            "indexed": 0,
-            "high_water": None,
-            "behind": 0,
-        }
+        return {"present": True, "rebuilt": bool(rebuild), "indexed": 0, "changed": 0, "merged": 0}
     state = grams.status(db)
     if not state["present"] or not db.ensure_grams():
-        nothing = {"present": False, "rebuilt": False, "indexed": 0}
-        return {**nothing, "high_water": None, "behind": None}
-    again = bool(state["gone"]) if rebuild is None else bool(rebuild)
+        return {"present": False, "rebuilt": False, "indexed": 0, "changed": None, "merged": 0}
+    again = bool(rebuild)
     if again:
         indexed = grams.rebuild(db, progress=progress)
     else:
+        # What the index holds wrongly (checked as doctor checks it: every message, or
+        # a sample on a large store) is listed again, then everything listed indexed.
+        found = grams.check(db)
+        if found.wrong or found.stray:
+            grams.relist(db, [*found.wrong, *found.stray])
         indexed = grams.catch_up(db, progress=progress)
-    if indexed:
-        grams.merge(db)  # the segments those transactions left, merged in short steps
+    merged = grams.merge(db)  # the segments those transactions left, in short steps
     state = grams.status(db)
     return {
         "present": True,
         "rebuilt": again,
         "indexed": indexed,
-        "high_water": state["high_water"],
-        "behind": state["behind"],
+        "changed": state["changed"],
+        "merged": merged,
     }
 
 

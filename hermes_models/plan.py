@@ -49,7 +49,7 @@ from .fts import (
     MessageTrigramIndex,
     gram_index_ready,
 )
-from .grams import candidates_sql, exact, grams, match_any, term_match
+from .grams import candidates_sql, exact, grams, match_any, quoted, term_match
 from .lineage import (
     branch_expr,
     delegate_marked,
@@ -141,7 +141,7 @@ class Shape:
     #: characters, :func:`hermes_models.grams.exact`; slot ``gq``: the whole query as
     #: one gram-index expression, :func:`gram_expression`): a windowed search reads
     #: its newest hits from the index newest first, and the scan reads only the rows
-    #: the index does not cover (above its mark, or changed by others).
+    #: the index does not cover (changed since it indexed them).
     decides: bool = False
     #: True when the gram index holds every message as it is and decides the query
     #: alone, not windowed: the hits are the messages one ``MATCH`` of it lists (slot
@@ -391,7 +391,7 @@ def json_narrowing(query: SearchQuery) -> str | None:
         tokens = sorted({token for term in group.include for token in grams(term.text).split()})
         if not tokens:
             return None
-        groups.append("(" + " AND ".join(tokens) + ")")
+        groups.append("(" + " AND ".join(quoted(token) for token in tokens) + ")")
     return " OR ".join(groups)
 
 
@@ -739,6 +739,7 @@ def scan_statement(
     prefilter: tuple[int, ...] = (),
     behind: Shape | None = None,
     grams: bool = False,
+    raw: bool = False,
 ) -> Statement:
     """One scan of the messages that shows each to :data:`SCAN_FUNCTION`; returns no rows.
 
@@ -750,6 +751,9 @@ def scan_statement(
     ``behind``: only the rows behind a NUL, which a trigram query of that shape
     cannot find through its index. ``grams``: only the candidate rows of the gram
     index (slot ``cjk``: the expression of :func:`hermes_models.grams.match_any`).
+    ``raw``: the function is shown text as its bytes and a BLOB as NULL (which ``LIKE``
+    never matches), for a file holding text that is not UTF-8, which sqlite3 cannot
+    hand to a function (:func:`visit_bytes` reads it with U+FFFD).
     """
     key = (
         "scan",
@@ -759,9 +763,33 @@ def scan_statement(
         grams,
         behind is not None and behind.words,
         behind.gaps if behind is not None else None,
+        raw,
         file_key(),
     )
-    return cached(key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams))
+    return cached(
+        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams, raw)
+    )
+
+
+def _as_bytes(column: Any) -> Any:
+    """A text column's value as its bytes, NULL for a BLOB, any other value as it is."""
+    kind = fn.typeof(column)
+    return Case(
+        None, [(kind == "text", column.cast("BLOB")), (kind == "blob", SQL("NULL"))], column
+    )
+
+
+def visit_bytes(visit: Callable[..., int]) -> Callable[..., int]:
+    """``visit`` (a :data:`SCAN_FUNCTION`) for a ``raw`` scan (:func:`scan_statement`):
+    text handed over as bytes is read as UTF-8 with U+FFFD for what is not."""
+
+    def visit_raw(message_id: int, *columns: object) -> int:
+        return visit(
+            message_id,
+            *(c.decode("utf-8", "replace") if isinstance(c, bytes) else c for c in columns),
+        )
+
+    return visit_raw
 
 
 def _render_scan(
@@ -770,6 +798,7 @@ def _render_scan(
     prefilter: tuple[int, ...],
     behind: Shape | None,
     grams: bool,
+    raw: bool = False,
 ) -> Statement:
     m = Message
     where = [] if include_inactive else [visible(m, file_rules())]
@@ -787,7 +816,10 @@ def _render_scan(
     if prefilter:
         where.append(_balanced(operator.or_, [_like(m, k, slot) for k in prefilter]))
     columns = (m.content, m.tool_name, m.tool_calls)
-    visit = getattr(fn, SCAN_FUNCTION)(m.id, *map(_whole_text, columns), _nul_mask(columns))
+    if raw:  # every text as its bytes: text another program stored that is not UTF-8
+        visit = getattr(fn, SCAN_FUNCTION)(m.id, *map(_as_bytes, columns))
+    else:
+        visit = getattr(fn, SCAN_FUNCTION)(m.id, *map(_whole_text, columns), _nul_mask(columns))
     query = m.select(m.id).where(*where, visit != 0)
     return render(query)
 
@@ -807,11 +839,15 @@ class ScanPlan:
     values: dict[str, Any]
     #: ``(k, term)``: the terms the scan looks for, by slot number.
     terms: tuple[tuple[int, Term], ...]
-    #: ``(k, expression)``: terms the gram index answers exactly (rows up to its mark).
+    #: ``(k, expression)``: terms the gram index answers exactly (rows not changed
+    #: since indexed).
     indexed: tuple[tuple[int, str], ...] = ()
     #: True when ``statement`` reads only the rows the gram index does not cover
-    #: (above its mark, changed by others): none when it covers every message.
+    #: (changed since indexed): none when it covers every message.
     uncovered_only: bool = False
+    #: ``statement`` showing text as bytes (:func:`scan_statement`'s ``raw``): for a
+    #: file holding text that is not UTF-8.
+    raw: Callable[[], Statement] | None = None
 
 
 @dataclass
@@ -828,10 +864,14 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
         return None  # the page's statement reads the gram index itself
     if shape.behind_scanned:
         terms = query.terms()
-        statement = scan_statement(
-            include_inactive, all(not t.text.isascii() for t in terms), behind=shape
+        wide = all(not t.text.isascii() for t in terms)
+        statement = scan_statement(include_inactive, wide, behind=shape)
+        return ScanPlan(
+            statement,
+            term_values(query, shape),
+            tuple(enumerate(terms)),
+            raw=lambda: scan_statement(include_inactive, wide, behind=shape, raw=True),
         )
-        return ScanPlan(statement, term_values(query, shape), tuple(enumerate(terms)))
     if not shape.scanned:
         return None
     values = term_values(query, shape)
@@ -843,24 +883,28 @@ def scan_plan(query: SearchQuery, shape: Shape, include_inactive: bool) -> ScanP
     indexed: tuple[tuple[int, str], ...] = ()
     if shape.decides:
         # The statement reads the index's hits; the scan reads only the rows it does
-        # not cover (above its mark, changed by others) and decides them.
+        # not cover (changed since indexed) and decides them.
         values["cjk"] = None
     elif shape.grams:
         # A term of one or two CJK characters only is answered by the gram index
         # exactly; the scan reads the candidates of the other terms, and the rows
-        # the index does not cover (above its mark, or changed by others).
+        # the index does not cover (changed since it indexed them).
         exacts = [exact(t) for _, t in like]
         indexed = tuple((k, term_match(t)) for (k, t), e in zip(like, exacts) if e)
         rest = [t for (_, t), e in zip(like, exacts) if not e]
         values["cjk"] = match_any(rest) if rest else None
-    statement = scan_statement(
-        include_inactive,
-        all(not t.text.isascii() for _, t in like),
-        () if shape.grams else shape.prefilter(),
-        grams=shape.grams,
-    )
+    wide = all(not t.text.isascii() for _, t in like)
+    prefilter = () if shape.grams else shape.prefilter()
+    statement = scan_statement(include_inactive, wide, prefilter, grams=shape.grams)
     uncovered_only = shape.grams and values.get("cjk") is None
-    return ScanPlan(statement, values, like, indexed, uncovered_only)
+    return ScanPlan(
+        statement,
+        values,
+        like,
+        indexed,
+        uncovered_only,
+        raw=lambda: scan_statement(include_inactive, wide, prefilter, grams=shape.grams, raw=True),
+    )
 
 
 def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True) -> dict[str, str]:
@@ -1153,8 +1197,8 @@ def _trigram_part(shape: Shape, filters: FilterShape, part: str) -> Statement:
 def _gram_newest(filters: FilterShape, slim: bool) -> Any:
     """The newest ``window`` hits (slot) the gram index lists for the expression ``gq``
     (slot), after ``filters``, read newest first: the index hands its matches over in
-    rowid order and stops there. Rows above the index's mark and rows others changed
-    since they were indexed are left out (the scan decides those)."""
+    rowid order and stops there. Rows changed since they were indexed are left out
+    (the scan decides those)."""
     g, m, s = GramIndex, Message, Session
     found = (
         g.select(*_columns(m, s, Value(0.0), slim))
@@ -1162,8 +1206,7 @@ def _gram_newest(filters: FilterShape, slim: bool) -> Any:
         .join(s, on=(s.id == m.session))
         .where(
             g.match(slot("gq")),
-            g.rowid <= SQL(sqlite_sql.GRAM_HIGH_WATER),
-            g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS)),
+            g.rowid.not_in(SQL(sqlite_sql.GRAM_CHANGED_IDS)),
             *filter_terms(filters, m, s),
         )
         .order_by(g.rowid.desc())
@@ -1191,7 +1234,7 @@ def hits_query(
     if shape.matched:
         g = GramIndex
         listed = g.select(g.rowid).where(
-            g.match(slot("gq")), g.rowid.not_in(SQL(sqlite_sql.GRAM_GONE_IDS))
+            g.match(slot("gq")), g.rowid.not_in(SQL(sqlite_sql.GRAM_CHANGED_IDS))
         )
         candidates = m.id.in_(listed)
     if shape.all_like:

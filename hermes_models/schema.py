@@ -63,15 +63,21 @@ BASELINE = (
 
 #: Every migration in order: the baseline, then what this package adds beyond the
 #: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time).
-MIGRATIONS = (*BASELINE, "0007_cjk_gram_index", "0008_time_order_indexes")
+MIGRATIONS = (
+    *BASELINE,
+    "0007_cjk_gram_index",
+    "0008_time_order_indexes",
+    "0009_cjk_gram_changes",
+)
 
 #: The migration applied again whenever the full-text indexes are out of step
 #: with the SQLite build that opens the file.
 SEARCH_UPKEEP = "0006_search_index_upkeep"
 
-#: The migration that creates the gram index (:mod:`hermes_models.grams`), applied
-#: again (it creates only what is missing) when a build without FTS5 left it out.
-GRAM_UPKEEP = "0007_cjk_gram_index"
+#: The migration that makes the gram index (:mod:`hermes_models.grams`) as it is now,
+#: applied again (it creates only what is missing) when a build without FTS5 left it
+#: out or its triggers are gone.
+GRAM_UPKEEP = "0009_cjk_gram_changes"
 
 #: Full-text tables and the triggers that keep each in step with messages.
 SEARCH_OBJECTS = {
@@ -544,7 +550,8 @@ def search_out_of_step(db: HermesDatabase) -> bool:
             return True
         if not supported and (objects - {table}) & names:
             return True
-    # The gram index, which a build without FTS5 leaves out of migration 0007.
+    # The gram index, which a build without FTS5 leaves out of migration 0009 (or
+    # whose triggers another program dropped).
     return bool(support.get("messages_fts")) and not grams.present(conn)
 
 

@@ -37,6 +37,7 @@ import peewee
 from . import present, sqlite_sql
 from .binding import current, newer_file
 from .checks import INT64_MAX, check_flag
+from .content import FUNCTION_ERROR, LENIENT_FILES, is_decode_error
 from .dialect import on_postgresql
 from .driver import sqlite3
 from .fts import INDEXES, available_routes, warn_once
@@ -64,6 +65,7 @@ from .plan import (
     ids_values,
     matching_query,
     scan_plan,
+    visit_bytes,
     window_values,
     windowed,
     written_out,
@@ -165,11 +167,25 @@ def fetch_within(
     """The column names and every row of one statement, stopped at ``deadline``.
 
     The deadline is enforced by an SQLite progress handler on this thread's
-    connection, which interrupts the statement.
+    connection, which interrupts the statement. Text another program stored that
+    is not UTF-8 is read with U+FFFD (the statement runs again so).
 
     Raises:
         _OutOfTime: the deadline passed (with the rows fetched until then).
     """
+    try:
+        return _fetch_within(sql, params, deadline)
+    except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+        db = current()
+        if not is_decode_error(exc) or getattr(db, "file", None) in LENIENT_FILES:
+            raise
+        db.read_leniently()
+        return _fetch_within(sql, params, deadline)
+
+
+def _fetch_within(
+    sql: str, params: list[Any], deadline: float | None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
     trying = getattr(_trying, "steps", None) is not None
     if deadline is None and not trying:
         cursor = execute(sql, params)
@@ -256,8 +272,18 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
     if not (scan.uncovered_only and _gram_index_covers_all(deadline)):
-        with _function(SCAN_FUNCTION, 5, matcher.visit):
-            fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
+        db = current()
+        raw = scan.raw is not None and getattr(db, "file", None) in LENIENT_FILES
+        try:
+            _scan_rows(scan, matcher, deadline, raw)
+        except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+            # Text another program stored that is not UTF-8 cannot be handed to the
+            # function: the scan reads every text as bytes instead (U+FFFD for those).
+            if raw or scan.raw is None or FUNCTION_ERROR not in str(exc):
+                raise
+            db.read_leniently()
+            matcher = Matcher(tuple(term for _, term in scan.terms))
+            _scan_rows(scan, matcher, deadline, True)
     holders = matcher.holders
     holding = {k: set(holders[needle]) for (k, _), needle in zip(scan.terms, matcher.needles)}
     for k, ids in indexed.items():
@@ -265,16 +291,25 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
     return Scanned(holding)
 
 
-def _gram_state(
-    deadline: float | None, read: tuple[Any, ...] | None = None
-) -> tuple[int, int, bool]:
-    """The highest message id, the gram index's mark, and whether others changed or
-    deleted messages since it was indexed (kept while the file is unchanged); ``read``:
-    those columns as a statement just read them (kept unless a value is already)."""
+def _scan_rows(scan: ScanPlan, matcher: Matcher, deadline: float | None, raw: bool) -> None:
+    """Run ``scan``'s statement (its ``raw`` form: text as bytes) with ``matcher``."""
+    if raw and scan.raw is not None:
+        statement = scan.raw()
+        with _function(SCAN_FUNCTION, 4, visit_bytes(matcher.visit)):
+            fetch_within(statement.sql, statement.bind(scan.values), deadline)
+        return
+    with _function(SCAN_FUNCTION, 5, matcher.visit):
+        fetch_within(scan.statement.sql, scan.statement.bind(scan.values), deadline)
 
-    def state() -> tuple[int, int, bool]:
-        top, mark, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
-        return top, mark, bool(changed)
+
+def _gram_state(deadline: float | None, read: tuple[Any, ...] | None = None) -> tuple[int, bool]:
+    """The highest message id, and whether any message is listed as changed since the
+    gram index indexed it (kept while the file is unchanged); ``read``: those columns
+    as a statement just read them (kept unless a value is already)."""
+
+    def state() -> tuple[int, bool]:
+        top, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
+        return top, bool(changed)
 
     return current().while_unchanged("gram state", state)
 
@@ -282,8 +317,7 @@ def _gram_state(
 def _gram_index_covers_all(deadline: float | None) -> bool:
     """True when the gram index holds every message as it is: a scan of the rows it
     does not cover would read none."""
-    top, mark, changed = _gram_state(deadline)
-    return top <= mark and not changed
+    return not _gram_state(deadline)[1]
 
 
 #: The gram index's state (:func:`_gram_state`).
@@ -387,11 +421,11 @@ def _count_common(
         lambda conn: conn.create_function(GRAM_NEED_FUNCTION, 2, common_from, deterministic=True),
     )
     page_terms = min(page * terms, INT64_MAX)
-    row = fetch_within(GRAM_STATE_COUNT_SQL, [groups[0][0], page_terms], deadline)[1][0]
-    top, mark, _, counted = row
-    _gram_state(deadline, row[:3])
+    row = fetch_within(GRAM_STATE_COUNT_SQL, [page_terms, groups[0][0], page_terms], deadline)[1][0]
+    top, _, uncovered, counted = row
+    _gram_state(deadline, row[:2])
     need = common_from(page_terms, top)
-    if top - mark > need:
+    if uncovered > need:
         return None  # the index does not cover enough of the store to tell
     found = 0
     for k, group in enumerate(groups):

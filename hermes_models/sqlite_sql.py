@@ -364,94 +364,154 @@ WORD_MATCHES_BEYOND = "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIM
 NEWEST_FLOOR = '(SELECT "floor" FROM "newest")'
 
 
-# -- the gram index and the TEMP triggers that keep it in step ---------------------------------
+# -- the gram index and the TEMP triggers that note our own changes ----------------------------
 
-#: The FTS5 table of grams (migration 0007), the row holding the high-water mark, and the
-#: list of indexed messages deleted or changed by a connection that did not update it.
+#: The FTS5 table of grams (migration 0009, external content), the table of what it holds
+#: for each message (its content table), and the ids of messages changed since indexed.
 GRAM_TABLE = "messages_cjk"
-GRAM_MARK_TABLE = "messages_cjk_mark"
-GRAM_GONE_TABLE = "messages_cjk_gone"
-#: The SQL function our connections register to compute a message's grams.
-GRAMS_FUNCTION = "hermes_models_cjk_grams"
-#: The SQL function our TEMP trigger calls when it inserts a message it cannot index
-#: yet (rows from another process lie below it, above the mark).
-BEHIND_FUNCTION = "hermes_models_cjk_behind"
+GRAM_HELD_TABLE = "messages_cjk_grams"
+GRAM_CHANGED_TABLE = "messages_cjk_changed"
+#: The file's plain-SQL triggers that list changed ids (every writer runs them).
+GRAM_FILE_TRIGGERS = (
+    "messages_cjk_changed_insert",
+    "messages_cjk_changed_update",
+    "messages_cjk_changed_delete",
+)
+#: The SQL function our TEMP triggers call with each id a write of ours changes.
+NOTE_FUNCTION = "hermes_models_cjk_note"
 
-#: The ids the gram index lists for one expression, but those of rows others changed
-#: or deleted since (their entries may be stale: a scan decides them).
+#: The ids the gram index lists for one expression, but those of rows changed since
+#: they were indexed (their entries may be stale: a scan decides them).
 GRAM_IDS = (
     f"SELECT rowid FROM {GRAM_TABLE} WHERE {GRAM_TABLE} MATCH ?"
-    f" EXCEPT SELECT id FROM {GRAM_GONE_TABLE}"
+    f" EXCEPT SELECT id FROM {GRAM_CHANGED_TABLE}"
 )
 #: How many messages the gram index lists for one expression, counting up to a cap (the
 #: second parameter): enough to tell a common term from a rare one without reading all.
 GRAM_COUNT = f"SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE} MATCH ? LIMIT ?)"
 #: The gram index's state, in one read: the highest message id (how many messages a
-#: walk may have to pass, at most), the index's mark (up to which every message is
-#: indexed), and whether others changed or deleted messages since it was indexed
-#: (with none above its mark and none changed, it covers every message).
+#: walk may have to pass, at most), and whether any message is changed since it was
+#: indexed (with none, the index covers every message as it is).
 GRAM_STATE = (
     "SELECT coalesce((SELECT max(id) FROM messages), 0),"
-    f" coalesce((SELECT high_water FROM {GRAM_MARK_TABLE}), 0),"
-    f" EXISTS (SELECT 1 FROM {GRAM_GONE_TABLE})"
+    f" EXISTS (SELECT 1 FROM {GRAM_CHANGED_TABLE})"
 )
 #: The SQL function giving how many candidates make a term common, of the page times the
 #: number of terms and the highest message id (:func:`hermes_models.search.common_from`).
 GRAM_NEED_FUNCTION = "hermes_models_gram_need"
-#: :data:`GRAM_STATE`, then how many messages the gram index lists for one expression
-#: (the first parameter), counting up to the number that makes a term common (of the
-#: page times the number of terms, the second): a term's first search reads both in
-#: one statement.
+#: :data:`GRAM_STATE`, then how many messages are changed since indexed and how many the
+#: gram index lists for one expression (the second parameter), each counted up to the
+#: number that makes a term common (of the page times the number of terms, the first
+#: and third): a term's first search reads them in one statement.
 GRAM_STATE_COUNT = (
-    f"{GRAM_STATE}, (SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE}"
+    f"{GRAM_STATE}, (SELECT count(*) FROM (SELECT 1 FROM {GRAM_CHANGED_TABLE}"
+    f" LIMIT {GRAM_NEED_FUNCTION}(?, (SELECT max(id) FROM messages)) + 1)),"
+    f" (SELECT count(*) FROM (SELECT 1 FROM {GRAM_TABLE} WHERE {GRAM_TABLE}"
     f" MATCH ? LIMIT {GRAM_NEED_FUNCTION}(?, (SELECT max(id) FROM messages))))"
 )
-#: The gram index's mark and the ids listed as changed by others, as subqueries: a
-#: search that reads the index alone reads rows up to the mark and none of those
-#: (a scan decides those rows).
-GRAM_HIGH_WATER = f"(SELECT high_water FROM {GRAM_MARK_TABLE})"
-GRAM_GONE_IDS = f"(SELECT id FROM {GRAM_GONE_TABLE})"
+#: The ids of messages changed since they were indexed, as a subquery: a search that
+#: reads the index alone reads none of those (a scan decides them).
+GRAM_CHANGED_IDS = f"(SELECT id FROM {GRAM_CHANGED_TABLE})"
 
 
 def gram_candidates(match: str = "?") -> str:
     """A subquery of the ids of the messages that may hold what ``match`` asks for (NULL:
-    nothing): the index's answer, the rows above the mark, and the rows deleted or
-    changed by others since they were indexed. ``match`` is written in twice: a
-    parameter (``?``, bound twice) or an expression of the caller's query."""
+    nothing): the index's answer and the rows changed since they were indexed.
+    ``match`` is written in twice: a parameter (``?``, bound twice) or an expression of
+    the caller's query."""
     return (
         f"SELECT rowid FROM {GRAM_TABLE} WHERE {match} IS NOT NULL AND {GRAM_TABLE} MATCH {match}"
-        f" UNION SELECT id FROM messages WHERE id > (SELECT high_water FROM {GRAM_MARK_TABLE})"
-        f" UNION SELECT id FROM {GRAM_GONE_TABLE}"
+        f" UNION SELECT id FROM {GRAM_CHANGED_TABLE}"
     )
 
 
-#: How many of the gram index's three tables exist (their three names bound).
-GRAM_TABLES_FOUND = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
+#: How many of the gram index's tables and file triggers exist (their six names bound).
+GRAM_OBJECTS_FOUND = (
+    "SELECT count(*) FROM sqlite_master"
+    " WHERE (type = 'table' AND name IN (?, ?, ?)) OR (type = 'trigger' AND name IN (?, ?, ?))"
+)
 #: A read of the gram table that returns no row: it fails on a build without FTS5.
 OPEN_GRAM_TABLE = f"SELECT 1 FROM {GRAM_TABLE} LIMIT 0"
-#: Up to a bound number of messages above the mark, lowest id first.
-GRAM_ROWS_ABOVE = (
-    f"SELECT id, content, tool_name, tool_calls FROM messages"
-    f" WHERE id > (SELECT high_water FROM {GRAM_MARK_TABLE}) ORDER BY id LIMIT ?"
+#: Up to a bound number of ids changed since indexed, lowest first.
+CHANGED_IDS = f"SELECT id FROM {GRAM_CHANGED_TABLE} ORDER BY id LIMIT ?"
+#: How many ids are changed since indexed, and how many messages the index holds grams of.
+CHANGED_COUNT = f"SELECT count(*) FROM {GRAM_CHANGED_TABLE}"
+HELD_COUNT = f"SELECT count(*) FROM {GRAM_HELD_TABLE}"
+
+
+def _as_bytes(column: str) -> str:
+    """A text column's value as its bytes (whatever they are), NULL for any other type:
+    the grams are read from text only, and bytes that are not UTF-8 never fail a read."""
+    return f"CASE WHEN typeof({column}) = 'text' THEN CAST({column} AS BLOB) END"
+
+
+#: For each id of a bound JSON list: the message's text columns as bytes (NULLs when there
+#: is no such message) and the grams the index holds for it (NULL: none).
+GRAM_ROWS = (
+    f"SELECT j.value, {_as_bytes('m.content')}, {_as_bytes('m.tool_name')},"
+    f" {_as_bytes('m.tool_calls')}, h.grams FROM json_each(?) AS j"
+    " LEFT JOIN messages AS m ON m.id = j.value"
+    f" LEFT JOIN {GRAM_HELD_TABLE} AS h ON h.id = j.value"
 )
-INSERT_GRAMS = f"INSERT INTO {GRAM_TABLE}(rowid, grams) VALUES (?, ?)"
-GRAM_MARK = f"SELECT high_water FROM {GRAM_MARK_TABLE}"
-SET_GRAM_MARK = f"UPDATE {GRAM_MARK_TABLE} SET high_water = ?"
-GRAM_GONE_COUNT = f"SELECT count(*) FROM {GRAM_GONE_TABLE}"
+#: The same for one id, bound three times (a write of one message: no JSON list to read).
+GRAM_ROW = (
+    f"SELECT ?, {_as_bytes('m.content')}, {_as_bytes('m.tool_name')},"
+    f" {_as_bytes('m.tool_calls')}, (SELECT grams FROM {GRAM_HELD_TABLE} WHERE id = ?)"
+    " FROM (SELECT 1) LEFT JOIN messages AS m ON m.id = ?"
+)
+#: Every message not changed since indexed (its text as bytes) beside the grams the
+#: index holds for it; ids above a bound one, lowest first, up to a bound number.
+GRAM_CHECK_ROWS = (
+    f"SELECT m.id, {_as_bytes('m.content')}, {_as_bytes('m.tool_name')},"
+    f" {_as_bytes('m.tool_calls')}, h.grams FROM messages AS m"
+    f" LEFT JOIN {GRAM_HELD_TABLE} AS h ON h.id = m.id"
+    f" WHERE m.id > ? AND m.id NOT IN (SELECT id FROM {GRAM_CHANGED_TABLE})"
+    " ORDER BY m.id LIMIT ?"
+)
+#: The same for the ids of a bound JSON list (a sample, or the messages a copy wrote).
+GRAM_CHECK_LISTED = (
+    f"SELECT m.id, {_as_bytes('m.content')}, {_as_bytes('m.tool_name')},"
+    f" {_as_bytes('m.tool_calls')}, h.grams FROM messages AS m"
+    f" LEFT JOIN {GRAM_HELD_TABLE} AS h ON h.id = m.id"
+    " WHERE m.id IN (SELECT value FROM json_each(?))"
+    f" AND m.id NOT IN (SELECT id FROM {GRAM_CHANGED_TABLE})"
+)
+#: Ids the index holds grams of that are no message, and not changed since indexed (a
+#: row deleted without a trigger firing: an INSERT OR REPLACE over another key).
+GRAM_STRAY = (
+    f"SELECT id FROM {GRAM_HELD_TABLE} WHERE id NOT IN (SELECT id FROM messages)"
+    f" AND id NOT IN (SELECT id FROM {GRAM_CHANGED_TABLE}) ORDER BY id"
+)
+#: The ids of the messages, lowest first (a sample is drawn from them).
+MESSAGE_IDS = "SELECT id FROM messages ORDER BY id"
+#: Whether a message id is changed since indexed.
+CHANGED_AMONG = (
+    f"SELECT id FROM {GRAM_CHANGED_TABLE} WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id"
+)
+
+#: Taking a message's grams out of the index (they must be what it holds: the held row).
+UNINDEX_GRAMS = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rowid, grams) VALUES ('delete', ?, ?)"
+INDEX_GRAMS = f"INSERT INTO {GRAM_TABLE}(rowid, grams) VALUES (?, ?)"
+HOLD_GRAMS = f"INSERT OR REPLACE INTO {GRAM_HELD_TABLE}(id, grams) VALUES (?, ?)"
+UNHOLD_GRAMS = f"DELETE FROM {GRAM_HELD_TABLE} WHERE id = ?"
+#: Ids no longer changed (indexed as they are now), from a bound JSON list or one id.
+CLEAR_CHANGED = f"DELETE FROM {GRAM_CHANGED_TABLE} WHERE id IN (SELECT value FROM json_each(?))"
+CLEAR_CHANGED_ONE = f"DELETE FROM {GRAM_CHANGED_TABLE} WHERE id = ?"
+#: Ids listed as changed again (a divergence ``doctor --fix`` found), from a JSON list.
+MARK_CHANGED = f"INSERT OR IGNORE INTO {GRAM_CHANGED_TABLE}(id) SELECT value FROM json_each(?)"
 #: How many segments the gram index is in (each lookup searches every one).
 GRAM_SEGMENTS = f"SELECT count(DISTINCT segid) FROM {GRAM_TABLE}_idx"
 #: FTS5's incremental merge of the gram index: up to |?| leaf pages written; a negative
 #: amount merges every segment into one (its later steps take a positive amount).
 GRAM_MERGE = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rank) VALUES ('merge', ?)"
-MESSAGES_ABOVE = "SELECT count(*) FROM messages WHERE id > ?"
-#: How many messages have an id above the first bound id, up to the second.
-MESSAGES_ABOVE_UP_TO = "SELECT count(*) FROM messages WHERE id > ? AND id <= ?"
-#: Emptying the gram index: its rows, its mark (0: every message is above it), its list.
+#: FTS5's check that the index holds exactly what its content table (the held grams)
+#: says (rank 1: the content is compared too); run on a scratch copy by ``doctor``.
+GRAM_INTEGRITY = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rank) VALUES ('integrity-check', 1)"
+#: Emptying the gram index: its entries and what it holds; every message listed as changed.
 EMPTY_GRAMS = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}) VALUES ('delete-all')"
-RESET_GRAM_MARK = f"UPDATE {GRAM_MARK_TABLE} SET high_water = 0"
-CLEAR_GRAM_GONE = f"DELETE FROM {GRAM_GONE_TABLE}"
-
-_MARK = f"(SELECT high_water FROM main.{GRAM_MARK_TABLE})"
+EMPTY_HELD = f"DELETE FROM {GRAM_HELD_TABLE}"
+ALL_CHANGED = f"INSERT OR IGNORE INTO {GRAM_CHANGED_TABLE}(id) SELECT id FROM messages"
+MESSAGES_COUNT = "SELECT count(*) FROM messages"
 
 
 def _holds_nul(column: str) -> str:
@@ -471,84 +531,46 @@ def nul_mask(*columns: str) -> str:
     return " + ".join(f"{_holds_nul(column)} * {1 << i}" for i, column in enumerate(columns))
 
 
-def _grams_of(row: str) -> str:
-    """The grams of the trigger's row ``row`` (``new`` or ``old``)."""
-    columns = (f"{row}.content", f"{row}.tool_name", f"{row}.tool_calls")
-    arguments = ", ".join(whole_text(column) for column in columns)
-    return f"{GRAMS_FUNCTION}({nul_mask(*columns)}, {arguments})"
-
-
-def _add(row: str) -> str:
-    """Trigger SQL adding the grams of ``row`` (``new``) to the index."""
-    return (
-        f"INSERT INTO {GRAM_TABLE}(rowid, grams)\n"
-        f"    SELECT {row}.id, g FROM (SELECT {_grams_of(row)} AS g) WHERE g <> '';"
-    )
-
-
-def _remove(row: str) -> str:
-    """Trigger SQL removing the grams of ``row`` (``old``) from the index."""
-    return (
-        f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rowid, grams)\n"
-        f"    SELECT 'delete', {row}.id, g FROM (SELECT {_grams_of(row)} AS g) WHERE g <> '';"
-    )
-
-
-#: A message inserted right above the mark (no unindexed row below it) is indexed;
-#: any other waits for a catch-up.
-_NEXT = (
-    f"new.id > {_MARK}"
-    f" AND NOT EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)"
+_INDEXED = "AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages"
+_CHANGES = (
+    "old.id IS NOT new.id OR old.content IS NOT new.content"
+    " OR old.tool_name IS NOT new.tool_name OR old.tool_calls IS NOT new.tool_calls"
 )
 
-#: The TEMP triggers by which a connection of ours keeps the gram index in step.
+#: The TEMP triggers by which a connection of ours notes the ids its writes change (the
+#: file's own triggers list them too; the write indexes those it noted before it commits).
 GRAM_TRIGGERS = (
-    # Two triggers, so that a message without CJK never opens the FTS5 table: an FTS5
-    # table written in a transaction rewrites its statistics when it commits.
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_note_insert
 AFTER INSERT ON main.messages
-WHEN {_NEXT} AND {_grams_of("new")} <> ''
 BEGIN
-    {_add("new")}
-    UPDATE {GRAM_MARK_TABLE} SET high_water = new.id;
+    SELECT {NOTE_FUNCTION}(new.id);
 END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_insert_plain
-AFTER INSERT ON main.messages
-WHEN {_NEXT} AND {_grams_of("new")} = ''
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_note_update
+{_INDEXED}
+WHEN {_CHANGES}
 BEGIN
-    UPDATE {GRAM_MARK_TABLE} SET high_water = new.id;
+    SELECT {NOTE_FUNCTION}(old.id);
+    SELECT {NOTE_FUNCTION}(new.id);
 END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_behind
-AFTER INSERT ON main.messages
-WHEN new.id > {_MARK}
- AND EXISTS (SELECT 1 FROM main.messages WHERE id > {_MARK} AND id < new.id)
-BEGIN
-    SELECT {BEHIND_FUNCTION}();
-END""",
-    # The file's own trigger (BEFORE) listed the id as gone; we remove exactly what the
-    # index holds for the row, so it is not gone after all.
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete
+    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_note_delete
 AFTER DELETE ON main.messages
-WHEN old.id <= {_MARK} AND {_grams_of("old")} <> ''
 BEGIN
-    {_remove("old")}
-    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_delete_plain
-AFTER DELETE ON main.messages
-WHEN old.id <= {_MARK} AND {_grams_of("old")} = ''
-BEGIN
-    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
-END""",
-    f"""CREATE TEMP TRIGGER IF NOT EXISTS hermes_models_cjk_update
-AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages
-WHEN old.id <= {_MARK} AND new.id = old.id
-BEGIN
-    {_remove("old")}
-    {_add("new")}
-    DELETE FROM {GRAM_GONE_TABLE} WHERE id = old.id;
+    SELECT {NOTE_FUNCTION}(old.id);
 END""",
 )
+
+
+# -- text that is not UTF-8 ---------------------------------------------------------------------
+
+
+def text_as_bytes(table: str, columns: Sequence[str]) -> str:
+    """The rowid and each of ``columns`` of every row of ``table`` as bytes when it is
+    text (NULL otherwise), by rowid: text another program wrote that is not UTF-8 is
+    read without failing (the names come from ``PRAGMA table_info``)."""
+    parts = ", ".join(
+        f'CASE WHEN typeof("{c}") = \'text\' THEN CAST("{c}" AS BLOB) END' for c in columns
+    )
+    return f'SELECT rowid, {parts} FROM "{table}" ORDER BY rowid'
 
 
 # -- copy -------------------------------------------------------------------------------------
@@ -627,14 +649,18 @@ def prefix_bounds(prefix: str) -> tuple[str, str] | None:
 
 
 __all__ = [
+    "ALL_CHANGED",
     "APPLIED_MIGRATIONS",
     "ATTACH_SOURCE",
     "BEGIN",
     "BEGIN_IMMEDIATE",
-    "BEHIND_FUNCTION",
     "BUSY_TIMEOUT",
+    "CHANGED_AMONG",
+    "CHANGED_COUNT",
+    "CHANGED_IDS",
     "CJK_TRIGGER_COUNT",
-    "CLEAR_GRAM_GONE",
+    "CLEAR_CHANGED",
+    "CLEAR_CHANGED_ONE",
     "COMMIT",
     "COMPILE_OPTIONS",
     "COPY_LOCK_ROWS",
@@ -658,6 +684,7 @@ __all__ = [
     "DROP_FTS5_PROBE",
     "DROP_TERM_COUNTER",
     "EMPTY_GRAMS",
+    "EMPTY_HELD",
     "FOREIGN_KEYS",
     "FOREIGN_KEYS_OFF",
     "FOREIGN_KEYS_ON",
@@ -666,30 +693,34 @@ __all__ = [
     "FTS5_TABLES",
     "FTS5_TABLES_WITH_SQL",
     "FTS_META",
-    "GRAMS_FUNCTION",
+    "GRAM_CHANGED_IDS",
+    "GRAM_CHANGED_TABLE",
+    "GRAM_CHECK_LISTED",
+    "GRAM_CHECK_ROWS",
     "GRAM_COUNT",
-    "GRAM_GONE_COUNT",
-    "GRAM_GONE_IDS",
-    "GRAM_GONE_TABLE",
-    "GRAM_HIGH_WATER",
+    "GRAM_FILE_TRIGGERS",
+    "GRAM_HELD_TABLE",
     "GRAM_IDS",
-    "GRAM_MARK",
-    "GRAM_MARK_TABLE",
+    "GRAM_INTEGRITY",
     "GRAM_MERGE",
     "GRAM_NEED_FUNCTION",
-    "GRAM_ROWS_ABOVE",
+    "GRAM_OBJECTS_FOUND",
+    "GRAM_ROW",
+    "GRAM_ROWS",
     "GRAM_SEGMENTS",
     "GRAM_STATE",
     "GRAM_STATE_COUNT",
+    "GRAM_STRAY",
     "GRAM_TABLE",
-    "GRAM_TABLES_FOUND",
     "GRAM_TRIGGERS",
+    "HELD_COUNT",
     "HIGHEST_MESSAGE_ID",
+    "HOLD_GRAMS",
     "IDS_WITH_PREFIX",
     "IDS_WITH_PREFIX_ANYWHERE",
     "ID_HELD",
     "INDEXED_TEXT",
-    "INSERT_GRAMS",
+    "INDEX_GRAMS",
     "INSERT_SEQUENCE",
     "INTEGRITY_CHECK",
     "JOURNAL_MODE",
@@ -698,19 +729,20 @@ __all__ = [
     "JOURNAL_MODE_WAL",
     "JSON_LIST",
     "LOWER_UNUSED_SEQUENCE",
-    "MESSAGES_ABOVE",
-    "MESSAGES_ABOVE_UP_TO",
+    "MARK_CHANGED",
+    "MESSAGES_COUNT",
+    "MESSAGE_IDS",
     "MESSAGE_IDS_BETWEEN",
     "MESSAGE_SEQUENCE",
     "META_VALUE",
     "MMAP_OFF",
     "NEWEST_FLOOR",
+    "NOTE_FUNCTION",
     "OPEN_GRAM_TABLE",
     "PAGE_COUNT",
     "READ_SCHEMA",
     "RELEASE_CHECK",
     "RELEASE_GRAMS",
-    "RESET_GRAM_MARK",
     "REST_LIMIT",
     "ROLLBACK",
     "ROLLBACK_TO_CHECK",
@@ -726,7 +758,6 @@ __all__ = [
     "SEARCH_SCHEMA",
     "SECURE_DELETE_ON",
     "SEQUENCE_OF",
-    "SET_GRAM_MARK",
     "SET_META_VALUE",
     "SET_SCHEMA_VERSION",
     "SET_SEQUENCE",
@@ -741,6 +772,8 @@ __all__ = [
     "TERM_COUNTER",
     "TITLES_FROM_LIST",
     "TRIGGER_NAMES",
+    "UNHOLD_GRAMS",
+    "UNINDEX_GRAMS",
     "UPSERT_META",
     "USER_VERSION",
     "VACUUM",

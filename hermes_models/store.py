@@ -45,6 +45,7 @@ from .children import (
     resume_target_id,
 )
 from .connection import connect
+from .content import LENIENT_FILES, is_decode_error
 from .db import HermesDatabase
 from .driver import sqlite3
 from .errors import SQLITE_ERRORS, is_malformed_db_error
@@ -112,7 +113,15 @@ def _api(method: F) -> F:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         token = bind(db)  # what using() does, without a generator
         try:
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except (sqlite3.OperationalError, peewee.OperationalError) as exc:
+                # Another program stored text that is not UTF-8: read it with U+FFFD from
+                # now on (the warning names the rows) and run the method again.
+                if not is_decode_error(exc) or db.file in LENIENT_FILES:
+                    raise
+                db.read_leniently()
+                return method(self, *args, **kwargs)
         except peewee.PeeweeException as exc:
             # The error sqlite3 raised, itself (with its sqlite_errorcode), when
             # peewee wrapped one; a copy of sqlite3's type otherwise.

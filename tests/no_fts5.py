@@ -16,11 +16,14 @@ _TOUCH = (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sql
 
 
 def _full_text(table: str) -> bool:
-    """True for the FTS5 tables and their shadow tables (the gram index's mark and
-    list of changed rows are plain tables, which any build reads)."""
+    """True for the FTS5 tables and their shadow tables (the gram index's held grams
+    and list of changed rows - and migration 0007's mark and list - are plain tables,
+    which any build reads)."""
     if table.startswith("messages_fts") or table == "messages_cjk":
         return True
     return table.startswith("messages_cjk_") and table not in (
+        "messages_cjk_grams",
+        "messages_cjk_changed",
         "messages_cjk_mark",
         "messages_cjk_gone",
     )

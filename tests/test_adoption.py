@@ -36,9 +36,13 @@ OLD = [
 V16_TRIGGERS = sorted(
     f"{t}_{op}" for t in legacy.FTS_TABLES for op in ("insert", "delete", "update")
 )
-#: What migration 0007 adds to every file: the triggers listing deleted messages
-#: for the gram index (plain SQL, which Hermes' own processes run as they are).
-GRAM_TRIGGERS = ["messages_cjk_gone_delete", "messages_cjk_gone_update"]
+#: What migration 0009 adds to every file: the triggers listing messages changed since
+#: the gram index indexed them (plain SQL, which Hermes' own processes run as they are).
+GRAM_TRIGGERS = [
+    "messages_cjk_changed_delete",
+    "messages_cjk_changed_insert",
+    "messages_cjk_changed_update",
+]
 
 
 def _read(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -469,7 +473,11 @@ def test_v16_file_is_adopted_without_any_change(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 16)
     before = legacy.dump(path)
     # Only this package's own additions are applied; every Hermes object and row is as it was.
-    assert _adopt(path) == ["0007_cjk_gram_index", "0008_time_order_indexes"]
+    assert _adopt(path) == [
+        "0007_cjk_gram_index",
+        "0008_time_order_indexes",
+        "0009_cjk_gram_changes",
+    ]
     assert legacy.dump(path) == before
     assert sorted(r[0] for r in _query(path, "SELECT migration_id FROM _yoyo_migration")) == sorted(
         MIGRATIONS

@@ -38,7 +38,8 @@ CHECKS = [
     "fts integrity-check messages_fts_trigram",
     "messages_fts_trigram triggers",
     "messages_fts_trigram matches messages",
-    "gram index",
+    "gram index matches messages",
+    "fts integrity-check messages_cjk",
     "session counters",
     "message id sequence",
 ]
@@ -114,8 +115,8 @@ def test_stats_counts_sessions_messages_sizes_and_index_rows(store_file: Path) -
             "messages_fts": "used",
             "messages_fts_trigram": "used",
             # An adopted Hermes file: its messages wait for hermes-models optimize.
-            "messages_cjk": "used (18 newer messages not indexed yet, 0 changed by other "
-            "processes: read the slow way until hermes-models optimize)",
+            "messages_cjk": "used (18 messages written or changed since indexed: searches read "
+            "them themselves until hermes-models optimize)",
         },
     }
 
@@ -362,7 +363,11 @@ def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
             " 2, 3 messages; tool_call_count 2, 2 tool calls) (`hermes-models doctor --fix`"
             " recounts them)"
         }
-    assert health.repair(store.database) == {"recounted": ["kept"], "sequence": None}
+    assert health.repair(store.database) == {
+        "recounted": ["kept"],
+        "sequence": None,
+        "regrammed": [],
+    }
     assert store.get_session("kept")["message_count"] == 3
     assert health.counter_mismatches(store.database) == []
     if _on_file(store):
@@ -392,7 +397,11 @@ def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_p
             " which no message can be appended (`hermes-models doctor --fix` lowers it to the "
             "highest id in use)"
         }
-    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 2]}
+    assert health.repair(store.database) == {
+        "recounted": [],
+        "sequence": [INT64_MAX - 10, 2],
+        "regrammed": [],
+    }
     assert store.append_message("kept", "user", "appends again") == 3
     assert health.message_sequence(store.database) == {
         "sequence": 3,
@@ -423,7 +432,7 @@ def test_a_sequence_is_not_lowered_below_an_id_another_client_is_adding(
             lowered = health.repair(store.database)
         finally:
             committer.join(30)
-    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40]}
+    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40], "regrammed": []}
     assert store.append_message("kept", "user", "after") == 41
 
 
@@ -432,7 +441,11 @@ def test_a_sequence_lowered_with_no_message_left_starts_again_at_1(
 ) -> None:
     store.delete_session("kept")
     _set_sequence(store, db_path, INT64_MAX - 10)
-    assert health.repair(store.database) == {"recounted": [], "sequence": [INT64_MAX - 10, 0]}
+    assert health.repair(store.database) == {
+        "recounted": [],
+        "sequence": [INT64_MAX - 10, 0],
+        "regrammed": [],
+    }
     store.create_session("again", "cli")
     assert store.append_message("again", "user", "first again") == 1
 
@@ -447,7 +460,7 @@ def test_a_sequence_the_messages_themselves_exhaust_is_not_lowered(
         assert detail.endswith(
             "(the highest message id itself is that close: the messages must be renumbered)"
         )
-    assert health.repair(store.database) == {"recounted": [], "sequence": None}
+    assert health.repair(store.database) == {"recounted": [], "sequence": None, "regrammed": []}
     assert health.message_sequence(store.database)["sequence"] == INT64_MAX - 5
 
 
@@ -460,7 +473,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (15 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (16 checks passed)"
 
 
 @pytest.mark.slow  # console-script runs
@@ -471,7 +484,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     assert (
         "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 15 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 16 checks failed"
     records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 1
     assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
@@ -490,7 +503,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert (fixed.returncode, fixed.stderr) == (0, "")
     assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
-    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (15 checks passed)"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (16 checks passed)"
     refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert refused.returncode == 2
 
@@ -510,7 +523,7 @@ def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
         folder.chmod(0o755)
         store_file.chmod(0o600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (15 checks passed)"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (16 checks passed)"
     assert "read_only=True" not in result.stderr
     assert json.loads(stats.stdout)["sessions"] == 8
     assert writing.returncode == 1

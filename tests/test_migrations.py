@@ -134,8 +134,9 @@ OUR_INDEXES = {
 }
 
 TRIGGERS = [
-    "messages_cjk_gone_delete",
-    "messages_cjk_gone_update",
+    "messages_cjk_changed_delete",
+    "messages_cjk_changed_insert",
+    "messages_cjk_changed_update",
     "messages_fts_delete",
     "messages_fts_insert",
     "messages_fts_trigram_delete",
