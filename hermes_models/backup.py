@@ -33,9 +33,11 @@ from . import sqlite_sql
 from .checks import check_int64, expand_user
 from .errors import BackupError
 from .files import (
+    check_file_kind,
     check_header,
     is_postgres_url,
     read_only_params,
+    refuse_planted,
     resolve_file,
     resolve_path,
     sqlite_uri,
@@ -221,7 +223,9 @@ def backup(
     path = resolve_path(source, argument="source")
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (nothing to back up)")
-    check_header(path)  # a folder, a device, a FIFO or a file that is no database
+    check_file_kind(path)  # a folder, a device, a FIFO...
+    refuse_planted(path)  # before SQLite opens anything
+    check_header(path)  # ...or a file that is no database
     if not os.fspath(dest):
         raise ValueError("dest must not be empty (a new file, or a folder)")
     if keep is not None:

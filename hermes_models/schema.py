@@ -31,10 +31,12 @@ from .db import HermesDatabase
 from .errors import MigrationError, is_lock_error
 from .files import (
     SCHEMA_VERSION,
+    check_file_kind,
     check_header,
     check_schema_version,
     check_writable,
     is_postgres_url,
+    refuse_planted,
     resolve_file,
     secure_files,
     sqlite_uri,
@@ -150,6 +152,8 @@ def migrate(target: str | os.PathLike[str] | None = None) -> list[str]:
         postgres.parse_url(str(target), argument="target")  # a bad URL named as connect() names it
         return postgres.migrate(str(target))
     path = resolve_file(target)
+    check_file_kind(path)
+    refuse_planted(path)  # before SQLite opens anything
     check_header(path)
     check_schema_version(path)
     check_writable(path)
