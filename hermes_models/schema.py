@@ -64,8 +64,14 @@ BASELINE = (
 )
 
 #: Every migration in order: the baseline, then what this package adds beyond the
-#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time).
-MIGRATIONS = (*BASELINE, "0007_cjk_gram_index", "0008_time_order_indexes")
+#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time;
+#: the PostgreSQL functions' parallel labels, nothing on SQLite).
+MIGRATIONS = (
+    *BASELINE,
+    "0007_cjk_gram_index",
+    "0008_time_order_indexes",
+    "0010_parallel_labels",
+)
 
 #: The migration applied again whenever the full-text indexes are out of step
 #: with the SQLite build that opens the file.

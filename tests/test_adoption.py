@@ -469,7 +469,11 @@ def test_v16_file_is_adopted_without_any_change(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 16)
     before = legacy.dump(path)
     # Only this package's own additions are applied; every Hermes object and row is as it was.
-    assert _adopt(path) == ["0007_cjk_gram_index", "0008_time_order_indexes"]
+    assert _adopt(path) == [
+        "0007_cjk_gram_index",
+        "0008_time_order_indexes",
+        "0010_parallel_labels",
+    ]
     assert legacy.dump(path) == before
     assert sorted(r[0] for r in _query(path, "SELECT migration_id FROM _yoyo_migration")) == sorted(
         MIGRATIONS

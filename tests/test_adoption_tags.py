@@ -207,6 +207,7 @@ def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> N
         "0006_search_index_upkeep",
         "0007_cjk_gram_index",
         "0008_time_order_indexes",
+        "0010_parallel_labels",
     ]
     assert configs(path) == expected_tags()
     with SessionDB(path) as store:
@@ -290,6 +291,7 @@ def test_a_file_created_fresh_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         "0006_search_index_upkeep",
         "0007_cjk_gram_index",
         "0008_time_order_indexes",
+        "0010_parallel_labels",
     ]
     assert configs(path) == before
 
@@ -315,5 +317,9 @@ def test_a_hermes_v16_file_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         messages=(("run", "tool"),),
     )
     before = configs(path)
-    assert hermes_models.migrate(path) == ["0007_cjk_gram_index", "0008_time_order_indexes"]
+    assert hermes_models.migrate(path) == [
+        "0007_cjk_gram_index",
+        "0008_time_order_indexes",
+        "0010_parallel_labels",
+    ]
     assert configs(path) == before

@@ -37,6 +37,7 @@ MIGRATIONS = [
     "0006_search_index_upkeep",
     "0007_cjk_gram_index",
     "0008_time_order_indexes",
+    "0010_parallel_labels",
 ]
 
 

@@ -135,7 +135,7 @@ def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:
 def test_both_dialects_have_the_same_migration_ids() -> None:
     sqlite_ids = migration_ids(sqlite_migrations_dir())
     assert migration_ids(migrations_dir()) == sqlite_ids
-    assert len(sqlite_ids) == 8
+    assert len(sqlite_ids) == 9
 
 
 def _sqlite_layout(tmp_path: Path) -> tuple[dict[str, list[str]], set[str]]:
