@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,88 @@ def test_show_of_a_20_mb_message_takes_linear_time(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 80
     body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
     assert " ".join(" ".join(body).split()) == " ".join(message.split())
+
+
+# -- one long query ---------------------------------------------------------------------
+
+#: Queries of a megabyte, in the shapes that cost most: one term of a million
+#: characters (a phrase of half a million prefixes, CJK, a quoted phrase) and a
+#: million characters of words (read one by one, repeats and all). Before: the
+#: prefixes took 1.3 GB, the CJK term minutes, the words 5 s.
+_MEGABYTE_QUERIES = {
+    "prefixes": "a*" * 500_000,
+    "cjk": "漢" * 1_000_000,
+    "phrase": '"' + "a " * 499_999 + '"',
+    "words": "ab " * 333_333,
+    "operators": "a OR " * 200_000,
+}
+
+
+@pytest.fixture
+def one_message(tmp_path: Path) -> Path:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli")
+        store.append_message("s", "user", "ab a 漢字 " + "a*" * 2000)
+    return path
+
+
+@pytest.mark.parametrize("shape", sorted(_MEGABYTE_QUERIES))
+def test_a_query_of_a_megabyte_is_refused_by_name(
+    one_message: Path, shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    query = _MEGABYTE_QUERIES[shape]
+    with SessionDB(one_message) as store, caplog.at_level("WARNING", "hermes_models"):
+        assert store.search_messages(query, time_budget=None) == []
+        assert store.search_sessions(query, time_budget=None) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"search refused: the query has {len(query)} characters, more than the"
+        " 65536 characters it may have; nothing was searched"
+    ] * 2
+
+
+def test_the_longest_query_and_terms_are_answered(
+    one_message: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SessionDB(one_message) as store, caplog.at_level("WARNING", "hermes_models"):
+        # 65,536 characters of one repeated word: one term, one hit.
+        words = ("ab " * 21_846)[:65_536]
+        assert [hit["session_id"] for hit in store.search_messages(words)] == ["s"]
+        # A phrase of 256 words is looked up (the message holds it); one of 257 is not.
+        assert [hit["session_id"] for hit in store.search_messages('"' + "a " * 256 + '"')] == ["s"]
+        assert store.search_messages('"' + "a " * 257 + '"') == []
+        assert store.search_messages("a*" * 10_000) == []
+        # A CJK term as long as a query may be is searched (a scan, not an index).
+        assert store.search_messages("漢" * 65_536) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "search refused: a term of the query has 257 words, more than the 256 words it may"
+        " have; nothing was searched",
+        "search refused: a term of the query has 10000 words, more than the 256 words it may"
+        " have; nothing was searched",
+    ]
+
+
+_MEMORY_OF = """
+import re, sys
+from hermes_models import SessionDB
+with SessionDB(sys.argv[1]) as store:
+    store.search_messages(sys.argv[2] * int(sys.argv[3]), time_budget=None)
+# The peak resident memory of this program (ru_maxrss would count the parent's too).
+with open("/proc/self/status") as status:
+    print(re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1))
+"""
+
+
+@pytest.mark.slow  # a process per query (about 0.4 s each)
+@pytest.mark.parametrize(("unit", "count"), [("a*", 500_000), ("漢", 1_000_000), ("ab ", 333_333)])
+def test_a_query_of_a_megabyte_takes_under_100_mb(one_message: Path, unit: str, count: int) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _MEMORY_OF, str(one_message), unit, str(count)],
+        cwd=one_message.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    # Before: 350 MB for the prefixes, minutes for the CJK term.
+    assert int(done.stdout) < 100_000  # kilobytes
