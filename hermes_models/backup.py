@@ -28,14 +28,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from . import sqlite_sql
 from .checks import check_int64, expand_user
 from .driver import sqlite3
 from .errors import BackupError
 from .files import (
+    check_file_kind,
     check_header,
     is_postgres_url,
     read_only_params,
+    refuse_planted,
     resolve_file,
     resolve_path,
     sqlite_uri,
@@ -87,9 +94,63 @@ def _target(source: Path, dest: Path, into_folder: bool) -> Path:
     return dest / f"{source.stem}-{stamp}{suffix}.db"
 
 
-def _create_private(path: Path) -> None:
+def _create_private(path: Path) -> int:
+    """Create ``path`` (mode 0600) and hold a lock on it while the backup lives: an
+    open descriptor, returned, with an exclusive ``flock`` (SQLite's own locks are
+    POSIX locks, which do not meet it). A process that dies, ``kill -9`` included,
+    lets go of it, which is how :func:`_remove_leftovers` tells its file from the
+    temporary file of a backup still running."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    os.close(os.open(path, flags, 0o600))
+    fd = os.open(path, flags, 0o600)
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+#: A backup's temporary file: ``.<name of the copy>.<8 hex digits>.tmp`` (and its
+#: ``-journal``).
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{8}\.tmp(?P<journal>-journal)?")
+
+
+def _remove_leftovers(folder: Path, stem: str, target: Path) -> list[str]:
+    """Remove the temporary files killed backups left in ``folder``: those of copies
+    of a source named ``stem`` (or of ``target``), regular files of this user that no
+    running backup holds (see :func:`_create_private`). A killed backup of a large
+    store left a full-size copy per kill, each still holding what was erased since."""
+    if fcntl is None:  # no flock: a running backup cannot be told from a dead one
+        return []
+    pattern = rotation_pattern(stem)
+    removed: list[str] = []
+    for entry in sorted(folder.iterdir()):
+        match = _TEMPORARY.fullmatch(entry.name)
+        if match is None or not (
+            pattern.fullmatch(match.group("name")) or match.group("name") == target.name
+        ):
+            continue
+        base = Path(str(entry).removesuffix("-journal"))
+        try:
+            info = entry.lstat()
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fd = os.open(base, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            fd = None  # a journal whose copy is gone already
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a backup running now
+            entry.unlink(missing_ok=True)
+            removed.append(str(entry))
+        finally:
+            if fd is not None:
+                os.close(fd)
+    if removed:
+        logger.info("removed %d file(s) of killed backups: %s", len(removed), ", ".join(removed))
+    return removed
 
 
 def _fts_tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
@@ -217,8 +278,9 @@ def backup(
     separator, or any path when ``keep`` is given) where the copy is named
     ``<source stem>-<UTC time>.db``. With ``keep`` only the newest ``keep``
     copies of that name stay in the folder. The result has ``path``,
-    ``source``, ``bytes``, ``pages``, ``integrity`` (``"ok"``) and ``removed``
-    (copies deleted by the rotation).
+    ``source``, ``bytes``, ``pages``, ``integrity`` (``"ok"``), ``removed``
+    (copies deleted by the rotation) and ``leftovers`` (temporary files of killed
+    backups of the same copies, removed first).
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
@@ -231,7 +293,9 @@ def backup(
     path = resolve_path(source, argument="source")
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist (nothing to back up)")
-    check_header(path)  # a folder, a device, a FIFO or a file that is no database
+    check_file_kind(path)  # a folder, a device, a FIFO...
+    refuse_planted(path)  # before SQLite opens anything
+    check_header(path)  # ...or a file that is no database
     if not os.fspath(dest):
         raise ValueError("dest must not be empty (a new file, or a folder)")
     if keep is not None:
@@ -254,9 +318,10 @@ def backup(
     else:
         _folder(dest_path.parent)
     target = _target(path, dest_path, into_folder)
+    leftovers = _remove_leftovers(target.parent, path.stem, target)
     temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
     try:
-        _create_private(temporary)
+        held = _create_private(temporary)
     except OSError as exc:  # named after the copy asked for, not the temporary file
         raise failure_naming(exc, target, "write") from None
     try:
@@ -270,6 +335,7 @@ def backup(
                 leftover.unlink()
             except FileNotFoundError:
                 pass
+        os.close(held)
     _sync(target.parent)
     removed = _rotate(target.parent, path.stem, keep, target) if keep is not None else []
     return {
@@ -279,6 +345,7 @@ def backup(
         "pages": pages,
         "integrity": "ok",
         "removed": removed,
+        "leftovers": leftovers,
     }
 
 

@@ -1506,6 +1506,8 @@ def backup(
     )
     for old in result["removed"]:
         terminal.say(f"removed old copy {old}")
+    for leftover in result["leftovers"]:
+        terminal.say(f"removed {leftover} (left by a killed backup)")
 
 
 @cli.command(

@@ -33,6 +33,7 @@ from .files import (
     is_postgres_url,
     probe_file_held,
     read_only_params,
+    refuse_planted,
     resolve_file,
     roll_back_hot_journal,
     secure_files,
@@ -186,6 +187,9 @@ def _open(
 ) -> HermesDatabase:
     """A new handle on ``path`` (see :func:`connect`)."""
     check_file_kind(path)
+    # Before SQLite opens anything, the probes included: SQLite running as root
+    # would take a sidecar another user planted over, and the checks would pass.
+    refuse_planted(path)
     params = None
     if read_only:
         if not os.path.exists(path):

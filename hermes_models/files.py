@@ -239,57 +239,183 @@ def make_private_folder(folder: StrPath) -> None:
 
 _owner_warned: BoundedSet[str] = BoundedSet("file ownership warnings", 256)
 
+#: The files SQLite keeps beside a database, by the suffix of their names.
+SIDECARS = ("-wal", "-shm", "-journal")
+
+#: What a refused sidecar's message says to do.
+_REMOVE_IT = (
+    "it is not a file SQLite made for this store: have its owner (or root) remove it,"
+    " then open the store again"
+)
+#: What a refused database's message says to do.
+_READ_IT = "Open the store with read_only=True to read it"
+
+
+def real_file(path: StrPath) -> str:
+    """The file SQLite opens for ``path``: every symbolic link followed, of the file and
+    of each folder on the way. SQLite keeps the ``-wal``, ``-shm`` and ``-journal``
+    files beside this name, not beside ``path``."""
+    return os.path.realpath(path)
+
+
+def user_name(uid: int) -> str:
+    """How messages name the user ``uid``: ``"nobody (uid 65534)"``, or ``"uid 1234"``
+    for a number the system has no name for."""
+    import pwd  # loaded when a message needs it: a C module, no start-up cost to speak of
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
 
 def check_ownership(path: StrPath, *, read_only: bool) -> None:
-    """Refuse a database, ``-wal`` or ``-shm`` another user owns, or that is not private.
+    """Refuse a database, or a ``-wal``, ``-shm`` or ``-journal`` beside it, that another
+    user could read or change the store through.
 
-    Sidecars must be regular files (not links); files with group or other
-    permission bits are tightened to 0600 with ``chmod`` on the path (only
-    taking bits away). With ``read_only`` nothing is changed or refused: a
-    warning is logged once per file instead.
+    The files checked are the ones SQLite uses: the database's real path
+    (:func:`real_file`: links followed) and the sidecars beside it. A sidecar
+    must be a regular file (not a link) with one name (a hard link would send
+    the store's pages into another file too), owned by this process's user or
+    the database's (:func:`refuse_planted`, which an open runs before SQLite
+    opens anything). The database and its sidecars must be this user's, and are
+    tightened to 0600 with ``chmod`` on the path (only taking bits away). With
+    ``read_only`` nothing is changed, and a file of the database's owner is read
+    with a warning (logged once per file); a planted sidecar is refused all the same.
 
     Raises:
         UnsafeFileError: a file is owned by another user, is not a regular
-            file, or keeps group/other permissions after ``chmod``.
+            file, has another name, or keeps group/other permissions after ``chmod``.
     """
+    real = _check_files(path, read_only=read_only, planted_only=False)
+    if real is not None and not read_only:
+        _warn_shared_folder(real)
+
+
+def refuse_planted(path: StrPath) -> None:
+    """Refuse a ``-wal``, ``-shm`` or ``-journal`` beside ``path``'s real file that is
+    not a file SQLite made for the store: a link, a file with a second name, or a file
+    of a user who is neither this process's nor the database's. Nothing is changed.
+
+    Run before SQLite opens anything, a read-only probe included: SQLite running as
+    root takes a sidecar it finds over (it gives it the database's owner and mode),
+    so after one open a planted file looks like the store's own, while the user who
+    planted it keeps reading and writing it through the descriptor they hold.
+
+    Raises:
+        UnsafeFileError: a sidecar was planted, or the database is not a regular file.
+    """
+    _check_files(path, read_only=True, planted_only=True)
+
+
+def _check_files(path: StrPath, *, read_only: bool, planted_only: bool) -> str | None:
+    """:func:`check_ownership` and :func:`refuse_planted`; the real file checked (None
+    where nothing is checked)."""
     if os.name == "nt":
-        return
+        return None
     me = os.geteuid()
-    for candidate, follow in (
-        (path, True),
-        (f"{path}-wal", False),
-        (f"{path}-shm", False),
-    ):
+    real = real_file(path)
+    try:
+        info: os.stat_result | None = os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        info = None
+    owner = me if info is None else info.st_uid
+    checks = [] if info is None else [(real, info, False)]
+    for suffix in SIDECARS:
         try:
-            info = os.stat(candidate) if follow else os.lstat(candidate)
-        except FileNotFoundError:
+            checks.append((real + suffix, os.lstat(real + suffix), True))
+        except (FileNotFoundError, NotADirectoryError):
             continue
-        problem = None
-        if not stat.S_ISREG(info.st_mode):
-            problem = f"is {_file_kind(info.st_mode)}, not a file SQLite made"
-        elif info.st_uid != me:
-            problem = (
-                f"is owned by another user (uid {info.st_uid}), not by this process (uid {me})"
-            )
-        elif stat.S_IMODE(info.st_mode) & 0o077 and not read_only:
-            mode = stat.S_IMODE(info.st_mode)
-            try:
-                os.chmod(candidate, mode & 0o600)
-                mode = stat.S_IMODE(os.stat(candidate).st_mode)
-            except OSError as exc:
-                problem = f"cannot be made private ({exc.strerror})"
-            else:
-                if mode & 0o077:
-                    problem = f"cannot be made private (its mode stays {mode:04o})"
-        if problem is None:
-            continue
-        if read_only:
-            if _owner_warned.add(str(candidate)):
-                logger.warning("%s %s; reading it anyway (opened read-only)", candidate, problem)
-            continue
-        raise UnsafeFileError(
-            f"{candidate} {problem}; refusing to use it (anyone who can change it could "
-            "read or alter the store). Open the store with read_only=True to read it"
+    for candidate, found, sidecar in checks:
+        _judge(
+            candidate,
+            found,
+            me=me,
+            owner=owner,
+            sidecar=sidecar,
+            read_only=read_only,
+            planted_only=planted_only,
+        )
+    return real
+
+
+def _judge(
+    candidate: str,
+    info: os.stat_result,
+    *,
+    me: int,
+    owner: int,
+    sidecar: bool,
+    read_only: bool,
+    planted_only: bool,
+) -> None:
+    """:func:`check_ownership` of one file: ``info`` is its ``lstat`` (a sidecar) or
+    ``stat`` (the database), ``owner`` the database's owner."""
+    planted = None  # refused even for a read
+    problem = None  # refused for a write, read with a warning
+    if not stat.S_ISREG(info.st_mode):
+        planted = f"is {_file_kind(info.st_mode)}, not a file SQLite made"
+    elif sidecar and info.st_nlink > 1:
+        planted = (
+            f"has {info.st_nlink} names (hard links), so SQLite would write into another file too"
+        )
+    elif info.st_uid != me:
+        whose = f"is owned by another user, {user_name(info.st_uid)},"
+        if sidecar and info.st_uid != owner:
+            planted = f"{whose} not by the store's owner, {user_name(owner)}"
+        else:
+            problem = f"{whose} not by {user_name(me)}, who runs this process"
+    elif stat.S_IMODE(info.st_mode) & 0o077 and not read_only:
+        problem = _make_private(candidate, stat.S_IMODE(info.st_mode))
+    if planted is None and (problem is None or planted_only):
+        return
+    if planted is None and read_only:
+        if _owner_warned.add(candidate):
+            logger.warning("%s %s; reading it anyway (opened read-only)", candidate, problem)
+        return
+    advice = _REMOVE_IT if sidecar else _READ_IT
+    raise UnsafeFileError(
+        f"{candidate} {planted or problem}; refusing to use it (anyone who can change it"
+        f" could read or alter the store). {advice[0].upper()}{advice[1:]}"
+    )
+
+
+def _make_private(candidate: str, mode: int) -> str | None:
+    """Take group and other permissions away from ``candidate`` (mode ``mode``); None
+    when done, else why it cannot be done."""
+    try:
+        os.chmod(candidate, mode & 0o600)
+        mode = stat.S_IMODE(os.stat(candidate).st_mode)
+    except OSError as exc:
+        return f"cannot be made private ({exc.strerror})"
+    if mode & 0o077:
+        return f"cannot be made private (its mode stays {mode:04o})"
+    return None
+
+
+_shared_warned: BoundedSet[str] = BoundedSet("shared folder warnings", 256)
+
+
+def _warn_shared_folder(real: str) -> None:
+    """Log once per file that the folder of the store ``real`` can be written by others:
+    they can make its ``-wal``, ``-shm`` or ``-journal`` between this check and
+    SQLite's open, or while no connection has it (SQLite removes the ``-wal`` and
+    ``-shm`` when the last one closes). A private folder (``~/.hermes``) shuts that out."""
+    folder = os.path.dirname(real)
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return
+    mode = stat.S_IMODE(info.st_mode)
+    shared = mode & 0o002 or (mode & 0o020 and info.st_gid != os.getegid())
+    if shared and _shared_warned.add(real):
+        logger.warning(
+            "%s is in a folder other users can write (%s, mode %04o): they could plant"
+            " its -wal, -shm or -journal while no connection has it open; keep the"
+            " store in a private folder",
+            real,
+            folder,
+            mode,
         )
 
 
@@ -532,6 +658,7 @@ def read_only_params(path: StrPath) -> dict[str, str]:
 __all__ = [
     "SCHEMA_VERSION",
     "SCHEMES",
+    "SIDECARS",
     "check_file_kind",
     "check_header",
     "check_ownership",
@@ -545,12 +672,15 @@ __all__ = [
     "probe_file_held",
     "read_only_file_error",
     "read_only_params",
+    "real_file",
     "refuse_newer_schema",
+    "refuse_planted",
     "resolve_file",
     "resolve_path",
     "roll_back_hot_journal",
     "secure_files",
     "sqlite_uri",
     "stored_schema_version",
+    "user_name",
     "writable_sidecars",
 ]

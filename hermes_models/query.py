@@ -22,7 +22,9 @@ from three characters on they go to the trigram index, shorter ones to
 from __future__ import annotations
 
 import functools
+import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .driver import whole_arguments
@@ -35,6 +37,17 @@ OPERATORS = frozenset({"AND", "OR", "NOT"})
 #: otherwise build an SQL expression SQLite refuses).
 MAX_TERMS = 64
 
+#: The most words a term looked up in the word index may hold: FTS5 reads the
+#: whole list of a phrase's word once for each time it appears, so ``a*a*a*…`` of
+#: 10,000 words took 60 s and 350 MB on 20,000 messages (256: 0.4 s, 36 MB).
+MAX_TERM_WORDS = 256
+
+#: The longest query read: a longer one is refused as a whole, with a warning in
+#: the log (cutting it would find what it does not say). Reading a million repeated
+#: words took 5 s, past the search's time budget; a CJK term of a million
+#: characters ran for minutes.
+MAX_QUERY_CHARS = 65536
+
 #: The shortest substring the trigram index can find.
 TRIGRAM_MIN_CHARS = 3
 
@@ -44,6 +57,34 @@ WORDS, TRIGRAM, LIKE = "words", "trigram", "like"
 #: The lowest code point of :data:`CJK_RANGES`: characters below it are not looked up.
 _CJK_FROM = min(lo for lo, _ in CJK_RANGES)
 _CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+#: What ends a word: a space or a quote.
+_WORD_END = re.compile(r'[\s"]')
+#: A word as the index's tokenizer reads one (near enough to count them).
+_INDEX_WORD = re.compile(r"[^\W_]+")
+
+logger = logging.getLogger("hermes_models")
+
+
+class _TooLong(Exception):
+    """The query, or one of its terms, is longer than it may be."""
+
+    def __init__(self, what: str, length: int, most: int, unit: str = "characters") -> None:
+        super().__init__(what, length, most, unit)
+        self.what, self.length, self.most, self.unit = what, length, most, unit
+
+
+def _checked(term: Term) -> Term:
+    """``term``, unless the word index would hold more than :data:`MAX_TERM_WORDS` of
+    its words.
+
+    Raises:
+        _TooLong: it would.
+    """
+    if term.route == WORDS:
+        words = sum(1 for _ in _INDEX_WORD.finditer(term.text))
+        if words > MAX_TERM_WORDS:
+            raise _TooLong("a term of the query", words, MAX_TERM_WORDS, "words")
+    return term
 
 
 def contains_cjk(text: str) -> bool:
@@ -154,13 +195,17 @@ def _trim(word: str) -> str:
     return word[start:end]
 
 
-def _tokens(text: str) -> list[str | Term]:
-    """Operators (as strings) and terms, in order; stray syntax dropped.
+def _tokens(text: str) -> Iterator[str | Term]:
+    """Operators (as strings) and terms, in order, read as they are asked for (a query
+    of a million words is read as far as its first :data:`MAX_TERMS` terms); stray
+    syntax dropped.
 
     Control characters and lone surrogates (which SQLite cannot take) count as spaces.
+
+    Raises:
+        _TooLong: a term for the word index has over :data:`MAX_TERM_WORDS` words.
     """
     text = _CONTROL.sub(" ", text)
-    out: list[str | Term] = []
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
@@ -175,24 +220,22 @@ def _tokens(text: str) -> list[str | Term]:
             phrase = text[i + 1 : close].strip()
             prefix = text.startswith("*", close + 1)
             if any(c.isalnum() for c in phrase):
-                out.append(Term(phrase, prefix))
+                yield _checked(Term(phrase, prefix))
             i = close + 1
             while i < n and text[i] == "*":
                 i += 1
             continue
-        end = i
-        while end < n and not text[end].isspace() and text[end] != '"':
-            end += 1
+        found = _WORD_END.search(text, i)
+        end = n if found is None else found.start()
         word = text[i:end]
         i = end
         if word in OPERATORS:
-            out.append(word)
+            yield word
             continue
         core = _trim(word)
         if core:
             stem = word.rstrip("*")
-            out.append(Term(core, stem != word and stem.endswith(core)))
-    return out
+            yield _checked(Term(core, stem != word and stem.endswith(core)))
 
 
 def _same(term: Term) -> tuple[str, bool]:
@@ -201,7 +244,9 @@ def _same(term: Term) -> tuple[str, bool]:
 
 
 def parse(text: str | None) -> SearchQuery:
-    """Parse what a user typed; an empty :class:`SearchQuery` when nothing is searchable.
+    """Parse what a user typed; an empty :class:`SearchQuery` when nothing is searchable,
+    or when the query is longer than :data:`MAX_QUERY_CHARS` or a term for the word
+    index has over :data:`MAX_TERM_WORDS` words (refused, with a warning in the log).
 
     Never raises for any string.
     """
@@ -209,6 +254,23 @@ def parse(text: str | None) -> SearchQuery:
         return SearchQuery(())
     if not isinstance(text, str):
         raise TypeError(f"query must be str, not {type(text).__name__}")
+    try:
+        if len(text) > MAX_QUERY_CHARS:
+            raise _TooLong("the query", len(text), MAX_QUERY_CHARS)
+        return _parsed(text)
+    except _TooLong as exc:
+        logger.warning(
+            "search refused: %s has %d %s, more than the %d %s it may have; nothing was searched",
+            exc.what,
+            exc.length,
+            exc.unit,
+            exc.most,
+            exc.unit,
+        )
+        return SearchQuery(())
+
+
+def _parsed(text: str) -> SearchQuery:
     groups: list[Group] = []
     include: list[Term] = []
     exclude: list[Term] = []

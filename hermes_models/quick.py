@@ -169,8 +169,11 @@ def _plain(text: str) -> bool:
 
 def _private(path: str) -> bool:
     """Whether ``path`` and its sidecars are what the library leaves after a writable open:
-    regular files of this user, private and writable by them, in a folder they can write."""
-    if os.name == "nt":
+    regular files of this user, private and writable by them, in a folder they can write.
+    A path through a symbolic link (SQLite keeps the sidecars beside the real file), a
+    sidecar with a second name (a hard link) and a ``-journal`` go to the full command,
+    which checks them all before SQLite opens anything."""
+    if os.name == "nt" or os.path.realpath(path) != path or os.path.lexists(f"{path}-journal"):
         return False
     me = os.geteuid()
     for candidate, follow in ((path, True), (f"{path}-wal", False), (f"{path}-shm", False)):
@@ -187,6 +190,7 @@ def _private(path: str) -> bool:
             or mode & 0o077
             or not mode & stat.S_IWUSR
             or (follow and info.st_size == 0)
+            or (not follow and info.st_nlink > 1)
         ):
             return False
     return os.access(path, os.R_OK | os.W_OK) and os.access(

@@ -26,7 +26,8 @@ import threading
 
 from . import sqlite_sql
 from .driver import sqlite3
-from .errors import MALFORMED_MARKERS, is_malformed_db_error
+from .errors import MALFORMED_MARKERS, UnsafeFileError, is_malformed_db_error
+from .files import check_ownership
 from .hints import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -134,6 +135,11 @@ def repair_state_db_schema(
     }
     if not path.is_file():
         report["error"] = f"{path} does not exist"
+        return report
+    try:
+        check_ownership(path, read_only=False)  # before SQLite opens anything
+    except UnsafeFileError as exc:
+        report["error"] = str(exc)
         return report
     if backup:
         try:

@@ -31,10 +31,12 @@ from .driver import sqlite3
 from .errors import MigrationError, is_lock_error
 from .files import (
     SCHEMA_VERSION,
+    check_file_kind,
     check_header,
     check_schema_version,
     check_writable,
     is_postgres_url,
+    refuse_planted,
     resolve_file,
     secure_files,
     sqlite_uri,
@@ -62,12 +64,14 @@ BASELINE = (
 )
 
 #: Every migration in order: the baseline, then what this package adds beyond the
-#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time).
+#: Hermes v16 layout (the gram index, :mod:`hermes_models.grams`; messages by time;
+#: the PostgreSQL functions' parallel labels, nothing on SQLite).
 MIGRATIONS = (
     *BASELINE,
     "0007_cjk_gram_index",
     "0008_time_order_indexes",
     "0009_cjk_gram_changes",
+    "0010_parallel_labels",
 )
 
 #: The migration applied again whenever the full-text indexes are out of step
@@ -165,6 +169,8 @@ def migrate(
         postgres.parse_url(str(target), argument="target")  # a bad URL named as connect() names it
         return postgres.migrate(str(target))
     path = resolve_file(target)
+    check_file_kind(path)
+    refuse_planted(path)  # before SQLite opens anything
     check_header(path)
     check_schema_version(path)
     check_writable(path)

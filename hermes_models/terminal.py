@@ -18,13 +18,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import strip_control_codes
 from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
@@ -116,6 +118,120 @@ def stacked(table: Table) -> RenderableType:
     return Group(*blocks)
 
 
+_NOT_BLANK = re.compile(r"[^ ]")
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """Where rich's ``Text.wrap`` breaks ``line`` (printable ASCII, so one cell a
+    character, the space the one blank) to fit ``width``: its rule, a line at a time.
+
+    rich's words are runs of blanks, then others, then blanks (the first word keeps
+    the line's leading blanks). A word fits while its last non-blank is within
+    ``width`` of the line's start; the first that does not starts the next line, or,
+    longer than ``width`` itself, is cut every ``width`` characters from its start,
+    the line after its last piece going on behind it. Each step is one search of
+    the text (``str.find``), not one Python step per word."""
+    breaks: list[int] = []
+    end = len(line.rstrip(" "))
+    first = _NOT_BLANK.search(line)
+    if first is None:
+        return breaks
+    leading = first.start()
+    start = 0  # where the current line starts
+    while start + width < end:
+        limit = start + width
+        if line[limit] == " ":
+            found = _NOT_BLANK.search(line, limit)
+            if found is None:
+                break
+            run = found.start()
+        else:
+            run = line.rfind(" ", 0, limit) + 1
+        word = run if run > leading else 0
+        last = line.find(" ", run)
+        last = len(line) if last < 0 else last  # just after the word's last non-blank
+        if last - word > width:
+            found = _NOT_BLANK.search(line, last)
+            after = len(line) if found is None else found.start()
+            pieces = range(word, after, width)
+            breaks.extend(piece for piece in pieces if piece)
+            start = pieces[-1]
+        else:
+            breaks.append(word)
+            start = word
+    return breaks
+
+
+class _LaidOut(str):
+    """Whole lines, each ending in a line end, that :func:`emit` prints as they are:
+    printable ASCII, at most the width, no trailing blank (:class:`PlainText`)."""
+
+    __slots__ = ()
+
+
+class PlainText:
+    """Unstyled text laid out as :func:`emit` lays out ``Text(text)``, in time linear
+    in it.
+
+    rich builds several objects for every line of a ``Text``, and emit a few more:
+    a message of 4 MB in 360,000 short lines took 17 s to show. A run of lines of
+    printable ASCII is given as one block of whole lines (:class:`_LaidOut`): each
+    line broken where rich breaks it (:func:`_breaks`) and
+    right-trimmed, as emit would. A line with a tab, a control character or a
+    character other than ASCII (its width in cells is rich's to tell) goes through
+    ``Text`` itself.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = strip_control_codes(text)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        block: list[str] = []
+        for line in self.text.split("\n"):
+            if not (line.isascii() and line.isprintable()):
+                if block:
+                    yield Segment(_LaidOut("".join(block)))
+                    block = []
+                yield from console.render(Text(line), options)
+            elif len(line) <= width:
+                block.append(line.rstrip(" ") + "\n")
+            else:
+                start = 0
+                for offset in (*_breaks(line, width), len(line)):
+                    block.append(line[start:offset][:width].rstrip(" ") + "\n")
+                    start = offset
+        if block:
+            yield Segment(_LaidOut("".join(block)))
+
+
+def _cropped_lines(segments: Iterable[Segment], width: int) -> Iterator[list[Segment]]:
+    """``segments`` as lines of at most ``width`` cells, without their line ends.
+
+    What rich's ``Segment.split_and_crop_lines`` does, in time linear in the text:
+    rich lays a wrapped paragraph out as one segment holding every line, and that
+    function copies the rest of a segment at each line end (a 20 MB message took
+    288 s to show)."""
+    line: list[Segment] = []
+    for segment in segments:
+        if isinstance(segment.text, _LaidOut) and not line:
+            yield [segment]
+            continue
+        if segment.control or "\n" not in segment.text:
+            line.append(segment)
+            continue
+        *ended, rest = segment.text.split("\n")
+        for text in ended:
+            if text:
+                line.append(Segment(text, segment.style))
+            yield Segment.adjust_line_length(line, width, pad=False)
+            line = []
+        if rest:
+            line.append(Segment(rest, segment.style))
+    if line:
+        yield Segment.adjust_line_length(line, width, pad=False)
+
+
 def emit(out: Console, renderable: RenderableType) -> None:
     """Print ``renderable`` laid out for the console's width, lines right-trimmed; a
     table too wide for it is printed :func:`stacked`."""
@@ -124,7 +240,10 @@ def emit(out: Console, renderable: RenderableType) -> None:
     if isinstance(renderable, Table) and _wider_than(options.max_width, rendered):
         rendered = list(out.render(stacked(renderable), options))
     segments: list[Segment] = []
-    for line in Segment.split_and_crop_lines(rendered, options.max_width, pad=False):
+    for line in _cropped_lines(rendered, options.max_width):
+        if line and isinstance(line[0].text, _LaidOut):
+            segments.append(line[0])
+            continue
         segments.extend(_rstrip(_shown(line)))
         segments.append(Segment.line())
     out.print(Segments(segments), end="", crop=False)

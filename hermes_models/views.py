@@ -26,6 +26,7 @@ from .clock import Clock
 from .content import IMAGE
 from .content import content_text as text_of
 from .grid import TIME_WIDTH, short_ids, time_header, title_and
+from .terminal import PlainText
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
@@ -156,7 +157,7 @@ def transcript(messages: Iterable[dict[str, Any]], clock: Clock) -> RenderableTy
         elif not message.get("active", 1):
             head.append(" (rewound)", "dim")
         parts.append(head)
-        parts.append(Text(content_text(message.get("content"))))
+        parts.append(PlainText(content_text(message.get("content"))))
         if message.get("tool_calls"):
             calls = message["tool_calls"]
             text = calls if isinstance(calls, str) else json.dumps(calls, ensure_ascii=False)

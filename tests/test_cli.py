@@ -38,6 +38,7 @@ MIGRATIONS = [
     "0007_cjk_gram_index",
     "0008_time_order_indexes",
     "0009_cjk_gram_changes",
+    "0010_parallel_labels",
 ]
 
 

@@ -21,6 +21,7 @@ import pytest
 
 import hermes_models
 from hermes_models import NotADatabaseError, SessionDB, UnsafeFileError
+from hermes_models.backup import backup
 from hermes_models.driver import sqlite3
 
 NOBODY = 65534
@@ -79,12 +80,13 @@ def test_sidecars_planted_by_another_user_are_refused(shared: Path) -> None:
     with pytest.raises(UnsafeFileError) as caught:
         SessionDB(path)
     assert str(caught.value) == (
-        f"{path}-wal is owned by another user (uid {NOBODY}), not by this process (uid 0); "
-        "refusing to use it (anyone who can change it could read or alter the store). "
-        "Open the store with read_only=True to read it"
+        f"{path}-wal is owned by another user, nobody (uid {NOBODY}), not by the store's "
+        "owner, root (uid 0); refusing to use it (anyone who can change it could read or "
+        "alter the store). It is not a file SQLite made for this store: have its owner (or "
+        "root) remove it, then open the store again"
     )
-    # Nothing of the store reached the planted files.
-    assert (path.with_name("state.db-wal").stat().st_size, _mode(path)) == (0, "0o600")
+    # Nothing of the store reached the planted files, and no store was made beside them.
+    assert (path.with_name("state.db-wal").stat().st_size, path.exists()) == (0, False)
     with pytest.raises(UnsafeFileError, match=r"state\.db-wal is owned by another user"):
         hermes_models.migrate(path)
     result = subprocess.run(
@@ -111,7 +113,7 @@ def test_a_store_another_user_owns_is_refused_but_can_be_read(
     with caplog.at_level(logging.WARNING, logger="hermes_models"):
         with SessionDB(path, read_only=True) as store:
             assert store.get_messages("s1")[0]["content"] == "hello"
-    assert f"{path} is owned by another user (uid {NOBODY})" in caplog.text
+    assert f"{path} is owned by another user, nobody (uid {NOBODY})" in caplog.text
     assert _mode(path) == "0o666"  # a read-only open changes nothing
 
 
@@ -129,9 +131,9 @@ def test_a_writing_command_on_another_users_store_says_whose_it_is(shared: Path)
     assert (result.returncode, result.stdout) == (1, "")
     # Not "the file or its folder is read-only": the reason is the owner.
     assert result.stderr == (
-        f"Error: {path} is owned by another user (uid {NOBODY}), not by this process "
-        "(uid 0); refusing to use it (anyone who can change it could read or alter the "
-        "store). Read it with --read-only\n"
+        f"Error: {path} is owned by another user, nobody (uid {NOBODY}), not by root "
+        "(uid 0), who runs this process; refusing to use it (anyone who can change it "
+        "could read or alter the store). Read it with --read-only\n"
     )
 
 
@@ -300,3 +302,38 @@ def test_a_hot_journal_is_rolled_back_by_a_writable_open_and_named_by_a_read_onl
         contents = [m["content"] for m in store.get_messages("s1")]
     assert contents == [f"message {n} " + "x" * 400 for n in range(300)]
     assert not journal.exists() or journal.stat().st_size == 0
+
+
+def test_migrate_backup_and_repair_check_planted_sidecars_before_sqlite_reads(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+    journal = tmp_path / "state.db-journal"
+    journal.write_bytes(b"planted")
+    os.chown(journal, NOBODY, NOBODY)
+    refusal = (
+        f"{journal} is owned by another user, nobody (uid {NOBODY}), not by the store's owner,"
+        " root (uid 0); refusing to use it (anyone who can change it could read or alter the"
+        " store). It is not a file SQLite made for this store: have its owner (or root)"
+        " remove it, then open the store again"
+    )
+    for call in (
+        lambda: hermes_models.migrate(path),
+        lambda: backup(path, tmp_path / "copy.db"),
+        lambda: SessionDB(path, read_only=True),
+    ):
+        with pytest.raises(UnsafeFileError) as caught:
+            call()
+        assert str(caught.value) == refusal
+    assert hermes_models.repair_state_db_schema(path, backup=False) == {
+        "repaired": False,
+        "strategy": None,
+        "backup_path": None,
+        "error": refusal,
+    }
+    assert (journal.read_bytes(), sorted(p.name for p in tmp_path.iterdir())) == (
+        b"planted",
+        ["state.db", "state.db-journal"],
+    )

@@ -135,7 +135,7 @@ def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:
 def test_both_dialects_have_the_same_migration_ids() -> None:
     sqlite_ids = migration_ids(sqlite_migrations_dir())
     assert migration_ids(migrations_dir()) == sqlite_ids
-    assert len(sqlite_ids) == 8
+    assert len(sqlite_ids) == 10
 
 
 def _sqlite_layout(tmp_path: Path) -> tuple[dict[str, list[str]], set[str]]:
@@ -202,7 +202,7 @@ def test_migrating_again_applies_nothing(pg_url: str) -> None:
 def test_a_new_database_gets_every_migration(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     assert migrate(url) == migration_ids(migrations_dir())
-    assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(8,)]
+    assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(9,)]
 
 
 def test_the_package_migrate_takes_a_server_url_too(pg: Server) -> None:
@@ -263,8 +263,8 @@ def test_eight_processes_opening_a_new_database_apply_each_migration_once(pg: Se
 def test_profiles_keep_their_tables_in_their_own_schemas(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     work, home = f"{url}?schema=work", f"{url}?schema=home"
-    assert len(migrate(work)) == 8
-    assert len(migrate(home)) == 8
+    assert len(migrate(work)) == 10
+    assert len(migrate(home)) == 10
     for profile, sid in ((work, "w1"), (home, "h1")):
         db = open_database(profile, migrate_first=False)
         with using(db):

@@ -366,3 +366,37 @@ def test_a_client_killed_in_a_write_leaves_nothing_of_it(pg_url: str, tmp_path: 
         assert [m["content"] for m in store.get_messages("s")] == ["kept"]
         assert store.get_session_title("s") is None
         assert store.message_count() == 1
+
+
+@pytest.mark.slow  # a server of its own, restarted under load
+def test_a_restart_in_the_middle_of_appends_fails_none_of_them() -> None:
+    server_url, folder = pg_server.start_private_cluster()
+    with pg_server.connect(server_url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE midload")
+    url = server_url.rsplit("/", 1)[0] + "/midload"
+    with SessionDB(with_pool(url, "midload", max_connections=4)) as store:
+        store.create_session("s", "cli")
+        failures: list[BaseException] = []
+        written: list[int] = []
+        stop = threading.Event()
+
+        def append(i: int) -> None:
+            for n in range(75):
+                try:
+                    written.append(store.append_message("s", "user", f"{i}-{n}"))
+                except Exception as exc:  # every failure is counted, none may happen
+                    failures.append(exc)
+                stop.wait(0.01)  # 75 appends a thread over about a second
+
+        threads = [threading.Thread(target=append, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        while len(written) < 20:
+            time.sleep(0.005)
+        pg_server.restart_cluster(folder)  # pg_ctl restart -m fast, mid-load
+        assert len(written) < 300  # the restart came before the load ended
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert len(written) == 300
+        assert store.message_count("s") == 300

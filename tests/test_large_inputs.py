@@ -1,0 +1,169 @@
+"""Nothing grows faster than linearly in one input: one large message, one long query,
+one long chain of sessions.
+
+``hermes-models show`` of one large message was quadratic (4 MB 6.5 s, 20 MB 288 s):
+rich lays a wrapped paragraph out as one segment holding every line, and its
+``Segment.split_and_crop_lines`` copies the rest of that segment at each line end;
+rich's ``Text`` also builds several objects for every line (4 MB of short lines:
+17 s). The transcript's text is now laid out by ``terminal.PlainText``: the same
+lines, checked here against rich's own layout, in time linear in the text.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import examples
+from console_script import run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich._wrap import divide_line
+from rich.console import Console
+from rich.text import Text
+
+from hermes_models import SessionDB
+from hermes_models.terminal import PlainText, _breaks, emit
+
+
+def _emitted(renderable: object, width: int) -> str:
+    out = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False)
+    emit(out, renderable)  # type: ignore[arg-type]
+    return out.file.getvalue()  # type: ignore[attr-defined]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.text(alphabet=" ab", max_size=60), st.integers(min_value=1, max_value=14))
+def test_a_line_breaks_where_rich_breaks_it(line: str, width: int) -> None:
+    assert _breaks(line, width) == divide_line(line, width)
+
+
+#: Text a message may hold: words, runs of blanks, tabs, line ends, control
+#: characters, CJK (two cells), combining marks (none).
+_PIECES = [" ", "  ", "a", "bc", "word", "\n", "\t", "\r", "\x1b", "漢", "é", "\u0301"]
+_MESSAGE = st.lists(st.sampled_from(_PIECES), max_size=60).map("".join)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(_MESSAGE, st.integers(min_value=1, max_value=30))
+def test_a_message_is_laid_out_as_rich_lays_it_out(text: str, width: int) -> None:
+    assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
+
+
+def test_a_large_paragraph_is_laid_out_as_rich_lays_it_out() -> None:
+    rng = random.Random(7)
+    words = ["a", "to", "the", "between", "x" * 95, "   ", "漢字"]
+    text = "\n".join(
+        " ".join(rng.choice(words) for _ in range(rng.randrange(400))) for _ in range(30)
+    )
+    for width in (10, 97):
+        assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
+
+
+@pytest.mark.slow  # a 20 MB message through the console script (about 1.5 s)
+def test_show_of_a_20_mb_message_takes_linear_time(tmp_path: Path) -> None:
+    # Prose in lines of 5,000 characters: every line wrapped at 80 columns.
+    rng = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    prose = " ".join(rng.choice(words) for _ in range(3_400_000))
+    message = "\n".join(prose[i : i + 5000] for i in range(0, len(prose), 5000))
+    assert len(message) > 20_000_000
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("big", "cli")
+        store.append_message("big", "user", message)
+    # The old layout took 288 s for this: it ran into run()'s guard of 120 s. Now about 1 s.
+    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    assert " ".join(" ".join(body).split()) == " ".join(message.split())
+
+
+# -- one long query ---------------------------------------------------------------------
+
+#: Queries of a megabyte, in the shapes that cost most: one term of a million
+#: characters (a phrase of half a million prefixes, CJK, a quoted phrase) and a
+#: million characters of words (read one by one, repeats and all). Before: the
+#: prefixes took 1.3 GB, the CJK term minutes, the words 5 s.
+_MEGABYTE_QUERIES = {
+    "prefixes": "a*" * 500_000,
+    "cjk": "漢" * 1_000_000,
+    "phrase": '"' + "a " * 499_999 + '"',
+    "words": "ab " * 333_333,
+    "operators": "a OR " * 200_000,
+}
+
+
+@pytest.fixture
+def one_message(tmp_path: Path) -> Path:
+    path = tmp_path / "state.db"
+    with SessionDB(path) as store:
+        store.create_session("s", "cli")
+        store.append_message("s", "user", "ab a 漢字 " + "a*" * 2000)
+    return path
+
+
+@pytest.mark.parametrize("shape", sorted(_MEGABYTE_QUERIES))
+def test_a_query_of_a_megabyte_is_refused_by_name(
+    one_message: Path, shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    query = _MEGABYTE_QUERIES[shape]
+    with SessionDB(one_message) as store, caplog.at_level("WARNING", "hermes_models"):
+        assert store.search_messages(query, time_budget=None) == []
+        assert store.search_sessions(query, time_budget=None) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"search refused: the query has {len(query)} characters, more than the"
+        " 65536 characters it may have; nothing was searched"
+    ] * 2
+
+
+def test_the_longest_query_and_terms_are_answered(
+    one_message: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SessionDB(one_message) as store, caplog.at_level("WARNING", "hermes_models"):
+        # 65,536 characters of one repeated word: one term, one hit.
+        words = ("ab " * 21_846)[:65_536]
+        assert [hit["session_id"] for hit in store.search_messages(words)] == ["s"]
+        # A phrase of 256 words is looked up (the message holds it); one of 257 is not.
+        assert [hit["session_id"] for hit in store.search_messages('"' + "a " * 256 + '"')] == ["s"]
+        assert store.search_messages('"' + "a " * 257 + '"') == []
+        assert store.search_messages("a*" * 10_000) == []
+        # A CJK term as long as a query may be is searched (a scan, not an index).
+        assert store.search_messages("漢" * 65_536) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "search refused: a term of the query has 257 words, more than the 256 words it may"
+        " have; nothing was searched",
+        "search refused: a term of the query has 10000 words, more than the 256 words it may"
+        " have; nothing was searched",
+    ]
+
+
+_MEMORY_OF = """
+import re, sys
+from hermes_models import SessionDB
+with SessionDB(sys.argv[1]) as store:
+    store.search_messages(sys.argv[2] * int(sys.argv[3]), time_budget=None)
+# The peak resident memory of this program (ru_maxrss would count the parent's too).
+with open("/proc/self/status") as status:
+    print(re.search(r"VmHWM:\\s*(\\d+) kB", status.read()).group(1))
+"""
+
+
+@pytest.mark.slow  # a process per query (about 0.4 s each)
+@pytest.mark.parametrize(("unit", "count"), [("a*", 500_000), ("漢", 1_000_000), ("ab ", 333_333)])
+def test_a_query_of_a_megabyte_takes_under_100_mb(one_message: Path, unit: str, count: int) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _MEMORY_OF, str(one_message), unit, str(count)],
+        cwd=one_message.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    # Before: 350 MB for the prefixes, minutes for the CJK term.
+    assert int(done.stdout) < 100_000  # kilobytes
