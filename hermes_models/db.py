@@ -71,17 +71,22 @@ _WRITING = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", 
 class LenientCursor(sqlite3.Cursor):
     """A cursor that, meeting text that is not UTF-8 (another program's truncated write),
     switches its database to reading text with U+FFFD replacement characters
-    (:meth:`HermesDatabase.read_leniently`, which logs the damaged rows) and reads on:
-    ``fetchone`` reads the same row again (sqlite3 does not step past a row it failed
-    to convert), ``fetchall`` of a query not yet read from runs it again. So a stream
-    of rows - a peewee query, an export - never stops at such a value."""
+    (:meth:`HermesDatabase.read_leniently`, which logs the damaged rows) and reads on,
+    losing no row: ``fetchone`` reads the same row again where sqlite3 keeps it (the
+    standard library's module); where the module read a row ahead and lost it
+    (pysqlite3: :func:`hermes_models.driver.keeps_failed_row`), and for ``fetchall``,
+    the query runs again and the rows already handed over are passed over (the same
+    rows: an export reads in one transaction). So a stream of rows - a peewee query,
+    an export - never stops at such a value."""
 
     db: HermesDatabase | None = None
     _ran: tuple[str, Any] | None = None
     _read = False
+    #: Rows ``fetchone`` handed over since the statement ran.
+    _returned = 0
 
     def execute(self, sql: str, parameters: Any = (), /) -> LenientCursor:
-        self._ran, self._read = (sql, parameters), False
+        self._ran, self._read, self._returned = (sql, parameters), False, 0
         super().execute(sql, parameters)
         return self
 
@@ -94,25 +99,41 @@ class LenientCursor(sqlite3.Cursor):
         self.db.read_leniently()
         return True
 
+    def _reads(self) -> bool:
+        ran = self._ran
+        return ran is not None and ran[0].lstrip()[:6].upper() in ("SELECT", "WITH")
+
+    def _run_again(self) -> None:
+        """Run the statement again and pass over the rows ``fetchone`` handed over."""
+        assert self._ran is not None
+        super().execute(*self._ran)
+        for _ in range(self._returned):
+            super().fetchone()
+
     def fetchone(self) -> Any:
         self._read = True
         while True:
             try:
-                return super().fetchone()
+                row = super().fetchone()
             except sqlite3.OperationalError as exc:
                 if not self._lenient(exc):
                     raise
+                if not driver.keeps_failed_row():
+                    if not self._reads():
+                        raise
+                    self._run_again()
+                continue
+            if row is not None:
+                self._returned += 1
+            return row
 
     def fetchall(self) -> list[Any]:
         try:
             return super().fetchall()
         except sqlite3.OperationalError as exc:
-            ran = self._ran
-            reads = ran is not None and ran[0].lstrip()[:6].upper() in ("SELECT", "WITH")
-            if self._read or not reads or not self._lenient(exc):
+            if not self._reads() or not self._lenient(exc):
                 raise
-            assert ran is not None
-            super().execute(*ran)
+            self._run_again()
             return super().fetchall()
 
 

@@ -230,9 +230,32 @@ else:
             return super().cursor(factory)
 
 
+#: Where a mask of :func:`whole_arguments` starts its bits saying which values are text.
+TEXT_BITS = 3
+
+
+class UndecodedText(ValueError):
+    """A text argument of an SQL function came as None: text that is not UTF-8, which
+    pysqlite3 hands over so where the standard library's module fails the call."""
+
+
 def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]:
     """``values`` with those :func:`hermes_models.sqlite_sql.whole_text` handed over as
-    UTF-8 bytes (bit ``i`` of ``mask`` set for the ``i``-th) as text again."""
+    UTF-8 bytes (bit ``i`` of ``mask`` set for the ``i``-th) as text again.
+
+    Bit ``TEXT_BITS + i`` set says the ``i``-th is text in the file: when it came as
+    None, the text is not UTF-8 and :class:`UndecodedText` is raised, so that the
+    call fails as it does on the standard library's module (the caller then reads
+    the text as bytes) instead of seeing no text at all.
+
+    Raises:
+        UndecodedText: a value the mask says is text came as None.
+    """
+    if mask >> TEXT_BITS and None in values:
+        for i, value in enumerate(values):
+            if value is None and mask >> (TEXT_BITS + i) & 1:
+                raise UndecodedText(f"argument {i + 1} is text that is not UTF-8")
+    mask &= (1 << TEXT_BITS) - 1
     if not mask:
         return values
     return tuple(
@@ -241,6 +264,35 @@ def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]
         else value
         for i, value in enumerate(values)
     )
+
+
+_keeps_failed_row: bool | None = None
+
+
+def keeps_failed_row() -> bool:
+    """True when a cursor that failed to convert a row (text that is not UTF-8) hands
+    that row over at the next ``fetchone`` once conversion can succeed (the standard
+    library's module). pysqlite3 reads a row ahead: the failure loses the row it was
+    about to return and ends the statement, so a reader must run it again. Found out
+    once, on a database in memory."""
+    global _keeps_failed_row
+    if _keeps_failed_row is None:
+        conn = sqlite3.connect(":memory:")
+        try:
+            conn.execute("CREATE TABLE t (v)")
+            values = [(b"a",), (b"\xff",), (b"b",)]
+            conn.executemany("INSERT INTO t VALUES (CAST(? AS TEXT))", values)
+            cursor = conn.execute("SELECT v FROM t ORDER BY rowid")
+            rows: list[object] = []
+            for _ in range(len(values) + 2):
+                try:
+                    rows.append(cursor.fetchone())
+                except sqlite3.OperationalError:
+                    conn.text_factory = lambda data: data.decode("utf-8", "replace")
+            _keeps_failed_row = rows[:3] == [("a",), ("\ufffd",), ("b",)]
+        finally:
+            conn.close()
+    return _keeps_failed_row
 
 
 _source_id: str | None = None
@@ -276,11 +328,14 @@ __all__ = [
     "MODULE_VARIABLE",
     "SQLITE_VERSION",
     "SQLITE_VERSION_INFO",
+    "TEXT_BITS",
     "WAL_RESET_BUG",
     "Connection",
+    "UndecodedText",
     "choose",
     "has_wal_reset_bug",
     "join_exceptions",
+    "keeps_failed_row",
     "source_id",
     "sqlite3",
     "sqlite_info",

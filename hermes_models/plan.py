@@ -41,6 +41,7 @@ from playhouse.sqlite_ext import FTS5Model
 
 from . import sqlite_sql
 from .binding import current, file_key
+from .driver import TEXT_BITS
 from .fts import (
     INDEXES,
     SNIPPET_TOKENS,
@@ -608,10 +609,15 @@ def _whole_text(column: Any) -> Any:
 
 
 def _nul_mask(columns: tuple[Any, ...]) -> Any:
-    """Which of ``columns`` :func:`_whole_text` hands over as bytes (bit ``i``: the ``i``-th)."""
-    mask = _holds_nul(columns[0])
+    """Which of ``columns`` :func:`_whole_text` hands over as bytes (bit ``i``: the
+    ``i``-th), and which are text (bit ``TEXT_BITS + i``): a text value that comes as
+    NULL is text that is not UTF-8, which some builds of the ``sqlite3`` module
+    (pysqlite3) hand to a function as None instead of failing
+    (:meth:`hermes_models.query.Matcher.visit` raises for it)."""
+    mask = _holds_nul(columns[0]) + (fn.typeof(columns[0]) == "text") * (1 << TEXT_BITS)
     for i, column in enumerate(columns[1:], 1):
         mask = mask + _holds_nul(column) * (1 << i)
+        mask = mask + (fn.typeof(column) == "text") * (1 << (TEXT_BITS + i))
     return mask
 
 

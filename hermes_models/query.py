@@ -424,13 +424,17 @@ class Matcher:
         tool_calls: object,
         mask: int = 0,
     ) -> int:
-        """Note which needles a message holds; 0 always (an SQL function: never raises).
-        Text holding a NUL comes as bytes, flagged in ``mask`` (see
-        :func:`hermes_models.sqlite_sql.whole_text`)."""
+        """Note which needles a message holds; 0 always. Text holding a NUL comes as
+        bytes, flagged in ``mask`` (see :func:`hermes_models.sqlite_sql.whole_text`).
+
+        Raises:
+            UndecodedText: text that is not UTF-8 came as None (pysqlite3), so that the
+                SQL call fails as on the standard library's module; nothing else raises.
+        """
+        values: tuple[object, ...] = (content, tool_name, tool_calls)
+        if mask:  # raises UndecodedText: the scan then reads the row's text as bytes
+            values = whole_arguments(mask, values)
         try:
-            values: tuple[object, ...] = (content, tool_name, tool_calls)
-            if mask:
-                values = whole_arguments(mask, values)
             columns = [str(c) for c in values if c is not None]
             search = self._search
             if any(search(column) is not None for column in columns):

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from console_script import environment
 
-from hermes_models import SessionDB
+from hermes_models import SessionDB, schema
 
 NOBODY = 65534
 #: The ordinary user the victim is in half the tests: a uid the system has no name for.
@@ -55,6 +55,11 @@ import json, os, sys
 from hermes_models import SessionDB, quick, schema
 import hermes_models.cli
 schema.load_migrations(schema.migrations_folder())  # yoyo, and what it loads
+# Every open lists the migrations; the ordinary user may not read this installation (on
+# CI it lies in a folder only root may enter), so they are read from root's copy beside
+# the rehearsal stores, which anyone may read.
+_copy = os.path.join(os.path.dirname(sys.argv[1]), "migrations")
+schema.migrations_folder = lambda: _copy
 
 def script(*args):
     # hermes-models ARGS, as the console script runs it, its output a pipe.
@@ -278,6 +283,12 @@ def rehearsal() -> Iterator[Path]:
     with a ``-wal`` that ``nobody`` owns."""
     folder = Path(tempfile.mkdtemp(prefix="hermes-models-rehearsal-"))
     try:
+        # The migrations, for the victims' jobs (see _VICTIM): the folder may be entered
+        # by anyone, not listed; its stores stay root's own (0600).
+        os.chmod(folder, 0o711)
+        copy = Path(shutil.copytree(schema.migrations_folder(), folder / "migrations"))
+        for name in [copy, *copy.rglob("*")]:
+            os.chmod(name, 0o755 if name.is_dir() else 0o644)
         for name in ("plain.db", "planted.db"):
             with SessionDB(folder / name) as store:
                 store.create_session("s1", "cli")
