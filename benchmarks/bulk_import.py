@@ -8,7 +8,7 @@ fresh migrated file five ways:
   per message, one transaction each, as an agent writes live;
 * ``transcripts``: ``SessionDB.import_transcripts`` on a folder of legacy
   ``<session_id>.jsonl`` files (per file: a lease, the messages with
-  multi-row inserts, then the session; see ``hermes_models.staging``);
+  multi-row inserts, then the session; see ``hermes_models.transfer.staging``);
 * ``bundle``: ``SessionDB.import_bundle`` of a JSONL bundle (checked in full
   first, then written the same way);
 * ``plain per message`` (reference): sqlite3, one ``INSERT`` and one counter

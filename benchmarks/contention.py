@@ -33,7 +33,7 @@ import hermes_models
 def worker(
     mode: str, path: str, index: int, count: int, every: int, barrier: Any, results: Any
 ) -> None:
-    hermes_models.writes.CHECKPOINT_EVERY_N_WRITES = every
+    hermes_models.store.writes.CHECKPOINT_EVERY_N_WRITES = every
     session_id = f"{mode}-{index}"
     latencies: list[float] = []
     errors: list[str] = []
@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint-every",
         type=int,
-        default=hermes_models.writes.CHECKPOINT_EVERY_N_WRITES,
+        default=hermes_models.store.writes.CHECKPOINT_EVERY_N_WRITES,
         help="hermes_models' PASSIVE checkpoint cadence (diagnosis: a huge value turns it off)",
     )
     args = parser.parse_args()

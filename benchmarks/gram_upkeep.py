@@ -37,8 +37,9 @@ from pathlib import Path
 
 from search import build
 
-from hermes_models import SessionDB, grams, health
-from hermes_models.binding import using
+from hermes_models import SessionDB, health
+from hermes_models.store import grams
+from hermes_models.store.binding import using
 
 TERMS = ("数据", "国我", "セッ", "세션", "数", "ン", "库", "的")
 SCAN_SQL = (

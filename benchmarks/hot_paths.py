@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_models import SessionDB
-from hermes_models.history import sanitize_context
-from hermes_models.models import decode_content
+from hermes_models.conversations.history import sanitize_context
+from hermes_models.models.tables import decode_content
 
 JSON_COLUMNS = ("tool_calls", "reasoning_details", "codex_reasoning_items", "codex_message_items")
 

@@ -31,7 +31,7 @@ from hot_paths import median_pair
 
 import hermes_models
 from hermes_models import Session, SessionDB
-from hermes_models.listing import finish_row, rich_listing_query
+from hermes_models.conversations.listing import finish_row, rich_listing_query
 
 CHAIN = 100
 SESSIONS = 10_000

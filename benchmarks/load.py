@@ -4,7 +4,7 @@ Two modes, one after the other, each on a fresh migrated file in WAL mode:
 
 * ``ours``: ``--writers`` processes append through ``SessionDB.append_message``
   (time-based write patience, jitter retry, the WAL truncated when it grows
-  past ``hermes_models.writes.WAL_TRUNCATE_ABOVE_BYTES``: see docs/concurrency.md);
+  past ``hermes_models.store.writes.WAL_TRUNCATE_ABOVE_BYTES``: see docs/concurrency.md);
 * ``hermes``: the same number of processes writing the way Hermes v16 does
   with plain sqlite3: ``timeout=1.0``, ``BEGIN IMMEDIATE``, the message
   ``INSERT``, the session counter ``UPDATE``, ``COMMIT``; on "locked"/"busy"
@@ -165,7 +165,7 @@ def writer(
     results: Any,
 ) -> None:
     for name, value in settings.items():  # diagnosis: other thresholds than the defaults
-        setattr(hermes_models.writes, name, value)
+        setattr(hermes_models.store.writes, name, value)
     session_id = f"{mode}-writer-{index}"
     rng = random.Random(index)
     latencies = array.array("d")

@@ -76,8 +76,14 @@ def _text(rng: random.Random, size: int) -> str:
 def write_bundle(path: Path, sessions: int, seed: int = 14) -> None:
     """A bundle of ``sessions`` sessions of :data:`PER_SESSION` messages each."""
     # Imported here: the parent process of a measurement does not need the package.
-    from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS, VERSION, dumps
-    from hermes_models.files import SCHEMA_VERSION
+    from hermes_models.store.files import SCHEMA_VERSION
+    from hermes_models.transfer.bundle import (
+        FORMAT,
+        MESSAGE_COLUMNS,
+        SESSION_COLUMNS,
+        VERSION,
+        dumps,
+    )
 
     rng = random.Random(seed)
     messages = sessions * PER_SESSION

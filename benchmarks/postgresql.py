@@ -7,7 +7,7 @@ Three parts (``--only hot,search,writers``; all by default):
   the same task on a plain connection to the same store: ``sqlite3`` for a
   file, ``psycopg`` for a server. Medians and ratios ours / plain per backend.
   The plain psycopg side does not escape NUL characters (the package's text
-  adapter does, :func:`hermes_models.postgres.adapt_text`); no text of this
+  adapter does, :func:`hermes_models.store.postgres.adapt_text`); no text of this
   part holds one.
 * ``search``: ``search_messages`` on both backends, on the corpus of
   ``benchmarks/search.py`` at ``--messages`` (100,000 and/or 1,000,000),
@@ -63,8 +63,8 @@ from hot_paths import decoded_rows, median_pair
 from search import build as build_corpus
 
 from hermes_models import SessionDB
-from hermes_models.postgres import adapt_text
-from hermes_models.postgres import migrate as pg_migrate
+from hermes_models.store.postgres import adapt_text
+from hermes_models.store.postgres import migrate as pg_migrate
 
 DEFAULT_DIR = Path("/tmp/hermes-pgbench")
 PARTS = ("hot", "search", "writers")

@@ -35,12 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_models import SessionDB, search
-from hermes_models.grams import GRAM_IDS_SQL
-from hermes_models.plan import BEST_RANKS_FUNCTION, SCAN_FUNCTION, BestRanks
-from hermes_models.query import highlight, parse, term_finder
-from hermes_models.search import common_from, readable
-from hermes_models.sqlite_sql import (
+from hermes_models import SessionDB
+from hermes_models.search import pipeline as search
+from hermes_models.search.pipeline import common_from, readable
+from hermes_models.search.plan import BEST_RANKS_FUNCTION, SCAN_FUNCTION, BestRanks
+from hermes_models.search.query import highlight, parse, term_finder
+from hermes_models.store.grams import GRAM_IDS_SQL
+from hermes_models.store.sqlite_sql import (
     GRAM_COUNT,
     GRAM_NEED_FUNCTION,
     GRAM_STATE,
@@ -155,7 +156,7 @@ def build(path: Path, messages: int, seed: int = 7) -> None:
 
 
 def recorded(run: Callable[[], Any]) -> list[tuple[str, list[Any]]]:
-    """The statements ``run`` executes through :func:`hermes_models.search.execute`."""
+    """The statements ``run`` executes through :func:`hermes_models.search.pipeline.execute`."""
     calls: list[tuple[str, list[Any]]] = []
     original = search.execute
 
@@ -180,7 +181,7 @@ def plain_search(
     # Gram index lookups, the state of the gram index and its counts (whether a
     # short CJK term is common) and the one-pass scan come first (LIKE-routed
     # terms), and the count that decides whether a word query is ranked within its
-    # newest hits (hermes_models.plan.RANK_WINDOW); then the page.
+    # newest hits (hermes_models.search.plan.RANK_WINDOW); then the page.
     leading = (GRAM_IDS_SQL, GRAM_STATE, GRAM_STATE_COUNT, GRAM_COUNT, WORD_MATCHES_BEYOND)
     while statements[0][0] in leading or (SCAN_FUNCTION in statements[0][0]):
         conn.execute(*statements[0]).fetchall()

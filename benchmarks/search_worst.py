@@ -37,9 +37,10 @@ from typing import Any
 
 from search import HAN, HANGUL, KANA, WORDS, build
 
-from hermes_models import SessionDB, plan
-from hermes_models.query import LIKE, TRIGRAM, parse
-from hermes_models.query import WORDS as WORD_ROUTE
+from hermes_models import SessionDB
+from hermes_models.search import plan
+from hermes_models.search.query import LIKE, TRIGRAM, parse
+from hermes_models.search.query import WORDS as WORD_ROUTE
 
 DEFAULT_DB = Path("/tmp/hermes-search-worst/state.db")
 

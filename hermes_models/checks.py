@@ -13,11 +13,10 @@ import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-
-from .hints import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
 
 #: Largest integer SQLite stores (and the largest limit, offset or count accepted).
@@ -310,7 +309,6 @@ def check_folder(value: Any, argument: str) -> Path | None:
     text = os.fspath(value)
     if not isinstance(text, str):
         raise TypeError(f"{argument} must be a text path, not bytes")
-    from pathlib import Path  # loaded here: the command's quick path never needs it
 
     return Path(expand_user(text, argument))
 

@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import os
 import sqlite3 as _standard
-
-from .hints import TYPE_CHECKING
-from .sqlite_sql import SOURCE_ID
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -47,6 +45,9 @@ except ImportError:  # no wheel for this platform, or not installed
     _bundled = None
 else:
     _bundled = _dbapi2
+
+#: The SQLite build's source id (its exact version and check-in).
+SOURCE_ID = "SELECT sqlite_source_id()"
 
 #: The environment variable that chooses the module: ``auto``, ``pysqlite3`` or ``sqlite3``.
 MODULE_VARIABLE = "HERMES_MODELS_SQLITE"
@@ -141,7 +142,7 @@ standard = _standard
 SQLITE_VERSION: str = sqlite3.sqlite_version
 SQLITE_VERSION_INFO: tuple[int, int, int] = sqlite3.sqlite_version_info
 #: Whether that SQLite has the WAL-reset bug (the journal policy of
-#: :mod:`hermes_models.journal` then keeps files out of WAL).
+#: :mod:`hermes_models.store.journal` then keeps files out of WAL).
 WAL_RESET_BUG: bool = has_wal_reset_bug(SQLITE_VERSION_INFO)
 #: The module's import name: ``"pysqlite3.dbapi2"`` or ``"sqlite3"``.
 MODULE_NAME: str = sqlite3.__name__
@@ -240,7 +241,7 @@ class UndecodedText(ValueError):
 
 
 def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]:
-    """``values`` with those :func:`hermes_models.sqlite_sql.whole_text` handed over as
+    """``values`` with those :func:`hermes_models.store.sqlite_sql.whole_text` handed over as
     UTF-8 bytes (bit ``i`` of ``mask`` set for the ``i``-th) as text again.
 
     Bit ``TEXT_BITS + i`` set says the ``i``-th is text in the file: when it came as

@@ -27,19 +27,29 @@ from typing import Any, cast
 
 from peewee import JOIN, fn
 
-from . import grams, postgres_sql, sqlite_sql
-from .binding import current, using
 from .checks import INT64_MAX
-from .db import HermesDatabase
-from .dialect import POSTGRESQL, SQLITE
+from .conversations import counter_totals, recount
 from .driver import WAL_RESET_BUG, sqlite3, sqlite_info
-from .files import SCHEMA_VERSION, read_only_params, sqlite_uri, stored_schema_version
-from .fts import present_indexes
-from .fts_check import IndexCheck, check_index, split_integrity
-from .lineage import order_sessions
-from .models import Message, Session
-from .shape import FileShape
-from .transcript import counter_totals, recount
+from .models import Message, Session, order_sessions
+from .store import (
+    POSTGRESQL,
+    SCHEMA_VERSION,
+    SQLITE,
+    FileShape,
+    HermesDatabase,
+    IndexCheck,
+    check_index,
+    current,
+    grams,
+    postgres_sql,
+    present_indexes,
+    read_only_params,
+    split_integrity,
+    sqlite_sql,
+    sqlite_uri,
+    stored_schema_version,
+    using,
+)
 
 #: ``doctor`` flags the message id sequence when fewer ids than this are left.
 SEQUENCE_HEADROOM = 2**32
@@ -82,7 +92,7 @@ def _size(path: str | os.PathLike[str]) -> int:
 
 
 def gram_state(db: HermesDatabase) -> dict[str, Any]:
-    """The gram index's state (:func:`hermes_models.grams.status`); ``present`` False
+    """The gram index's state (:func:`hermes_models.store.grams.status`); ``present`` False
     when the file lacks it or this build cannot read it."""
     absent = {"present": False, "changed": None, "held": None}
     try:
@@ -194,7 +204,7 @@ def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
 
 def _integrity(db: HermesDatabase, indexes: list[str] | None = None) -> dict[str, Any]:
     """``PRAGMA integrity_check``; what it says of the search ``indexes`` (SQLite 3.44+
-    runs FTS5's check too) is left to their own checks (:mod:`hermes_models.fts_check`)."""
+    runs FTS5's check too) is left to their own checks (:mod:`hermes_models.store.fts_check`)."""
     found = [str(row[0]) for row in _rows(db, sqlite_sql.INTEGRITY_CHECK)]
     found, _ = split_integrity(found, indexes or [])
     if found in (["ok"], []):
@@ -482,7 +492,7 @@ def _ids(ids: list[int]) -> str:
 
 
 def _gram_checks(db: HermesDatabase, fts_tables: list[str]) -> list[dict[str, Any]]:
-    """The gram index checked by what it holds (:func:`hermes_models.grams.check`), its
+    """The gram index checked by what it holds (:func:`hermes_models.store.grams.check`), its
     triggers, FTS5's own check of it against the grams it holds, and the text of the
     messages it read that is not UTF-8."""
     conn = db.connection()
@@ -637,7 +647,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
 
 
 def mend_grams(db: HermesDatabase, *, sample: int | None = None) -> list[int]:
-    """The ids :func:`hermes_models.grams.check` finds the gram index wrong about (all
+    """The ids :func:`hermes_models.store.grams.check` finds the gram index wrong about (all
     messages, or a sample on a large store, as ``doctor`` checks), listed as changed
     and indexed again, a chunk per short write transaction. Nothing on PostgreSQL or
     a file without the index."""

@@ -7,7 +7,7 @@ that name here and the imports keep working::
     from hermes_models.hermes_state import SessionDB, SCHEMA_VERSION
 
 Every name is also importable from ``hermes_models`` itself. The schema
-texts are read from the migrations on first use (see :mod:`hermes_models.ddl`)
+texts are read from the migrations on first use (see :mod:`hermes_models.store.ddl`)
 and ``DEFAULT_DB_PATH`` is computed when it is read, from ``$HERMES_HOME`` at
 that moment, which is the file ``SessionDB()`` opens.
 """
@@ -15,13 +15,19 @@ that moment, which is the file ``SessionDB()`` opens.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .db import format_session_db_unavailable, get_last_init_error
-from .files import SCHEMA_VERSION, resolve_path
-from .hints import TYPE_CHECKING
-from .journal import apply_wal_with_fallback
-from .repair import is_malformed_db_error, repair_state_db_schema
-from .store import SessionDB
+from .errors import is_malformed_db_error
+from .sessiondb import SessionDB
+from .store import (
+    SCHEMA_VERSION,
+    apply_wal_with_fallback,
+    ddl,
+    format_session_db_unavailable,
+    get_last_init_error,
+    repair_state_db_schema,
+    resolve_path,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -50,7 +56,6 @@ FTS_TRIGRAM_SQL: str
 
 
 def _schema_text(name: str) -> str:
-    from . import ddl  # read on first use, like the texts themselves (start-up)
 
     return str(getattr(ddl, name)())
 

@@ -18,7 +18,7 @@ from pg_server import Server
 import hermes_models
 from hermes_models import HermesDatabase, SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.postgres import PostgresDatabase, open_database
+from hermes_models.store.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES
 
@@ -245,11 +245,11 @@ def pg_db(pg_url: str) -> Iterator[PostgresDatabase]:
 def plain_connection(db: Any, db_path: Path) -> Iterator[Any]:
     """A connection of its own to the store of ``db``, outside the package: plain
     sqlite3 to the file, or psycopg (with the package's text escaping) taking the
-    same ``?`` SQL (:class:`hermes_models.postgres.QmarkConnection`)."""
+    same ``?`` SQL (:class:`hermes_models.store.postgres.QmarkConnection`)."""
     if db.dialect == "postgresql":
         import psycopg
 
-        from hermes_models.postgres import QmarkConnection, adapt_text
+        from hermes_models.store.postgres import QmarkConnection, adapt_text
 
         server = psycopg.connect(db.target.url, autocommit=True)
         adapt_text(server)

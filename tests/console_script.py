@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_models import SessionDB
-from hermes_models.demo import build_demo
+from hermes_models.cli.demo import build_demo
 
 #: The console script installed next to the interpreter running the tests.
 SCRIPT = Path(sys.executable).parent / "hermes-models"

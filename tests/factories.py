@@ -6,9 +6,9 @@ from typing import Any
 
 import factory
 
-from hermes_models import binding
-from hermes_models.models import Message, Session
-from hermes_models.transcript import append_message
+from hermes_models.conversations.transcript import append_message
+from hermes_models.models.tables import Message, Session
+from hermes_models.store import binding
 
 #: Start of the factory clock: sessions start a minute apart from here.
 EPOCH = 1_700_000_000.0

@@ -401,7 +401,7 @@ class Server:
 
     def template(self) -> str:
         if self._template is None:
-            from hermes_models.postgres import migrate
+            from hermes_models.store.postgres import migrate
 
             name = f"hermes_template_{os.getpid()}"
             self.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_models.driver import sqlite3
-from hermes_models.files import is_postgres_url, sqlite_uri
+from hermes_models.store.files import is_postgres_url, sqlite_uri
 
 
 def snapshot(path: Path, *, read_only: bool = True) -> dict[str, list[tuple[Any, ...]]]:
@@ -42,8 +42,8 @@ def store_snapshot(target: Any) -> dict[str, list[tuple[Any, ...]]]:
         return snapshot(Path(target))
     import psycopg
 
-    from hermes_models.postgres import adapt_text, parse_url
-    from hermes_models.postgres_sql import TABLES
+    from hermes_models.store.postgres import adapt_text, parse_url
+    from hermes_models.store.postgres_sql import TABLES
 
     where = parse_url(target)
     with psycopg.connect(where.url, autocommit=True) as conn:

@@ -14,11 +14,11 @@ from click.testing import CliRunner
 
 import hermes_models
 from hermes_models import MigrationError, SessionDB
-from hermes_models.cli import cli
+from hermes_models.cli.commands import cli
 from hermes_models.driver import sqlite3
-from hermes_models.lineage import kind_of
-from hermes_models.models import Session
-from hermes_models.schema import MIGRATIONS
+from hermes_models.models.lineage import kind_of
+from hermes_models.models.tables import Session
+from hermes_models.store.schema import MIGRATIONS
 
 import legacy
 

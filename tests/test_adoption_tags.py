@@ -15,7 +15,7 @@ from yoyo import get_backend, read_migrations
 import hermes_models
 from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.schema import migrations_dir, yoyo_url
+from hermes_models.store.schema import migrations_dir, yoyo_url
 
 import legacy
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from console_script import build_demo_store, environment, run
 
-import hermes_models.backup as backup_module
+import hermes_models.transfer.backups as backup_module
 from hermes_models import BackupError, SessionDB
-from hermes_models.backup import backup, rotation_pattern
 from hermes_models.driver import sqlite3
+from hermes_models.transfer.backups import backup, rotation_pattern
 
 from snapshots import snapshot
 
@@ -310,7 +310,7 @@ def test_the_cli_says_which_leftovers_it_removed(source: Path, tmp_path: Path) -
 KILLED_BACKUP = textwrap.dedent(
     """
     import sys, time
-    from hermes_models.backup import backup
+    from hermes_models.transfer.backups import backup
 
     def progress(done, total):
         print("copying", flush=True)

@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 import hermes_models
-from hermes_models import BundleError, SessionDB, pg_staging, staging
-from hermes_models.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
-from hermes_models.cli import cli
+from hermes_models import BundleError, SessionDB
+from hermes_models.cli.commands import cli
 from hermes_models.driver import sqlite3
+from hermes_models.transfer import pg_staging, staging
+from hermes_models.transfer.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
 
 import legacy
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from hermes_models import BundleError, SessionDB, jsonl, transcript
-from hermes_models.bundle import FORMAT
+from hermes_models import BundleError, SessionDB
+from hermes_models.conversations import transcript
 from hermes_models.driver import sqlite3
-from hermes_models.transcript_files import parse_iso
+from hermes_models.transfer import jsonl
+from hermes_models.transfer.bundle import FORMAT
+from hermes_models.transfer.transcript_files import parse_iso
 
 from snapshots import store_snapshot
 
@@ -481,7 +483,7 @@ def test_a_bundle_read_from_a_stream_that_cannot_rewind_is_imported(
 def test_a_bundle_changed_between_its_two_reads_is_undone(
     target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
 ) -> None:
-    from hermes_models import importer
+    from hermes_models.transfer import importer
 
     bundle = _write(tmp_path / "b.jsonl", _session(), _message(1, content="first"))
     before = store_snapshot(target)

@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import plain_connection, target_of
 
-import hermes_models.history
+import hermes_models.conversations.history
 from hermes_models import MissingDriverError, SessionDB
-from hermes_models.cli import cli, main
-from hermes_models.copy import copy_store
+from hermes_models.cli.commands import cli, main
 from hermes_models.driver import sqlite3
-from hermes_models.postgres import open_database, parse_url
+from hermes_models.store.postgres import open_database, parse_url
+from hermes_models.transfer.copy import copy_store
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -676,7 +676,7 @@ def test_an_unexpected_error_is_one_line(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("something\nunexpected")
 
-    monkeypatch.setattr(hermes_models.history, "display_messages", broken)
+    monkeypatch.setattr(hermes_models.conversations.history, "display_messages", broken)
     code, out, err = run_main(capsys, "show", "--db", filled, "greetings")
     assert_one_line_error(code, out, err, "RuntimeError: something unexpected")
 

@@ -19,9 +19,9 @@ from console_script import build_demo_store, run
 from pg_server import Server
 
 from hermes_models import SessionDB
-from hermes_models.cli import cli
-from hermes_models.demo import build_demo
-from hermes_models.postgres import parse_url
+from hermes_models.cli.commands import cli
+from hermes_models.cli.demo import build_demo
+from hermes_models.store.postgres import parse_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite", "postgresql")]
 

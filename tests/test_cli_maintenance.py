@@ -12,8 +12,9 @@ import pytest
 from conftest import target_of
 from console_script import environment, run
 
-from hermes_models import SessionDB, views
-from hermes_models.demo import build_demo
+from hermes_models import SessionDB
+from hermes_models.cli import views
+from hermes_models.cli.demo import build_demo
 
 from snapshots import snapshot, store_snapshot
 

@@ -24,7 +24,7 @@ from console_script import (
 )
 
 from hermes_models import SessionDB
-from hermes_models.cli import cli
+from hermes_models.cli.commands import cli
 from hermes_models.driver import sqlite3
 
 from snapshots import snapshot

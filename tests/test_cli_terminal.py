@@ -21,8 +21,8 @@ from console_script import SCRIPT, environment, run
 from rich.cells import cell_len
 
 from hermes_models import SessionDB
-from hermes_models.children import branch, compress
-from hermes_models.models import Session
+from hermes_models.conversations.children import branch, compress
+from hermes_models.models.tables import Session
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from hermes_models import SessionDB
-from hermes_models.content import IMAGE, MULTIMODAL, content_text
-from hermes_models.listing import preview_text
-from hermes_models.models import encode_content, readable
+from hermes_models.conversations.listing import preview_text
+from hermes_models.models.tables import encode_content, readable
+from hermes_models.store.content import IMAGE, MULTIMODAL, content_text
 
 T0 = 1_700_000_000.0
 

@@ -20,13 +20,14 @@ import pytest
 from console_script import SCRIPT, build_demo_store, environment, run
 from pg_server import Server
 
-from hermes_models import SessionDB, postgres_sql
-from hermes_models import copy as copy_module
-from hermes_models.bundle import MESSAGE_COLUMNS, SESSION_COLUMNS
-from hermes_models.copy import MARKER_KEY, copy_store, order_sessions, verify_copy
+from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
 from hermes_models.errors import CopyError, TargetNotEmptyError, VerificationError
-from hermes_models.postgres import open_database
+from hermes_models.store import postgres_sql
+from hermes_models.store.postgres import open_database
+from hermes_models.transfer import copy as copy_module
+from hermes_models.transfer.bundle import MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_models.transfer.copy import MARKER_KEY, copy_store, order_sessions, verify_copy
 
 TABLE_COLUMNS = {
     "sessions": SESSION_COLUMNS,

@@ -32,17 +32,17 @@ from hermes_models import (
     format_db_unavailable,
     get_last_init_error,
 )
-from hermes_models import binding as binding_module
-from hermes_models import connection as connection_module
-from hermes_models import db as db_module
-from hermes_models import journal as journal_module
-from hermes_models import writes as writes_module
-from hermes_models.db import MEMO_ENTRIES, record_init_error
 from hermes_models.driver import sqlite3
-from hermes_models.files import resolve_path
-from hermes_models.statements import Prepared
+from hermes_models.store import binding as binding_module
+from hermes_models.store import connection as connection_module
+from hermes_models.store import db as db_module
+from hermes_models.store import journal as journal_module
+from hermes_models.store import writes as writes_module
+from hermes_models.store.db import MEMO_ENTRIES, record_init_error
+from hermes_models.store.files import resolve_path
+from hermes_models.store.statements import Prepared
 
-MIGRATE_MODULE = sys.modules["hermes_models.schema"]
+MIGRATE_MODULE = sys.modules["hermes_models.store.schema"]
 
 EXPECTED_PRAGMAS = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 1000}
 

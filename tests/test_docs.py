@@ -24,7 +24,7 @@ import pytest
 
 import hermes_models
 from hermes_models import SessionDB
-from hermes_models.cli import cli
+from hermes_models.cli.commands import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -17,10 +17,11 @@ import pytest
 from console_script import run
 
 import hermes_models
-from hermes_models import SessionDB, driver, health, schema
-from hermes_models.copy import copy_store
+from hermes_models import SessionDB, driver, health
 from hermes_models.driver import has_wal_reset_bug, sqlite3, standard, standard_error
-from hermes_models.repair import repair_state_db_schema
+from hermes_models.store import schema
+from hermes_models.store.repair import repair_state_db_schema
+from hermes_models.transfer.copy import copy_store
 
 T0 = 1_700_000_000.0
 

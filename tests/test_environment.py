@@ -38,9 +38,9 @@ from hermes_models import (
     SessionDB,
     WriteConflictError,
 )
-from hermes_models import writes as writes_module
-from hermes_models.cli import main
+from hermes_models.cli.commands import main
 from hermes_models.driver import sqlite3
+from hermes_models.store import writes as writes_module
 
 from snapshots import snapshot
 

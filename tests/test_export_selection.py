@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_models import Session, SessionDB
-from hermes_models.bundle import selection
-from hermes_models.lineage import MAX_DEPTH
+from hermes_models.models.lineage import MAX_DEPTH
+from hermes_models.transfer.bundle import selection
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -1,10 +1,8 @@
 """A store's file name handled as text: what ``resolve_file`` makes of a target, how
-``uris`` escapes it for SQLite, and the ``Path`` objects the API still gives back.
+``sqlite_uri`` escapes it for SQLite, and the ``Path`` objects the API gives back.
 
-Opening a store loads neither :mod:`pathlib` nor :mod:`urllib.parse` (see
-``tests/test_startup.py``). The outside references here are those two modules
-themselves: the name a target resolves to is the one ``pathlib`` made of it
-before, and the escaping is :func:`urllib.parse.quote`'s.
+The outside reference for the resolved name is ``pathlib``: the name a target resolves
+to is the one ``pathlib`` makes of it.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ from hypothesis import strategies as st
 import hermes_models
 from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.files import resolve_file, resolve_path
-from hermes_models.uris import sqlite_uri, uri_path
+from hermes_models.store.files import resolve_file, resolve_path, sqlite_uri, uri_path
 
 #: Path pieces: separators, dots and the characters a URI treats specially among letters.
 PIECES = st.lists(

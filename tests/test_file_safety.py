@@ -21,8 +21,8 @@ import pytest
 
 import hermes_models
 from hermes_models import NotADatabaseError, SessionDB, UnsafeFileError
-from hermes_models.backup import backup
 from hermes_models.driver import sqlite3
+from hermes_models.transfer.backups import backup
 
 NOBODY = 65534
 

@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hermes_models import HermesDatabase
-from hermes_models.fts import MessageIndex, MessageTrigramIndex, available_routes
-from hermes_models.plan import Shape
-from hermes_models.query import (
+from hermes_models.search.plan import Shape
+from hermes_models.search.query import (
     LIKE,
     MAX_TERMS,
     TRIGRAM,
@@ -27,6 +26,7 @@ from hermes_models.query import (
     term_finder,
     term_regex,
 )
+from hermes_models.store.fts import MessageIndex, MessageTrigramIndex, available_routes
 
 from factories import MessageFactory
 

@@ -27,13 +27,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from hermes_models import SessionDB, grams, health
-from hermes_models.binding import using
-from hermes_models.copy import copy_store
+from hermes_models import SessionDB, health
 
 # The plain writers and the oracle run in this process: on the package's SQLite module,
 # as two SQLite libraries in one process drop each other's POSIX locks on the file.
 from hermes_models.driver import sqlite3
+from hermes_models.store import grams
+from hermes_models.store.binding import using
+from hermes_models.transfer.copy import copy_store
 
 from legacy import hermes_append
 
@@ -640,8 +641,9 @@ def test_a_real_hermes_v16_process_writing_beside_ours_leaves_every_search_exact
 
 MERGING = """
 import sys
-from hermes_models import SessionDB, grams, health
-from hermes_models.binding import using
+from hermes_models import SessionDB, health
+from hermes_models.store import grams
+from hermes_models.store.binding import using
 store = SessionDB(sys.argv[1])
 db = store.database
 write = db.write

@@ -29,14 +29,15 @@ from hypothesis import strategies as st
 from test_search_upkeep import without_fts5
 
 import hermes_models
-from hermes_models import SessionDB, grams, health
-from hermes_models import search as search_module
-from hermes_models.binding import using
+from hermes_models import SessionDB, health
 from hermes_models.driver import sqlite3
 from hermes_models.errors import ReadOnlyDatabaseError
-from hermes_models.fts import available_routes
-from hermes_models.plan import Shape, scan_plan
-from hermes_models.query import TRIGRAM, parse
+from hermes_models.search import pipeline as search_module
+from hermes_models.search.plan import Shape, scan_plan
+from hermes_models.search.query import TRIGRAM, parse
+from hermes_models.store import grams
+from hermes_models.store.binding import using
+from hermes_models.store.fts import available_routes
 
 from legacy import hermes_append
 
@@ -692,7 +693,7 @@ def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
     expression for the whole query, no id list per term), with the rows it does not
     cover (rows others wrote, deleted or changed since) decided by the scan. Sessions
     and counts are exactly those of a Python scan's newest hits."""
-    monkeypatch.setattr(hermes_models.plan, "RANK_WINDOW", 40)
+    monkeypatch.setattr(hermes_models.search.plan, "RANK_WINDOW", 40)
     rng = random.Random(47)
     path = store.db_path
     for s in range(6):

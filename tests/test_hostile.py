@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from hermes_models import CompressionInProgressError as Held
 from hermes_models import CompressionLock, Message, Session, SessionDB, StateMeta, using, write
 from hermes_models.checks import INT64_MAX, MAX_JSON_DEPTH
-from hermes_models.cli import main
-from hermes_models.titles import MAX_TITLE_LENGTH, sanitize_title
-from hermes_models.transcript import recount
+from hermes_models.cli.commands import main
+from hermes_models.conversations.titles import MAX_TITLE_LENGTH, sanitize_title
+from hermes_models.conversations.transcript import recount
 
 from snapshots import store_snapshot
 

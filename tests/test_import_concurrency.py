@@ -3,7 +3,7 @@ only when complete, a lease against concurrent imports, and clean-up after a cra
 
 On SQLite the lease is a ``state_meta`` row and the hidden messages sit in the file; on
 PostgreSQL the lease is an advisory lock and the messages wait in a temporary table of
-the import's connection (:mod:`hermes_models.pg_staging`): the tests about the row and
+the import's connection (:mod:`hermes_models.transfer.pg_staging`): the tests about the row and
 the file are SQLite's, each with a PostgreSQL counterpart below it."""
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ from typing import Any
 import pg_server
 import pytest
 
-import hermes_models.importer as importer_module
-from hermes_models import ImportConflictError, SessionDB, pg_staging, staging
-from hermes_models.bundle import FORMAT
-from hermes_models.copy import copy_store
+import hermes_models.transfer.importer as importer_module
+from hermes_models import ImportConflictError, SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.files import sqlite_uri
-from hermes_models.holders import local_holder
+from hermes_models.store.files import sqlite_uri
+from hermes_models.store.holders import local_holder
+from hermes_models.transfer import pg_staging, staging
+from hermes_models.transfer.bundle import FORMAT
+from hermes_models.transfer.copy import copy_store
 
 import legacy
 from snapshots import store_snapshot
@@ -79,7 +80,7 @@ def write_bundle(path: Path, sessions: int, per_session: int, *, size: int = 40)
 def _appender(path: str, stop: str, conn: Connection) -> None:
     """Append to the live session until ``stop`` exists; one lock wait of ~1 s is a failure
     (on a server: a write refused for 1 s)."""
-    import hermes_models.writes as writes
+    import hermes_models.store.writes as writes
 
     # The busy timeout (1 s) is all the patience this writer has; on a server, 1 s of
     # refused tries (serialization failures, run again).
@@ -601,7 +602,7 @@ def test_an_import_killed_midway_on_a_server_leaves_nothing_and_the_next_one_run
 
 #: A child that prints the holder an import of its own would write and its pid, and exits.
 _HOLDER_OF_CHILD = (
-    "import os; from hermes_models.holders import local_holder; "
+    "import os; from hermes_models.store.holders import local_holder; "
     "print(local_holder('hermes_models-import')); print(os.getpid())"
 )
 
@@ -771,7 +772,7 @@ def test_an_import_in_steps_reports_progress_up_to_the_total(
 def test_an_import_whose_connection_is_lost_midway_stops_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Any
 ) -> None:
-    from hermes_models.binding import current  # the handle the import runs on
+    from hermes_models.store.binding import current  # the handle the import runs on
 
     bundle = write_bundle(tmp_path / "b.jsonl", sessions=3, per_session=1000)
     with SessionDB(path) as store:

@@ -1,4 +1,4 @@
-"""The journal policy (hermes_models.journal): the journal_mode and synchronous settings by
+"""The journal policy (hermes_models.store.journal): the journal_mode and synchronous settings by
 every route (argument, SessionDB keyword, environment, CLI), a file's mode never switched
 the unsafe way, and on an SQLite with the WAL-reset bug no file put in WAL, each decision
 said once per file and process."""
@@ -14,9 +14,10 @@ import pytest
 from console_script import environment, run
 
 import hermes_models
-from hermes_models import SessionDB, driver, health, journal
+from hermes_models import SessionDB, driver, health
 from hermes_models.driver import sqlite3
-from hermes_models.journal import JournalSettings
+from hermes_models.store import journal
+from hermes_models.store.journal import JournalSettings
 
 T0 = 1_700_000_000.0
 

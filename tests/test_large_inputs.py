@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hermes_models import SessionDB
-from hermes_models.terminal import PlainText, _breaks, emit
+from hermes_models.cli.terminal import PlainText, _breaks, emit
 
 
 def _emitted(renderable: object, width: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_models import CompressionInProgressError, CompressionLock, Message, Session, SessionDB
-from hermes_models.lineage import (
+from hermes_models.models.lineage import (
     RESUME_MAX_DEPTH,
     TIP_MAX_HOPS,
     compression_chain_ids,
@@ -113,7 +113,7 @@ def test_child_queries_by_kind(family: SessionDB) -> None:
     assert [s.id for s in fork.branches()] == ["heuristic-branch"]
     assert [s.id for s in fork.ephemeral_children()] == ["before-fork"]
     with pytest.raises(ValueError, match="kind must be one of"):
-        from hermes_models.lineage import children_of_kind
+        from hermes_models.models.lineage import children_of_kind
 
         children_of_kind(Session, "root", "cousin")
 
@@ -304,7 +304,7 @@ def test_a_cycle_in_parent_links_hangs_nothing(cycle: SessionDB) -> None:
 
     def run() -> None:
         with cycle.database.connection_context():
-            from hermes_models.binding import using
+            from hermes_models.store.binding import using
 
             with using(cycle.database):
                 x = Session.get_by_id("x")
@@ -468,7 +468,7 @@ def test_message_for_session_survives_lineage_actions(store: SessionDB) -> None:
 def test_cli_lineage_tree_and_resume(chain: SessionDB) -> None:
     from click.testing import CliRunner
 
-    from hermes_models.cli import cli
+    from hermes_models.cli.commands import cli
 
     chain.set_session_title("r", "deep work")
     runner = CliRunner()
@@ -495,7 +495,7 @@ def test_cli_lineage_tree_and_resume(chain: SessionDB) -> None:
 def test_cli_sessions_hide_what_pickers_hide(chain: SessionDB) -> None:
     from click.testing import CliRunner
 
-    from hermes_models.cli import cli
+    from hermes_models.cli.commands import cli
 
     result = CliRunner().invoke(cli, ["sessions", "--nl", "--db", str(chain.db_path)])
     assert result.exit_code == 0, result.output

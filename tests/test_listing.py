@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from hermes_models import Session, SessionDB
-from hermes_models.listing import TIP_COLUMNS, preview_text
+from hermes_models.conversations.listing import TIP_COLUMNS, preview_text
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

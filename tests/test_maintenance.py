@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from hermes_models import Session, SessionDB, maintenance
-from hermes_models.binding import using
+from hermes_models import Session, SessionDB
+from hermes_models.conversations import maintenance
 from hermes_models.driver import sqlite3
+from hermes_models.store.binding import using
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from hermes_models import SessionDB, staging
-from hermes_models.bundle import CHUNK_ROWS, FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.staging import Staging, statement_sizes
+from hermes_models.transfer import staging
+from hermes_models.transfer.bundle import CHUNK_ROWS, FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_models.transfer.staging import Staging, statement_sizes
 
 PROMPT = "You are Hermes. " * 1000  # 16 KB, a long system prompt
 

@@ -21,14 +21,14 @@ from hermes_models import (
     StateMeta,
 )
 from hermes_models.driver import sqlite3
-from hermes_models.fts import MessageIndex, MessageTrigramIndex
-from hermes_models.models import (
+from hermes_models.models.tables import (
     CONTENT_JSON_PREFIX,
     EpochField,
     NewerField,
     all_models,
     stored_fields,
 )
+from hermes_models.store.fts import MessageIndex, MessageTrigramIndex
 
 from factories import EPOCH, MessageFactory, SessionFactory
 
@@ -115,7 +115,7 @@ def test_every_plain_table_of_the_file_has_a_model(raw: sqlite3.Connection) -> N
             "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
         )
         # Index tables hold what follows from messages (the gram index's mark and
-        # list of changed rows included: see hermes_models.grams); no model reads them.
+        # list of changed rows included: see hermes_models.store.grams); no model reads them.
         if not name.startswith(("sqlite_", "_yoyo", "yoyo_", "messages_fts", "messages_cjk"))
     }
     assert tables == set(TABLE_MODELS)

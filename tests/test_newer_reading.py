@@ -20,7 +20,8 @@ import peewee
 import pytest
 
 import hermes_models
-from hermes_models import Message, SchemaTooNewError, Session, SessionDB, history
+from hermes_models import Message, SchemaTooNewError, Session, SessionDB
+from hermes_models.conversations import history
 from hermes_models.driver import sqlite3
 
 import newer

@@ -109,7 +109,7 @@ def test_a_streamed_query_of_our_own_loses_no_row(tmp_path: Path, module: str) -
     code = (
         "import json, sys\n"
         "from hermes_models import Message, SessionDB\n"
-        "from hermes_models.binding import using\n"
+        "from hermes_models.store.binding import using\n"
         "with SessionDB(sys.argv[1]) as store, using(store.database):\n"
         "    query = Message.select(Message.id, Message.content).order_by(Message.id)\n"
         "    print(json.dumps([[m.id, m.content] for m in query.iterator()]))\n"

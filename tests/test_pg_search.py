@@ -23,14 +23,15 @@ from hypothesis import strategies as st
 from pg_server import Server
 from test_search_recall import ALPHABETS, expected, haystacks, queries
 
-from hermes_models import Message, Session, pg_search
-from hermes_models.binding import using
-from hermes_models.db import HermesDatabase
-from hermes_models.models import encode_content
-from hermes_models.pg_search import WALK_FIRST, cjk_grams, phrase_variants
-from hermes_models.postgres import PostgresDatabase, open_database, parse_url
-from hermes_models.query import Term
-from hermes_models.search import search_messages, search_sessions, search_sql
+from hermes_models import Message, Session
+from hermes_models.models.tables import encode_content
+from hermes_models.search import postgres as pg_search
+from hermes_models.search.pipeline import search_messages, search_sessions, search_sql
+from hermes_models.search.postgres import WALK_FIRST, cjk_grams, phrase_variants
+from hermes_models.search.query import Term
+from hermes_models.store.binding import using
+from hermes_models.store.db import HermesDatabase
+from hermes_models.store.postgres import PostgresDatabase, open_database, parse_url
 
 pytestmark = pytest.mark.postgresql
 

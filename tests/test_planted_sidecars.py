@@ -33,7 +33,8 @@ from typing import Any
 import pytest
 from console_script import environment
 
-from hermes_models import SessionDB, schema
+from hermes_models import SessionDB
+from hermes_models.store import schema
 
 NOBODY = 65534
 #: The ordinary user the victim is in half the tests: a uid the system has no name for.
@@ -52,7 +53,8 @@ def _name(uid: int) -> str:
 #: load on the way (its job run once as root, on a store of its own: see _as_victim).
 _VICTIM = """
 import json, os, sys
-from hermes_models import SessionDB, quick, schema
+from hermes_models import SessionDB
+from hermes_models.store import schema
 import hermes_models.cli
 schema.load_migrations(schema.migrations_folder())  # yoyo, and what it loads
 # Every open lists the migrations; the ordinary user may not read this installation (on
@@ -69,7 +71,7 @@ def script(*args):
         os.dup2(out[1], 1); os.dup2(err[1], 2)
         sys.argv = ["hermes-models", *args]
         try:
-            quick.run()
+            hermes_models.cli.run()
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1

@@ -23,7 +23,7 @@ import pg_server
 import pytest
 
 from hermes_models import SessionDB
-from hermes_models.postgres import parse_url
+from hermes_models.store.postgres import parse_url
 
 pytestmark = pytest.mark.postgresql
 

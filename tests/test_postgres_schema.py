@@ -3,7 +3,7 @@
 The server is the one ``pg_server`` finds or starts (``HERMES_TEST_PG_URL``,
 else a throwaway cluster of the system's binaries). The outside references
 here are the SQLite store (the same migration ids, tables, columns and
-indexes) and :func:`hermes_models.grams.grams` (the CJK characters and pairs
+indexes) and :func:`hermes_models.store.grams.grams` (the CJK characters and pairs
 the SQLite gram index holds, which the PostgreSQL index must hold too).
 """
 
@@ -23,12 +23,12 @@ from pg_server import Server
 from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
-import hermes_models.postgres as postgres_module
+import hermes_models.store.postgres as postgres_module
 from hermes_models import Message, Session, SessionDB
-from hermes_models.binding import using
 from hermes_models.driver import sqlite3
-from hermes_models.grams import grams
-from hermes_models.postgres import (
+from hermes_models.store.binding import using
+from hermes_models.store.grams import grams
+from hermes_models.store.postgres import (
     ESCAPE,
     PostgresDatabase,
     escape_text,
@@ -38,8 +38,8 @@ from hermes_models.postgres import (
     parse_url,
     unescape_text,
 )
-from hermes_models.schema import migration_ids
-from hermes_models.schema import migrations_dir as sqlite_migrations_dir
+from hermes_models.store.schema import migration_ids
+from hermes_models.store.schema import migrations_dir as sqlite_migrations_dir
 
 pytestmark = pytest.mark.postgresql
 
@@ -288,7 +288,7 @@ def test_profiles_keep_their_tables_in_their_own_schemas(pg: Server) -> None:
 
 
 def _as_grams(tokens: str) -> set[str]:
-    """hermes_models.grams tokens (each gram itself, separated by ASCII spaces: U+3000
+    """hermes_models.store.grams tokens (each gram itself, separated by ASCII spaces: U+3000
     is a gram) as a set."""
     return {token for token in tokens.split(" ") if token}
 

@@ -30,7 +30,7 @@ import pg_server
 import pytest
 
 from hermes_models import PoolTimeoutError, SessionDB
-from hermes_models.postgres import adapt_text, parse_url
+from hermes_models.store.postgres import adapt_text, parse_url
 
 pytestmark = pytest.mark.postgresql
 

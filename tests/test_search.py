@@ -11,7 +11,7 @@ import pytest
 
 from hermes_models import Message, SessionDB, search_sql
 from hermes_models.driver import sqlite3
-from hermes_models.search import matching
+from hermes_models.search.pipeline import matching
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

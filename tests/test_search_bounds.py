@@ -16,10 +16,13 @@ from typing import Any
 import pytest
 from test_search_recall import ALPHABETS, build, haystacks
 
-from hermes_models import SessionDB, caches, grams, plan, search, statements
+from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.plan import Shape
-from hermes_models.query import LIKE, TRIGRAM, WORDS, Matcher, parse
+from hermes_models.search import pipeline as search
+from hermes_models.search import plan
+from hermes_models.search.plan import Shape
+from hermes_models.search.query import LIKE, TRIGRAM, WORDS, Matcher, parse
+from hermes_models.store import caches, grams, statements
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

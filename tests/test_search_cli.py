@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 from conftest import target_of
 
 from hermes_models import SessionDB
-from hermes_models.cli import cli
+from hermes_models.cli.commands import cli
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

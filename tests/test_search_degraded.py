@@ -8,8 +8,9 @@ from typing import Any
 import peewee
 import pytest
 
-from hermes_models import SessionDB, search
+from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
+from hermes_models.search import pipeline as search
 
 T0 = 1_700_000_000.0
 

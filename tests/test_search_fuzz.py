@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_models import SessionDB
-from hermes_models.query import MAX_TERMS, parse
+from hermes_models.search.query import MAX_TERMS, parse
 
 T0 = 1_700_000_000.0
 

@@ -8,11 +8,11 @@ import pytest
 
 import hermes_models
 from hermes_models import SessionDB, search_sql
-from hermes_models.binding import using
 from hermes_models.driver import sqlite3
-from hermes_models.fts import available_routes
-from hermes_models.plan import Shape
-from hermes_models.query import LIKE, TRIGRAM, WORDS, parse
+from hermes_models.search.plan import Shape
+from hermes_models.search.query import LIKE, TRIGRAM, WORDS, parse
+from hermes_models.store.binding import using
+from hermes_models.store.fts import available_routes
 
 T0 = 1_700_000_000.0
 
@@ -105,7 +105,6 @@ def test_the_searches_compared_run_their_scans_and_find_something(filled: Sessio
 
 def test_search_sql_is_public_and_says_nothing_for_nothing_to_search(filled: SessionDB) -> None:
     assert "search_sql" in hermes_models.__all__
-    assert "search_sql" in hermes_models.search.__all__
     with using(filled.database):
         assert search_sql("") == []
         assert search_sql('"" ( ) :') == []

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from hermes_models import SessionDB, plan, search
-from hermes_models.binding import using
+from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
+from hermes_models.search import pipeline as search
+from hermes_models.search import plan
+from hermes_models.store.binding import using
 
 T0 = 1_700_000_000.0
 MESSAGES = 400

@@ -1,5 +1,5 @@
-"""Hand-written SQL lives in :mod:`hermes_models.sqlite_sql` (and, for PostgreSQL,
-:mod:`hermes_models.postgres_sql`), named.
+"""Hand-written SQL lives in :mod:`hermes_models.store.sqlite_sql` (and, for PostgreSQL,
+:mod:`hermes_models.store.postgres_sql`), named.
 
 Every module is parsed with ``ast``: a string that starts with an SQL verb
 (``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``, ``CREATE``, ``DROP``,
@@ -17,16 +17,15 @@ import re
 
 import pytest
 
-from hermes_models import sqlite_sql
+from hermes_models.store import sqlite_sql
 
 import package_source
 
 #: The one module of hand-written SQLite statements.
-SQL_MODULE = "sqlite_sql"
+SQL_MODULE = "store.sqlite_sql"
 #: Its sibling for PostgreSQL (one module of hand-written SQL per dialect).
-#: ``quick_sql`` holds statements the library rendered with peewee, written by
-#: ``hermes_models.quick_build`` (``tests/test_quick.py`` compares them).
-SQL_MODULES = {SQL_MODULE, "postgres_sql", "quick_sql"}
+#: ``driver`` sits below the store and names the one statement it runs itself.
+SQL_MODULES = {SQL_MODULE, "store.postgres_sql", "driver"}
 
 #: Modules whose hand-written SQL has not moved yet (none left): an entry goes when its
 #: module is done.

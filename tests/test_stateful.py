@@ -32,8 +32,8 @@ from hypothesis.stateful import (
 )
 
 from hermes_models import CompressionInProgressError, Session, SessionDB
-from hermes_models.binding import using
-from hermes_models.lineage import kind_expr
+from hermes_models.models.lineage import kind_expr
+from hermes_models.store.binding import using
 
 from model_of_store import (
     TIP_COLUMNS,

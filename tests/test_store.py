@@ -14,7 +14,7 @@ import pytest
 
 from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
 from hermes_models.driver import sqlite3
-from hermes_models.store import META_FIELDS
+from hermes_models.sessiondb import META_FIELDS
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

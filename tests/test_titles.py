@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from hermes_models import SessionDB
+from hermes_models.conversations.titles import MAX_TITLE_LENGTH, sanitize_title, split_title
 from hermes_models.driver import sqlite3
-from hermes_models.titles import MAX_TITLE_LENGTH, sanitize_title, split_title
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -10,7 +10,7 @@ import pytest
 
 from hermes_models import Session, SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.models import CONTENT_JSON_PREFIX
+from hermes_models.models.tables import CONTENT_JSON_PREFIX
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -807,7 +807,7 @@ def test_writes_through_raw_conn_see_the_same_rows(chat: SessionDB) -> None:
 
 
 def test_message_row_follows_the_column_order_of_the_insert() -> None:
-    from hermes_models.transcript import MESSAGE_FIELDS, message_row
+    from hermes_models.conversations.transcript import MESSAGE_FIELDS, message_row
 
     assert MESSAGE_FIELDS == (
         "session", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",

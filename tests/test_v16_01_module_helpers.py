@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import hermes_models
-import hermes_models.db
 import hermes_models.hermes_state as hermes_state
+import hermes_models.store.db
 from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.schema import migrations_dir
+from hermes_models.store.schema import migrations_dir
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -349,12 +349,14 @@ def test_sessiondb_repairs_a_malformed_file_once_when_opening(tmp_path: Path) ->
 
 def test_format_session_db_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     fmt = hermes_state.format_session_db_unavailable
-    monkeypatch.setattr(hermes_models.db, "_last_init_error", None)
+    monkeypatch.setattr(hermes_models.store.db, "_last_init_error", None)
     assert fmt() == "Session database not available."
     assert fmt("Cannot resume") == "Cannot resume."
-    monkeypatch.setattr(hermes_models.db, "_last_init_error", "OperationalError: no disk")
+    monkeypatch.setattr(hermes_models.store.db, "_last_init_error", "OperationalError: no disk")
     assert fmt() == "Session database not available: OperationalError: no disk."
-    monkeypatch.setattr(hermes_models.db, "_last_init_error", "OperationalError: locking protocol")
+    monkeypatch.setattr(
+        hermes_models.store.db, "_last_init_error", "OperationalError: locking protocol"
+    )
     assert fmt() == (
         "Session database not available: OperationalError: locking protocol "
         "(state.db may be on NFS/SMB/FUSE \u2014 see https://www.sqlite.org/wal.html)."

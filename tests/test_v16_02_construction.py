@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, postgres, using
+from hermes_models import ReadOnlyDatabaseError, Session, SessionDB, using
 from hermes_models.driver import sqlite3
+from hermes_models.store import postgres
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

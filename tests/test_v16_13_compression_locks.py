@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hermes_models import CompressionInProgressError, Session, SessionDB
-from hermes_models.holders import holder_is_gone, local_holder, namespace
+from hermes_models.store.holders import holder_is_gone, local_holder, namespace
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -120,7 +120,7 @@ def test_a_read_only_handle_never_takes_a_lock(store: SessionDB) -> None:
 HOLD = """
 import sys, time
 from hermes_models import CompressionLock, SessionDB
-from hermes_models.holders import local_holder
+from hermes_models.store.holders import local_holder
 
 store = SessionDB(sys.argv[1])
 me = local_holder()

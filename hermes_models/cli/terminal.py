@@ -1,0 +1,403 @@
+"""What ``hermes-models`` prints: consoles, records for scripts, progress and times.
+
+People get rich renderables laid out for the terminal's width: wrapped, never
+cut, and without the padding rich puts after the last column of a table; a
+table too wide for the terminal is printed as one block per row. Stored text
+is never read as markup, and its control characters never reach the terminal.
+Scripts get records (a list of flat dicts) as one JSON array (``--json``, as
+sqlite-utils and ``llm logs`` print it), one JSON object per line (``--nl``),
+or CSV/TSV with a header row; values that are lists or dicts become JSON text
+in CSV/TSV cells.
+
+When the reader of standard output goes away (``| head``), output stops
+quietly with exit status 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import strip_control_codes
+from rich.segment import Segment, Segments
+from rich.table import Table
+from rich.text import Text
+
+from ..models import Clock
+from .grid import FALLBACK_WIDTH
+
+#: The ``--json``/``--nl``/``--csv``/``--tsv`` formats.
+FORMATS = ("json", "nl", "csv", "tsv")
+
+
+def stop_quietly() -> NoReturn:
+    """The reader of standard output went away: send the rest nowhere and exit with 0."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # standard output is not a real file (tests); nothing more can be written
+    raise click.exceptions.Exit(0)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        stop_quietly()
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console on standard output (or error) that prints text literally: no
+    markup (a stored ``[/]`` is text), no highlighting, no emoji codes."""
+    out = _Console(highlight=False, markup=False, stderr=stderr, emoji=False)
+    if out.width < 1:  # COLUMNS=0, or a terminal that reports no size
+        out.width = FALLBACK_WIDTH
+    return out
+
+
+#: Control characters (C0, DEL, C1): a stored escape sequence must not reach the
+#: terminal (a title that sets the window's, a message that clears the screen).
+#: rich lays them out as taking no cell, so leaving them out keeps every column.
+_NOT_SHOWN = dict.fromkeys([*range(0x00, 0x20), *range(0x7F, 0xA0)])
+
+
+def _shown(line: list[Segment]) -> list[Segment]:
+    """``line`` without control characters in its text."""
+    return [
+        segment
+        if segment.control or segment.text.isprintable()
+        else Segment(segment.text.translate(_NOT_SHOWN), segment.style)
+        for segment in line
+    ]
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """``line`` without trailing blanks that show nothing (no background colour)."""
+    kept = list(line)
+    while kept:
+        last = kept[-1]
+        if last.control or (last.style is not None and last.style.bgcolor is not None):
+            break
+        text = last.text.rstrip(" ")
+        if text:
+            kept[-1] = Segment(text, last.style)
+            break
+        kept.pop()
+    return kept
+
+
+def _wider_than(width: int, rendered: list[Segment]) -> bool:
+    """Whether a line of ``rendered`` needs more than ``width`` columns (a table whose
+    unbreakable columns do not fit: rich would cut its lines)."""
+    return any(
+        Segment.get_line_length(_rstrip(line)) > width for line in Segment.split_lines(rendered)
+    )
+
+
+def stacked(table: Table) -> RenderableType:
+    """``table`` as one block per row, a line per column (``Header: cell``): what a
+    table becomes on a terminal too narrow for its columns, so that nothing is cut."""
+    columns = [(" ".join(str(c.header).split()), list(c.cells)) for c in table.columns]
+    blocks: list[RenderableType] = []
+    for index in range(table.row_count):
+        if blocks:
+            blocks.append(Text(""))
+        for header, cells in columns:
+            cell = cells[index]
+            line = Text(f"{header}: ", style="bold")
+            line.append_text(cell if isinstance(cell, Text) else Text(str(cell)))
+            blocks.append(line)
+    return Group(*blocks)
+
+
+_NOT_BLANK = re.compile(r"[^ ]")
+
+
+def _breaks(line: str, width: int) -> list[int]:
+    """Where rich's ``Text.wrap`` breaks ``line`` (printable ASCII, so one cell a
+    character, the space the one blank) to fit ``width``: its rule, a line at a time.
+
+    rich's words are runs of blanks, then others, then blanks (the first word keeps
+    the line's leading blanks). A word fits while its last non-blank is within
+    ``width`` of the line's start; the first that does not starts the next line, or,
+    longer than ``width`` itself, is cut every ``width`` characters from its start,
+    the line after its last piece going on behind it. Each step is one search of
+    the text (``str.find``), not one Python step per word."""
+    breaks: list[int] = []
+    end = len(line.rstrip(" "))
+    first = _NOT_BLANK.search(line)
+    if first is None:
+        return breaks
+    leading = first.start()
+    start = 0  # where the current line starts
+    while start + width < end:
+        limit = start + width
+        if line[limit] == " ":
+            found = _NOT_BLANK.search(line, limit)
+            if found is None:
+                break
+            run = found.start()
+        else:
+            run = line.rfind(" ", 0, limit) + 1
+        word = run if run > leading else 0
+        last = line.find(" ", run)
+        last = len(line) if last < 0 else last  # just after the word's last non-blank
+        if last - word > width:
+            found = _NOT_BLANK.search(line, last)
+            after = len(line) if found is None else found.start()
+            pieces = range(word, after, width)
+            breaks.extend(piece for piece in pieces if piece)
+            start = pieces[-1]
+        else:
+            breaks.append(word)
+            start = word
+    return breaks
+
+
+class _LaidOut(str):
+    """Whole lines, each ending in a line end, that :func:`emit` prints as they are:
+    printable ASCII, at most the width, no trailing blank (:class:`PlainText`)."""
+
+    __slots__ = ()
+
+
+class PlainText:
+    """Unstyled text laid out as :func:`emit` lays out ``Text(text)``, in time linear
+    in it.
+
+    rich builds several objects for every line of a ``Text``, and emit a few more:
+    a message of 4 MB in 360,000 short lines took 17 s to show. A run of lines of
+    printable ASCII is given as one block of whole lines (:class:`_LaidOut`): each
+    line broken where rich breaks it (:func:`_breaks`) and
+    right-trimmed, as emit would. A line with a tab, a control character or a
+    character other than ASCII (its width in cells is rich's to tell) goes through
+    ``Text`` itself.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = strip_control_codes(text)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        block: list[str] = []
+        for line in self.text.split("\n"):
+            if not (line.isascii() and line.isprintable()):
+                if block:
+                    yield Segment(_LaidOut("".join(block)))
+                    block = []
+                yield from console.render(Text(line), options)
+            elif len(line) <= width:
+                block.append(line.rstrip(" ") + "\n")
+            else:
+                start = 0
+                for offset in (*_breaks(line, width), len(line)):
+                    block.append(line[start:offset][:width].rstrip(" ") + "\n")
+                    start = offset
+        if block:
+            yield Segment(_LaidOut("".join(block)))
+
+
+def _cropped_lines(segments: Iterable[Segment], width: int) -> Iterator[list[Segment]]:
+    """``segments`` as lines of at most ``width`` cells, without their line ends.
+
+    What rich's ``Segment.split_and_crop_lines`` does, in time linear in the text:
+    rich lays a wrapped paragraph out as one segment holding every line, and that
+    function copies the rest of a segment at each line end (a 20 MB message took
+    288 s to show)."""
+    line: list[Segment] = []
+    for segment in segments:
+        if isinstance(segment.text, _LaidOut) and not line:
+            yield [segment]
+            continue
+        if segment.control or "\n" not in segment.text:
+            line.append(segment)
+            continue
+        *ended, rest = segment.text.split("\n")
+        for text in ended:
+            if text:
+                line.append(Segment(text, segment.style))
+            yield Segment.adjust_line_length(line, width, pad=False)
+            line = []
+        if rest:
+            line.append(Segment(rest, segment.style))
+    if line:
+        yield Segment.adjust_line_length(line, width, pad=False)
+
+
+def emit(out: Console, renderable: RenderableType) -> None:
+    """Print ``renderable`` laid out for the console's width, lines right-trimmed; a
+    table too wide for it is printed :func:`stacked`."""
+    options = out.options
+    rendered = list(out.render(renderable, options))  # laid out once
+    if isinstance(renderable, Table) and _wider_than(options.max_width, rendered):
+        rendered = list(out.render(stacked(renderable), options))
+    segments: list[Segment] = []
+    for line in _cropped_lines(rendered, options.max_width):
+        if line and isinstance(line[0].text, _LaidOut):
+            segments.append(line[0])
+            continue
+        segments.extend(_rstrip(_shown(line)))
+        segments.append(Segment.line())
+    out.print(Segments(segments), end="", crop=False)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """A line for people: wrapped between words on a terminal, kept whole in a pipe."""
+    out = console(stderr=err)
+    if out.is_terminal:
+        emit(out, Text(text))
+    else:
+        try:
+            click.echo(text, err=err)
+        except BrokenPipeError:
+            stop_quietly()
+
+
+# -- records for scripts ------------------------------------------------------------------
+
+
+@contextmanager
+def utf8_stdout(errors: str = "strict") -> Iterator[Any]:
+    """Standard output as UTF-8 text, whatever the locale says (``errors`` as for
+    :func:`open`)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    stream = io.TextIOWrapper(
+        buffer, encoding="utf-8", errors=errors, newline="\n", write_through=True
+    )
+    try:
+        yield stream
+    finally:
+        try:
+            stream.flush()
+        finally:
+            stream.detach()
+
+
+def write_text(text: str) -> None:
+    """``text`` on standard output as UTF-8 (for a pipe: what a listing lays out itself)."""
+    try:
+        with utf8_stdout() as stream:
+            stream.write(text)
+    except BrokenPipeError:
+        stop_quietly()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return list(names)
+
+
+def _escape_surrogates(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as a ``\\uXXXX`` escape (valid
+    JSON and UTF-8; Python's ``json`` reads the surrogate back, which ``os.fsencode``
+    turns into the file name's byte)."""
+    try:
+        text.encode("utf-8")
+        return text  # no surrogate: the common case, checked in C
+    except UnicodeEncodeError:
+        pass
+    return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
+    """Print ``rows`` as ``json`` (one array), ``nl`` (an object a line), ``csv`` or ``tsv``.
+
+    A file name that is not UTF-8 (its bytes held as lone surrogates, as Python
+    decodes them) keeps its bytes in CSV and TSV, as ``ls`` prints them, and
+    gets ``\\udcXX`` escapes in JSON.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: unknown output format {fmt!r}")
+    try:
+        with utf8_stdout(errors="surrogateescape") as stream:
+            if fmt in ("csv", "tsv"):
+                table = list(rows)
+                names = _columns(table)
+                if not names:
+                    return
+
+                writer = csv.writer(stream, dialect="excel-tab" if fmt == "tsv" else "excel")
+                writer.writerow(names)
+                for row in table:
+                    writer.writerow([_cell(row.get(name)) for name in names])
+                return
+            first = True
+            for row in rows:
+                text = _escape_surrogates(json.dumps(row, ensure_ascii=False))
+                if fmt == "nl":
+                    stream.write(text + "\n")
+                else:
+                    stream.write(("[" if first else ",\n ") + text)
+                first = False
+            if fmt == "json":
+                stream.write("[]\n" if first else "]\n")
+    except BrokenPipeError:
+        stop_quietly()
+
+
+# -- progress -----------------------------------------------------------------------------
+
+
+@contextmanager
+def progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error, drawn on a terminal only; yields the callback."""
+    # rich.progress is loaded when a bar is drawn: the CLI starts faster.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    err = console(stderr=True)
+    columns = (label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+@contextmanager
+def working(label: str) -> Iterator[None]:
+    """A spinner with the elapsed time on standard error (a terminal only) for work
+    whose length is unknown."""
+    # rich.progress is loaded when a spinner is drawn: the CLI starts faster.
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    err = console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn(label), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        bar.add_task(label, total=None)
+        yield
+
+
+__all__ = [
+    "FORMATS",
+    "Clock",
+    "console",
+    "emit",
+    "progress",
+    "say",
+    "stop_quietly",
+    "utf8_stdout",
+    "working",
+    "write_records",
+    "write_text",
+]

@@ -1,0 +1,43 @@
+"""The rules of a conversation: sessions, their messages, children, titles,
+listings, history, deletion."""
+
+from __future__ import annotations
+
+from . import handoff, history, listing, maintenance, sessions, telegram, titles, transcript
+from .children import (
+    branch,
+    compress,
+    delegate,
+    finalize_orphaned_compression_sessions,
+    new_session_id,
+)
+from .listing import ids_starting_with
+from .maintenance import describe, plan_delete, plan_prune
+from .sessions import META_FIELDS
+from .transcript import append_message, counter_totals, recount, restore_rewound, rewind_to_message
+
+__all__ = [
+    "META_FIELDS",
+    "append_message",
+    "branch",
+    "compress",
+    "counter_totals",
+    "delegate",
+    "describe",
+    "finalize_orphaned_compression_sessions",
+    "handoff",
+    "history",
+    "ids_starting_with",
+    "listing",
+    "maintenance",
+    "new_session_id",
+    "plan_delete",
+    "plan_prune",
+    "recount",
+    "restore_rewound",
+    "rewind_to_message",
+    "sessions",
+    "telegram",
+    "titles",
+    "transcript",
+]

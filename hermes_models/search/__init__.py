@@ -1,0 +1,7 @@
+"""Searching messages and sessions: parse, plan, execute per backend, present."""
+
+from __future__ import annotations
+
+from .pipeline import search_messages, search_sessions, search_sql
+
+__all__ = ["search_messages", "search_sessions", "search_sql"]

@@ -1,0 +1,286 @@
+"""The JSONL bundle: a lossless, versioned export of sessions and their messages.
+
+A bundle is UTF-8 text with one JSON object per line:
+
+1. a header, ``{"format": "hermes-models-bundle", "version": 1,
+   "schema_version": 16, "sessions": N, "messages": M}``;
+2. N session lines, ``{"type": "session", ...}`` with every column of
+   ``sessions`` in schema order (from a file newer than v16: every column the
+   file has, and the header carries the file's own ``schema_version``),
+   lineage included (``parent_session_id`` and the markers in
+   ``model_config``), ordered by ``(started_at, id)``;
+3. M message lines, ``{"type": "message", ...}`` with every column of
+   ``messages`` (``id`` and ``active`` included, so soft-deleted messages
+   travel too), ordered by ``id``.
+
+Values are exactly what the file stores: content keeps Hermes' ``"\\x00json:"``
+prefix, JSON columns stay text, counters are not recomputed. A BLOB, which
+Hermes never writes, is carried as ``{"$base64": "..."}``. Output is
+deterministic (no timestamps, fixed key order, compact separators), so
+export, import into an empty file and export again gives the same bytes.
+
+A bundle of some sessions also carries their ancestors, so every
+``parent_session_id`` in it resolves. Reading checks the whole file before
+anything is written; :mod:`hermes_models.transfer.importer` adds it to a store.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, cast
+
+import peewee
+from peewee import SQL, fn
+
+from ..checks import expand_user
+from ..driver import sqlite3
+from ..errors import BundleError
+from ..models import Message, Session, stored_fields, walk_sessions
+from ..store import SCHEMA_VERSION, among, current, rows_read_leniently
+from . import jsonl
+from .output import open_output
+
+logger = logging.getLogger("hermes_models")
+
+FORMAT = "hermes-models-bundle"
+VERSION = 1
+
+#: Column names of a session line and of a message line, in schema order.
+SESSION_COLUMNS = tuple(f.column_name for f in stored_fields(Session))
+MESSAGE_COLUMNS = tuple(f.column_name for f in stored_fields(Message))
+#: Rows per multi-row INSERT, and ids per ``IN (...)`` list.
+CHUNK_ROWS = 200
+_ID_CHUNK = 500
+
+#: ``progress(done, total)`` callbacks report rows written or read.
+Progress = Callable[[int, int], None]
+
+
+def raw(query: Any, params: Sequence[Any] | None = None) -> sqlite3.Cursor:
+    """A raw cursor for a peewee query or an SQL string: values exactly as stored."""
+    db: Any = current()
+    if isinstance(query, str):
+        return cast(sqlite3.Cursor, db.execute_sql(query, params))
+    return cast(sqlite3.Cursor, db.execute(query))
+
+
+def existing_ids(table: str, ids: Iterable[Any]) -> set[Any]:
+    """Which of ``ids`` are ids of rows of ``table`` (``sessions`` or ``messages``)."""
+    model: Any = Session if table == "sessions" else Message
+    found: set[Any] = set()
+    for chunk in chunks(list(ids), 5000):
+        found.update(row[0] for row in raw(model.select(model.id).where(among(model.id, chunk))))
+    return found
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$base64": base64.b64encode(value).decode("ascii")}
+    return value
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    """One bundle line (without the newline)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- choosing what to export -----------------------------------------------------------------
+
+
+def selection(session_id: str | None = None, source: str | None = None) -> list[str] | None:
+    """Ids of the sessions an export holds; None means every session.
+
+    ``session_id`` selects its lineage (ancestors, the session, all its
+    descendants); ``source`` the sessions of that source. Ancestors are
+    always added, so the bundle is self-contained.
+
+    Raises:
+        ValueError: ``session_id`` does not exist.
+    """
+    if session_id is not None and not isinstance(session_id, str):
+        raise TypeError(f"session_id must be str or None, not {type(session_id).__name__}")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"source must be str or None, not {type(source).__name__}")
+    if session_id is None and source is None:
+        return None
+    chosen: set[str] = set()
+    if session_id is not None:
+        if not Session.select().where(Session.id == session_id).exists():
+            raise ValueError(f"session_id {session_id!r} does not exist")
+        # Every ancestor of a descendant is the session's own ancestor or below it.
+        chosen.update(_walked(session_id))
+        chosen.update(_walked(session_id, upward=True))
+    if source is not None:
+        # A climb ends at a session of the source: that session climbs itself.
+        chosen.update(
+            _walked(
+                Session.source == source,
+                upward=True,
+                follow=lambda s: (s.source != source) | s.source.is_null(),
+            )
+        )
+    return sorted(chosen)
+
+
+def _walked(start: Any, **walk: Any) -> list[str]:
+    """Ids :func:`hermes_models.models.lineage.walk_sessions` reaches from ``start``
+    (the start included), however deep."""
+    cte = walk_sessions(Session, start, max_depth=None, **walk)
+    return [row[0] for row in raw(cte.select_from(cte.c.id))]
+
+
+def chunks(items: Sequence[Any], size: int = _ID_CHUNK) -> Iterator[Sequence[Any]]:
+    """``items`` in slices of ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def file_columns(model: type[Session] | type[Message]) -> tuple[str, ...]:
+    """The columns a bundle line of ``model`` carries: the v16 columns, or on a file
+    newer than v16 every column the file has (in file order), so nothing is lost."""
+    shape = current().shape
+    if shape is not None and shape.newer:
+        return tuple(shape.columns[model._meta.table_name])
+    return SESSION_COLUMNS if model is Session else MESSAGE_COLUMNS
+
+
+def _selected(model: type[Session] | type[Message]) -> list[Any]:
+    by_column = {f.column_name: f for f in model._meta.sorted_fields}
+    return [by_column.get(c) or peewee.Column(model, c) for c in file_columns(model)]
+
+
+def session_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
+    """Session rows (stored values, :func:`file_columns` order) by ``(started_at, id)``;
+    None: all. Read from the cursor as they are used: memory does not grow with them."""
+    query = Session.select(*_selected(Session)).order_by(Session.started_at, Session.id)
+    cursor = raw(query if ids is None else query.where(among(Session.id, ids)))
+    yield from rows_read_leniently(current(), cursor)
+
+
+def _of_a_session(query: Any) -> Any:
+    """``query`` of messages kept to those whose session exists: an import that was
+    killed leaves its staged messages without one (the next import removes them),
+    and a damaged file may hold such rows; a bundle of them could not be imported."""
+    owner = Session.alias("owner")
+    return query.where(fn.EXISTS(owner.select(SQL("1")).where(owner.id == Message.session)))
+
+
+def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
+    """Message rows (stored values, :func:`file_columns` order) of those sessions by id;
+    None: all of a session that exists. Read from the cursor as they are used (SQLite
+    sorts a selection on disk)."""
+    query = Message.select(*_selected(Message)).order_by(Message.id)
+    cursor = raw(_of_a_session(query) if ids is None else query.where(among(Message.session, ids)))
+    yield from rows_read_leniently(current(), cursor)
+
+
+def orphan_total() -> int:
+    """How many messages belong to no session (left out of an export of everything)."""
+    everything = int(raw(Message.select(fn.COUNT(Message.id))).fetchone()[0])
+    return everything - _message_total(None)
+
+
+def session_total(ids: list[str] | None) -> int:
+    """How many sessions :func:`session_rows` gives."""
+    if ids is not None:
+        return len(ids)
+    return int(raw(Session.select(fn.COUNT(Session.id))).fetchone()[0])
+
+
+def _message_total(ids: list[str] | None) -> int:
+    query = Message.select(fn.COUNT(Message.id))
+    if ids is None:
+        return int(raw(_of_a_session(query)).fetchone()[0])
+    return sum(
+        int(raw(query.where(Message.session.in_(list(chunk)))).fetchone()[0])
+        for chunk in chunks(ids)
+    )
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def _records(
+    session_id: str | None, source: str | None, progress: Progress | None
+) -> Iterator[tuple[str, str]]:
+    """``(kind, line)`` pairs of a bundle, read in one snapshot."""
+    with current().atomic():
+        ids = selection(session_id, source)
+        total = _message_total(ids)
+        if ids is None and (orphans := orphan_total()):
+            logger.warning(
+                "%s: %d message(s) belong to no session (an interrupted import's, or a "
+                "damaged file); they are not exported",
+                current().path,
+                orphans,
+            )
+        shape = current().shape
+        newer = shape is not None and shape.newer
+        header = {
+            "format": FORMAT,
+            "version": VERSION,
+            # A newer file's bundle says so: this package reads back only v16 bundles.
+            "schema_version": shape.version
+            if newer and shape and shape.version
+            else SCHEMA_VERSION,
+            "sessions": session_total(ids),
+            "messages": total,
+        }
+        yield "header", dumps(header) + "\n"
+        session_columns, message_columns = file_columns(Session), file_columns(Message)
+        for row in session_rows(ids):
+            record = {"type": "session", **dict(zip(session_columns, map(_encode, row)))}
+            yield "session", dumps(record) + "\n"
+        done = 0
+        for row in message_rows(ids):
+            record = {"type": "message", **dict(zip(message_columns, map(_encode, row)))}
+            yield "message", dumps(record) + "\n"
+            done += 1
+            if progress is not None and (done % CHUNK_ROWS == 0 or done == total):
+                progress(done, total)
+
+
+def export_bundle(
+    target: str | os.PathLike[str] | IO[str],
+    *,
+    session_id: str | None = None,
+    source: str | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> dict[str, int]:
+    """Write a bundle to a path or text stream; returns how many sessions and messages.
+
+    A path is written as :func:`hermes_models.transfer.output.open_output` describes:
+    an existing file is replaced only with ``overwrite=True``.
+    """
+    counts = {"sessions": 0, "messages": 0}
+    with open_output(target, overwrite=overwrite) as out:
+        for kind, line in _records(session_id, source, progress):
+            out.write(line)
+            if kind != "header":
+                counts[kind + "s"] += 1
+    return counts
+
+
+# -- recognising ---------------------------------------------------------------------------
+
+
+def is_bundle(path: str | os.PathLike[str]) -> bool:
+    """True when the first non-empty line of the file is a bundle header.
+
+    Reads at most :data:`~hermes_models.transfer.jsonl.MAX_LINE_BYTES` per line; a file
+    that cannot be read as JSON Lines is not a bundle.
+    """
+    with open(expand_user(os.fspath(path), "path"), "rb") as handle:
+        try:
+            for _, where, text in jsonl.lines(handle, os.fspath(path)):
+                if text.strip():
+                    record = jsonl.parse_object(text, where)
+                    return record.get("format") == FORMAT
+        except BundleError:
+            return False
+    return False
