@@ -750,16 +750,22 @@ def _lineage(store: SessionDB, session_id: str) -> tuple[views.Node, str]:
         for child in root.descendants():
             below.setdefault(child.parent_session_id or "", []).append(child)
 
-        def node(session: Session, depth: int, seen: set[str]) -> views.Node:
+        def node(session: Session, depth: int) -> views.Node:
             row = store.get_session(session.id) or {"id": session.id}
-            made = views.Node(row, kind_of(session), depth)
+            return views.Node(row, kind_of(session), depth)
+
+        # Built with a stack, not by recursion: a chain may be thousands of links long.
+        top = node(root, 0)
+        seen, stack = {root.id}, [(root, top)]
+        while stack:
+            session, made = stack.pop()
             for child in below.get(session.id, []):
                 if child.id not in seen:
                     seen.add(child.id)
-                    made.children.append(node(child, depth + 1, seen))
-            return made
-
-        return node(root, 0, {root.id}), resume
+                    grown = node(child, made.depth + 1)
+                    made.children.append(grown)
+                    stack.append((child, grown))
+        return top, resume
 
 
 @cli.command(

@@ -182,8 +182,9 @@ class Node:
 def lineage_rows(root: Node, resume: str, asked: str) -> list[dict[str, Any]]:
     """The tree as records, root first, each child after its parent."""
     rows: list[dict[str, Any]] = []
-
-    def walk(node: Node) -> None:
+    stack = [root]  # not recursion: a chain may be thousands of links long
+    while stack:
+        node = stack.pop()
         row = node.row
         rows.append(
             {
@@ -200,10 +201,7 @@ def lineage_rows(root: Node, resume: str, asked: str) -> list[dict[str, Any]]:
                 "asked": row["id"] == asked,
             }
         )
-        for child in node.children:
-            walk(child)
-
-    walk(root)
+        stack.extend(reversed(node.children))
     return rows
 
 
@@ -225,12 +223,10 @@ def lineage_tree(root: Node, resume: str, asked: str) -> Tree:
         return text
 
     tree = Tree(label(root))
-
-    def grow(branch: Tree, node: Node) -> None:
-        for child in node.children:
-            grow(branch.add(label(child)), child)
-
-    grow(tree, root)
+    stack = [(tree, root)]  # not recursion: a chain may be thousands of links long
+    while stack:
+        branch, node = stack.pop()
+        stack.extend((branch.add(label(child)), child) for child in node.children)
     return tree
 
 
