@@ -237,12 +237,12 @@ TEXT_BITS = 3
 
 class UndecodedText(ValueError):
     """A text argument of an SQL function came as None: text that is not UTF-8, which
-    pysqlite3 hands over so where the standard library's module fails the call."""
+    pysqlite3 hands over as None where the standard library's module fails the call."""
 
 
 def whole_arguments(mask: int, values: tuple[object, ...]) -> tuple[object, ...]:
-    """``values`` with those :func:`hermes_models.store.sqlite_sql.whole_text` handed over as
-    UTF-8 bytes (bit ``i`` of ``mask`` set for the ``i``-th) as text again.
+    """``values`` with those a search's scan handed over as UTF-8 bytes (text holding a
+    NUL; bit ``i`` of ``mask`` set for the ``i``-th) as text again.
 
     Bit ``TEXT_BITS + i`` set says the ``i``-th is text in the file: when it came as
     None, the text is not UTF-8 and :class:`UndecodedText` is raised, so that the
@@ -280,12 +280,12 @@ def keeps_failed_row() -> bool:
     if _keeps_failed_row is None:
         conn = sqlite3.connect(":memory:")
         try:
-            conn.execute("CREATE TABLE t (v)")
-            values = [(b"a",), (b"\xff",), (b"b",)]
-            conn.executemany("INSERT INTO t VALUES (CAST(? AS TEXT))", values)
-            cursor = conn.execute("SELECT v FROM t ORDER BY rowid")
+            # Three text values, the second not UTF-8.
+            cursor = conn.execute(
+                "SELECT CAST(column1 AS TEXT) FROM (VALUES (x'61'), (x'ff'), (x'62'))"
+            )
             rows: list[object] = []
-            for _ in range(len(values) + 2):
+            for _ in range(5):
                 try:
                     rows.append(cursor.fetchone())
                 except sqlite3.OperationalError:

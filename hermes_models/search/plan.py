@@ -612,8 +612,9 @@ def _holds_nul(column: Any) -> Any:
 
 
 def _whole_text(column: Any) -> Any:
-    """``column`` as an argument of an SQL function of ours, whole (as
-    :func:`hermes_models.store.sqlite_sql.whole_text` spells it)."""
+    """``column`` as an argument of an SQL function of ours, whole: text holding a NUL
+    character goes as its UTF-8 bytes (some builds of the ``sqlite3`` module cut a
+    text argument at its first NUL), flagged in :func:`_nul_mask`."""
     return Case(None, [(_holds_nul(column), column.cast("BLOB"))], column)
 
 

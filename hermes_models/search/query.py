@@ -424,7 +424,7 @@ class Matcher:
         mask: int = 0,
     ) -> int:
         """Note which needles a message holds; 0 always. Text holding a NUL comes as
-        bytes, flagged in ``mask`` (see :func:`hermes_models.store.sqlite_sql.whole_text`).
+        bytes, flagged in ``mask`` (see :func:`hermes_models.search.plan.scan_statement`).
 
         Raises:
             UndecodedText: text that is not UTF-8 came as None (pysqlite3), so that the

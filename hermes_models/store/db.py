@@ -82,12 +82,11 @@ class LenientCursor(sqlite3.Cursor):
 
     db: HermesDatabase | None = None
     _ran: tuple[str, Any] | None = None
-    _read = False
     #: Rows ``fetchone`` handed over since the statement ran.
     _returned = 0
 
     def execute(self, sql: str, parameters: Any = (), /) -> LenientCursor:
-        self._ran, self._read, self._returned = (sql, parameters), False, 0
+        self._ran, self._returned = (sql, parameters), 0
         super().execute(sql, parameters)
         return self
 
@@ -112,7 +111,6 @@ class LenientCursor(sqlite3.Cursor):
             super().fetchone()
 
     def fetchone(self) -> Any:
-        self._read = True
         while True:
             try:
                 row = super().fetchone()

@@ -512,23 +512,6 @@ ALL_CHANGED = f"INSERT OR IGNORE INTO {GRAM_CHANGED_TABLE}(id) SELECT id FROM me
 MESSAGES_COUNT = "SELECT count(*) FROM messages"
 
 
-def _holds_nul(column: str) -> str:
-    return f"(typeof({column}) = 'text' AND instr({column}, char(0)) > 0)"
-
-
-def whole_text(column: str) -> str:
-    """``column`` as an argument of an SQL function of ours: text holding a NUL
-    character goes as its UTF-8 bytes (some builds of the ``sqlite3`` module cut a
-    text argument at its first NUL), flagged in :func:`nul_mask`."""
-    return f"CASE WHEN {_holds_nul(column)} THEN CAST({column} AS BLOB) ELSE {column} END"
-
-
-def nul_mask(*columns: str) -> str:
-    """Which of ``columns`` :func:`whole_text` hands over as bytes: bit ``i`` for the
-    ``i``-th (:func:`hermes_models.driver.whole_arguments` makes them text again)."""
-    return " + ".join(f"{_holds_nul(column)} * {1 << i}" for i, column in enumerate(columns))
-
-
 _INDEXED = "AFTER UPDATE OF id, content, tool_name, tool_calls ON main.messages"
 _CHANGES = (
     "old.id IS NOT new.id OR old.content IS NOT new.content"
