@@ -206,11 +206,10 @@ class StoreModel:
         if s.marked("_branched_from"):
             return "branch"
         parent = self.sessions[s.parent]
-        if parent.ended_at is not None and s.started_at >= parent.ended_at:
-            if parent.end_reason == "branched":
-                return "branch"
-            if parent.end_reason == "compression":
-                return "compression"
+        if parent.end_reason == "compression":  # whenever the child started (Hermes v17 on)
+            return "compression"
+        if parent.end_reason == "branched" and s.started_at >= parent.ended_at:
+            return "branch"
         return "ephemeral"
 
     def session_messages(self, session_id: str, include_inactive: bool = False) -> list[MMessage]:
@@ -227,14 +226,11 @@ class StoreModel:
         rows = self.session_messages(session_id, include_inactive=True)
         return len(rows), sum(tool_calls_of(m) for m in rows)
 
-    def _latest_child(self, session_id: str, *, after_end: bool) -> str | None:
-        here = self.sessions[session_id]
+    def _latest_child(self, session_id: str) -> str | None:
         candidates = [
             c
             for c in self.children(session_id)
-            if not c.marked("_branched_from")
-            and not c.marked("_delegate_from")
-            and (not after_end or (here.ended_at is not None and c.started_at >= here.ended_at))
+            if not c.marked("_branched_from") and not c.marked("_delegate_from")
         ]
         if not candidates:
             return None
@@ -245,7 +241,7 @@ class StoreModel:
             return session_id
         here, seen, hops = session_id, {session_id}, 0
         while hops < TIP_MAX_HOPS and self.sessions[here].end_reason == "compression":
-            nxt = self._latest_child(here, after_end=True)
+            nxt = self._latest_child(here)
             if nxt is None or nxt in seen:
                 break
             here, hops = nxt, hops + 1
@@ -262,7 +258,7 @@ class StoreModel:
                 return here
             if depth >= RESUME_MAX_DEPTH:
                 return tip
-            nxt = self._latest_child(here, after_end=False)
+            nxt = self._latest_child(here)
             if nxt is None or nxt in seen:
                 return tip
             here, depth = nxt, depth + 1

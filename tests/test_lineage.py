@@ -89,7 +89,9 @@ def test_kind_of_each_rule(family: SessionDB) -> None:
         "root": "root",
         "marked-branch": "branch",
         "continuation": "compression",
-        "early-sub": "ephemeral",
+        # Untagged, under a parent that ended with 'compression': a continuation,
+        # whenever it started (Hermes v17 on; v16 read the time).
+        "early-sub": "compression",
         "late-delegate": "ephemeral",
         "fork-parent": "root",
         "heuristic-branch": "branch",
@@ -107,8 +109,12 @@ def test_sql_kind_expression_agrees_with_python(family: SessionDB) -> None:
 def test_child_queries_by_kind(family: SessionDB) -> None:
     root = Session.get_by_id("root")
     assert [s.id for s in root.branches()] == ["marked-branch"]
-    assert [s.id for s in root.compression_children()] == ["continuation", "bad-config"]
-    assert [s.id for s in root.ephemeral_children()] == ["early-sub", "late-delegate"]
+    assert [s.id for s in root.compression_children()] == [
+        "early-sub",
+        "continuation",
+        "bad-config",
+    ]
+    assert [s.id for s in root.ephemeral_children()] == ["late-delegate"]
     fork = Session.get_by_id("fork-parent")
     assert [s.id for s in fork.branches()] == ["heuristic-branch"]
     assert [s.id for s in fork.ephemeral_children()] == ["before-fork"]
@@ -153,7 +159,7 @@ def chain(store: SessionDB) -> SessionDB:
     make(store, "c1", 100, parent="r", messages=2)
     make(
         store, "r-sub", 90, parent="r", messages=2
-    )  # live-parent subagent, newest start before end
+    )  # untagged, started while r was live: a continuation too (Hermes v17 on), not the tip
     make(store, "r-branch", 150, parent="r", config={"_branched_from": "r"}, messages=2)
     end("c1", "compression", 200)
     make(store, "c2", 200, parent="c1", messages=2)
@@ -177,12 +183,25 @@ def test_branch_started_after_compression_end_is_not_a_tip(store: SessionDB) -> 
     assert store.get_compression_tip("p") == "cont"
 
 
-def test_subagent_started_while_parent_was_live_is_never_followed(store: SessionDB) -> None:
+def test_a_tagged_subagent_run_is_never_followed(store: SessionDB) -> None:
     make(store, "p", 0, messages=2)
-    make(store, "sub", 50, parent="p", messages=2)
+    make(store, "sub", 50, parent="p", messages=2, config={"_delegate_from": "p"})
     end("p", "compression", 100)
     assert store.get_compression_tip("p") == "p"
     assert store.resolve_resume_session_id("p") == "p"
+
+
+def test_an_untagged_child_continues_a_compressed_parent_whenever_it_started(
+    store: SessionDB,
+) -> None:
+    # Hermes v17 on (v16 read the time): the rule is the parent's end_reason.
+    make(store, "p", 0, messages=2)
+    make(store, "early", 50, parent="p", messages=2)
+    end("p", "compression", 100)
+    assert store.get_compression_tip("p") == "early"
+    assert store.resolve_resume_session_id("p") == "early"
+    make(store, "later", 110, parent="p", messages=1)
+    assert store.get_compression_tip("p") == "later"
 
 
 def test_tip_takes_the_most_recent_continuation(store: SessionDB) -> None:
@@ -477,7 +496,7 @@ def test_cli_lineage_tree_and_resume(chain: SessionDB) -> None:
     lines = [line.rstrip() for line in result.output.splitlines()]
     assert lines == [
         "r  root  'deep work'  2 msgs  ended: compression",
-        "├── r-sub  ephemeral  2 msgs",
+        "├── r-sub  compression  2 msgs",
         "├── c1  compression  (asked)  2 msgs  ended: compression",
         "│   ├── c2  compression  <- resume  2 msgs",
         "│   └── c1-late-delegate  ephemeral  2 msgs",

@@ -296,12 +296,8 @@ def test_a_session_search_groups_the_newest_hits(
         assert {row["id"]: row["hits"] for row in rows} == dict(want)
 
 
-@pytest.mark.parametrize("batch", [1, 2, 3])
-def test_sessions_read_in_small_batches_give_the_same_rows(
-    both: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, batch: int
-) -> None:
+def test_sessions_by_root_are_the_same_rows_on_both_backends(both: tuple[Any, Any]) -> None:
     lite, pg = both
-    monkeypatch.setattr(pg_search, "IDS_PER_STATEMENT", batch)
     for query in ("数据", "数"):  # unranked on both backends: the same rows
         for kwargs in ({}, {"source": "telegram"}, {"limit": 1, "offset": 1}, {"limit": None}):
             assert run(pg, search_sessions, query, **kwargs) == run(
@@ -315,8 +311,8 @@ def test_sessions_read_in_small_batches_give_the_same_rows(
 def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 70,000 sessions with a hit each, a tenth of them continuations: the
-    # climb and the page read more ids than one statement may bind (65,535).
+    # 70,000 sessions with a hit each, a tenth of them continuations: the climb
+    # and the page read more ids than one statement may bind (65,535), as one array.
     n = 70_000
     monkeypatch.setattr(pg_search, "SESSION_WINDOW", 100_000)  # every hit counted
     sessions = [

@@ -32,7 +32,7 @@ from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from ..health import doctor as check
 from ..health import repair
 from ..health import stats as store_stats
-from ..models import MAX_DEPTH, Session, kind_of
+from ..models import Session, kind_expr, kind_of
 from ..sessiondb import SessionDB
 from ..store import (
     connect,
@@ -747,49 +747,27 @@ def _lineage(store: SessionDB, session_id: str) -> tuple[views.Node, str]:
         root = Session.get_by_id(session_id).root()
         resume = store.resolve_resume_session_id(root.id)
         below: dict[str, list[Session]] = {}
-        for child in root.descendants():
+        kinds = {root.id: kind_of(root)}
+        for child in root.descendants().select_extend(kind_expr(Session).alias("kind_")):
             below.setdefault(child.parent_session_id or "", []).append(child)
+            kinds[child.id] = str(getattr(child, "kind_"))  # noqa: B009 (selected above)
 
         def node(session: Session, depth: int) -> views.Node:
             row = store.get_session(session.id) or {"id": session.id}
-            return views.Node(row, kind_of(session), depth)
+            return views.Node(row, kinds[session.id], depth)
 
         # Built with a stack, not by recursion: a chain may be thousands of links long.
         top = node(root, 0)
         seen, stack = {root.id}, [(root, top)]
-        cut, depths = "", {root.id: 0}
         while stack:
             session, made = stack.pop()
-            if made.depth == MAX_DEPTH and not cut and _has_children(session.id):
-                cut = f"below {session.id}"
             for child in below.get(session.id, []):
                 if child.id not in seen:
                     seen.add(child.id)
                     grown = node(child, made.depth + 1)
-                    depths[child.id] = grown.depth
                     made.children.append(grown)
                     stack.append((child, grown))
-        if depths.get(session_id) == MAX_DEPTH:  # the walk up stopped at its bound
-            cut = _above_the_bound(root) or cut
-        if cut:
-            logger.warning(
-                "the lineage of %s is more than %d links deep: the tree is shown from %s to"
-                " depth %d, and goes on %s",
-                session_id, MAX_DEPTH, root.id, MAX_DEPTH, cut,
-            )  # fmt: skip
         return top, resume
-
-
-def _above_the_bound(root: Session) -> str:
-    """Where the chain goes on above ``root`` (the top a bounded walk up reached), or ""."""
-    parent = root.parent_session_id
-    if parent is not None and Session.get_or_none(Session.id == parent) is not None:
-        return f"above {root.id}"
-    return ""
-
-
-def _has_children(session_id: str) -> bool:
-    return bool(Session.select().where(Session.parent_session_id == session_id).exists())
 
 
 @cli.command(

@@ -20,7 +20,6 @@ from rich.filesize import decimal
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from ..models import Clock
 from ..store import IMAGE
@@ -205,15 +204,27 @@ def lineage_rows(root: Node, resume: str, asked: str) -> list[dict[str, Any]]:
     return rows
 
 
-def lineage_tree(root: Node, resume: str, asked: str) -> Tree:
-    """The tree, each session labelled: id, kind, markers first, then title, counts, end."""
+#: The levels of a lineage tree indented, at most, per 16 columns of the console: a
+#: deeper session is drawn at the last of them with its depth (a chain may be
+#: thousands of links long).
+COLUMNS_PER_LEVEL = 16
 
-    def label(node: Node) -> Text:
+
+class LineageTree:
+    """The lineage tree drawn with guides as rich's ``Tree`` draws them, in time
+    linear in the tree: each session labelled (id, kind, markers first, then
+    title, counts, end). Indentation stops growing at a level that fills a quarter
+    of the width; a session below it is drawn there, labelled with its depth."""
+
+    def __init__(self, root: Node, resume: str, asked: str) -> None:
+        self.root, self.resume, self.asked = root, resume, asked
+
+    def label(self, node: Node) -> Text:
         row = node.row
         text = Text.assemble((row["id"], "bold"), "  ", (node.kind, "cyan"))
-        if row["id"] == resume:
+        if row["id"] == self.resume:
             text.append("  <- resume", "green")
-        if row["id"] == asked and asked != root.row["id"]:
+        if row["id"] == self.asked and self.asked != self.root.row["id"]:
             text.append("  (asked)", "yellow")
         if row.get("title"):
             text.append(f"  {row['title']!r}")
@@ -222,12 +233,37 @@ def lineage_tree(root: Node, resume: str, asked: str) -> Tree:
             text.append(f"  ended: {row['end_reason']}")
         return text
 
-    tree = Tree(label(root))
-    stack = [(tree, root)]  # not recursion: a chain may be thousands of links long
-    while stack:
-        branch, node = stack.pop()
-        stack.extend((branch.add(label(child)), child) for child in node.children)
-    return tree
+    def lines(self, width: int) -> Iterable[Text]:
+        """One line per session, root first, each child after its parent."""
+        levels = max(1, width // COLUMNS_PER_LEVEL)
+        # (node, guides): guides link (is the last child, the parent's guides).
+        stack: list[tuple[Node, Any]] = [(self.root, None)]
+        while stack:  # not recursion: a chain may be thousands of links long
+            node, guides = stack.pop()
+            lasts: list[bool] = []
+            at = guides
+            while at is not None and len(lasts) < levels:
+                lasts.append(at[0])
+                at = at[1]
+            lasts.reverse()
+            prefix = "".join("    " if last else "│   " for last in lasts[:-1])
+            if lasts:
+                prefix += "└── " if lasts[-1] else "├── "
+            line = Text(prefix, "tree.line") + self.label(node)
+            if node.depth > levels:
+                line.append(f"  (depth {node.depth})", "dim")
+            yield line
+            children = node.children
+            for i in range(len(children) - 1, -1, -1):
+                stack.append((children[i], (i == len(children) - 1, guides)))
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterable[Text]:
+        yield from self.lines(options.max_width)
+
+
+def lineage_tree(root: Node, resume: str, asked: str) -> LineageTree:
+    """The tree, each session labelled: id, kind, markers first, then title, counts, end."""
+    return LineageTree(root, resume, asked)
 
 
 # -- search ---------------------------------------------------------------------------------

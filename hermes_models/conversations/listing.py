@@ -384,7 +384,6 @@ def _tips(roots_cte: Any) -> tuple[Any, Any]:
         roots_cte,
         start_where=roots_cte.c.root_end == "compression",
         latest=True,
-        after_end=True,
         leave=ended_with_compression,
         max_depth=TIP_MAX_HOPS,
         name="walk",

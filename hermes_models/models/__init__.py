@@ -5,15 +5,16 @@ from __future__ import annotations
 from . import clock
 from .clock import Clock
 from .lineage import (
-    MAX_DEPTH,
     RESUME_MAX_DEPTH,
     TIP_MAX_HOPS,
     branch_expr,
     compression_chain_ids,
     compression_expr,
+    counted_for,
     delegate_marked,
     descend,
     ended_with_compression,
+    kind_expr,
     kind_of,
     listable_expr,
     marker,
@@ -50,7 +51,6 @@ from .tables import (
 __all__ = [
     "AUTO_PRUNE_KEY",
     "CONTENT_JSON_PREFIX",
-    "MAX_DEPTH",
     "RESUME_MAX_DEPTH",
     "ROLES",
     "TIP_MAX_HOPS",
@@ -69,6 +69,7 @@ __all__ = [
     "compression_chain_ids",
     "compression_expr",
     "compression_tip_id",
+    "counted_for",
     "decode_content",
     "decode_json",
     "delegate_marked",
@@ -76,6 +77,7 @@ __all__ = [
     "encode_content",
     "encode_json",
     "ended_with_compression",
+    "kind_expr",
     "kind_of",
     "listable_expr",
     "marker",

@@ -7,9 +7,10 @@ A child session is one of three kinds:
   or the parent ended with ``end_reason='branched'`` and the child started
   at or after that end. Listed; survives deletion of its parent.
 * **compression** - the continuation written when the context of the parent
-  was compressed: the parent ended with ``'compression'`` and the child
-  started at or after that end. Hidden in listings, where its root stands
-  for the whole chain; survives deletion of its parent.
+  was compressed: the parent ended with ``'compression'``, whenever the child
+  started (Hermes v17 on: a continuation may be written before its parent's
+  end is, and a clock may step back). Hidden in listings, where its root
+  stands for the whole chain; survives deletion of its parent.
 * **ephemeral** - a delegated subagent run: any other child, and any session
   whose ``model_config`` carries ``_delegate_from``. Never listed; deleted
   with its parent.
@@ -18,21 +19,22 @@ The rules exist twice, as SQL expressions (so listings filter in the
 database) and as :func:`kind_of` for one loaded row; the tests hold the two
 to the same answers. Every walk over parent links - ancestors, descendants,
 the compression tip and the resume target, a chain's members in listings,
-archiving a chain - is :func:`walk_sessions`: a recursive CTE that carries
-the path walked so far, so a cycle in parent links ends the walk instead of
-looping, and stops at a depth bound.
+archiving a chain - is :func:`walk_sessions`: a recursive CTE without a depth
+bound (the compression tip and the resume target keep Hermes' own: 100 hops, 32
+levels), in constant work per step, which a cycle in parent links ends instead
+of looping.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, cast
 
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from ..store import current, json_text, on_postgresql, position
+from ..store import among, current, json_text, on_postgresql
 
 if TYPE_CHECKING:
     from typing import Any
@@ -43,12 +45,6 @@ if TYPE_CHECKING:
     #: A peewee expression node (peewee's stubs do not type its operators).
     Expr = Any
 
-#: Separator of session ids in the walked path of a recursive CTE.
-SEP = "\x1f"
-#: Escape character of session ids in a walked path.
-ESC = "\x1e"
-#: Depth bound of ancestor and descendant walks.
-MAX_DEPTH = 1000
 #: Hops a compression-tip walk takes at most.
 TIP_MAX_HOPS = 100
 #: Levels a resume walk descends below the tip at most.
@@ -188,7 +184,7 @@ def compression_expr(s: Source) -> Expr:
         & ~delegate_marked(s)
         & ~branch_marked(s)
         & ~parent_ended(s, "branched")
-        & parent_ended(s, "compression")
+        & _parent_ended_any_time(s, ("compression",))
     )
 
 
@@ -202,7 +198,7 @@ def ephemeral_expr(s: Source) -> Expr:
         s.parent.is_null(False)
         & ~branch_marked(s)
         & ~parent_ended(s, "branched")
-        & ~parent_ended(s, "compression")
+        & ~_parent_ended_any_time(s, ("compression",))
     )
 
 
@@ -237,7 +233,7 @@ def kind_expr(s: Source) -> Expr:
             (delegate_marked(s), "ephemeral"),
             (s.parent.is_null(True), "root"),
             (branch_marked(s) | parent_ended(s, "branched"), "branch"),
-            (parent_ended(s, "compression"), "compression"),
+            (_parent_ended_any_time(s, ("compression",)), "compression"),
         ],
         "ephemeral",
     )
@@ -285,11 +281,16 @@ def kind_of(session: Session) -> str:
         .where(model.id == session.parent_session_id)
         .first()
     )
-    if parent is not None and parent.ended_at is not None and session.started_at >= parent.ended_at:
-        if parent.end_reason == "branched":
-            return "branch"
-        if parent.end_reason == "compression":
-            return "compression"
+    if parent is None:
+        return "ephemeral"
+    if parent.end_reason == "compression":
+        return "compression"
+    if (
+        parent.end_reason == "branched"
+        and parent.ended_at is not None
+        and session.started_at >= parent.ended_at
+    ):
+        return "branch"
     return "ephemeral"
 
 
@@ -326,28 +327,9 @@ def _kind_of_v30(session: Session) -> str:
     return "ephemeral"
 
 
-def _token(session_id: Any) -> Any:
-    """``session_id`` as written into a walked path: :data:`ESC` and :data:`SEP` escaped,
-    so that no id, whatever characters it holds, can look like a list of ids."""
-    return fn.replace(fn.replace(session_id, ESC, ESC + "0"), SEP, ESC + "1")
-
-
-def path_of(*parts: Any) -> Expr:
-    """A walked path holding ``parts`` (session ids or expressions), in order."""
-    node: Any = Value(SEP)
-    for part in parts:
-        node = extend_path(node, part)
-    return node
-
-
-def extend_path(path: Any, session_id: Any) -> Any:
-    """``path`` with ``session_id`` appended."""
-    return path.concat(_token(session_id)).concat(SEP)
-
-
-def not_visited(path: Any, session_id: Any) -> Expr:
-    """True when ``session_id`` is not in the walked ``path`` yet."""
-    return position(path, path_of(session_id)) == 0
+def _power_of_two(depth: Any) -> Expr:
+    """True when ``depth`` (a positive integer) is a power of two."""
+    return depth.bin_and(depth - 1) == 0
 
 
 def walk_sessions(
@@ -356,49 +338,59 @@ def walk_sessions(
     *,
     upward: bool = False,
     latest: bool = False,
-    after_end: bool = False,
     follow: Callable[[Any], Expr] | None = None,
     leave: Callable[[Any], Expr] | None = None,
     start_where: Expr | None = None,
-    max_depth: int | None = MAX_DEPTH,
+    max_depth: int | None = None,
     name: str = "walk",
 ) -> Any:
-    """The one walk over parent links: a recursive CTE ``(root_id, id, parent_id,
-    depth, path)``, every walk of the package goes through it.
+    """The one walk over parent links, a recursive CTE ``(root_id, id, parent_id,
+    depth)``: every walk of the package goes through it.
 
     It starts from the sessions ``start`` names - an id, an expression over
     ``model``, or a CTE whose ``root_id`` column holds ids (then filtered by
     ``start_where``) - each its own ``root_id`` at depth 0. ``parent_id`` is
     carried by upward walks only (NULL otherwise). Each step goes up to the parent
     (``upward``), down to every child, or (``latest``) down to the latest child
-    that may continue the session (:func:`latest_child`, ``after_end`` as
-    there). ``follow`` restricts the sessions stepped to, ``leave`` the
-    sessions stepped from. The walked path is the cycle guard: a session
-    already on it ends that branch; ``max_depth`` (None: no bound) ends it
-    after so many steps.
+    that may continue the session (:func:`latest_child`). ``follow`` restricts
+    the sessions stepped to, ``leave`` the sessions stepped from; ``max_depth``
+    (None: no bound) ends a walk after so many steps.
+
+    A cycle in parent links ends the walk, in constant work per step (no list of
+    the sessions walked, which made a walk quadratic in its length):
+
+    * a walk down reaches a session in a cycle only if its start is in that cycle
+      (every session has one parent), so a step back to the start ends it;
+    * a walk up follows one parent per session and may enter a cycle its start is
+      not in: it keeps a mark, moved to the session reached at every depth that
+      is a power of two, and a step onto the mark ends it (Brent's method: within
+      twice the length of tail and cycle). The sessions of the cycle may then come
+      more than once; :func:`first_visits` keeps each at its first depth, and
+      every upward walk is returned so.
     """
     from_roots = isinstance(start, peewee.CTE)
     if from_roots:
         root = start.c.root_id
-        base = start.select_from(root, root, SQL("NULL"), Value(0), path_of(root))
+        base = start.select_from(root, root, SQL("NULL"), Value(0), root)
         if start_where is not None:
             base = base.where(start_where)
     else:
         where = (model.id == start) if isinstance(start, str) else start
-        base = model.select(model.id, model.id, model.parent, Value(0), path_of(model.id))
+        base = model.select(model.id, model.id, model.parent, Value(0), model.id)
         base = base.where(where)
-    cte = base.cte(name, recursive=True, columns=("root_id", "id", "parent_id", "depth", "path"))
+    steps = name + "_steps" if upward else name
+    cte = base.cte(steps, recursive=True, columns=("root_id", "id", "parent_id", "depth", "mark"))
     step = model.alias("step")
     here = model.alias("here")
     # Only an upward walk reads parent_id; a walk down leaves it NULL, so that the
     # step's row is found by its id alone (the id index covers it).
     parent_id = step.parent if upward else SQL("NULL")
-    query = step.select(
-        cte.c.root_id, step.id, parent_id, cte.c.depth + 1, extend_path(cte.c.path, step.id)
-    ).from_(cte)
+    depth = cte.c.depth + 1
+    mark = Case(None, [(_power_of_two(depth), step.id)], cte.c.mark) if upward else cte.c.mark
+    query = step.select(cte.c.root_id, step.id, parent_id, depth, mark).from_(cte)
     if latest:
         query = query.join(here, on=(here.id == cte.c.id))
-        query = query.join(step, on=(step.id == latest_child(here, after_end=after_end)))
+        query = query.join(step, on=(step.id == latest_child(here)))
     elif upward and (from_roots or leave is not None):
         # The session stepped from is read anyway: its parent link is its own.
         query = query.join(here, on=(here.id == cte.c.id))
@@ -408,14 +400,31 @@ def walk_sessions(
         query = query.join(step, on=link)
         if leave is not None:
             query = query.join(here, on=(here.id == cte.c.id))
-    conditions = [not_visited(cte.c.path, step.id)]
+    conditions = [step.id != cte.c.root_id]
+    if upward:
+        conditions.append(step.id != cte.c.mark)
     if max_depth is not None:
         conditions.insert(0, cte.c.depth < max_depth)
     if follow is not None:
         conditions.append(follow(step))
     if leave is not None:
         conditions.append(leave(here))
-    return cte.union_all(query.where(*conditions))
+    walked = cte.union_all(query.where(*conditions))
+    return first_visits(walked, name) if upward else walked
+
+
+def first_visits(walk: Any, name: str) -> Any:
+    """``walk``'s rows with each session once per start, at the depth it was first
+    reached: a CTE ``(root_id, id, parent_id, depth)`` holding ``walk`` in its own
+    ``WITH``."""
+    first = (
+        walk.select_from(walk.c.root_id, walk.c.id, fn.MIN(walk.c.parent_id), fn.MIN(walk.c.depth))
+        .group_by(walk.c.root_id, walk.c.id)
+        .with_cte(walk)
+    )
+    # A subquery keeps its own WITH when rendered; a CTE's query would lose it.
+    query = peewee.Select(from_list=[first.alias(name + "_first")], columns=[SQL("*")])
+    return query.cte(name, columns=("root_id", "id", "parent_id", "depth"))
 
 
 def _relatives(
@@ -476,9 +485,9 @@ def children_of_kind(
     )
 
 
-def latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Session]:
+def latest_child(parent: Source) -> peewee.ModelSelect[Session]:
     """The id of the most recently started child of ``parent`` that may continue it
-    (not a branch or subagent run); ``after_end``: started at or after its end."""
+    (not a branch or subagent run), whenever it started."""
     child = _base(parent).alias("latest")
     if newer_rules():
         # Hermes v30: inherited markers do not count, and no time clause.
@@ -492,8 +501,6 @@ def latest_child(parent: Source, *, after_end: bool) -> peewee.ModelSelect[Sessi
     query = child.select(child.id).where(
         child.parent == parent.id, ~branch_marked(child), ~delegate_marked(child)
     )
-    if after_end:
-        query = query.where(child.started_at >= parent.ended_at)
     return cast(
         "peewee.ModelSelect[Session]",
         query.order_by(child.started_at.desc(), child.id.desc()).limit(1),
@@ -508,16 +515,79 @@ def ended_with_compression(s: Source) -> Expr:
 def descend(model: type[Session], session_id: Any, *, compression_only: bool, hops: int) -> Any:
     """:func:`walk_sessions` from ``session_id`` down through the latest continuing
     child, at most ``hops`` steps; ``compression_only``: only while the session
-    stepped from ended with ``'compression'`` (and the child started after that)."""
+    stepped from ended with ``'compression'``."""
     return walk_sessions(
         model,
         session_id,
         latest=True,
-        after_end=compression_only,
         leave=ended_with_compression if compression_only else None,
         max_depth=hops,
         name="chain",
     )
+
+
+def counted_for(model: type[Session], session_ids: Iterable[str]) -> dict[str, str]:
+    """The session each of ``session_ids`` counts for in a search by session: up
+    through compression continuations and subagent runs, stopping at a branch (its
+    own conversation), at a session without a parent or whose parent does not exist.
+    A session in a cycle of parent links counts for the last one its walk up reaches
+    before coming back (the one whose parent it is); one below a cycle, for what the
+    cycle's first session it reaches counts for. An id that is no session counts for
+    itself.
+
+    Time linear in the sessions walked, however long the chains: one recursive CTE
+    reads every session on the way up once (``UNION``: a session reached twice is
+    read once, which also ends cycles), and each session's answer is worked out once.
+    """
+    starts = list(dict.fromkeys(session_ids))
+    if not starts:
+        return {}
+    here = model.alias("here")
+    above = model.alias("above")
+    climbed = model.select(model.id).where(among(model.id, starts))
+    cte = climbed.cte("climbed", recursive=True, columns=("id",))
+    step = (
+        above.select(above.id)
+        .from_(cte)
+        .join(here, on=(here.id == cte.c.id))
+        .join(above, on=(above.id == here.parent))
+        .where(~branch_expr(here))
+    )
+    cte = cte.union(step)
+    rows = (
+        model.select(model.id, model.parent, Case(None, [(branch_expr(model), 1)], 0))
+        .join(cte, on=(model.id == cte.c.id))
+        .with_cte(cte)
+        .tuples()
+    )
+    parent_of: dict[str, str | None] = {}
+    stops: set[str] = set()
+    for session_id, parent_id, is_branch in rows:
+        parent_of[session_id] = parent_id
+        if is_branch == 1:
+            stops.add(session_id)
+    owner: dict[str, str] = {}
+    for start in starts:
+        path: list[str] = []
+        on_path: dict[str, int] = {}
+        node = start
+        while node not in owner:
+            if node in on_path:  # a cycle: each of its sessions counts for the one below it
+                cycle = path[on_path[node] :]
+                for i, member in enumerate(cycle):
+                    owner[member] = cycle[i - 1]
+                del path[on_path[node] :]
+                break
+            parent = parent_of.get(node)
+            if parent is None or node in stops or parent not in parent_of:
+                owner[node] = node
+                break
+            on_path[node] = len(path)
+            path.append(node)
+            node = parent
+        for below in path:
+            owner[below] = owner[node]
+    return {start: owner[start] for start in starts}
 
 
 def compression_chain_ids(model: type[Session], session_id: str) -> list[str]:

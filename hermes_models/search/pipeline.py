@@ -60,6 +60,7 @@ from ..store import (
 )
 from . import postgres as pg_search
 from . import present
+from .by_root import page_of_roots
 from .plan import (
     BEST_RANKS_FUNCTION,
     COUNT_PREFIX_CHARS,
@@ -887,11 +888,11 @@ def search_sessions(
                 parsed, shape, "rank", (limit, 0), deadline, scanned=True, widen=False
             )
             plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
-            names, found = _run(plan, deadline)
-        except _OutOfTime as exc:
-            _ran_out(parsed, budget, len(exc.rows))
-            return []  # rows come out only once all of them are ranked
-        return [dict(zip(names, row)) for row in found]
+            _, found = _run(plan, deadline)
+        except _OutOfTime:
+            _ran_out(parsed, budget, 0)  # sessions come out only once all are ranked
+            return []
+        return page_of_roots(found, sources, rank_mode, limit, offset)
 
     with current()._reading_once():
         rows = routed(parsed, run)

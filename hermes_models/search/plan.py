@@ -40,7 +40,7 @@ from peewee import JOIN, SQL, Case, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from ..driver import TEXT_BITS
-from ..models import Message, Session, branch_expr, delegate_marked, walk_sessions
+from ..models import Message, Session, delegate_marked
 from ..store import (
     INDEXES,
     LIKE,
@@ -1001,9 +1001,8 @@ class SessionPlan:
 
     @property
     def statement(self) -> Statement:
-        """One row per lineage root (see :func:`sessions_statement`)."""
-        n_sources = None if self.sources is None else len(self.sources)
-        return sessions_statement(self.shape, n_sources, self.rank_mode)
+        """One row per session with hits (see :func:`sessions_statement`)."""
+        return sessions_statement(self.shape)
 
     def scan(self) -> ScanPlan | None:
         """The scan to run first, if any."""
@@ -1535,35 +1534,8 @@ def _best_hits() -> Statement:
 # -- sessions ---------------------------------------------------------------------------
 
 
-def _owners(hits: Any) -> tuple[Any, Any, Any]:
-    """CTEs mapping each hit's session to the lineage root it counts for: the sessions
-    with hits, the walk up from them (:func:`hermes_models.models.lineage.walk_sessions`),
-    and ``owners`` ``(start, root_id, depth)``.
-
-    The walk goes up through compression and subagent links and stops below
-    a branch (a fork is its own result) or at a session without a parent.
-    """
-    starts = hits.select_from(hits.c.session_id).distinct().cte("starts", columns=("root_id",))
-    climb = walk_sessions(
-        Session, starts, upward=True, leave=lambda here: ~branch_expr(here), name="climb"
-    )
-    # SQLite returns the bare column "id" from the row holding MAX(depth).
-    owners = (
-        climb.select_from(climb.c.root_id, climb.c.id, fn.MAX(climb.c.depth))
-        .group_by(climb.c.root_id)
-        .cte("owners", columns=("start", "root_id", "depth"))
-    )
-    return starts, climb, owners
-
-
-def sessions_statement(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
-    """Sessions with hits, one row per lineage root: the root's columns, then ``_best_id``,
-    ``_matched``, ``_rank`` and ``_hits`` (cached by shape, sources and ``rank_mode``)."""
-    key = ("sessions", shape, n_sources, rank_mode)
-    return cached(key, lambda: _sessions(shape, n_sources, rank_mode))
-
-
-def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Statement:
+def _hits_of(shape: Shape) -> tuple[list[Any], Any]:
+    """The CTEs a search by session reads its hits from: ``(ctes before, hits)``."""
     floor: list[Any] = []
     if shape.window and shape.single == WORDS:
         hits = newest_words(shape, Filters().shape())
@@ -1573,51 +1545,38 @@ def _sessions(shape: Shape, n_sources: int | None, rank_mode: str | None) -> Sta
         )
         if shape.floored:
             floor.append(newest_cte(Filters().shape()))
-    starts, climb, owners = _owners(hits)
-    root = owners.c.root_id
-    ranked = (
-        hits.select_from(
-            root,
-            hits.c.id,
-            hits.c.session_id,
-            hits.c.rank,
-            fn.ROW_NUMBER().over(
-                partition_by=[root],
-                order_by=[hits.c.rank, hits.c.timestamp.desc(), hits.c.id.desc()],
-            ),
-            fn.COUNT(hits.c.id).over(partition_by=[root]),
-            fn.MAX(hits.c.timestamp).over(partition_by=[root]),
-        )
-        .join(owners, on=(owners.c.start == hits.c.session_id))
-        .cte("ranked", columns=("root_id", "best_id", "matched", "rank", "rn", "n", "latest"))
-    )
-    s = Session
+    return floor, hits
+
+
+def sessions_statement(shape: Shape) -> Statement:
+    """One row per session with hits: ``(session_id, best hit id, its timestamp, its
+    rank, hits, latest hit's timestamp)``, the best by rank, then newest, then
+    highest id (cached by shape); :mod:`hermes_models.search.by_root` does the rest."""
+    return cached(("sessions", shape), lambda: _sessions(shape))
+
+
+def _sessions(shape: Shape) -> Statement:
+    floor, hits = _hits_of(shape)
+    per_session = [hits.c.session_id]
+    ranked = hits.select_from(
+        hits.c.session_id,
+        hits.c.id,
+        hits.c.timestamp,
+        hits.c.rank,
+        fn.ROW_NUMBER().over(
+            partition_by=per_session,
+            order_by=[hits.c.rank, hits.c.timestamp.desc(), hits.c.id.desc()],
+        ),
+        fn.COUNT(hits.c.id).over(partition_by=per_session),
+        fn.MAX(hits.c.timestamp).over(partition_by=per_session),
+    ).cte("ranked", columns=("session_id", "id", "timestamp", "rank", "rn", "n", "latest"))
+    c = ranked.c
     query = (
-        s.select()
-        .select_extend(
-            ranked.c.best_id.alias("_best_id"),
-            ranked.c.matched.alias("_matched"),
-            ranked.c.rank.alias("_rank"),
-            ranked.c.n.alias("_hits"),
-        )
-        .join(ranked, on=(ranked.c.root_id == s.id))
-        .where(ranked.c.rn == 1)
-        .with_cte(
-            *floor,
-            hits,
-            starts,
-            climb,
-            owners,
-            ranked,
-        )
+        ranked.select_from(c.session_id, c.id, c.timestamp, c.rank, c.n, c.latest)
+        .where(c.rn == 1)
+        .with_cte(*floor, hits, ranked)
     )
-    if n_sources is not None:
-        query = query.where(s.source.in_([slot(f"s{i}") for i in range(n_sources)]))
-    if rank_mode == "recent":
-        order = [ranked.c.latest.desc(), ranked.c.rank, s.id]
-    else:
-        order = [ranked.c.rank, ranked.c.latest.desc(), s.id]
-    return render(query.order_by(*order).limit(slot("limit")).offset(slot("offset")))
+    return render(query)
 
 
 def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offset: int) -> Any:

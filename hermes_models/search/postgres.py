@@ -25,24 +25,23 @@ serve it (migration 0003 and 0007 of ``migrations/postgresql``):
 value a user typed is a parameter. Hits are ranked by ``ts_rank`` of their
 word terms (hits no word term found come after, newest first), snippets are
 made in Python (:func:`hermes_models.search.present.hits`), and ``search_sessions``
-counts hits per lineage root, its climb walked in Python with
-:func:`hermes_models.models.lineage.kind_of`.
+counts hits per lineage root (:mod:`hermes_models.search.by_root`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import peewee
 
-from ..models import MAX_DEPTH, Session, kind_of
-from ..store import TRIGRAM, WORDS, current, fetch_dicts
+from ..store import TRIGRAM, WORDS, current
 from ..store import postgres_sql as sql
 from . import present
+from .by_root import page_of_roots
 from .plan import Filters, trigram_servable
 from .query import SearchQuery, Term, contains_cjk
 
@@ -432,69 +431,6 @@ def search_sql(
 # -- sessions ---------------------------------------------------------------------------------
 
 
-#: Session ids per ``IN (...)`` list: a statement takes at most 65,535
-#: parameters, and a common word has hits in more sessions than that.
-IDS_PER_STATEMENT = 10_000
-
-
-def _batched(ids: list[str], read: Callable[[list[str]], Iterable[T]]) -> list[T]:
-    """``read`` applied to ``ids`` in batches of :data:`IDS_PER_STATEMENT`, joined."""
-    found: list[T] = []
-    for start in range(0, len(ids), IDS_PER_STATEMENT):
-        found.extend(read(ids[start : start + IDS_PER_STATEMENT]))
-    return found
-
-
-def _parents(ids: list[str]) -> dict[str, str | None]:
-    """The parent of each existing session of ``ids`` (None: a session without one)."""
-    model = Session
-
-    def read(batch: list[str]) -> Iterable[tuple[str, str | None]]:
-        return model.select(model.id, model.parent_session_id).where(model.id.in_(batch)).tuples()
-
-    return dict(_batched(ids, read))
-
-
-def _sessions_among(ids: list[str]) -> list[Session]:
-    """The sessions of ``ids``, read in batches."""
-    model = Session
-    return _batched(ids, lambda batch: model.select().where(model.id.in_(batch)))
-
-
-def owners(session_ids: Iterable[str]) -> dict[str, str]:
-    """The lineage root each session's hits count for: up through compression
-    continuations and subagent runs (:func:`hermes_models.models.lineage.kind_of`), stopping
-    at a branch (its own row), at a session without a parent, below a parent that
-    does not exist, or before a loop; one query per level climbed (whole rows are
-    read only for sessions with a parent, whose kind decides)."""
-    owner: dict[str, str] = {}
-    # start -> (the session reached, the session below it)
-    climbing = {sid: (sid, sid) for sid in session_ids}
-    visited = {sid: {sid} for sid in climbing}
-    for _ in range(MAX_DEPTH):
-        if not climbing:
-            break
-        reached = sorted({here for here, _ in climbing.values()})
-        parents = _parents(reached)
-        children = sorted(sid for sid, parent in parents.items() if parent is not None)
-        rows = {s.id: s for s in _sessions_among(children)}
-        nxt: dict[str, tuple[str, str]] = {}
-        for start, (here, below) in climbing.items():
-            if here not in parents:
-                owner[start] = below
-                continue
-            parent = parents[here]
-            if parent is None or parent in visited[start] or kind_of(rows[here]) == "branch":
-                owner[start] = here
-                continue
-            visited[start].add(parent)
-            nxt[start] = (parent, here)
-        climbing = nxt
-    for start, (here, _) in climbing.items():  # past the depth bound
-        owner[start] = here
-    return owner
-
-
 def search_sessions(
     query: SearchQuery,
     sources: tuple[str, ...] | None,
@@ -526,45 +462,7 @@ def search_sessions(
         return []
     if not found:
         return []
-    root_of = owners(row[0] for row in found)
-    # Per root: best (rank, newest, highest id), hits, latest.
-    best: dict[str, tuple[Any, ...]] = {}
-    hits: dict[str, int] = {}
-    latest: dict[str, float] = {}
-    for session_id, best_id, timestamp, rank, count, last in found:
-        root = root_of[session_id]
-        hits[root] = hits.get(root, 0) + count
-        latest[root] = max(latest.get(root, last), last)
-        mine = (rank, -timestamp, -best_id, best_id, session_id)
-        if root not in best or mine < best[root]:
-            best[root] = mine
-    # The order needs no session row: only the page's rows are read (and, with
-    # a source filter, each root's source).
-    if rank_mode == "recent":
-        ordered = sorted(best, key=lambda root: (-latest[root], best[root][0], root))
-    else:
-        ordered = sorted(best, key=lambda root: (best[root][0], -latest[root], root))
-    model = Session
-    if sources is not None:
-        wanted = list(sources)
-        kept = set(
-            _batched(
-                ordered,
-                lambda batch: (
-                    model.select(model.id)
-                    .where(model.id.in_(batch) & model.source.in_(wanted))
-                    .tuples()
-                ),
-            )
-        )
-        ordered = [root for root in ordered if (root,) in kept]
-    page = ordered[offset:] if limit is None or limit < 0 else ordered[offset : offset + limit]
-    position = {root: n for n, root in enumerate(page)}
-    rows = _batched(page, lambda batch: fetch_dicts(model.select().where(model.id.in_(batch))))
-    rows.sort(key=lambda row: position[row["id"]])
-    for row in rows:
-        rank, _, _, best_id, matched = best[row["id"]]
-        row.update(_best_id=best_id, _matched=matched, _rank=rank, _hits=hits[row["id"]])
+    rows = page_of_roots(found, sources, rank_mode, limit, offset)
     texts: list[tuple[Any, ...]] = []
     if rows:
         ids = [row["_best_id"] for row in rows]
