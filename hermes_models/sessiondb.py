@@ -66,6 +66,7 @@ from .search import search_messages, search_sessions
 from .store import (
     LENIENT_FILES,
     HermesDatabase,
+    NewerFileConnection,
     QmarkConnection,
     bind_current,
     claim_repair_attempt,
@@ -178,7 +179,7 @@ class SessionDB:
         self._target = self._resolve(db_path)
         #: What was assigned to ``db_path`` since, if anything.
         self._shown: str | None = None
-        self.read_only = check_flag(read_only, "read_only")
+        self._read_only = check_flag(read_only, "read_only")
         #: The journal settings, checked (a bad value is a ValueError before any open).
         self._journal = journal_settings(journal_mode, synchronous)
         #: Hermes callers that reach past the methods take this lock around raw
@@ -214,7 +215,7 @@ class SessionDB:
             return self._connect()
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
             cause = getattr(exc, "orig", None) or exc
-            if not self.read_only and is_malformed_db_error(cause):
+            if not self._read_only and is_malformed_db_error(cause):
                 # Loaded to repair alone: most processes never repair a file, and an
                 # open refused for another reason (a read-only file) loads nothing.
 
@@ -233,12 +234,18 @@ class SessionDB:
     def _connect(self) -> HermesDatabase:
         return connect(
             self._target,
-            read_only=self.read_only,
+            read_only=self._read_only,
             journal_mode=self._journal.mode,
             synchronous=self._journal.synchronous,
         )
 
     # -- handle ------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """True when this store refuses writes: opened with ``read_only=True``, or a file
+        newer than the schema this package writes (opened read-only by itself)."""
+        return self._read_only or (self._db is not None and self._db.read_only)
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -249,7 +256,12 @@ class SessionDB:
             # Hermes code runs raw SQL written for sqlite3 through this.
 
             return cast("sqlite3.Connection", QmarkConnection(self._db.connection()))
-        return cast("sqlite3.Connection", self._db.connection())
+        conn = cast("sqlite3.Connection", self._db.connection())
+        shape = self._db.shape
+        if shape is not None and shape.newer:
+            # Raw SQL that writes is refused as the package's own writes are.
+            return cast("sqlite3.Connection", NewerFileConnection(conn, self._target, shape))
+        return conn
 
     def _execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(_conn)`` as one ``BEGIN IMMEDIATE`` write, retried while locked.
@@ -721,8 +733,11 @@ class SessionDB:
     ) -> bool:
         """Take the compression lock of a session; True iff ``holder`` now has it."""
         ttl = check_ttl(ttl_seconds, "ttl_seconds")
+        shape = getattr(self.database, "shape", None)
+        if shape is not None and shape.newer:
+            self.database.refuse_writes()  # SchemaTooNewError, as every write on it
         if self.read_only:
-            return False
+            return False  # as Hermes: a write that cannot be made is a lock not taken
         return CompressionLock.acquire(session_id, holder, ttl=ttl)
 
     @_api

@@ -18,6 +18,7 @@ from typing import Any
 
 import peewee
 import pytest
+from console_script import run
 
 import hermes_models
 from hermes_models import Message, SchemaTooNewError, Session, SessionDB
@@ -890,8 +891,24 @@ def test_every_write_is_refused_and_the_file_is_unchanged(
         with hermes_models.using(store.database):
             for name, call in _model_writes().items():
                 outcomes[name] = outcome(call, shape)
-        # Hermes' lock contract: taking a lock never raises, it is just not taken.
-        assert store.try_acquire_compression_lock("cont-a", "me") is False
+        # Refused like every write, not a False that reads as "another holder has it".
+        assert outcome(lambda: store.try_acquire_compression_lock("cont-a", "me"), shape) == (
+            "refused"
+        )
+        # Raw SQL through _conn too: before SQLite sees it (by its first word), or
+        # when SQLite refuses it (the file is open read-only).
+        for raw in (
+            lambda: store._conn.execute("UPDATE sessions SET title = 'x'"),
+            lambda: store._conn.execute("  insert into state_meta VALUES ('k', 'v')"),
+            lambda: store._conn.cursor().execute("DELETE FROM messages"),
+            lambda: store._conn.executemany("UPDATE sessions SET title = ?", [("x",)]),
+            lambda: store._conn.executescript("SELECT 1; UPDATE sessions SET title = 'x';"),
+            lambda: store._conn.execute(
+                "WITH t AS (SELECT 1) UPDATE sessions SET title = 'x' WHERE id = 'cont-a'"
+            ),
+        ):
+            assert outcome(raw, shape) == "refused"
+        assert store.read_only is True
         result = store.maybe_auto_prune_and_vacuum()
         assert result["pruned"] == 0 and version_error(shape) in result["error"]
         # Reads still work after every refusal.
@@ -902,3 +919,26 @@ def test_every_write_is_refused_and_the_file_is_unchanged(
     wal = path.with_name(path.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0
     assert newer.dump(path) == newer.dump(built[shape])
+
+
+@pytest.mark.parametrize("fmt", ["--json", "--nl", "--csv", "--tsv"])
+def test_show_prints_a_blob_display_identity_as_base64(
+    copy_of: Callable[[str], Path], fmt: str
+) -> None:
+    # Hermes v30+ stores display_identity as a BLOB; `show --json` failed with
+    # "Object of type bytes is not JSON serializable" (exit 1) on such a session.
+    path = copy_of("v31")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE messages SET display_identity = ? WHERE session_id = 'cont-a'",
+            (b"\x01\x02id",),
+        )
+    conn.close()
+    done = run("show", "cont-a", fmt, "--db", str(path), cwd=path.parent)
+    assert done.returncode == 0, done.stderr
+    if fmt in ("--json", "--nl"):
+        lines = done.stdout.splitlines()
+        rows = json.loads(done.stdout) if fmt == "--json" else [json.loads(x) for x in lines]
+        assert rows and all(row["display_identity"] == {"$base64": "AQJpZA=="} for row in rows)
+    else:
+        assert '"{""$base64"": ""AQJpZA==""}"' in done.stdout

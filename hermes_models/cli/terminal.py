@@ -15,6 +15,7 @@ quietly with exit status 0.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -295,12 +296,20 @@ def write_text(text: str) -> None:
         stop_quietly()
 
 
+def _binary(value: Any) -> dict[str, str]:
+    """A BLOB (a newer Hermes' ``display_identity``, content another program stored as
+    bytes) as export bundles carry one: ``{"$base64": "..."}``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$base64": base64.b64encode(bytes(value)).decode("ascii")}
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=_binary)
 
 
 def _columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -327,7 +336,7 @@ def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
 
     A file name that is not UTF-8 (its bytes held as lone surrogates, as Python
     decodes them) keeps its bytes in CSV and TSV, as ``ls`` prints them, and
-    gets ``\\udcXX`` escapes in JSON.
+    gets ``\\udcXX`` escapes in JSON. A BLOB is ``{"$base64": "..."}``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt: unknown output format {fmt!r}")
@@ -346,7 +355,7 @@ def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
                 return
             first = True
             for row in rows:
-                text = _escape_surrogates(json.dumps(row, ensure_ascii=False))
+                text = _escape_surrogates(json.dumps(row, ensure_ascii=False, default=_binary))
                 if fmt == "nl":
                     stream.write(text + "\n")
                 else:

@@ -29,6 +29,7 @@ from .content import (
 )
 from .db import (
     HermesDatabase,
+    NewerFileConnection,
     format_db_unavailable,
     format_session_db_unavailable,
     get_last_init_error,
@@ -120,6 +121,7 @@ __all__ = [
     "IndexCheck",
     "MessageIndex",
     "MessageTrigramIndex",
+    "NewerFileConnection",
     "PostgresDatabase",
     "Prepared",
     "QmarkConnection",

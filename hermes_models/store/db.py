@@ -136,6 +136,78 @@ class LenientCursor(sqlite3.Cursor):
             return super().fetchall()
 
 
+class NewerFileConnection:
+    """``SessionDB._conn`` on a file newer than v16: the connection, except that raw SQL
+    that writes raises :class:`SchemaTooNewError`, as the package's own writes do,
+    before SQLite prepares it (by its first word), or when SQLite refuses it (any
+    other form: the file is open read-only). Everything else is the connection's."""
+
+    def __init__(self, conn: sqlite3.Connection, file: str, shape: FileShape) -> None:
+        self._conn = conn
+        self._refusal = newer_schema_error(file, shape, "writing")
+
+    def _refuse(self, sql: object) -> None:
+        if isinstance(sql, str) and sql.lstrip()[:7].upper().startswith(_WRITING):
+            raise self._refusal
+
+    def _run(self, method: Callable[..., Any], sql: object, *args: Any) -> Any:
+        self._refuse(sql)
+        try:
+            return method(sql, *args)
+        except sqlite3.OperationalError as exc:
+            if is_read_only_error(exc):
+                raise self._refusal from None
+            raise
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        return self._run(self._conn.execute, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        return self._run(self._conn.executemany, sql, *args)
+
+    def executescript(self, script: str) -> Any:
+        return self._run(self._conn.executescript, script)
+
+    def cursor(self, *args: Any) -> Any:
+        return _NewerFileCursor(self._conn.cursor(*args), self)
+
+    def __enter__(self) -> NewerFileConnection:
+        self._conn.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._conn.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _NewerFileCursor:
+    """A cursor of :class:`NewerFileConnection`: its writes are refused the same way."""
+
+    def __init__(self, cursor: sqlite3.Cursor, owner: NewerFileConnection) -> None:
+        self._cursor = cursor
+        self._owner = owner
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._owner._run(self._cursor.execute, sql, *args)
+        return self
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self._owner._run(self._cursor.executemany, sql, *args)
+        return self
+
+    def executescript(self, script: str) -> Any:
+        self._owner._run(self._cursor.executescript, script)
+        return self
+
+    def __iter__(self) -> Any:
+        return iter(self._cursor)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
 class HermesDatabase(peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
