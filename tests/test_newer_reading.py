@@ -30,7 +30,6 @@ import newer
 SHAPES = [pytest.param(shape, id=shape) for shape in newer.SHAPES]
 
 #: Sources Hermes v30 keeps out of human pickers (HERMES_NEWER 3.5, INTERNAL_LISTING_SOURCES).
-INTERNAL_SOURCES = ("tool", "kanban", "oneshot")
 #: Parent end reasons after which a child on the same routing key is a reset continuation.
 RESET_REASONS = (
     "session_reset",
@@ -110,11 +109,20 @@ def decode(stored: Any) -> Any:
 
 
 def as_get_messages(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored message row as ``get_messages`` returns it (HERMES_V16: only content and
-    tool_calls decoded)."""
+    """A stored message row as ``get_messages`` returns it: content and tool_calls
+    decoded (HERMES_V16), and as Hermes v25+ runs it: ``display_metadata`` decoded,
+    ``display_identity`` and ``display_order`` left out, ``_compressed_summary`` only
+    when true (as ``True``)."""
     out = dict(row, content=decode(row["content"]))
     if row.get("tool_calls"):
         out["tool_calls"] = json.loads(row["tool_calls"])
+    if row.get("display_metadata") is not None:
+        meta = json.loads(row["display_metadata"])
+        out["display_metadata"] = meta if isinstance(meta, dict) else None
+    out.pop("display_identity", None)
+    out.pop("display_order", None)
+    if out.pop("_compressed_summary", 0):
+        out["_compressed_summary"] = True
     return out
 
 
@@ -279,14 +287,14 @@ def last_active_of(shape: str, session_id: str) -> float:
 
 def listable(shape: str) -> list[str]:
     """HERMES_NEWER 3.5: roots, branches and reset children, minus rows with
-    ``_delegate_from``, archived rows and internal sources; newest start first."""
+    ``_delegate_from`` and archived rows (every source: Hermes' pickers, not its API,
+    leave out its internal ones); newest start first."""
     rows = [
         row
         for row in sessions_of(shape).values()
         if expected_kind(shape, row["id"]) in ("root", "branch")
         and "_delegate_from" not in markers(row)
         and not row.get("archived")
-        and row["source"] not in INTERNAL_SOURCES
     ]
     return [r["id"] for r in sorted(rows, key=lambda r: (r["started_at"], r["id"]), reverse=True)]
 
@@ -435,7 +443,12 @@ def test_get_messages_live_and_every_row(
         mine = sorted((r for r in stored if r["session_id"] == session_id), key=lambda r: r["id"])
         live = store.get_messages(session_id)
         assert live == [as_get_messages(r) for r in mine if r["active"] == 1]
-        assert all(set(m) == set(newer.columns(shape, "messages")) for m in live)
+        # Every column but those Hermes keeps to itself (and its summary flag when false).
+        hidden = {"display_identity", "display_order", "_compressed_summary"}
+        assert all(
+            set(m) - {"_compressed_summary"} == set(newer.columns(shape, "messages")) - hidden
+            for m in live
+        )
         every = store.get_messages(session_id, include_inactive=True)
         assert every == [as_get_messages(r) for r in mine]
     assert [m["id"] for m in store.get_messages("cont-a")] == [11, 12, 13, 14, 15, 17, 18, 19]
@@ -922,16 +935,16 @@ def test_every_write_is_refused_and_the_file_is_unchanged(
 
 
 @pytest.mark.parametrize("fmt", ["--json", "--nl", "--csv", "--tsv"])
-def test_show_prints_a_blob_display_identity_as_base64(
-    copy_of: Callable[[str], Path], fmt: str
-) -> None:
+def test_show_prints_a_blob_as_base64(copy_of: Callable[[str], Path], fmt: str) -> None:
     # Hermes v30+ stores display_identity as a BLOB; `show --json` failed with
     # "Object of type bytes is not JSON serializable" (exit 1) on such a session.
+    # It is a column Hermes keeps to itself (left out now, as Hermes does); a BLOB
+    # in a column it returns is printed as an export bundle carries one.
     path = copy_of("v31")
     with sqlite3.connect(path) as conn:
         conn.execute(
-            "UPDATE messages SET display_identity = ? WHERE session_id = 'cont-a'",
-            (b"\x01\x02id",),
+            "UPDATE messages SET display_identity = ?, reasoning = ? WHERE session_id = 'cont-a'",
+            (b"\x01\x02id", b"\x01\x02id"),
         )
     conn.close()
     done = run("show", "cont-a", fmt, "--db", str(path), cwd=path.parent)
@@ -939,6 +952,7 @@ def test_show_prints_a_blob_display_identity_as_base64(
     if fmt in ("--json", "--nl"):
         lines = done.stdout.splitlines()
         rows = json.loads(done.stdout) if fmt == "--json" else [json.loads(x) for x in lines]
-        assert rows and all(row["display_identity"] == {"$base64": "AQJpZA=="} for row in rows)
+        assert rows and all(row["reasoning"] == {"$base64": "AQJpZA=="} for row in rows)
+        assert not any("display_identity" in row for row in rows)
     else:
         assert '"{""$base64"": ""AQJpZA==""}"' in done.stdout

@@ -27,7 +27,14 @@ from click.shell_completion import CompletionItem
 from rich.text import Text
 
 from ..checks import INT64_MAX, expand_user
-from ..conversations import describe, history, ids_starting_with, plan_delete, plan_prune
+from ..conversations import (
+    INTERNAL_SOURCES,
+    describe,
+    history,
+    ids_starting_with,
+    plan_delete,
+    plan_prune,
+)
 from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from ..health import doctor as check
 from ..health import repair
@@ -643,7 +650,8 @@ def sessions(
     utc: bool,
     fmt: str | None,
 ) -> None:
-    """List sessions as a picker shows them (no subagent runs, chains shown by their tip)."""
+    """List sessions as a picker shows them (no subagent runs, chains shown by their tip,
+    no sessions of Hermes' internal sources - tool, kanban, oneshot - unless --source)."""
     if after is not None and recent:
         raise click.UsageError("--after pages the start order; with --recent use --offset")
     with open_store(ctx, db_path, writes=False) as store:
@@ -652,6 +660,9 @@ def sessions(
             after = store.resolve_session_id(after) or after
         rows = store.list_sessions_rich(
             source=source,
+            # As Hermes' pickers and `hermes sessions list`: its internal sessions
+            # (tool calls, kanban, one-shot runs) only when asked for by --source.
+            exclude_sources=None if source else list(INTERNAL_SOURCES),
             limit=_no_limit(limit),
             offset=offset,
             archived_only=archived,
@@ -666,8 +677,7 @@ def sessions(
             return
         out = terminal.console()
         if not out.is_terminal:
-            # A pipe gets the listing laid out without rich, as the quick path lays it
-            # out (hermes_models.quick): the same text whichever path answers.
+            # A pipe gets the listing laid out without rich (grid.sessions_text).
             width = grid.pipe_width()
             shown = _short_ids(store, [row["id"] for row in rows], width)
             terminal.write_text(grid.sessions_text(rows, _clock(ctx, utc), shown, width))

@@ -11,12 +11,13 @@ from .children import (
     finalize_orphaned_compression_sessions,
     new_session_id,
 )
-from .listing import ids_starting_with
+from .listing import INTERNAL_SOURCES, ids_starting_with
 from .maintenance import describe, plan_delete, plan_prune
 from .sessions import META_FIELDS
 from .transcript import append_message, counter_totals, recount, restore_rewound, rewind_to_message
 
 __all__ = [
+    "INTERNAL_SOURCES",
     "META_FIELDS",
     "append_message",
     "branch",

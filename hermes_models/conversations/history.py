@@ -77,12 +77,34 @@ def _tool_calls(stored: Any) -> Any:
     return decode_json(stored)
 
 
-def _hydrate(row: dict[str, Any]) -> dict[str, Any]:
-    """A stored message row as Hermes returns it: content and tool_calls decoded."""
+def _hydrate(row: dict[str, Any], *, summary: bool = True) -> dict[str, Any]:
+    """A stored message row as Hermes returns it: content and tool_calls decoded, and
+    (Hermes v25+) ``display_metadata``; without the columns Hermes keeps to itself
+    (``display_identity``, ``display_order``), and ``_compressed_summary`` only as
+    ``True`` (``summary``; Hermes' ``get_messages_around`` leaves it out)."""
+    row.pop("display_identity", None)
+    row.pop("display_order", None)
+    if row.pop("_compressed_summary", 0) and summary:
+        row["_compressed_summary"] = True
     row["content"] = decode_content(row["content"])
     if row.get("tool_calls"):
         row["tool_calls"] = _tool_calls(row["tool_calls"])
+    if row.get("display_metadata") is not None:
+        row["display_metadata"] = display_metadata(row["display_metadata"])
     return row
+
+
+def display_metadata(raw: Any) -> dict[str, Any] | None:
+    """A ``display_metadata`` column (Hermes v25+) as Hermes reads it: the JSON object
+    it holds (text encoded twice by older writers is decoded twice); None when it is
+    not a JSON object."""
+    try:
+        value = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        if isinstance(value, str):
+            value = json.loads(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[str, Any]]:
@@ -248,7 +270,8 @@ def messages_around(session_id: str, message_id: int, window: int = 5) -> dict[s
         .order_by(Message.id)
         .limit(window)
     )
-    rows = [_hydrate(row) for row in reversed(before)] + [_hydrate(row) for row in after]
+    rows = [_hydrate(row, summary=False) for row in reversed(before)]
+    rows += [_hydrate(row, summary=False) for row in after]
     return {"window": rows, "messages_before": len(before) - 1, "messages_after": len(after)}
 
 

@@ -43,7 +43,6 @@ from ..store import (
     fetch_dicts,
     file_has,
     limit_value,
-    newer_file,
     on_postgresql,
     starts_with_ascii_nocase,
     starts_with_nul,
@@ -60,7 +59,8 @@ from .listing_rows import (
 if TYPE_CHECKING:
     from typing import Any
 
-#: Sources Hermes v30 keeps out of human pickers (applied to newer files only).
+#: Sources Hermes' human pickers (and ``hermes-models sessions``) leave out by passing
+#: them as ``exclude_sources``; the API lists every source, as Hermes' does.
 INTERNAL_SOURCES = ("tool", "kanban", "oneshot")
 
 
@@ -82,9 +82,6 @@ def session_filters(
     wanted = check_sources(source, "source")
     if not include_children:
         terms.append(listable_expr(s))
-        if not wanted and newer_file():
-            # Hermes v30 keeps its internal sessions out of human pickers.
-            terms.append(s.source.not_in(list(INTERNAL_SOURCES)))
     if wanted:
         terms.append(s.source.in_(wanted))
     excluded = check_sources(exclude_sources, "exclude_sources")
@@ -214,7 +211,24 @@ def rich_listing(
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
     names = [column[0] for column in cursor.description]
-    return [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
+    rows = [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
+    if file_has("sessions", "last_read_at"):
+        for row in rows:
+            row["unread"] = unread(row)
+    return rows
+
+
+def unread(row: dict[str, Any]) -> bool:
+    """Hermes v25+'s ``unread`` of a listed row: activity after its read watermark
+    (``last_read_at``; none: never tracked, so read)."""
+    last_read = row.get("last_read_at")
+    if last_read is None:
+        return False
+    last_active = row.get("last_active") or row.get("started_at")
+    try:
+        return float(last_active or 0) > float(last_read)
+    except (TypeError, ValueError):
+        return False
 
 
 def listing_statement(shape: tuple[Any, ...]) -> Prepared:

@@ -799,25 +799,32 @@ def resolve_prompts(row: dict[str, Any]) -> dict[str, Any]:
     ``tool_names`` holding the hash of a stored tool list becomes that list's
     text. Rows of files without ``system_prompts`` come back unchanged.
     """
+    resolve_prompts_of([row])
+    return row
+
+
+def resolve_prompts_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`resolve_prompts` of every row, with one query for all of them."""
     shape = current().shape
-    if shape is None or "system_prompts" not in shape.tables:
-        return row
-    wanted = [row.get("system_prompt_hash"), row.get("tool_names")]
-    hashes = [h for h in wanted if _looks_like_hash(h)]
+    if shape is None or "system_prompts" not in shape.tables or not rows:
+        return rows
+    wanted = {h for row in rows for h in (row.get("system_prompt_hash"), row.get("tool_names"))}
+    hashes = sorted(str(h) for h in wanted if _looks_like_hash(h))
     if not hashes:
-        return row
+        return rows
     found = dict(
         SystemPrompt.select(SystemPrompt.hash, SystemPrompt.prompt)
         .where(SystemPrompt.hash.in_(hashes))
         .tuples()
     )
-    prompt = found.get(row.get("system_prompt_hash"))
-    if prompt is not None:
-        row["system_prompt"] = prompt
-    tools = found.get(row.get("tool_names"))
-    if tools is not None:
-        row["tool_names"] = tools
-    return row
+    for row in rows:
+        prompt = found.get(row.get("system_prompt_hash"))
+        if prompt is not None:
+            row["system_prompt"] = prompt
+        tools = found.get(row.get("tool_names"))
+        if tools is not None:
+            row["tool_names"] = tools
+    return rows
 
 
 #: The ``state_meta`` key holding when ``maybe_auto_prune_and_vacuum`` last ran.
