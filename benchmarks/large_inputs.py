@@ -1,7 +1,8 @@
 """One large input: ``hermes-models show`` of one large message, at 2, 4 and 20 MB.
 
-Each size in five shapes (prose in 5,000-character lines; one paragraph; one word;
-short lines; CJK), timed as users run it (the console script, output to a pipe),
+Each size in six shapes (prose in 5,000-character lines; one paragraph; one word;
+short lines; CJK in one line; lines of CJK and ASCII words, accented letters and
+emoji), timed as users run it (the console script, output to a pipe),
 against plain sqlite3 reading the same message and writing it to the same pipe.
 ``show`` must stay linear: the 20 MB / 2 MB ratio of ours near 10, and 20 MB
 under 2 s.
@@ -43,6 +44,15 @@ def message(shape: str, size: int) -> str:
         return "short line\n" * (size // 11)
     if shape == "cjk":
         return "漢字のテキスト" * (size // 21)
+    if shape == "mixed":
+        words = ["我们使用", "Python", "来处理数据", "的", "SQLite", "テキスト"]
+        words += ["café", "🙂", "and"]
+        lines, length = [], 0
+        while length < size:
+            line = " ".join(rng.choice(words) for _ in range(rng.randrange(50, 400)))
+            lines.append(line)
+            length += len(line.encode()) + 1
+        return "\n".join(lines)
     raise SystemExit(f"unknown shape {shape!r}")
 
 
@@ -55,7 +65,7 @@ def timed(argv: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="2,4,20", help="megabytes, comma-separated")
-    parser.add_argument("--shapes", default="prose,paragraph,word,lines,cjk")
+    parser.add_argument("--shapes", default="prose,paragraph,word,lines,cjk,mixed")
     args = parser.parse_args()
     sizes = [int(float(s) * 1_000_000) for s in args.sizes.split(",")]
     print(f"{'shape':<10} {'MB':>4} {'show':>8} {'plain':>8} {'ratio':>7}")

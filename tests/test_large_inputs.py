@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 from conftest import examples
 from console_script import run
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich._wrap import divide_line
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
 from hermes_models import SessionDB
-from hermes_models.cli.terminal import PlainText, _breaks, emit
+from hermes_models.cli.terminal import _SECOND_CELL, PlainText, _breaks, _cell_image, emit
 
 
 def _emitted(renderable: object, width: int) -> str:
@@ -82,6 +83,91 @@ def test_show_of_a_20_mb_message_takes_linear_time(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 80
     body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
     assert " ".join(" ".join(body).split()) == " ".join(message.split())
+
+
+#: Characters of one cell (ASCII, accented Latin) and of two (CJK, emoji), as rich
+#: measures them: lines of them are laid out by PlainText itself, not by rich.
+_WIDE_LINE = st.text(alphabet=" ab漢é🙂", max_size=60)
+
+
+def _line_offsets(image: str, offsets: list[int]) -> list[int]:
+    """Offsets in a line's cell image as offsets in the line (a wide character's
+    second cell is a character of the image only)."""
+    return [offset - image.count(_SECOND_CELL, 0, offset) for offset in offsets]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_WIDE_LINE, st.integers(min_value=1, max_value=14))
+@example("漢 漢漢", 1)  # an empty piece before a wide character: two breaks at one place
+@example("a漢 漢漢a", 3)  # a wide character that does not fit goes to the next piece
+def test_a_line_of_wide_characters_breaks_where_rich_breaks_it(line: str, width: int) -> None:
+    image = _cell_image(line)
+    assert image is not None
+    assert _line_offsets(image, _breaks(image, width)) == divide_line(line, width)
+
+
+_WIDE_PIECES = [" ", "  ", "a", "word", "café", "漢", "漢字", "テキスト", "🙂", "中文English", "\n"]
+_WIDE_MESSAGE = st.lists(st.sampled_from(_WIDE_PIECES), max_size=60).map("".join)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_WIDE_MESSAGE, st.integers(min_value=1, max_value=30))
+@example("漢字 テキスト🙂 café\n  漢字漢字漢字 a", 1)
+@example("中文English 漢字漢字漢字漢字  a\ncafé 漢字🙂🙂🙂 word", 5)
+def test_a_message_of_wide_characters_is_laid_out_as_rich_lays_it_out(
+    text: str, width: int
+) -> None:
+    assert all(_cell_image(line) is not None for line in text.split("\n"))
+    assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "漢字\u3000テキスト",  # an ideographic space: a blank of two cells
+        "non\xa0breaking",  # a blank rich breaks lines at
+        "e\u0301te\u0301",  # a combining mark: no cell of its own
+        "👍\ufe0f ok",  # a variation selector: changes the width of the one before
+        "👨\u200d👩 family",  # a zero-width joiner
+        "a\tb",  # a tab: rich expands it
+    ],
+)
+def test_a_line_rich_measures_otherwise_goes_through_rich(line: str) -> None:
+    assert _cell_image(line) is None
+    text = " ".join([line] * 20)
+    for width in (1, 3, 10):
+        assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
+
+
+def test_a_large_paragraph_of_wide_characters_is_laid_out_as_rich_lays_it_out() -> None:
+    rng = random.Random(7)
+    words = ["a", "the", "café", "漢字", "テキスト", "🙂", "漢" * 95, "x" * 95, "   ", "中文En"]
+    text = "\n".join(
+        " ".join(rng.choice(words) for _ in range(rng.randrange(400))) for _ in range(30)
+    )
+    for width in (7, 80):
+        assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
+
+
+@pytest.mark.slow  # a 20 MB message through the console script (about 1.1 s)
+def test_show_of_a_20_mb_line_of_cjk_is_wrapped_whole(tmp_path: Path) -> None:
+    # One line of 7 million characters, wide but for one in eight: lines of 80 cells
+    # and of 79 (a wide character that does not fit goes to the next).
+    message = "漢字のテキストé" * (20_000_000 // 23)
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("big", "cli")
+        store.append_message("big", "user", message)
+    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    assert "".join(body) == message
+    widths = [cell_len(line) for line in body if line]
+    assert max(widths) <= 80
+    assert min(widths[:-1]) >= 79
+    # rich's own layout took 6.4 s (its wrapping measures a word a character at a
+    # time), PlainText's 1.1 s (benchmarks/large_inputs.py); that such lines take
+    # PlainText's own path, not rich's, is what the tests above check.
 
 
 # -- one long query ---------------------------------------------------------------------

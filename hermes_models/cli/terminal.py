@@ -27,8 +27,9 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
+from rich.cells import get_character_cell_size
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.control import strip_control_codes
+from rich.control import STRIP_CONTROL_CODES, strip_control_codes
 from rich.segment import Segment, Segments
 from rich.table import Table
 from rich.text import Text
@@ -122,41 +123,105 @@ def stacked(table: Table) -> RenderableType:
 
 _NOT_BLANK = re.compile(r"[^ ]")
 
+#: In a line's cell image (:func:`_cell_image`), what follows a character rich gives
+#: two cells: its second cell. Not printable, so never in a line laid out here.
+_SECOND_CELL = "\x00"
+#: What a character rich gives no cell (a combining mark, a variation selector)
+#: becomes in a cell image: such a line goes through rich's ``Text``.
+_NO_CELL = "\x01"
 
-def _breaks(line: str, width: int) -> list[int]:
-    """Where rich's ``Text.wrap`` breaks ``line`` (printable ASCII, so one cell a
-    character, the space the one blank) to fit ``width``: its rule, a line at a time.
+
+class _CellImages(dict[int, str]):
+    """Each character's text in a cell image, for ``str.translate``: the character,
+    followed by :data:`_SECOND_CELL` where rich's ``get_character_cell_size`` gives it
+    two cells, or :data:`_NO_CELL` where it gives none. Learnt a character at a time,
+    as lines bring them (a text holds a few thousand different characters at most)."""
+
+    __slots__ = ()
+
+    def __missing__(self, code: int) -> str:
+        character = chr(code)
+        cells = get_character_cell_size(character)
+        image = _NO_CELL if cells < 1 else character if cells == 1 else character + _SECOND_CELL
+        self[code] = image
+        return image
+
+
+_CELL_IMAGES = _CellImages()
+
+
+def _cell_image(line: str) -> str | None:
+    """``line`` a character a cell, as rich measures it (a wide character followed by
+    :data:`_SECOND_CELL`), or None where rich lays it out otherwise than a character
+    at a time: a tab, a control character, a blank other than the space (rich breaks
+    lines at any), a character of no cell (rich joins it to the one before)."""
+    if line.isascii():
+        return line if line.isprintable() else None
+    if not line.isprintable():  # the space is the one printable blank
+        return None
+    image = line.translate(_CELL_IMAGES)
+    return None if _NO_CELL in image else image
+
+
+def _pieces(image: str, word: int, after: int, width: int) -> Sequence[int]:
+    """Where rich's ``chop_cells`` starts the pieces of ``image[word:after]``, a word
+    longer than ``width`` and the blanks after it: each piece as many cells as fit in
+    ``width``, a wide character that does not fit going to the next. In a width of 1
+    a wide character is a piece of its own (two cells), and, first in the word, comes
+    after an empty piece (rich breaks the line twice there)."""
+    if image.find(_SECOND_CELL, word, after) < 0:
+        return range(word, after, width)  # a cell a character: no step per piece here
+    pieces: list[int] = []
+    if width == 1 and image.startswith(_SECOND_CELL, word + 1):
+        pieces.append(word)
+    piece = word
+    while piece < after:
+        pieces.append(piece)
+        cut = piece + width
+        if cut < after and image[cut] == _SECOND_CELL:  # cuts a wide character in two
+            cut = cut - 1 if cut - 1 > piece else cut + 1
+        piece = cut
+    return pieces
+
+
+def _breaks(image: str, width: int) -> list[int]:
+    """Where rich's ``Text.wrap`` breaks a line of cell image ``image``
+    (:func:`_cell_image`) to fit ``width`` cells: its rule, a line at a time. The
+    offsets are the image's (one per cell); in printable ASCII, the line's own.
 
     rich's words are runs of blanks, then others, then blanks (the first word keeps
     the line's leading blanks). A word fits while its last non-blank is within
-    ``width`` of the line's start; the first that does not starts the next line, or,
-    longer than ``width`` itself, is cut every ``width`` characters from its start,
-    the line after its last piece going on behind it. Each step is one search of
-    the text (``str.find``), not one Python step per word."""
+    ``width`` cells of the line's start; the first that does not starts the next
+    line, or, longer than ``width`` itself, is cut in pieces of ``width`` cells from
+    its start (:func:`_pieces`), the line after its last piece going on behind it.
+    Each step is one search of the text (``str.find``), not one Python step per
+    word."""
     breaks: list[int] = []
-    end = len(line.rstrip(" "))
-    first = _NOT_BLANK.search(line)
+    end = len(image.rstrip(" "))
+    first = _NOT_BLANK.search(image)
     if first is None:
         return breaks
     leading = first.start()
     start = 0  # where the current line starts
     while start + width < end:
         limit = start + width
-        if line[limit] == " ":
-            found = _NOT_BLANK.search(line, limit)
+        if image[limit] == " ":
+            found = _NOT_BLANK.search(image, limit)
             if found is None:
                 break
             run = found.start()
-        else:
-            run = line.rfind(" ", 0, limit) + 1
+        else:  # a non-blank, or the second cell of a wide character that does not fit
+            run = image.rfind(" ", 0, limit) + 1
         word = run if run > leading else 0
-        last = line.find(" ", run)
-        last = len(line) if last < 0 else last  # just after the word's last non-blank
+        last = image.find(" ", run)
+        last = len(image) if last < 0 else last  # just after the word's last non-blank
         if last - word > width:
-            found = _NOT_BLANK.search(line, last)
-            after = len(line) if found is None else found.start()
-            pieces = range(word, after, width)
+            found = _NOT_BLANK.search(image, last)
+            after = len(image) if found is None else found.start()
+            pieces = _pieces(image, word, after, width)
             breaks.extend(piece for piece in pieces if piece)
+            if after == len(image):  # the last word: no line after its last piece
+                break  # (which, a wide character in a width of 1, is wider than the width)
             start = pieces[-1]
         else:
             breaks.append(word)
@@ -166,9 +231,14 @@ def _breaks(line: str, width: int) -> list[int]:
 
 class _LaidOut(str):
     """Whole lines, each ending in a line end, that :func:`emit` prints as they are:
-    printable ASCII, at most the width, no trailing blank (:class:`PlainText`)."""
+    printable characters of one or two cells, at most the width, no trailing blank
+    (:class:`PlainText`)."""
 
     __slots__ = ()
+
+
+#: The control characters rich's ``strip_control_codes`` takes out (bell, backspace, ...).
+_STRIPPED_CODES = tuple(map(chr, STRIP_CONTROL_CODES))
 
 
 class PlainText:
@@ -176,35 +246,56 @@ class PlainText:
     in it.
 
     rich builds several objects for every line of a ``Text``, and emit a few more:
-    a message of 4 MB in 360,000 short lines took 17 s to show. A run of lines of
-    printable ASCII is given as one block of whole lines (:class:`_LaidOut`): each
-    line broken where rich breaks it (:func:`_breaks`) and
-    right-trimmed, as emit would. A line with a tab, a control character or a
-    character other than ASCII (its width in cells is rich's to tell) goes through
-    ``Text`` itself.
+    a message of 4 MB in 360,000 short lines took 17 s to show, and its wrapping
+    measures a long word a character at a time (20 MB of CJK in one line: 6.4 s).
+    A run of lines of printable characters, each of one or two cells as rich
+    measures them, is given as one block of whole lines (:class:`_LaidOut`): each
+    line broken where rich breaks it (:func:`_breaks`, on the line's cell image) and
+    cropped to the width and right-trimmed, as rich and emit would. A line with a
+    tab, a control character, a blank other than the space or a character of no
+    cell (:func:`_cell_image`) goes through ``Text`` itself.
     """
 
     def __init__(self, text: str) -> None:
-        self.text = strip_control_codes(text)
+        # rich's strip_control_codes (str.translate with a table missing most
+        # characters) takes 0.4 s for 20 MB of CJK, which holds none of them.
+        stripped = any(code in text for code in _STRIPPED_CODES)
+        self.text = strip_control_codes(text) if stripped else text
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
         block: list[str] = []
+        wide = False  # whether the block holds second cells to take out
         for line in self.text.split("\n"):
-            if not (line.isascii() and line.isprintable()):
+            image = _cell_image(line)
+            if image is None:
                 if block:
-                    yield Segment(_LaidOut("".join(block)))
-                    block = []
+                    yield Segment(_LaidOut(_characters(block, wide)))
+                    block, wide = [], False
                 yield from console.render(Text(line), options)
-            elif len(line) <= width:
+            elif len(image) <= width:
                 block.append(line.rstrip(" ") + "\n")
             else:
+                wide = wide or len(image) > len(line)
                 start = 0
-                for offset in (*_breaks(line, width), len(line)):
-                    block.append(line[start:offset][:width].rstrip(" ") + "\n")
+                for offset in (*_breaks(image, width), len(image)):
+                    # rich crops a line to the width, a wide character cut in two
+                    # becoming a blank (which emit trims).
+                    cut = start + width
+                    if cut >= offset:
+                        cut = offset
+                    elif image[cut] == _SECOND_CELL:
+                        cut -= 1
+                    block.append(image[start:cut].rstrip(" ") + "\n")
                     start = offset
         if block:
-            yield Segment(_LaidOut("".join(block)))
+            yield Segment(_LaidOut(_characters(block, wide)))
+
+
+def _characters(images: list[str], wide: bool) -> str:
+    """The text of lines of cell images: without their second cells if ``wide``."""
+    text = "".join(images)
+    return text.replace(_SECOND_CELL, "") if wide else text
 
 
 def _cropped_lines(segments: Iterable[Segment], width: int) -> Iterator[list[Segment]]:
