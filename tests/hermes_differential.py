@@ -1,0 +1,161 @@
+"""Stores built by a Hermes release through its own ``SessionDB``, and the read calls
+asked of it and of this package (``tests/test_hermes_differential.py``).
+
+:func:`build` writes, with a seed, what a Hermes user's store holds: sessions of
+nine sources, a compression chain, a /branch fork, delegated runs, a reset, CJK
+text, a tool result over 8,192 characters, a multimodal message, system prompts,
+titles, an archived session and rewound rows. A feature a release lacks (a keyword
+its ``append_message`` does not take) is left out of that release's store.
+:data:`CALLS` are the read calls of ``SessionDB`` asked of both sides.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hermes_release import HermesError, HermesProcess
+
+SOURCES = ("cli", "telegram", "discord", "slack", "cron", "api", "tool", "subagent", "kanban")
+WORDS = ("quokka", "kestrel", "lantern", "harbor", "socket", "epoll", "ledger", "tundra")
+CJK = ("数据库", "协程调度器", "事件循环", "データベース", "한국어")
+PROMPTS = ("You are Hermes, a helpful agent. " * 20, "You are a careful researcher. " * 15)
+
+
+def _maybe(h: HermesProcess, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``h.call`` when the release has the method and takes the arguments, else None."""
+    try:
+        return h.call(method, *args, **kwargs)
+    except HermesError as exc:
+        if exc.kind in ("AttributeError", "TypeError"):
+            return None
+        raise
+
+
+def _text(rng: random.Random, n: int) -> str:
+    words = [rng.choice(WORDS) for _ in range(n)]
+    if rng.random() < 0.3:
+        words.insert(rng.randrange(len(words) + 1), rng.choice(CJK))
+    return " ".join(words)
+
+
+def build(h: HermesProcess, seed: int = 1) -> dict[str, list[str]]:
+    """Fill the store ``h`` has open; returns the session and title names made."""
+    rng = random.Random(seed)
+    sessions: list[str] = []
+    titles: list[str] = []
+
+    def session(sid: str, source: str, **kwargs: Any) -> None:
+        h.call("create_session", sid, source, **kwargs)
+        sessions.append(sid)
+
+    def talk(sid: str, turns: int) -> list[int]:
+        ids = []
+        for _ in range(turns):
+            ids.append(h.call("append_message", sid, "user", _text(rng, rng.randrange(3, 9))))
+            ids.append(h.call("append_message", sid, "assistant", _text(rng, rng.randrange(5, 15))))
+        return ids
+
+    for i, source in enumerate(SOURCES):
+        sid = f"cron_nightly_{i}" if source == "cron" else f"{source}-{i}"
+        session(sid, source, model=f"m{i % 3}", system_prompt=PROMPTS[i % 2])
+        talk(sid, rng.randrange(1, 4))
+        if i % 3 == 0:
+            title = f"{source} {rng.choice(WORDS)} notes"
+            h.call("set_session_title", sid, title)
+            titles.append(title)
+    # A compression chain of three links, the root titled; each continuation its own.
+    session("chain-0", "cli", system_prompt=PROMPTS[0])
+    talk("chain-0", 2)
+    h.call("set_session_title", "chain-0", "Chain of thought")
+    titles.append("Chain of thought")
+    for n in (1, 2):
+        h.call("end_session", f"chain-{n - 1}", "compression")
+        session(f"chain-{n}", "cli", parent_session_id=f"chain-{n - 1}", system_prompt=PROMPTS[0])
+        talk(f"chain-{n}", 2)
+    # A /branch fork and a delegated run of the chain's tip.
+    h.call("end_session", "telegram-1", "branched")
+    session(
+        "fork",
+        "telegram",
+        parent_session_id="telegram-1",
+        model_config={"_branched_from": "telegram-1"},
+    )
+    talk("fork", 1)
+    session(
+        "delegated",
+        "subagent",
+        parent_session_id="chain-2",
+        model_config={"_delegate_from": "chain-2"},
+    )
+    talk("delegated", 1)
+    # A reset: the old conversation ends, a new one starts.
+    h.call("end_session", "discord-2", "session_reset")
+    session("discord-new", "discord")
+    talk("discord-new", 1)
+    # Tool calls, a tool result over 8,192 characters, a multimodal message.
+    calls = [{"id": "call-1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}]
+    h.call("append_message", "cli-0", "assistant", "", tool_calls=calls)
+    long_result = "tundra " * 1300 + "needle-at-the-end"
+    h.call("append_message", "cli-0", "tool", long_result, tool_call_id="call-1", tool_name="grep")
+    image = [
+        {"type": "text", "text": "what is in this harbor picture"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
+    h.call("append_message", "slack-3", "user", image)
+    # Display metadata where the release takes it.
+    _maybe(h, "append_message", "api-5", "assistant", "ledger summary", display_metadata={"k": 1})
+    # Rewound rows, an archived session.
+    ids = talk("tool-6", 2)
+    _maybe(h, "rewind_to_message", "tool-6", ids[2])  # the second user message
+    h.call("set_session_archived", "kanban-8", True)
+    return {"sessions": sessions, "titles": titles}
+
+
+def calls(built: dict[str, list[str]]) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """The read calls asked of both sides of a store :func:`build` made."""
+    asked: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    for kwargs in (
+        {},
+        {"limit": 1000},
+        {"include_children": True, "limit": 1000},
+        {"source": "telegram"},
+        {"exclude_sources": ["tool"]},
+        {"include_archived": True, "limit": 1000},
+        {"archived_only": True},
+        {"order_by_last_active": True, "limit": 1000},
+        {"min_message_count": 3},
+    ):
+        asked.append(("list_sessions_rich", (), kwargs))
+    for kwargs in ({}, {"include_archived": True}, {"source": "cli"}, {"exclude_children": True}):
+        asked.append(("session_count", (), kwargs))
+    asked.append(("message_count", (), {}))
+    for sid in built["sessions"]:
+        asked += [
+            ("get_session", (sid,), {}),
+            ("get_session_title", (sid,), {}),
+            ("message_count", (sid,), {}),
+            ("get_messages", (sid,), {}),
+            ("get_messages", (sid,), {"include_inactive": True}),
+            ("get_messages_as_conversation", (sid,), {}),
+            ("get_messages_as_conversation", (sid,), {"include_ancestors": True}),
+            ("export_session", (sid,), {}),
+            ("get_compression_tip", (sid,), {}),
+            ("resolve_resume_session_id", (sid,), {}),
+            ("resolve_session_id", (sid[:4],), {}),
+        ]
+    for title in built["titles"]:
+        asked += [
+            ("get_session_by_title", (title,), {}),
+            ("resolve_session_by_title", (title,), {}),
+            ("get_next_title_in_lineage", (title,), {}),
+        ]
+    for query in (*WORDS[:4], "needle-at-the-end", *CJK, "数据", "库", "harbor picture"):
+        asked.append(("search_messages", (query,), {}))
+    asked.append(("search_messages", ("tundra",), {"role_filter": ["tool"]}))
+    for query in ("chain", "cli", "cron_", "zz"):
+        asked.append(("search_sessions_by_id", (query,), {}))
+    asked.append(("list_cron_job_runs", ("nightly",), {}))
+    asked.append(("export_all", (), {}))
+    asked.append(("get_meta", ("nothing-here",), {}))
+    return asked
