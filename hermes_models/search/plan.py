@@ -262,6 +262,21 @@ class Shape:
         # With the gram index the scan reads only the candidate rows: always cheaper.
         return like >= SCAN_FROM or ((self.grams or self.long_like) and like > 0)
 
+    def merged_excludes(self) -> dict[int, tuple[int, ...]]:
+        """Per group (by position), its ``NOT`` terms the scan finds, when they are two or
+        more: ``NOT a AND NOT b ...`` is then one ``NOT`` of the messages holding any of
+        them (slot ``idsx{group}``), one test a row instead of one a term (``the`` and
+        ``NOT`` 63 CJK characters tested 309,000 rows 63 times each)."""
+        merged: dict[int, tuple[int, ...]] = {}
+        k = 0
+        for i, group in enumerate(self.groups):
+            k += len(group.include)
+            found = tuple(k + j for j, route in enumerate(group.exclude) if route == LIKE)
+            k += len(group.exclude)
+            if len(found) >= 2:
+                merged[i] = found
+        return merged
+
     @property
     def behind_scanned(self) -> bool:
         """True for a trigram-only query of :data:`SCAN_FROM` terms or more: the rows
@@ -711,17 +726,22 @@ def predicate(m: Any, shape: Shape, v: Valuer = slot, *, scanned: bool | None = 
     """
     if scanned is None:
         scanned = shape.scanned
+    merged = shape.merged_excludes() if scanned else {}
     groups, k = [], 0
-    for g in shape.groups:
+    for i, g in enumerate(shape.groups):
         terms = []
         for route in g.include:
             terms.append(_term(m, shape, route, k, v, scanned))
             k += 1
         for route in g.exclude:
-            # NULL columns can make a term NULL rather than false, and NOT NULL
-            # would drop the row (COALESCE only here: it slows the scan down).
-            terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
+            if k not in merged.get(i, ()):
+                # NULL columns can make a term NULL rather than false, and NOT NULL
+                # would drop the row (COALESCE only here: it slows the scan down).
+                terms.append(~fn.COALESCE(_term(m, shape, route, k, v, scanned), 0))
             k += 1
+        if i in merged:
+            ids = v(f"idsx{i}")
+            terms.append(m.id.not_in(SQL(sqlite_sql.JSON_LIST, [getattr(ids, "value", ids)])))
         if shape.probes:
             # The scan's id lists first: a row is probed only for the groups it may match.
             routes = (*g.include, *g.exclude)
@@ -937,7 +957,11 @@ def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True
     candidates = set().union(
         *(holding[k] for k, included in shape.numbered() if included and k in holding)
     )
-    out = {f"ids{k}": json.dumps(sorted(ids)) for k, ids in holding.items()}
+    merged = shape.merged_excludes()
+    alone = set(holding) - {k for found in merged.values() for k in found}
+    out = {f"ids{k}": json.dumps(sorted(holding[k])) for k in alone}
+    for i, found in merged.items():
+        out[f"idsx{i}"] = json.dumps(sorted(set().union(*(holding.get(k, ()) for k in found))))
     out["cand"] = json.dumps(sorted(candidates))
     return out
 
