@@ -28,7 +28,15 @@ from rich.console import Console
 from rich.text import Text
 
 from hermes_models import SessionDB
-from hermes_models.cli.terminal import _SECOND_CELL, PlainText, _breaks, _cell_image, emit
+from hermes_models.cli.terminal import (
+    _SECOND_CELL,
+    LONG_LINE,
+    PlainText,
+    _breaks,
+    _cell_image,
+    _shown_image,
+    emit,
+)
 
 
 def _emitted(renderable: object, width: int) -> str:
@@ -253,3 +261,66 @@ def test_a_query_of_a_megabyte_takes_under_100_mb(one_message: Path, unit: str, 
     )
     # Before: 350 MB for the prefixes, minutes for the CJK term.
     assert int(done.stdout) < 100_000  # kilobytes
+
+
+# -- long lines rich would lay out itself ----------------------------------------------------
+
+#: What rich lays out itself (a blank other than the space, a character of no cell, a
+#: tab, ESC), beside words, CJK and emoji.
+_EXOTIC = [
+    "mot",
+    "漢字",
+    "👨",
+    "\u00a0",
+    "\u3000",
+    "\u200d",
+    "\ufe0f",
+    "e\u0301",
+    "\t",
+    "\x1b",
+    " ",
+]
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    st.lists(st.sampled_from(_EXOTIC), min_size=1, max_size=400),
+    st.integers(min_value=1, max_value=40),
+)
+def test_a_long_line_rich_would_lay_out_itself_is_shown_as_rich_shows_its_image(
+    parts: list[str], width: int
+) -> None:
+    # 20 MB in one line of emoji joined by ZWJ took 5 s through rich, of words between
+    # no-break spaces 8 s. A line of LONG_LINE characters or more is shown as rich
+    # shows its image: blanks as spaces, what takes no cell (a joiner, a variation
+    # selector, a combining mark, ESC) left out; shorter ones still go through rich.
+    line = "".join(parts)
+    line = (line * (LONG_LINE // len(line) + 1))[: LONG_LINE + len(line)]
+    shown = _shown_image(line).replace(_SECOND_CELL, "")
+    assert _cell_image(shown) is not None  # nothing rich would lay out otherwise
+    assert shown == "".join(
+        " " * max(cell_len(c), 1) if c.isspace() else c if c.isprintable() and cell_len(c) else ""
+        for c in line
+    )
+    assert _emitted(PlainText(line), width) == _emitted(Text(shown), width)
+    short = "".join(parts)[: LONG_LINE - 1]
+    assert _emitted(PlainText(short), width) == _emitted(Text(short), width)
+
+
+@pytest.mark.slow  # 20 MB through the console script, four times (about 6 s)
+@pytest.mark.parametrize(
+    "unit",
+    ["👨\u200d👩\u200d👧 family ", "❤\ufe0f love ", "mot\u00a0français ", "日本語\u3000テキスト"],
+)
+def test_show_of_a_20_mb_line_rich_would_lay_out_itself_is_whole(tmp_path: Path, unit: str) -> None:
+    message = unit * (20_000_000 // len(unit.encode("utf-8")))
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("big", "cli")
+        store.append_message("big", "user", message)
+    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    assert max(cell_len(line) for line in body) <= 80
+    shown = _shown_image(message).replace(_SECOND_CELL, "")
+    assert "".join(body).replace(" ", "") == shown.replace(" ", "")

@@ -149,6 +149,42 @@ class _CellImages(dict[int, str]):
 
 _CELL_IMAGES = _CellImages()
 
+#: A line of at least this many characters that rich would lay out itself (see
+#: :func:`_cell_image`) is shown as it would show :func:`_shown_image` of it: rich's
+#: layout of such a line takes seconds (20 MB of emoji joined by ZWJ: 5 s; of words
+#: between no-break spaces: 8 s).
+LONG_LINE = 10_000
+
+
+class _ShownImages(dict[int, str]):
+    """Each character's text in the cell image of a long line (:data:`LONG_LINE`): as
+    in :class:`_CellImages`, except that a blank is a space a cell (a no-break space
+    one, an ideographic space two), a tab one space, and a character of no cell or
+    not printable (a combining mark, a variation selector, a joiner, ESC) nothing."""
+
+    __slots__ = ()
+
+    def __missing__(self, code: int) -> str:
+        character = chr(code)
+        cells = get_character_cell_size(character)
+        if character.isspace():
+            image = " " * max(cells, 1)
+        elif not character.isprintable() or cells < 1:
+            image = ""
+        else:
+            image = character if cells == 1 else character + _SECOND_CELL
+        self[code] = image
+        return image
+
+
+_SHOWN_IMAGES = _ShownImages()
+
+
+def _shown_image(line: str) -> str:
+    """The cell image of a long line (:class:`_ShownImages`): every character shown a
+    cell (or two) at a time, blanks as spaces, what takes no cell left out."""
+    return line.translate(_SHOWN_IMAGES)
+
 
 def _cell_image(line: str) -> str | None:
     """``line`` a character a cell, as rich measures it (a wide character followed by
@@ -253,7 +289,9 @@ class PlainText:
     line broken where rich breaks it (:func:`_breaks`, on the line's cell image) and
     cropped to the width and right-trimmed, as rich and emit would. A line with a
     tab, a control character, a blank other than the space or a character of no
-    cell (:func:`_cell_image`) goes through ``Text`` itself.
+    cell (:func:`_cell_image`) goes through ``Text`` itself, unless it is
+    :data:`LONG_LINE` characters or more: it is then laid out as rich lays out
+    :func:`_shown_image` of it (blanks shown as spaces, what takes no cell left out).
     """
 
     def __init__(self, text: str) -> None:
@@ -268,6 +306,9 @@ class PlainText:
         wide = False  # whether the block holds second cells to take out
         for line in self.text.split("\n"):
             image = _cell_image(line)
+            if image is None and len(line) >= LONG_LINE:
+                image = _shown_image(line)
+                line = image.replace(_SECOND_CELL, "")
             if image is None:
                 if block:
                     yield Segment(_LaidOut(_characters(block, wide)))
