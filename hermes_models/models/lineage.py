@@ -554,12 +554,12 @@ def counted_for(model: type[Session], session_ids: Iterable[str]) -> dict[str, s
         .where(~branch_expr(here))
     )
     cte = cte.union(step)
-    rows = (
+    query = (
         model.select(model.id, model.parent, Case(None, [(branch_expr(model), 1)], 0))
         .join(cte, on=(model.id == cte.c.id))
         .with_cte(cte)
-        .tuples()
     )
+    rows = current().execute(query).fetchall()  # plain rows: no model work for each
     parent_of: dict[str, str | None] = {}
     stops: set[str] = set()
     for session_id, parent_id, is_branch in rows:
