@@ -49,8 +49,6 @@ LISTED = (
     Listed("context-rewound", "search_messages", r"\[\]\[\]\.context", "length", RELEASES),
     Listed("search-rewound", "search_messages", r"\[\]", "length", RELEASES,
            asked=r"\('(数据|库)',\)"),
-    Listed("search-tool-rows", "search_messages", r"\[\]", "length", NEWER,
-           asked=r"\('needle-at-the-end',\)"),
     Listed("conversation-display-metadata", "get_messages_as_conversation",
            r"\[\]\[\]\.display_metadata", "only theirs", ("v25", *V26_ON)),
     Listed("conversation-identity", "get_messages_as_conversation",

@@ -229,19 +229,25 @@ def expected_display(rows: list[dict[str, Any]], session_id: str) -> list[int]:
 
 def search_scan(shape: str, needle: str, roles: list[str] | None = None) -> set[int]:
     """HERMES_NEWER 3.6 as a substring scan of the data set: live or compacted rows, never
-    ``display_kind = 'hidden'``, tool rows only when the role filter asks for them. The
-    text searched is what the indexes hold: content, tool name and tool calls."""
+    ``display_kind = 'hidden'``, tool rows too (the sheet said "only when the role
+    filter asks for them"; every release from v17 to v31, run, returns them without
+    one). The text searched is what the indexes hold: content, tool name and tool
+    calls, of a tool row only its first 8,192 characters where the word index keeps no
+    more (a role filter asking for tool rows reads them whole, with LIKE)."""
     found = set()
     for row in newer.written_messages(shape):
         if not (row["active"] == 1 or row.get("compacted") == 1):
             continue
         if row.get("display_kind") == "hidden":
             continue
-        if roles is None and row["role"] == "tool":
-            continue
         if roles is not None and row["role"] not in roles:
             continue
         text = " ".join(str(row.get(c) or "") for c in ("content", "tool_name", "tool_calls"))
+        if row["role"] == "tool" and roles is None and not newer.TOOL_TAIL_INDEXED[shape]:
+            content = str(row.get("content") or "")[: newer.TOOL_PREFIX]
+            text = " ".join(
+                [content, *(str(row.get(c) or "") for c in ("tool_name", "tool_calls"))]
+            )
         if needle.lower() in text.lower():
             found.add(row["id"])
     return found
@@ -689,11 +695,12 @@ def test_search_messages_finds_what_hermes_finds(
 def test_search_expected_sets(stores: dict[str, SessionDB], shape: str) -> None:
     """The scan itself, pinned for the queries the brief names."""
     hidden_col = newer.has(shape, "messages", "display_kind")
-    assert search_scan(shape, "asyncio") == {1, 2}
+    assert search_scan(shape, "asyncio") == {1, 2, 3}  # 3 is a tool row
     assert search_scan(shape, "epoll") == {13}
     assert search_scan(shape, "sockets") == {8, 11}
     assert search_scan(shape, "marmoset") == (set() if hidden_col else {17})
-    assert search_scan(shape, "zebratail") == set()
+    # Past the first 8,192 characters of a tool row: only where the word index has it.
+    assert search_scan(shape, "zebratail") == ({15} if newer.TOOL_TAIL_INDEXED[shape] else set())
     assert search_scan(shape, "zebratail", ["tool"]) == {15}
     assert search_scan(shape, "事件循环") == {20}
     assert search_scan(shape, "数据") == {20}

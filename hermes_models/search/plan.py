@@ -550,8 +550,6 @@ def filter_terms(shape: FilterShape, m: Any, s: Any) -> list[peewee.Node]:
     if shape.rules.newer:
         if shape.rules.display_kind:
             terms.append(fn.COALESCE(m.display_kind, "") != "hidden")
-        if not shape.roles:
-            terms.append(m.role != "tool")
     if shape.sources is not None:
         terms.append(s.source.in_([slot(f"s{i}") for i in range(shape.sources)]))
     if shape.exclude:
