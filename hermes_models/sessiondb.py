@@ -59,7 +59,6 @@ from .models import (
     Session,
     StateMeta,
     compression_tip_id,
-    resolve_prompts_of,
     resume_target_id,
     unencodable_error,
 )
@@ -482,7 +481,7 @@ class SessionDB:
         """The rows a session picker shows, with ``preview`` and ``last_active``
         (see :mod:`hermes_models.conversations.listing`). ``after`` (not in Hermes: the ``id`` of
         the last row of the previous page) pages by key instead of ``offset``."""
-        rows = listing.rich_listing(
+        return listing.rich_listing(
             source=source,
             exclude_sources=exclude_sources,
             limit=limit,
@@ -496,7 +495,6 @@ class SessionDB:
             id_query=id_query,
             after=after,
         )
-        return resolve_prompts_of(rows)  # a v25+ file stores prompts by hash
 
     @_api
     def list_cron_job_runs(
@@ -504,7 +502,7 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """The sessions a cron job ran (ids ``cron_<job_id>_...``), newest first,
         with ``preview`` and ``last_active``."""
-        return resolve_prompts_of(listing.cron_job_runs(job_id, limit, offset))
+        return listing.cron_job_runs(job_id, limit, offset)
 
     @_api
     def search_sessions_by_id(
@@ -512,7 +510,7 @@ class SessionDB:
     ) -> list[dict[str, Any]]:
         """Listed sessions whose id (or compression chain's ids) contains ``query``:
         exact matches first, then prefixes, then the rest."""
-        return resolve_prompts_of(listing.sessions_by_id(query, limit, include_archived))
+        return listing.sessions_by_id(query, limit, include_archived)
 
     @_api
     def session_count(
@@ -573,8 +571,7 @@ class SessionDB:
     @_api
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
         """The session with exactly this title, or None."""
-        found = titles.session_by_title(title)
-        return None if found is None else resolve_prompts_of([found])[0]
+        return titles.session_by_title(title)
 
     @_api
     def resolve_session_by_title(self, title: str) -> str | None:
@@ -1046,10 +1043,8 @@ class SessionDB:
         """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
         ``best_snippet``, ``matched_session_id``); without a query, every session."""
 
-        return resolve_prompts_of(
-            search_sessions(
-                query, limit, rank_mode, source=source, offset=offset, time_budget=time_budget
-            )
+        return search_sessions(
+            query, limit, rank_mode, source=source, offset=offset, time_budget=time_budget
         )
 
     # -- export and import (bundle.py) ----------------------------------------------------

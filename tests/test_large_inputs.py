@@ -73,6 +73,19 @@ def test_a_large_paragraph_is_laid_out_as_rich_lays_it_out() -> None:
         assert _emitted(PlainText(text), width) == _emitted(Text(text), width)
 
 
+def _shown(tmp_path: Path, message: str) -> tuple[list[str], list[str]]:
+    """``hermes-models show`` of a session holding ``message`` alone, through the
+    console script: every line printed, and the lines of the message's text."""
+    with SessionDB(tmp_path / "state.db") as store:
+        store.create_session("big", "cli")
+        store.append_message("big", "user", message)
+    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    return lines, body
+
+
 @pytest.mark.slow  # a 20 MB message through the console script (about 1.5 s)
 def test_show_of_a_20_mb_message_takes_linear_time(tmp_path: Path) -> None:
     # Prose in lines of 5,000 characters: every line wrapped at 80 columns.
@@ -81,15 +94,9 @@ def test_show_of_a_20_mb_message_takes_linear_time(tmp_path: Path) -> None:
     prose = " ".join(rng.choice(words) for _ in range(3_400_000))
     message = "\n".join(prose[i : i + 5000] for i in range(0, len(prose), 5000))
     assert len(message) > 20_000_000
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("big", "cli")
-        store.append_message("big", "user", message)
     # The old layout took 288 s for this: it ran into run()'s guard of 120 s. Now about 1 s.
-    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    lines, body = _shown(tmp_path, message)
     assert max(len(line) for line in lines) <= 80
-    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
     assert " ".join(" ".join(body).split()) == " ".join(message.split())
 
 
@@ -162,13 +169,7 @@ def test_show_of_a_20_mb_line_of_cjk_is_wrapped_whole(tmp_path: Path) -> None:
     # One line of 7 million characters, wide but for one in eight: lines of 80 cells
     # and of 79 (a wide character that does not fit goes to the next).
     message = "漢字のテキストé" * (20_000_000 // 23)
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("big", "cli")
-        store.append_message("big", "user", message)
-    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    _, body = _shown(tmp_path, message)
     assert "".join(body) == message
     widths = [cell_len(line) for line in body if line]
     assert max(widths) <= 80
@@ -314,13 +315,7 @@ def test_a_long_line_rich_would_lay_out_itself_is_shown_as_rich_shows_its_image(
 )
 def test_show_of_a_20_mb_line_rich_would_lay_out_itself_is_whole(tmp_path: Path, unit: str) -> None:
     message = unit * (20_000_000 // len(unit.encode("utf-8")))
-    with SessionDB(tmp_path / "state.db") as store:
-        store.create_session("big", "cli")
-        store.append_message("big", "user", message)
-    done = run("show", "big", "--db", str(tmp_path / "state.db"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    body = lines[lines.index(next(line for line in lines if line.startswith("user"))) + 1 :]
+    _, body = _shown(tmp_path, message)
     assert max(cell_len(line) for line in body) <= 80
     shown = _shown_image(message).replace(_SECOND_CELL, "")
     assert "".join(body).replace(" ", "") == shown.replace(" ", "")

@@ -34,6 +34,7 @@ from ..models import (
     compression_expr,
     ended_with_compression,
     listable_expr,
+    resolve_prompts_of,
     walk_sessions,
 )
 from ..store import (
@@ -211,7 +212,7 @@ def rich_listing(
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
     names = [column[0] for column in cursor.description]
-    rows = [finish_row(dict(zip(names, row))) for row in cursor.fetchall()]
+    rows = resolve_prompts_of([finish_row(dict(zip(names, row))) for row in cursor.fetchall()])
     if file_has("sessions", "last_read_at"):
         for row in rows:
             row["unread"] = unread(row)
@@ -530,7 +531,7 @@ def enriched_sessions(
     for found in fetch_dicts(query):
         found["preview"] = preview_of(found, "")
         out.append(found)
-    return out
+    return resolve_prompts_of(out)
 
 
 def cron_job_runs(job_id: str, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:

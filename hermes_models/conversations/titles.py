@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 from ..checks import check_lookup_key, check_nonblank, check_optional_str, check_session_id
-from ..models import Session
+from ..models import Session, resolve_prompts_of
 from ..store import Prepared, current, write
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def session_by_title(title: Any) -> dict[str, Any] | None:
     if check_lookup_key(title, "title") is None:
         return None
     rows = _SESSION_BY_TITLE.dicts(current(), title=title)
-    return rows[0] if rows else None
+    return resolve_prompts_of(rows)[0] if rows else None
 
 
 def next_title(base_title: Any) -> str:

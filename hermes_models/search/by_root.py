@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..models import Session, counted_for
+from ..models import Session, counted_for, resolve_prompts_of
 from ..store import among, fetch_dicts
 
 
@@ -30,7 +30,8 @@ def page_of_roots(
     A root's best hit is its sessions' best (rank, then newest, then highest id);
     roots are ordered by it, then by their latest hit (``rank_mode='recent'``: the
     latest hit first), then by id. ``sources``: only roots of these sources. Each
-    row is the root's columns plus ``_best_id``, ``_matched`` (the session of the
+    row is the root's columns (a system prompt stored by hash read as its text) plus
+    ``_best_id``, ``_matched`` (the session of the
     best hit), ``_rank`` and ``_hits``.
     """
     root_of = counted_for(Session, [row[0] for row in found])
@@ -64,4 +65,4 @@ def page_of_roots(
     for row in rows:
         rank, _, _, best_id, matched = best[row["id"]]
         row.update(_best_id=best_id, _matched=matched, _rank=rank, _hits=hits[row["id"]])
-    return rows
+    return resolve_prompts_of(rows)

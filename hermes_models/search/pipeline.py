@@ -36,7 +36,7 @@ import peewee
 
 from ..checks import INT64_MAX, check_flag, check_page
 from ..driver import sqlite3
-from ..models import Message, readable
+from ..models import Message, readable, resolve_prompts_of
 from ..store import (
     FUNCTION_ERROR,
     GRAM_COUNT_SQL,
@@ -875,7 +875,8 @@ def search_sessions(
     if query is None or (isinstance(query, str) and not query.strip()):
         if sources == ():
             return []
-        return fetch_dicts(all_sessions_query(sources, limit, offset))
+        # A v25+ file stores system prompts by hash: rows carry the text, as Hermes'.
+        return resolve_prompts_of(fetch_dicts(all_sessions_query(sources, limit, offset)))
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
@@ -887,7 +888,7 @@ def search_sessions(
             shape = ranked_within(
                 parsed, shape, "rank", (limit, 0), deadline, scanned=True, widen=False
             )
-            plan = SessionPlan(parsed, shape, sources, rank_mode, limit, offset)
+            plan = SessionPlan(parsed, shape)
             _, found = _run(plan, deadline)
         except _OutOfTime:
             _ran_out(parsed, budget, 0)  # sessions come out only once all are ranked

@@ -1012,14 +1012,11 @@ class MessagePlan:
 
 @dataclass
 class SessionPlan:
-    """A search for sessions: one page of lineage roots whose messages match ``query``."""
+    """A search for sessions: the sessions whose messages match ``query``, a row each
+    (:mod:`hermes_models.search.by_root` makes the page of lineage roots)."""
 
     query: SearchQuery
     shape: Shape
-    sources: tuple[str, ...] | None
-    rank_mode: str | None
-    limit: int | None
-    offset: int
 
     @property
     def statement(self) -> Statement:
@@ -1033,9 +1030,6 @@ class SessionPlan:
     def values(self, scanned: Scanned | None) -> dict[str, Any]:
         """Every slot value of :attr:`statement`."""
         return {
-            "limit": self.limit,
-            "offset": self.offset,
-            **{f"s{i}": item for i, item in enumerate(self.sources or ())},
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
             **window_values(self.query, self.shape, 0),
