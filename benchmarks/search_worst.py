@@ -21,7 +21,15 @@ hits of a query with many). All of them alternate round by round; medians
 are printed, then the slowest round of each search as shipped, then the worst
 medians. A plain run slower than 5 s is timed once.
 
+``--random N`` times instead N random queries of each of four shapes (a term
+and a NOT list, an OR list, an AND list, a mix of the three) and each size
+(2, 8, 32, 64 terms), terms drawn from common words, two-letter prefixes and
+CJK of one to three characters: each ``search_messages`` and
+``search_sessions`` as a user runs them (first page, the default time budget),
+once; it prints how many took over 1 s, and the slowest.
+
 Run: python benchmarks/search_worst.py [--db PATH] [--messages N] [--rounds N]
+     [--random N]
 """
 
 from __future__ import annotations
@@ -68,6 +76,63 @@ def queries() -> dict[str, str]:
         "32 (word AND 2-char CJK), OR": " OR ".join(f"{w} {t}" for w, t in zip(WORDS, two[:32])),
         "32 words OR 32 two-char CJK": " OR ".join([*WORDS[:32], *two[:32]]),
     }
+
+
+SHAPES: dict[str, Callable[[Callable[[], str], random.Random, int], str]] = {
+    "NOT list": lambda term, rng, n: " NOT ".join(term() for _ in range(n)),
+    "OR": lambda term, rng, n: " OR ".join(term() for _ in range(n)),
+    "AND": lambda term, rng, n: " ".join(term() for _ in range(n)),
+    "mixed": lambda term, rng, n: " ".join(
+        rng.choice(["", "OR ", "NOT "]) * bool(i) + term() for i in range(n)
+    ),
+}
+
+
+def random_queries(per_size: int, seed: int = 5) -> list[tuple[str, int, str]]:
+    """``(shape, size, text)`` of ``per_size`` random queries of each shape and size."""
+    rng = random.Random(seed)
+
+    def term() -> str:
+        r = rng.random()
+        if r < 0.3:
+            return rng.choice(WORDS[:200])
+        if r < 0.5:
+            return rng.choice(HAN[:200])
+        if r < 0.7:
+            return "".join(rng.choice(HAN[:300]) for _ in range(2))
+        if r < 0.8:
+            return "".join(rng.choice(HAN) for _ in range(3))
+        if r < 0.9:
+            return rng.choice(KANA + HANGUL)
+        return rng.choice(WORDS[:100])[:2] + "*"
+
+    return [
+        (shape, size, make(term, rng, size))
+        for shape, make in SHAPES.items()
+        for size in (2, 8, 32, 64)
+        for _ in range(per_size)
+    ]
+
+
+def run_random(store: SessionDB, per_size: int) -> None:
+    """Each random query once through both searches, as a user runs them."""
+    timings: list[tuple[float, str, str]] = []
+    for shape, size, text in random_queries(per_size):
+        for kind, search in (
+            ("messages", store.search_messages),
+            ("sessions", store.search_sessions),
+        ):
+            seconds = timed(lambda search=search, text=text: search(text))  # type: ignore[misc]
+            timings.append((seconds, kind, f"{shape} {size}: {text[:70]}"))
+    for kind in ("messages", "sessions"):
+        mine = sorted((t for t in timings if t[1] == kind), reverse=True)
+        over = sum(seconds > 1 for seconds, _, _ in mine)
+        print(
+            f"search_{kind}: {len(mine)} queries, {over} over 1 s, "
+            f"median {statistics.median(s for s, _, _ in mine) * 1e3:.0f} ms"
+        )
+        for seconds, _, name in mine[:5]:
+            print(f"  {seconds:6.2f} s  {name}")
 
 
 def _term_sql(route: str, single: bool) -> str:
@@ -161,6 +226,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=DEFAULT_DB)
     parser.add_argument("--messages", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--random", type=int, default=0, metavar="N")
     args = parser.parse_args()
     path: Path = args.db
     if not path.exists():
@@ -173,6 +239,11 @@ def main() -> None:
         raise SystemExit(
             f"{path} holds {count:,} messages, not {args.messages:,}: use another --db"
         )
+    if args.random:
+        print(f"{count:,} messages; {args.random} random queries of each shape and size")
+        run_random(store, args.random)
+        store.close()
+        return
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     print(f"{count:,} messages; SQLite {sqlite3.sqlite_version}; medians of {args.rounds} rounds")
     print(

@@ -99,6 +99,11 @@ COUNT_PREFIX_CHARS = 3
 #: of its word terms up row by row (:attr:`Shape.probes`): about 30 us a lookup,
 #: where reading a common word's whole list takes 0.1-0.5 s on 500,000 messages.
 PROBE_ROWS = 2_000
+
+#: The fewest groups of a query whose ranked rows are first narrowed to those holding
+#: a term each hit needs (:meth:`Shape.necessary`): with fewer, testing each row
+#: against the whole query costs less than the lookup.
+NARROWED_GROUPS = 4
 #: The longest prefix term for which a windowed page makes its snippets in its one
 #: pass (:attr:`Shape.snips`): ``t*`` or ``th*`` starts thousands of words.
 SNIP_PREFIX_CHARS = 3
@@ -351,6 +356,24 @@ class Shape:
         rank = WORDS if ranked and self.rank_route == WORDS else None
         return all(LIKE in g.include or rank in g.include for g in self.groups)
 
+    def necessary(self) -> tuple[str, ...] | None:
+        """Per group, the route of one positive term every hit of it holds, looked up to
+        narrow the rows the word index ranks before each is tested against the whole
+        query (:func:`hits_query`): a term the scan found when the group has one, else a
+        trigram term, else a word. None when that would not narrow them: fewer than
+        :data:`NARROWED_GROUPS` groups, no scan, or a trigram index that leaves rows
+        out (a newer Hermes file's)."""
+        if not self.scanned or len(self.groups) < NARROWED_GROUPS or self.driven(False):
+            return None
+        if self.gaps != TRIGRAM_COMPLETE or not self.words:
+            return None
+        kinds = tuple(
+            next(r for r in (LIKE, TRIGRAM, WORDS) if r in g.include) for g in self.groups
+        )
+        # A group needing only words adds all its word's matches: past a quarter of the
+        # groups, the rows left are about all the word index ranks anyway.
+        return None if kinds.count(WORDS) * 4 > len(kinds) else kinds
+
     @property
     def all_ranked(self) -> bool:
         """True when the word index ranks the query and every group needs a word: then
@@ -517,6 +540,14 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         for term, route in zip(group.include, routes.include):
             if route in positive:
                 positive[route].append(term.fts())
+    kinds = shape.necessary()
+    if kinds is not None and WORDS in kinds:
+        wanted = []
+        for group, kind in zip(query.groups, kinds):
+            if kind == WORDS:
+                words = [t for t in group.include if not t.cjk]
+                wanted.append(min(words, key=lambda t: t.prefix).fts())
+        out["need_words"] = " OR ".join(wanted)
     alike = shape.merged_groups(False)
     if alike.words:
         out["wg"] = " OR ".join(f"({query.groups[i].fts()})" for i in alike.words)
@@ -1064,6 +1095,16 @@ def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True
     out = {f"ids{k}": json.dumps(sorted(holding[k])) for k in alone}
     for i, found in merged.items():
         out[f"idsx{i}"] = json.dumps(sorted(set().union(*(holding.get(k, ()) for k in found))))
+    kinds = shape.necessary()
+    if kinds is not None:
+        needed: set[int] = set()
+        for i, kind in enumerate(kinds):
+            if kind == LIKE:
+                first = k_of_group(shape, i)
+                routes = shape.groups[i].include
+                found = [holding.get(first + j, set()) for j, r in enumerate(routes) if r == LIKE]
+                needed |= min(found, key=len)
+        out["need"] = json.dumps(sorted(needed))
     found_groups = shape.merged_groups(True).found
     if found_groups:
         firsts = [k_of_group(shape, i) for i in found_groups]
@@ -1413,6 +1454,9 @@ def hits_query(
     if shape.driven(False):
         # Every hit holds a positive LIKE term: rank only the rows the scan found.
         ranked_rows.append(SQL(sqlite_sql.ROWID_IN_JSON_LIST, [SLOT + "cand"]))
+    elif route == WORDS and shape.necessary() is not None:
+        # Rank only the rows holding, for some group, the term it needs.
+        ranked_rows.append(_narrowed(shape.necessary() or ()))
     ranks = (
         index.select(index.rowid.alias("rid"), index.rank().alias("r"))
         .where(*ranked_rows)
@@ -1434,6 +1478,23 @@ def hits_query(
             matching[0] = predicate(m, shape, unworded=True)
     others = unranked.where(*driver, *matching, m.id.not_in(_rowids(index, found, shape.floored)))
     return with_rank.union_all(others)
+
+
+def _narrowed(kinds: tuple[str, ...]) -> Any:
+    """The rows of the word index (the only table of its statement) among those holding the term each group needs (slots
+    ``need``, the ids the scan found; ``need_words`` and ``need_trigrams``, one
+    expression of the other terms; rows behind a NUL too, for the trigram terms)."""
+    parts = [sqlite_sql.JSON_LIST[1:-1]]
+    params: list[Any] = [SLOT + "need"]
+    if WORDS in kinds:
+        parts.append("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
+        params.append(SLOT + "need_words")
+    if TRIGRAM in kinds:
+        parts.append("SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?")
+        params.append(SLOT + f"any_{TRIGRAM}")
+        parts.append("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
+        params.append(SLOT + "json")
+    return SQL(f"+rowid IN ({' UNION ALL '.join(parts)})", params)
 
 
 def _unranked_driver(m: Any, shape: Shape) -> list[Any]:
