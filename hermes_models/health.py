@@ -32,12 +32,11 @@ from .conversations import counter_totals, recount
 from .driver import WAL_RESET_BUG, sqlite3, sqlite_info
 from .models import Message, Session, order_sessions
 from .store import (
-    POSTGRESQL,
     SCHEMA_VERSION,
-    SQLITE,
+    Backend,
     FileShape,
-    HermesDatabase,
     IndexCheck,
+    SqliteFile,
     check_index,
     current,
     grams,
@@ -59,26 +58,26 @@ _SAMPLE = 5
 _TRIGGERS = ("insert", "delete", "update")
 
 
-def _rows(db: HermesDatabase, sql: str) -> list[tuple[Any, ...]]:
+def _rows(db: Backend, sql: str) -> list[tuple[Any, ...]]:
     handle: Any = db
     return cast(list[tuple[Any, ...]], handle.execute_sql(sql).fetchall())
 
 
-def _version(db: HermesDatabase) -> int | None:
+def _version(db: Backend) -> int | None:
     handle: Any = db
     return stored_schema_version(cast(sqlite3.Connection, handle.connection()))
 
 
-def _one(db: HermesDatabase, sql: str) -> Any:
+def _one(db: Backend, sql: str) -> Any:
     return _rows(db, sql)[0][0]
 
 
-def _names(db: HermesDatabase, kind: str) -> set[str]:
+def _names(db: Backend, kind: str) -> set[str]:
     names = sqlite_sql.TABLE_NAMES if kind == "table" else sqlite_sql.TRIGGER_NAMES
     return {row[0] for row in _rows(db, names)}
 
 
-def present_fts_tables(db: HermesDatabase) -> list[str]:
+def present_fts_tables(db: Backend) -> list[str]:
     """The message search indexes the file has."""
     with using(db):
         return [model._meta.table_name for model in present_indexes()]
@@ -91,17 +90,19 @@ def _size(path: str | os.PathLike[str]) -> int:
         return 0
 
 
-def gram_state(db: HermesDatabase) -> dict[str, Any]:
+def gram_state(db: Backend) -> dict[str, Any]:
     """The gram index's state (:func:`hermes_models.store.grams.status`); ``present`` False
     when the file lacks it or this build cannot read it."""
     absent = {"present": False, "changed": None, "held": None}
     try:
-        return grams.status(db) if grams.usable(db.connection()) else absent
+        if isinstance(db, SqliteFile) and grams.usable(db.connection()):
+            return grams.status(db)
+        return absent
     except sqlite3.Error:
         return absent
 
 
-def search_indexes(db: HermesDatabase) -> dict[str, str]:
+def search_indexes(db: Backend) -> dict[str, str]:
     """Each full-text table of the file, and whether (and how) this process uses it."""
     shape = db.shape
     if shape is None:
@@ -135,7 +136,7 @@ def search_indexes(db: HermesDatabase) -> dict[str, str]:
     return out
 
 
-def _server_stats(db: HermesDatabase) -> dict[str, Any]:
+def _server_stats(db: Backend) -> dict[str, Any]:
     """:func:`stats` of a PostgreSQL store: the same keys; what belongs to a file (its
     journal, sizes, FTS5 tables and layout) is None or empty, and the search indexes
     are the server's own, kept in step by it."""
@@ -162,12 +163,12 @@ def _server_stats(db: HermesDatabase) -> dict[str, Any]:
     }
 
 
-def stats(db: HermesDatabase | None = None) -> dict[str, Any]:
+def stats(db: Backend | None = None) -> dict[str, Any]:
     """Counts and sizes: sessions, messages (active/inactive), file and WAL bytes, index
     rows; the Hermes schema version, the full-text layout and which indexes are used.
     (A PostgreSQL store: :func:`_server_stats`.)"""
     db = db or current()
-    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+    if not isinstance(db, SqliteFile):
         return _server_stats(db)
     messages = int(_one(db, sqlite_sql.COUNT_MESSAGES))
     with using(db):  # through the model: a file without ``active`` (v2-v11) has all live
@@ -202,7 +203,7 @@ def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "detail": detail}
 
 
-def _integrity(db: HermesDatabase, indexes: list[str] | None = None) -> dict[str, Any]:
+def _integrity(db: Backend, indexes: list[str] | None = None) -> dict[str, Any]:
     """``PRAGMA integrity_check``; what it says of the search ``indexes`` (SQLite 3.44+
     runs FTS5's check too) is left to their own checks (:mod:`hermes_models.store.fts_check`)."""
     found = [str(row[0]) for row in _rows(db, sqlite_sql.INTEGRITY_CHECK)]
@@ -224,7 +225,7 @@ def _sqlite_check() -> dict[str, Any]:
     return _check("sqlite", True, describe_sqlite())
 
 
-def _journal_check(db: HermesDatabase) -> dict[str, Any]:
+def _journal_check(db: Backend) -> dict[str, Any]:
     """The file's journal mode; a file in WAL mode on an SQLite with the WAL-reset bug
     is exposed to it (a failed check: the detail says what to do)."""
     mode = str(_one(db, sqlite_sql.JOURNAL_MODE)).lower()
@@ -247,7 +248,7 @@ def _journal_check(db: HermesDatabase) -> dict[str, Any]:
     return _check("journal mode", True, mode)
 
 
-def _foreign_keys(db: HermesDatabase) -> dict[str, Any]:
+def _foreign_keys(db: Backend) -> dict[str, Any]:
     found = _rows(db, sqlite_sql.FOREIGN_KEY_CHECK)
     if not found:
         return _check("foreign_key_check", True, "no dangling references")
@@ -255,13 +256,13 @@ def _foreign_keys(db: HermesDatabase) -> dict[str, Any]:
     return _check("foreign_key_check", False, f"{len(found)} dangling reference(s): {sample}")
 
 
-def _source_uri(db: HermesDatabase) -> str:
+def _source_uri(db: Backend) -> str:
     """A read-only URI for the file ``db`` reads (as an immutable snapshot where it must be)."""
     params = read_only_params(db.path) if db.read_only else {"mode": "ro"}
     return sqlite_uri(db.path, **params)
 
 
-def _shadow_tables(db: HermesDatabase, table: str) -> list[str]:
+def _shadow_tables(db: Backend, table: str) -> list[str]:
     names = _names(db, "table")
     return [f"{table}_{part}" for part in _SHADOWS if f"{table}_{part}" in names]
 
@@ -274,7 +275,7 @@ def _content_tables(tables: list[str]) -> list[str]:
 _SHADOWS = ("data", "idx", "content", "docsize", "config")
 
 
-def _copy_indexes(db: HermesDatabase, tables: list[str], scratch: Path) -> None:
+def _copy_indexes(db: Backend, tables: list[str], scratch: Path) -> None:
     """Copy the tables of the search indexes ``tables`` into ``scratch``, from one snapshot."""
     conn = sqlite3.connect(str(scratch), isolation_level=None)
     try:
@@ -296,7 +297,7 @@ def _copy_indexes(db: HermesDatabase, tables: list[str], scratch: Path) -> None:
         conn.close()
 
 
-def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]]:
+def _fts_integrity(db: Backend, tables: list[str]) -> list[dict[str, Any]]:
     """FTS5's own ``integrity-check`` of each index, run on a scratch copy of it."""
     names = [f"fts integrity-check {table}" for table in tables]
     with tempfile.TemporaryDirectory(prefix="hermes-models-doctor-") as folder:
@@ -326,14 +327,14 @@ def _fts_integrity(db: HermesDatabase, tables: list[str]) -> list[dict[str, Any]
     return checks
 
 
-def _fts_triggers(db: HermesDatabase, table: str) -> dict[str, Any]:
+def _fts_triggers(db: Backend, table: str) -> dict[str, Any]:
     missing = [f"{table}_{op}" for op in _TRIGGERS if f"{table}_{op}" not in _names(db, "trigger")]
     if missing:
         return _check(f"{table} triggers", False, "missing " + ", ".join(missing))
     return _check(f"{table} triggers", True, "insert, delete and update triggers present")
 
 
-def _fts_in_step(db: HermesDatabase, table: str) -> dict[str, Any]:
+def _fts_in_step(db: Backend, table: str) -> dict[str, Any]:
     missing = _one(db, sqlite_sql.messages_not_indexed(table))
     extra = _one(db, sqlite_sql.stray_index_rows(table))
     stale = _one(db, sqlite_sql.stale_index_rows(table))
@@ -345,7 +346,7 @@ def _fts_in_step(db: HermesDatabase, table: str) -> dict[str, Any]:
     return _check(name, True, "one entry per message, text up to date")
 
 
-def counter_mismatches(db: HermesDatabase | None = None) -> list[dict[str, Any]]:
+def counter_mismatches(db: Backend | None = None) -> list[dict[str, Any]]:
     """Sessions whose ``message_count`` / ``tool_call_count`` disagree with their messages:
     ``{"id", "message_count", "messages", "tool_call_count", "tool_calls"}`` each."""
     db = db or current()
@@ -369,7 +370,7 @@ def counter_mismatches(db: HermesDatabase | None = None) -> list[dict[str, Any]]
         return [dict(zip(keys, row)) for row in cast("list[tuple[Any, ...]]", query)]
 
 
-def _parent_loops(db: HermesDatabase) -> dict[str, Any]:
+def _parent_loops(db: Backend) -> dict[str, Any]:
     """Sessions whose chain of parents goes round (a damaged file): no listing shows
     them, as each has a parent; lineage walks and deletions stop at the loop."""
     parents = {row[0]: row[1] for row in _rows(db, sqlite_sql.COPY_SESSION_LINKS)}
@@ -386,7 +387,7 @@ def _parent_loops(db: HermesDatabase) -> dict[str, Any]:
     )
 
 
-def _counters(db: HermesDatabase) -> dict[str, Any]:
+def _counters(db: Backend) -> dict[str, Any]:
     wrong = counter_mismatches(db)
     if not wrong:
         return _check("session counters", True, "every session's counters match its messages")
@@ -404,15 +405,10 @@ def _counters(db: HermesDatabase) -> dict[str, Any]:
     )
 
 
-def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
+def message_sequence(db: Backend | None = None) -> dict[str, int | None]:
     """The message id sequence: ``{"sequence", "max_id", "remaining"}`` (None before any id)."""
     db = db or current()
-    if getattr(db, "dialect", SQLITE) == POSTGRESQL:  # the identity of messages.id
-        rows = _rows(db, postgres_sql.MESSAGE_SEQUENCE)
-    else:
-        has_sequence = "sqlite_sequence" in _names(db, "table")
-        rows = _rows(db, sqlite_sql.MESSAGE_SEQUENCE) if has_sequence else []
-    sequence = int(rows[0][0]) if rows and rows[0][0] is not None else None
+    sequence = db.message_sequence()
     with using(db):
         highest = Message.select(fn.MAX(Message.id)).scalar()
     top = max(v for v in (sequence, highest, 0) if v is not None)
@@ -423,7 +419,7 @@ def message_sequence(db: HermesDatabase | None = None) -> dict[str, int | None]:
     }
 
 
-def _sequence(db: HermesDatabase) -> dict[str, Any]:
+def _sequence(db: Backend) -> dict[str, Any]:
     state = message_sequence(db)
     remaining = int(state["remaining"] or 0)
     if remaining >= SEQUENCE_HEADROOM:
@@ -442,7 +438,7 @@ def _sequence(db: HermesDatabase) -> dict[str, Any]:
     )
 
 
-def doctor(db: HermesDatabase | None = None) -> dict[str, Any]:
+def doctor(db: Backend | None = None) -> dict[str, Any]:
     """Check the file without writing to it; returns ``{"path", "ok", "checks": [{"name",
     "ok", "detail"}]}``."""
     db = db or current()
@@ -491,7 +487,7 @@ def _ids(ids: list[int]) -> str:
     return shown + (f" and {len(ids) - _IDS_SHOWN} more" if len(ids) > _IDS_SHOWN else "")
 
 
-def _gram_checks(db: HermesDatabase, fts_tables: list[str]) -> list[dict[str, Any]]:
+def _gram_checks(db: Backend, fts_tables: list[str]) -> list[dict[str, Any]]:
     """The gram index checked by what it holds (:func:`hermes_models.store.grams.check`), its
     triggers, FTS5's own check of it against the grams it holds, and the text of the
     messages it read that is not UTF-8."""
@@ -510,7 +506,7 @@ def _gram_checks(db: HermesDatabase, fts_tables: list[str]) -> list[dict[str, An
                 "that writes) puts it back",
             )
         ]
-    if not grams.usable(conn) or not fts_tables:
+    if not isinstance(db, SqliteFile) or not grams.usable(conn) or not fts_tables:
         return []  # this build cannot read it (no FTS5): the search indexes check says so
     found = grams.check(db)
     out = [_gram_held_check(found), *_fts_integrity(db, [grams.TABLE])]
@@ -564,7 +560,7 @@ def _gram_held_check(found: grams.GramCheck) -> dict[str, Any]:
     )
 
 
-def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
+def _doctor_newer(db: Backend, shape: FileShape) -> dict[str, Any]:
     """The checks of a file newer than v16: nothing that needs a write, no index read
     through a tokenizer this process lacks, no counter rule of ours imposed on Hermes'."""
     layout = "none" if shape.fts_layout is None else str(shape.fts_layout)
@@ -592,19 +588,7 @@ def _doctor_newer(db: HermesDatabase, shape: FileShape) -> dict[str, Any]:
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def _lower_sequence(db: HermesDatabase, top: int) -> None:
-    """Make the message id sequence stand at ``top`` (the highest id in use, 0: none)."""
-    handle: Any = db
-    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
-        if top:
-            handle.execute_sql(postgres_sql.SET_MESSAGE_SEQUENCE, (top,))
-        else:
-            handle.execute_sql(postgres_sql.RESET_MESSAGE_SEQUENCE)
-    else:
-        handle.execute_sql(sqlite_sql.set_message_sequence(top))
-
-
-def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
+def repair(db: Backend | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
     highest id in use; then index again, in short transactions, the messages whose
@@ -618,14 +602,11 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     # the highest id the repair saw could be set below one handed out meanwhile. So
     # when the sequence looks near its limit, the repair holds their inserts off from
     # its first statement (before its snapshot; those under way finish first).
-    hold = (
-        getattr(db, "dialect", SQLITE) == POSTGRESQL
-        and int(message_sequence(db)["remaining"] or 0) < SEQUENCE_HEADROOM
-    )
+    hold = int(message_sequence(db)["remaining"] or 0) < SEQUENCE_HEADROOM
 
     def run() -> dict[str, Any]:
         if hold:
-            cast(Any, db).execute_sql(postgres_sql.LOCK_MESSAGE_INSERTS)
+            db.hold_message_inserts()
         wrong = [row["id"] for row in counter_mismatches(db)]
         with using(db):
             for session_id in wrong:
@@ -637,7 +618,7 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
             int(state["remaining"] or 0) < SEQUENCE_HEADROOM
             and INT64_MAX - top >= SEQUENCE_HEADROOM
         ):
-            _lower_sequence(db, top)
+            db.set_message_sequence(top)
             lowered = [state["sequence"], top]
         return {"recounted": wrong, "sequence": lowered}
 
@@ -646,12 +627,12 @@ def repair(db: HermesDatabase | None = None) -> dict[str, Any]:
     return fixed
 
 
-def mend_grams(db: HermesDatabase, *, sample: int | None = None) -> list[int]:
+def mend_grams(db: Backend, *, sample: int | None = None) -> list[int]:
     """The ids :func:`hermes_models.store.grams.check` finds the gram index wrong about (all
     messages, or a sample on a large store, as ``doctor`` checks), listed as changed
     and indexed again, a chunk per short write transaction. Nothing on PostgreSQL or
     a file without the index."""
-    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+    if not isinstance(db, SqliteFile):  # a server keeps its gram index itself
         return []
     conn = db.connection()
     if not grams.present(conn) or not grams.usable(conn):

@@ -65,9 +65,10 @@ from .models import (
 from .search import search_messages, search_sessions
 from .store import (
     LENIENT_FILES,
-    HermesDatabase,
+    Backend,
     NewerFileConnection,
     QmarkConnection,
+    SqliteFile,
     bind_current,
     claim_repair_attempt,
     connect,
@@ -119,7 +120,9 @@ def _api(method: F) -> F:
             except (sqlite3.OperationalError, peewee.OperationalError) as exc:
                 # Another program stored text that is not UTF-8: read it with U+FFFD from
                 # now on (the warning names the rows) and run the method again.
-                if not is_decode_error(exc) or db.file in LENIENT_FILES:
+                if not isinstance(db, SqliteFile) or not is_decode_error(exc):
+                    raise
+                if db.file in LENIENT_FILES:
                     raise
                 db.read_leniently()
                 return method(self, *args, **kwargs)
@@ -186,7 +189,7 @@ class SessionDB:
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
         self._lock = threading.Lock()
-        self._db: HermesDatabase | None = self._open()
+        self._db: Backend | None = self._open()
 
     @staticmethod
     def _resolve(db_path: Any) -> str:
@@ -210,7 +213,7 @@ class SessionDB:
     def db_path(self, value: Any) -> None:
         self._shown = self._resolve(value)
 
-    def _open(self) -> HermesDatabase:
+    def _open(self) -> Backend:
         try:
             return self._connect()
         except (sqlite3.DatabaseError, peewee.DatabaseError) as exc:
@@ -231,7 +234,7 @@ class SessionDB:
                 raise
         return self._connect()
 
-    def _connect(self) -> HermesDatabase:
+    def _connect(self) -> Backend:
         return connect(
             self._target,
             read_only=self._read_only,
@@ -273,7 +276,7 @@ class SessionDB:
         return self.database.write(lambda: fn(self._conn))
 
     @property
-    def database(self) -> HermesDatabase:
+    def database(self) -> Backend:
         """The peewee database this store uses."""
         if self._db is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")

@@ -54,20 +54,7 @@ PARTS = (
 )
 
 #: Imports inside a part that close a cycle, (importer, imported) -> why.
-ALLOWED_CYCLE: dict[tuple[str, str], str] = {
-    ("models.lineage", "models.tables"): (
-        "lineage's query builders take the Session class as an argument and name it "
-        "for type checkers only"
-    ),
-    ("store.grams", "store.db"): (
-        "the handle installs the gram index's triggers on its connections; grams names "
-        "the handle's class for type checkers only"
-    ),
-    ("store.writes", "store.db"): (
-        "the handle runs its writes and checkpoints through writes, which names the "
-        "handle's class for type checkers only"
-    ),
-}
+ALLOWED_CYCLE: dict[tuple[str, str], str] = {}
 
 #: Third-party modules a function may import when it runs: heavy and optional, or rare.
 LOADED_WHEN_USED = ("psycopg", "yoyo", "sqlparse", "rich.progress")

@@ -44,7 +44,6 @@ from ..store import (
     fetch_dicts,
     file_has,
     limit_value,
-    on_postgresql,
     starts_with_ascii_nocase,
     starts_with_nul,
 )
@@ -191,10 +190,9 @@ def rich_listing(
     keyed = after is not None
     if keyed and flags[2]:
         raise ValueError("after pages the start order; with order_by_last_active use offset")
-    # SQLite 3.53 runs the listing with a bound LIMIT about 250 us slower than with the
-    # number written (3.40 does not; measured, not traced to its cause): on SQLite the
-    # page size goes into the SQL, one statement per page size.
-    page = None if on_postgresql() else limit_value(limit)
+    # The page size goes into the SQL where the backend says so (one statement per
+    # page size), else it is bound.
+    page = current().literal_limit(limit)
     shape = (len(sources), len(excluded), *flags, by_id, keyed, page)
 
     prepared = listing_statement(shape)
@@ -403,18 +401,8 @@ def _tips(roots_cte: Any) -> tuple[Any, Any]:
         max_depth=TIP_MAX_HOPS,
         name="walk",
     )
-    if on_postgresql():
-        # Each root's deepest row (one path per root: the walk follows the latest child).
-        deepest = (
-            walk.select_from(walk.c.root_id, walk.c.id, walk.c.depth)
-            .distinct([walk.c.root_id])
-            .order_by(walk.c.root_id, walk.c.depth.desc())
-        )
-    else:
-        # SQLite returns the bare column "id" from the row holding MAX(depth).
-        deepest = walk.select_from(walk.c.root_id, walk.c.id, fn.MAX(walk.c.depth)).group_by(
-            walk.c.root_id
-        )
+    # Each root's deepest row (one path per root: the walk follows the latest child).
+    deepest = current().deepest_per_root(walk)
     return walk, deepest.cte("tips", columns=("root_id", "tip_id", "depth"))
 
 

@@ -38,13 +38,7 @@ from ..store import (
     Prepared,
     current,
     fetch_dicts,
-    gram_index_ready,
-    grams,
-    on_postgresql,
-    postgres_sql,
-    present_indexes,
     refuse_newer_schema,
-    sqlite_sql,
     write,
 )
 
@@ -433,20 +427,9 @@ def prune_empty_ghost_sessions(*, sessions_dir: Any = None) -> int:
 def optimize_fts() -> int:
     """Merge the segments of each full-text index; returns how many of Hermes' two
     (words, trigrams) were optimized, as Hermes counts. The gram index, where the
-    file has it, is merged too, in short steps (:func:`hermes_models.store.grams.merge`)."""
-    # The search indexes' models (and playhouse's FTS5 support) are loaded when
-    # used: SessionDB imports this module, and `import hermes_models` stays short.
-
-    if on_postgresql():
-        db = current()
-        for index in (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX):
-            db.execute_sql(postgres_sql.GIN_CLEAN_PENDING, (index,))
-        return len(postgres_sql.SEARCH_INDEXES)
-    models = present_indexes()
-    write(lambda: [model.optimize() for model in models])
-    if gram_index_ready():
-        grams.merge(current())
-    return len(models)
+    file has it, is merged too, in short steps (:func:`hermes_models.store.grams.merge`);
+    on PostgreSQL each index's pending entries are moved into it."""
+    return current().optimize_indexes()
 
 
 def update_gram_index(
@@ -470,34 +453,7 @@ def update_gram_index(
         SchemaTooNewError: the file is newer than the v16 schema this package writes.
         ReadOnlyDatabaseError: the handle is read-only.
     """
-    db = current()
-    db.refuse_writes()
-    if on_postgresql():  # the server keeps its gram index (an index of messages) in step
-        if rebuild:
-            db.execute_sql(postgres_sql.reindex(postgres_sql.GRAM_INDEX))
-        return {"present": True, "rebuilt": bool(rebuild), "indexed": 0, "changed": 0, "merged": 0}
-    state = grams.status(db)
-    if not state["present"] or not db.ensure_grams():
-        return {"present": False, "rebuilt": False, "indexed": 0, "changed": None, "merged": 0}
-    again = bool(rebuild)
-    if again:
-        indexed = grams.rebuild(db, progress=progress)
-    else:
-        # What the index holds wrongly (checked as doctor checks it: every message, or
-        # a sample on a large store) is listed again, then everything listed indexed.
-        found = grams.check(db)
-        if found.wrong or found.stray:
-            grams.relist(db, [*found.wrong, *found.stray])
-        indexed = grams.catch_up(db, progress=progress)
-    merged = grams.merge(db)  # the segments those transactions left, in short steps
-    state = grams.status(db)
-    return {
-        "present": True,
-        "rebuilt": again,
-        "indexed": indexed,
-        "changed": state["changed"],
-        "merged": merged,
-    }
+    return current().update_grams(rebuild=rebuild, progress=progress)
 
 
 def vacuum() -> int:
@@ -517,12 +473,7 @@ def vacuum() -> int:
     except (sqlite3.Error, peewee.PeeweeException) as exc:  # the compaction goes on
         logger.warning("%s: optimizing the full-text indexes failed: %s", db.path, exc)
         optimized = 0
-    if on_postgresql():
-        db.execute_sql(postgres_sql.VACUUM_ANALYZE)
-        return optimized
-    db.checkpoint("TRUNCATE")
-    db.execute_sql(sqlite_sql.VACUUM)
-    db.checkpoint("TRUNCATE")
+    db.compact()
     return optimized
 
 

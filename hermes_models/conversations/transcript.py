@@ -40,14 +40,12 @@ from ..models import (
     unencodable_error,
 )
 from ..store import (
-    POSTGRESQL,
-    HermesDatabase,
+    Backend,
     Prepared,
     current,
     fetch_dicts,
     json_array_length,
     many_rows,
-    on_postgresql,
     write,
 )
 
@@ -68,8 +66,8 @@ def _insert(**values: Any) -> Any:
     fields = Message._meta.fields
     # The table's own INSERT: the model's would add the column defaults (``active``).
     insert = Message._meta.table.insert({fields[name]: values[name] for name in MESSAGE_FIELDS})
-    # PostgreSQL has no last row id: the INSERT returns it.
-    return insert.returning(fields["id"]) if on_postgresql() else insert
+    # Where the backend has no last row id, the INSERT returns it.
+    return current().returning_id(insert, fields["id"])
 
 
 #: One message row. Its ``?`` placeholders follow :data:`MESSAGE_FIELDS`, so a row
@@ -93,7 +91,7 @@ _COUNT = Prepared(
 _AS_PEEWEE_ERRORS = cast("Any", peewee).__exception_wrapper__
 
 
-def _execute(db: HermesDatabase, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
+def _execute(db: Backend, sql: str, params: Sequence[Any]) -> sqlite3.Cursor:
     """Run pre-rendered SQL on ``db``'s connection (inside the caller's write).
 
     Errors come out as peewee's exception types, like every other model call.
@@ -162,14 +160,13 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     row = message_row(session_id, role, content, **fields)
     calls = tool_call_total(role, fields.get("tool_calls"))
     db = current()
-    postgresql = db.dialect == POSTGRESQL
 
     def run() -> int:
         conn = cast("sqlite3.Connection", db.connection())
         insert, count = _INSERT.render(db).sql, _COUNT.render(db).sql
         with _AS_PEEWEE_ERRORS:
             cursor = conn.execute(insert, row)
-            message_id = int(cursor.fetchone()[0] if postgresql else cursor.lastrowid or 0)
+            message_id = db.inserted_id(cursor)
             conn.execute(count, {"calls": calls, "session_id": session_id})
         return message_id
 

@@ -34,13 +34,15 @@ from typing import TYPE_CHECKING, cast
 import peewee
 from peewee import SQL, Case, Value, fn
 
-from ..store import among, current, json_text, on_postgresql
+from ..store import among, current, json_text
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .tables import Session
-
+    #: The session model (``models.tables.Session``, whose methods call this module):
+    #: not imported, so that no import closes a cycle; the models' own methods carry
+    #: its type to their callers.
+    Session = Any
     Source = Any  # a Session model class or an alias of it
     #: A peewee expression node (peewee's stubs do not type its operators).
     Expr = Any
@@ -256,7 +258,7 @@ def markers_of(model_config: Any) -> dict[str, Any]:
     and of a key given twice the first value on SQLite, the last on PostgreSQL."""
     if not isinstance(model_config, str):
         return {}
-    hook = None if on_postgresql() else _first_wins
+    hook = _first_wins if current().json_duplicate_key == "first" else None
     try:
         value = json.loads(model_config, parse_constant=_no_constant, object_pairs_hook=hook)
     except (ValueError, RecursionError):
@@ -434,13 +436,14 @@ def _relatives(
     nearest first, then (downward, where a level has several) by start time."""
     cte = walk_sessions(model, session_id, upward=upward)
     order = (cte.c.depth,) if upward else (cte.c.depth, model.started_at, model.id)
-    return (
+    query = (
         model.select()
         .join(cte, on=(model.id == cte.c.id))
         .where(cte.c.depth > 0)
         .order_by(*order)
         .with_cte(cte)
     )
+    return cast("peewee.ModelSelect[Session]", query)
 
 
 def ancestors(model: type[Session], session_id: str) -> peewee.ModelSelect[Session]:
@@ -478,11 +481,12 @@ def children_of_kind(
     }
     if kind not in predicates:
         raise ValueError(f"kind must be one of {sorted(predicates)}, not {kind!r}")
-    return (
+    query = (
         model.select()
         .where(model.parent == session_id, predicates[kind](model))
         .order_by(model.started_at, model.id)
     )
+    return cast("peewee.ModelSelect[Session]", query)
 
 
 def latest_child(parent: Source) -> peewee.ModelSelect[Session]:

@@ -477,7 +477,7 @@ class Session(BaseModel):
 
     def root(self) -> Session:
         """The oldest ancestor, or this session when it has no parent."""
-        return lineage.root_of(self)
+        return cast("Session", lineage.root_of(self))
 
     def descendants(self) -> peewee.ModelSelect[Session]:
         """Every session below this one, nearest first (cycle-safe)."""

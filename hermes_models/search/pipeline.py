@@ -44,8 +44,10 @@ from ..store import (
     INDEXES,
     LENIENT_FILES,
     LIKE,
+    POSTGRESQL,
     TRIGRAM,
     WORDS,
+    SqliteFile,
     Statement,
     available_routes,
     current,
@@ -53,7 +55,6 @@ from ..store import (
     fetch_dicts,
     is_decode_error,
     newer_file,
-    on_postgresql,
     sqlite_sql,
     term_match,
     warn_once,
@@ -97,6 +98,11 @@ logger = logging.getLogger("hermes_models")
 CONTEXT_CHARS = present.CONTEXT_CHARS
 #: ``rank_mode`` values of :func:`search_sessions`.
 RANK_MODES = (None, "relevance", "recent")
+
+
+def _file() -> SqliteFile:
+    """The SQLite file searched here (this module is the file's execute stage)."""
+    return cast(SqliteFile, current())
 
 
 def execute(sql: str, params: Any) -> Any:
@@ -192,8 +198,8 @@ def fetch_within(
     try:
         return _fetch_within(sql, params, deadline)
     except (peewee.OperationalError, sqlite3.OperationalError) as exc:
-        db = current()
-        if not is_decode_error(exc) or getattr(db, "file", None) in LENIENT_FILES:
+        db = _file()
+        if not is_decode_error(exc) or db.file in LENIENT_FILES:
             raise
         db.read_leniently()
         return _fetch_within(sql, params, deadline)
@@ -261,7 +267,7 @@ def _function(name: str, arguments: int, function: Callable[..., Any]) -> Iterat
     The function is defined on a connection once (:meth:`HermesDatabase.install_once`):
     defining it for each search made SQLite prepare every later statement again.
     """
-    current().install_once(
+    _file().install_once(
         f"{name}/{arguments}",
         lambda conn: conn.create_function(name, arguments, _caller(name)),
     )
@@ -288,8 +294,8 @@ def run_scan(scan: ScanPlan, deadline: float | None) -> Scanned:
         indexed[k] = by_match[match]
     matcher = Matcher(tuple(term for _, term in scan.terms))
     if not (scan.uncovered_only and _gram_index_covers_all(deadline)):
-        db = current()
-        raw = scan.raw is not None and getattr(db, "file", None) in LENIENT_FILES
+        db = _file()
+        raw = scan.raw is not None and db.file in LENIENT_FILES
         try:
             _scan_rows(scan, matcher, deadline, raw)
         except (peewee.OperationalError, sqlite3.OperationalError) as exc:
@@ -327,7 +333,7 @@ def _gram_state(deadline: float | None, read: tuple[Any, ...] | None = None) -> 
         top, changed = read or fetch_within(GRAM_STATE_SQL, [], deadline)[1][0]
         return top, bool(changed)
 
-    return current().while_unchanged("gram state", state)
+    return _file().while_unchanged("gram state", state)
 
 
 def _gram_index_covers_all(deadline: float | None) -> bool:
@@ -411,7 +417,7 @@ def _common(plan: MessagePlan, deadline: float | None) -> bool | None:
     terms = len(query.terms())
     # Counted once while the file stays as it is: the same search again, or its next
     # page, reads nothing more (HermesDatabase.while_unchanged).
-    return current().while_unchanged(
+    return _file().while_unchanged(
         ("common", groups, page, terms, COMMON_FROM),
         lambda: _count_common(groups, page, terms, deadline),
     )
@@ -432,7 +438,7 @@ def _count_common(
     The first term is counted in the statement that reads the gram index's state
     (:func:`_gram_state`, kept), the others (if any) one by one.
     """
-    current().install_once(
+    _file().install_once(
         f"{GRAM_NEED_FUNCTION}/2",
         lambda conn: conn.create_function(GRAM_NEED_FUNCTION, 2, common_from, deterministic=True),
     )
@@ -555,7 +561,7 @@ def ranked_within(
                 return False
         return bool(fetch_within(WORD_MATCHES_BEYOND_SQL, params, deadline)[1])
 
-    return bounded if current().while_unchanged(("word matches beyond", *params), many) else shape
+    return bounded if _file().while_unchanged(("word matches beyond", *params), many) else shape
 
 
 def _short_prefix(query: SearchQuery, shape: Shape) -> bool:
@@ -718,7 +724,7 @@ def search_messages(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
-    if on_postgresql():
+    if current().dialect == POSTGRESQL:  # the server's execute stage
         return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
 
     def page(shape: Shape) -> tuple[MessagePlan, list[tuple[Any, ...]]]:
@@ -778,7 +784,7 @@ def search_messages(
                 snippets.update(_rows(*lookup))
         return present.Found(rows, snippets)
 
-    with current()._reading_once():  # the choices below look at the file's state once
+    with _file()._reading_once():  # the choices below look at the file's state once
         found = routed(parsed, run, like=_reads_tool_rows(filters))
     if found.rows:
         ids = [row[0] for row in found.rows]
@@ -815,7 +821,7 @@ def search_sql(
     if request is None:
         return []
     parsed, filters, order, limit, offset = request
-    if on_postgresql():
+    if current().dialect == POSTGRESQL:  # the server's execute stage
         return pg_search.search_sql(parsed, filters, order, limit, offset)
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
@@ -880,7 +886,7 @@ def search_sessions(
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
-    if on_postgresql():
+    if current().dialect == POSTGRESQL:  # the server's execute stage
         return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
@@ -895,7 +901,7 @@ def search_sessions(
             return []
         return page_of_roots(found, sources, rank_mode, limit, offset)
 
-    with current()._reading_once():
+    with _file()._reading_once():
         rows = routed(parsed, run)
     best: list[tuple[Any, ...]] = []
     if rows:

@@ -557,11 +557,11 @@ def term_values(query: SearchQuery, shape: Shape) -> dict[str, Any]:
         group = query.groups[i]
         terms = (*group.include, *group.exclude)
         first = k_of_group(shape, i)
-        wanted = " OR ".join(f"({terms[k - first].fts()})" for k in excluded)
+        expression = " OR ".join(f"({terms[k - first].fts()})" for k in excluded)
         if needed:
             both = " AND ".join(f"({terms[k - first].fts()})" for k in needed)
-            wanted = f"({both}) NOT ({wanted})"
-        out[f"w{i}"] = wanted
+            expression = f"({both}) NOT ({expression})"
+        out[f"w{i}"] = expression
     if single is None:
         for route, found in positive.items():
             out[f"any_{route}"] = " OR ".join(found) or '""'
@@ -1102,8 +1102,8 @@ def scanned_values(shape: Shape, scanned: Scanned | None, *, decide: bool = True
             if kind == LIKE:
                 first = k_of_group(shape, i)
                 routes = shape.groups[i].include
-                found = [holding.get(first + j, set()) for j, r in enumerate(routes) if r == LIKE]
-                needed |= min(found, key=len)
+                lists = [holding.get(first + j, set()) for j, r in enumerate(routes) if r == LIKE]
+                needed |= min(lists, key=len)
         out["need"] = json.dumps(sorted(needed))
     found_groups = shape.merged_groups(True).found
     if found_groups:
@@ -1481,20 +1481,19 @@ def hits_query(
 
 
 def _narrowed(kinds: tuple[str, ...]) -> Any:
-    """The rows of the word index (the only table of its statement) among those holding the term each group needs (slots
-    ``need``, the ids the scan found; ``need_words`` and ``need_trigrams``, one
-    expression of the other terms; rows behind a NUL too, for the trigram terms)."""
-    parts = [sqlite_sql.JSON_LIST[1:-1]]
+    """The rows of the word index (the only table of its statement) among those
+    holding the term each group needs (slots ``need``, the ids the scan found;
+    ``need_words``, one expression of the words; ``any_trigram``, the trigram terms,
+    and the rows behind a NUL, which the trigram index may lack)."""
+    parts = [sqlite_sql.NARROWED_IDS]
     params: list[Any] = [SLOT + "need"]
     if WORDS in kinds:
-        parts.append("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
+        parts.append(sqlite_sql.NARROWED_WORDS)
         params.append(SLOT + "need_words")
     if TRIGRAM in kinds:
-        parts.append("SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?")
-        params.append(SLOT + f"any_{TRIGRAM}")
-        parts.append("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
-        params.append(SLOT + "json")
-    return SQL(f"+rowid IN ({' UNION ALL '.join(parts)})", params)
+        parts += [sqlite_sql.NARROWED_TRIGRAMS, sqlite_sql.NARROWED_WORDS]
+        params += [SLOT + f"any_{TRIGRAM}", SLOT + "json"]
+    return SQL(sqlite_sql.rowid_among(parts), params)
 
 
 def _unranked_driver(m: Any, shape: Shape) -> list[Any]:

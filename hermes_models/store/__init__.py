@@ -4,6 +4,7 @@ journal policy and migrations, and the one write path."""
 from __future__ import annotations
 
 from . import ddl, grams, postgres, postgres_sql, sqlite_sql
+from .backend import Backend, SqliteFile
 from .binding import (
     bind_current,
     current,
@@ -41,7 +42,6 @@ from .dialect import (
     json_array_length,
     json_text,
     limit_value,
-    on_postgresql,
     position,
     starts_with_ascii_nocase,
     starts_with_nul,
@@ -115,6 +115,7 @@ __all__ = [
     "TRIGRAM_COMPLETE",
     "TRIGRAM_NO_TOOLS_OR_RUNS",
     "WORDS",
+    "Backend",
     "FileShape",
     "GramIndex",
     "HermesDatabase",
@@ -125,6 +126,7 @@ __all__ = [
     "PostgresDatabase",
     "Prepared",
     "QmarkConnection",
+    "SqliteFile",
     "Statement",
     "among",
     "apply_wal_with_fallback",
@@ -169,7 +171,6 @@ __all__ = [
     "migration_ids",
     "newer_file",
     "newer_schema_error",
-    "on_postgresql",
     "parse_url",
     "position",
     "postgres",

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import peewee
 
-if TYPE_CHECKING:  # the handle's module imports this one: the handle is only a type here
+if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     T = TypeVar("T")
 
-    from .db import HermesDatabase
+    from .backend import Backend
 
 
-_current: contextvars.ContextVar[HermesDatabase | None] = contextvars.ContextVar(
+_current: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
     "hermes_models_database", default=None
 )
 
@@ -40,7 +40,7 @@ class _Binding(peewee.DatabaseProxy):
         object.__setattr__(self, "_default", None)
 
     @property
-    def obj(self) -> HermesDatabase | None:
+    def obj(self) -> Backend | None:
         return _current.get() or self._default
 
     def initialize(self, obj: Any) -> None:
@@ -60,12 +60,12 @@ database = _Binding()
 #: ``unbind_current(token)`` (see :func:`using`). They are the context variable's
 #: own methods: every ``SessionDB`` call runs them, and a Python function around
 #: each would cost more than the variable itself.
-bind_current: Callable[[HermesDatabase], contextvars.Token[HermesDatabase | None]] = _current.set
-unbind_current: Callable[[contextvars.Token[HermesDatabase | None]], None] = _current.reset
+bind_current: Callable[[Backend], contextvars.Token[Backend | None]] = _current.set
+unbind_current: Callable[[contextvars.Token[Backend | None]], None] = _current.reset
 
 
 @contextlib.contextmanager
-def using(db: HermesDatabase) -> Iterator[HermesDatabase]:
+def using(db: Backend) -> Iterator[Backend]:
     """Make the models use ``db`` in this thread (or task) inside the block."""
     token = _current.set(db)
     try:
@@ -74,7 +74,7 @@ def using(db: HermesDatabase) -> Iterator[HermesDatabase]:
         _current.reset(token)
 
 
-def current() -> HermesDatabase:
+def current() -> Backend:
     """The database the models use here.
 
     Raises:
@@ -104,6 +104,7 @@ def file_has(table: str, column: str) -> bool:
     return shape is not None and shape.has(table, column)
 
 
-def write(fn: Callable[[], T], *, db: HermesDatabase | None = None) -> T:
-    """Run ``fn`` as one retried ``BEGIN IMMEDIATE`` write (see :meth:`HermesDatabase.write`)."""
+def write(fn: Callable[[], T], *, db: Backend | None = None) -> T:
+    """Run ``fn`` as one write transaction, retried (on a file, ``BEGIN IMMEDIATE``:
+    :meth:`hermes_models.store.db.HermesDatabase.write`)."""
     return (db or current()).write(fn)

@@ -44,7 +44,15 @@ from .shape import FileShape, probe
 from .writes import retry_locked
 
 if TYPE_CHECKING:
+    from .backend import Backend, SqliteFile
     from .postgres import PostgresDatabase
+
+    # The type checker holds both handles to the one interface they implement.
+    def _a_file_is_a_backend(db: HermesDatabase) -> SqliteFile:
+        return db
+
+    def _a_server_is_a_backend(db: PostgresDatabase) -> Backend:
+        return db
 
 logger = logging.getLogger("hermes_models")
 

@@ -18,11 +18,12 @@ runs it); which handle the models use, in :mod:`hermes_models.store.binding`.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -32,7 +33,10 @@ from .. import driver
 from ..driver import sqlite3
 from ..errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
 from . import content, grams, journal, sqlite_sql, writes
+from .binding import using
+from .dialect import SqliteDialect
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
+from .fts import gram_index_ready, present_indexes
 from .journal import WAL_INCOMPAT_MARKERS, JournalSettings
 from .shape import FileShape
 from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
@@ -208,7 +212,7 @@ class _NewerFileCursor:
         return getattr(self._cursor, name)
 
 
-class HermesDatabase(peewee.SqliteDatabase):
+class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
     """An SQLite file shared by several processes, set up the Hermes way.
 
     Use :func:`hermes_models.connect` rather than building one directly: it migrates the
@@ -553,6 +557,57 @@ class HermesDatabase(peewee.SqliteDatabase):
     def release(self) -> None:
         """Nothing to do: each thread keeps its own connection to the file (a pool
         is for a server; see :meth:`hermes_models.store.postgres.PostgresDatabase.release`)."""
+
+    # -- maintenance (the file's side of the Backend interface) -------------------------
+
+    def titles_beginning(self, titles: Sequence[str]) -> set[str]:
+        """The session titles that are one of ``titles``, or one of them followed by a
+        space and more (``"x"`` and ``"x #2"``)."""
+        rows = self.execute_sql(sqlite_sql.TITLES_FROM_LIST, (json.dumps(sorted(set(titles))),))
+        return {title for (title,) in rows.fetchall()}
+
+    def optimize_indexes(self) -> int:
+        """Merge each full-text index's segments, and the gram index's in short steps;
+        returns how many of Hermes' two (words, trigrams) were optimized."""
+        with using(self):
+            models = present_indexes()
+            self.write(lambda: [model.optimize() for model in models])
+            if gram_index_ready():
+                grams.merge(self)
+        return len(models)
+
+    def update_grams(
+        self, *, rebuild: bool | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """Bring the gram index up to date (:func:`hermes_models.store.grams.update`)."""
+        self.refuse_writes()
+        return grams.update(self, again=bool(rebuild), progress=progress)
+
+    def message_sequence(self) -> int | None:
+        """The last message id handed out (``sqlite_sequence``), None before any."""
+        tables = self.execute_sql(sqlite_sql.TABLE_NAMES).fetchall()
+        if not any(row[0] == "sqlite_sequence" for row in tables):
+            return None
+        row = self.execute_sql(sqlite_sql.MESSAGE_SEQUENCE).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def set_message_sequence(self, top: int) -> None:
+        """Make the message id sequence stand at ``top`` (0: as if no id was handed out)."""
+        self.execute_sql(sqlite_sql.set_message_sequence(top))
+
+    def hold_message_inserts(self) -> None:
+        """Nothing to do: the write transaction (``BEGIN IMMEDIATE``) already holds
+        every other writer off."""
+
+    def inserted_id(self, cursor: Any) -> int:
+        """The id of the row the INSERT run on ``cursor`` added."""
+        return int(cursor.lastrowid or 0)
+
+    def compact(self) -> None:
+        """Checkpoint the WAL, rebuild the file compactly (``VACUUM``), checkpoint again."""
+        self.checkpoint("TRUNCATE")
+        self.execute_sql(sqlite_sql.VACUUM)
+        self.checkpoint("TRUNCATE")
 
     def forget_connections(self) -> None:
         """Drop, without closing them, the connections a forked child inherited.

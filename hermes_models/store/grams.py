@@ -77,10 +77,10 @@ from typing import TYPE_CHECKING, Protocol
 from ..driver import sqlite3
 from . import sqlite_sql
 
-if TYPE_CHECKING:  # db imports this module to install the triggers on its connections
+if TYPE_CHECKING:
     from typing import Any
 
-    from .db import HermesDatabase
+    from .backend import SqliteFile
 
 logger = logging.getLogger("hermes_models")
 
@@ -370,7 +370,7 @@ def refresh_changed(conn: Any, limit: int) -> Refreshed:
     return refresh(conn, changed_ids(conn, limit))
 
 
-def status(db: HermesDatabase) -> dict[str, Any]:
+def status(db: SqliteFile) -> dict[str, Any]:
     """Where the gram index stands: ``present``, ``changed`` (messages changed since they
     were indexed: a search reads them itself), ``held`` (messages it holds grams of)."""
     conn = db.connection()
@@ -382,7 +382,7 @@ def status(db: HermesDatabase) -> dict[str, Any]:
 
 
 def catch_up(
-    db: HermesDatabase,
+    db: SqliteFile,
     *,
     chunk: int = CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
@@ -419,12 +419,12 @@ MERGE_FROM = 2
 MERGE_STEPS_MAX = 10_000
 
 
-def segments(db: HermesDatabase) -> int:
+def segments(db: SqliteFile) -> int:
     """How many segments the gram index is in: each lookup searches every one."""
     return int(db.connection().execute(sqlite_sql.GRAM_SEGMENTS).fetchone()[0])
 
 
-def merge(db: HermesDatabase, *, pages: int = MERGE_PAGES) -> int:
+def merge(db: SqliteFile, *, pages: int = MERGE_PAGES) -> int:
     """Merge the gram index's segments into one, ``pages`` leaf pages per write
     transaction (so no step holds the write lock long); the number of steps that
     merged something.
@@ -462,7 +462,7 @@ def merge(db: HermesDatabase, *, pages: int = MERGE_PAGES) -> int:
 
 
 def rebuild(
-    db: HermesDatabase,
+    db: SqliteFile,
     *,
     chunk: int = CHUNK_ROWS,
     progress: Callable[[int, int], None] | None = None,
@@ -529,7 +529,7 @@ def _compare(rows: Iterable[Sequence[Any]], found: GramCheck) -> None:
 
 
 def check(
-    db: HermesDatabase,
+    db: SqliteFile,
     *,
     ids: Sequence[int] | None = None,
     sample: int | None = None,
@@ -584,7 +584,7 @@ def index_integrity(conn: sqlite3.Connection) -> str | None:
     return None
 
 
-def relist(db: HermesDatabase, ids: Iterable[int]) -> int:
+def relist(db: SqliteFile, ids: Iterable[int]) -> int:
     """List ``ids`` as changed again (divergences :func:`check` found), in one short
     write: searches read them themselves from then on; :func:`catch_up` indexes them.
     The number of ids given."""
@@ -592,3 +592,32 @@ def relist(db: HermesDatabase, ids: Iterable[int]) -> int:
     if listed:
         db.write(lambda: db.connection().execute(sqlite_sql.MARK_CHANGED, (json.dumps(listed),)))
     return len(listed)
+
+
+def update(
+    db: SqliteFile, *, again: bool, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Bring the index up to date on ``db`` (see
+    :func:`hermes_models.conversations.maintenance.update_gram_index`): what it holds
+    wrongly listed again (checked as ``doctor`` checks it), then every listed message
+    indexed, a chunk per short write transaction, or (``again``) every message after
+    emptying it; then its segments merged, a few pages per write."""
+    state = status(db)
+    if not state["present"] or not db.ensure_grams():
+        return {"present": False, "rebuilt": False, "indexed": 0, "changed": None, "merged": 0}
+    if again:
+        indexed = rebuild(db, progress=progress)
+    else:
+        found = check(db)
+        if found.wrong or found.stray:
+            relist(db, [*found.wrong, *found.stray])
+        indexed = catch_up(db, progress=progress)
+    merged = merge(db)  # the segments those transactions left, in short steps
+    state = status(db)
+    return {
+        "present": True,
+        "rebuilt": again,
+        "indexed": indexed,
+        "changed": state["changed"],
+        "merged": merged,
+    }

@@ -26,7 +26,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -45,6 +45,7 @@ from ..errors import (
     WriteConflictError,
 )
 from . import postgres_sql, writes
+from .dialect import PostgresDialect
 from .files import SCHEMES, is_postgres_url
 from .shape import PROBED, FileShape
 
@@ -421,7 +422,7 @@ class _Connections(Psycopg3Database):  # type: ignore[misc]
         return conn
 
 
-class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
+class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: ignore[misc]
     """A handle on a PostgreSQL store (psycopg 3) with a bounded pool of connections.
 
     peewee's pool (:class:`playhouse.pool.PooledDatabase`): a thread takes a
@@ -766,6 +767,57 @@ class PostgresDatabase(PooledDatabase, _Connections):  # type: ignore[misc]
     def describe(self) -> Mapping[str, Any]:
         """Where the handle points, for messages: URL without password, schema."""
         return {"url": self.target.label(), "schema": self.target.schema}
+
+    # -- maintenance (the server's side of the Backend interface) -----------------------
+
+    def titles_beginning(self, titles: Sequence[str]) -> set[str]:
+        """The session titles that are one of ``titles``, or one of them followed by a
+        space and more (``"x"`` and ``"x #2"``)."""
+        rows = self.execute_sql(postgres_sql.TITLES_FROM_LIST, (sorted(set(titles)),))
+        return {title for (title,) in rows.fetchall()}
+
+    def optimize_indexes(self) -> int:
+        """Move the entries waiting in each search index's pending list into the index
+        (the server merges nothing else); returns 2, as Hermes counts its two indexes."""
+        for index in (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX):
+            self.execute_sql(postgres_sql.GIN_CLEAN_PENDING, (index,))
+        return len(postgres_sql.SEARCH_INDEXES)
+
+    def update_grams(
+        self, *, rebuild: bool | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """The server keeps its gram index (an index of messages) in step: nothing is
+        listed; ``rebuild`` builds it again (``REINDEX``)."""
+        self.refuse_writes()
+        if rebuild:
+            self.execute_sql(postgres_sql.reindex(postgres_sql.GRAM_INDEX))
+        return {"present": True, "rebuilt": bool(rebuild), "indexed": 0, "changed": 0, "merged": 0}
+
+    def message_sequence(self) -> int | None:
+        """The last message id handed out (the identity of ``messages.id``), None
+        before any."""
+        row = self.execute_sql(postgres_sql.MESSAGE_SEQUENCE).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def set_message_sequence(self, top: int) -> None:
+        """Make the message id sequence stand at ``top`` (0: as if no id was handed out)."""
+        if top:
+            self.execute_sql(postgres_sql.SET_MESSAGE_SEQUENCE, (top,))
+        else:
+            self.execute_sql(postgres_sql.RESET_MESSAGE_SEQUENCE)
+
+    def hold_message_inserts(self) -> None:
+        """Hold other clients' inserts of messages off until this transaction ends
+        (those under way finish first): they take ids as they insert."""
+        self.execute_sql(postgres_sql.LOCK_MESSAGE_INSERTS)
+
+    def inserted_id(self, cursor: Any) -> int:
+        """The id the INSERT run on ``cursor`` returned (``RETURNING``)."""
+        return int(cursor.fetchone()[0])
+
+    def compact(self) -> None:
+        """``VACUUM (ANALYZE)`` the store's tables."""
+        self.execute_sql(postgres_sql.VACUUM_ANALYZE)
 
 
 class _ThreadToken:

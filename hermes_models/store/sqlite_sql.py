@@ -349,6 +349,18 @@ def stale_index_rows(table: str) -> str:
 #: The rows of an FTS5 table whose rowid is in a bound JSON list; ``+`` keeps FTS5 from
 #: running its ``MATCH`` once per id (the matches are read once and filtered).
 ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
+#: Sources of the rows a ranked search of many groups narrows its ranked rows to (one
+#: ``SELECT`` of ids each, joined by ``UNION ALL``; one bound value each): the ids the
+#: scan found, the matches of words, of trigram terms, and the rows holding JSON.
+NARROWED_IDS = "SELECT value FROM json_each(?)"
+NARROWED_WORDS = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+NARROWED_TRIGRAMS = "SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?"
+
+
+def rowid_among(sources: list[str]) -> str:
+    """``+rowid`` among the union of ``sources`` (the ``+`` keeps FTS5 from running
+    its ``MATCH`` once per id)."""
+    return f"+rowid IN ({' UNION ALL '.join(sources)})"
 #: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page (both
 #: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
 #: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).

@@ -16,7 +16,7 @@ rendered per structure of file (:attr:`hermes_models.store.shape.FileShape.key`:
 default ``SELECT`` names only the columns a file has). When every parameter
 is one of its named values, its SQL names them (``:key``; fixed integers
 such as ``LIMIT 1`` written in), so a call hands SQLite the values it was
-given without building a list, through :meth:`HermesDatabase.run`, which
+given without building a list, through the handle's ``run``, which
 skips peewee's per-call work when peewee has nothing to do. Statements whose
 values are many (a search's) keep ``?`` placeholders and bind a list
 (:meth:`Statement.bind`).
@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, cast
 
 from peewee import Value
 
-from ..driver import sqlite3
+from .backend import Backend
 from .binding import current, using
 from .caches import BoundedCache
-from .db import HermesDatabase
 
 if TYPE_CHECKING:
     from typing import Any, TypeVar
@@ -178,7 +177,7 @@ class Prepared:
         # name of two tables) on each call, and a plain tuple unpacks faster.
         self._last: tuple[Any, Statement, str, list[Any], list[tuple[int, str]]] | None = None
 
-    def render(self, db: HermesDatabase) -> Statement:
+    def render(self, db: Backend) -> Statement:
         """The SQL, its parameter list, and where each named value goes in it."""
         shape = db.shape
         last = self._last
@@ -189,16 +188,16 @@ class Prepared:
         self._last = (shape, statement, statement.sql, statement.params, statement.slots)
         return statement
 
-    def _render(self, db: HermesDatabase) -> Statement:
+    def _render(self, db: Backend) -> Statement:
         with using(db):
             query = self._build(**{name: mark(name) for name in self._names})
             return render(query, named=self._named, require=self._names)
 
-    def execute(self, db: HermesDatabase, **values: Any) -> Any:
+    def execute(self, db: Backend, **values: Any) -> Any:
         """Run the query on ``db`` with ``values`` for the named placeholders."""
         return self._run(db, values)
 
-    def _run(self, db: HermesDatabase, values: dict[str, Any]) -> sqlite3.Cursor:
+    def _run(self, db: Backend, values: dict[str, Any]) -> Any:
         last = self._last
         shape = db.shape
         if last is not None and last[0] is shape and shape is not None:
@@ -213,16 +212,16 @@ class Prepared:
             params[index] = values[name]
         return db.run(sql, params)
 
-    def first(self, db: HermesDatabase, **values: Any) -> tuple[Any, ...] | None:
+    def first(self, db: Backend, **values: Any) -> tuple[Any, ...] | None:
         """The first row (None when there is none)."""
         return cast("tuple[Any, ...] | None", self._run(db, values).fetchone())
 
-    def scalar(self, db: HermesDatabase, **values: Any) -> Any:
+    def scalar(self, db: Backend, **values: Any) -> Any:
         """The first column of the first row (None when there is no row)."""
         row = self._run(db, values).fetchone()
         return None if row is None else row[0]
 
-    def dicts(self, db: HermesDatabase, **values: Any) -> list[dict[str, Any]]:
+    def dicts(self, db: Backend, **values: Any) -> list[dict[str, Any]]:
         """Every row as a dict keyed by column name."""
         cursor = self._run(db, values)
         names = [column[0] for column in cursor.description]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the handle calls this module: it is only a type here
 
     T = TypeVar("T")
 
-    from .db import HermesDatabase
+    from .backend import SqliteFile
 
 logger = logging.getLogger("hermes_models")
 
@@ -101,7 +101,7 @@ class _Immediate:
 
     __slots__ = ("conn", "db")
 
-    def __init__(self, db: HermesDatabase) -> None:
+    def __init__(self, db: SqliteFile) -> None:
         self.db = db
         self.conn: sqlite3.Connection = db.connection()
 
@@ -126,7 +126,7 @@ class _Immediate:
         db._run_commit_callbacks()
 
 
-def run_immediate(db: HermesDatabase, fn: Callable[[], T], before_commit: Callable[[], None]) -> T:
+def run_immediate(db: SqliteFile, fn: Callable[[], T], before_commit: Callable[[], None]) -> T:
     """Run ``fn``, then ``before_commit``, in one ``BEGIN IMMEDIATE`` transaction on
     ``db``, retrying the whole while another writer holds the lock.
 
@@ -166,7 +166,7 @@ def run_immediate(db: HermesDatabase, fn: Callable[[], T], before_commit: Callab
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def checkpoint(db: HermesDatabase, mode: str = "PASSIVE") -> None:
+def checkpoint(db: SqliteFile, mode: str = "PASSIVE") -> None:
     """Run ``PRAGMA wal_checkpoint(mode)`` on ``db``, ignoring any error."""
     if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
         raise ValueError(f"mode: unknown checkpoint mode {mode!r}")
@@ -189,14 +189,14 @@ class Checkpoints:
         #: The earliest time of the next TRUNCATE attempt (``time.monotonic()``).
         self.next_truncate = 0.0
 
-    def after_write(self, db: HermesDatabase) -> None:
+    def after_write(self, db: SqliteFile) -> None:
         """A PASSIVE checkpoint every :data:`CHECKPOINT_EVERY_N_WRITES` writes, then
         :meth:`bound_wal`."""
         if next(self.writes) % CHECKPOINT_EVERY_N_WRITES == 0:
             db.checkpoint("PASSIVE")
         self.bound_wal(db)
 
-    def bound_wal(self, db: HermesDatabase) -> bool:
+    def bound_wal(self, db: SqliteFile) -> bool:
         """Empty the ``-wal`` file when it is larger than :data:`WAL_TRUNCATE_ABOVE_BYTES`;
         True when it was emptied.
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from ..errors import BundleError
-from ..store import POSTGRESQL, current, sqlite_sql
+from ..store import SqliteFile, current, sqlite_sql
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, existing_ids, raw
 from .bundle_reader import Scan, Source, kept_sessions, message_rows, open_source, scan
 from .pg_staging import ServerStaging, write_at_once_server
@@ -199,7 +199,7 @@ def import_bundle(
                 progress(done, total)
 
         sessions = _sessions(keep, plan, new)
-        if getattr(db, "dialect", None) == POSTGRESQL:
+        if not isinstance(db, SqliteFile):
             _import_on_server(db, reader, plan, new, sessions, counts, step)
             return counts
         if adding <= SMALL_IMPORT and len(new) <= SMALL_IMPORT:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ..conversations import counter_totals
 from ..errors import ImportConflictError
 from ..models import Message, Session
-from ..store import HermesDatabase, among, current, postgres_sql
+from ..store import Backend, among, current, postgres_sql
 from .bundle import MESSAGE_COLUMNS, chunks, raw
 from .staging import (
     BATCH_BYTES,
@@ -80,12 +80,12 @@ STAGED_COLUMNS = tuple(MESSAGE_COLUMNS)
 LOCK_WAIT_SECONDS = 2.0
 
 
-def _write(db: HermesDatabase, fn: Callable[[], T]) -> T:
+def _write(db: Backend, fn: Callable[[], T]) -> T:
     """``fn`` in a write that adds rows only (:meth:`.PostgresDatabase.write_new_rows`)."""
     return cast("PostgresDatabase", db).write_new_rows(fn)
 
 
-def _conflict(db: HermesDatabase) -> ImportConflictError:
+def _conflict(db: Backend) -> ImportConflictError:
     return ImportConflictError(
         f"{db.path}: another import into this store is running; try again when it is done"
     )
@@ -177,9 +177,7 @@ class ServerStaging:
     fresh ones in :meth:`finish` (:attr:`renumbered` counts them).
     """
 
-    def __init__(
-        self, db: HermesDatabase, session_ids: Sequence[str], *, reserve_upto: int = 0
-    ) -> None:
+    def __init__(self, db: Backend, session_ids: Sequence[str], *, reserve_upto: int = 0) -> None:
         self.db = db
         self.session_ids = list(session_ids)
         self.renumbered = 0
@@ -334,7 +332,7 @@ def _restore_sequence(old: Any, reserved: int) -> None:
 
 
 def write_at_once_server(
-    db: HermesDatabase,
+    db: Backend,
     sessions: list[dict[str, Any]],
     columns: Sequence[str],
     rows: Callable[[], Sequence[Sequence[Any]]],

@@ -44,14 +44,12 @@ from ..conversations import counter_totals
 from ..errors import ImportConflictError
 from ..models import Message, Session
 from ..store import (
-    POSTGRESQL,
-    SQLITE,
-    HermesDatabase,
+    Backend,
+    SqliteFile,
     among,
+    current,
     holder_is_gone,
     local_holder,
-    on_postgresql,
-    postgres_sql,
     sqlite_sql,
 )
 from .bundle import CHUNK_ROWS, chunks, existing_ids, raw
@@ -155,7 +153,7 @@ class SessionSource:
         return cls([(s["id"], s.get("title")) for s in sessions], lambda: sessions)
 
 
-def refuse_server(db: HermesDatabase) -> None:
+def refuse_server(db: Backend) -> None:
     """Refuse to run the steps above on a PostgreSQL store: they are SQLite's (its id
     sequence, foreign keys off, ``PRAGMA``s); :mod:`hermes_models.transfer.pg_staging` is the
     server's way.
@@ -163,7 +161,7 @@ def refuse_server(db: HermesDatabase) -> None:
     Raises:
         NotImplementedError: ``db`` is a PostgreSQL store.
     """
-    if getattr(db, "dialect", SQLITE) == POSTGRESQL:
+    if not isinstance(db, SqliteFile):
         raise NotImplementedError(
             "staging.Staging writes into SQLite files; a PostgreSQL store imports through"
             " hermes_models.transfer.pg_staging"
@@ -177,9 +175,7 @@ class Staging:
     sequence is moved past them), so appenders running meanwhile take others.
     """
 
-    def __init__(
-        self, db: HermesDatabase, session_ids: Sequence[str], *, reserve_upto: int = 0
-    ) -> None:
+    def __init__(self, db: Backend, session_ids: Sequence[str], *, reserve_upto: int = 0) -> None:
         refuse_server(db)
         self.db = db
         self.session_ids = list(session_ids)
@@ -493,7 +489,7 @@ SMALL_IMPORT = 1000
 
 
 def write_at_once(
-    db: HermesDatabase,
+    db: Backend,
     sessions: list[dict[str, Any]],
     columns: Sequence[str],
     rows: Callable[[], Sequence[Sequence[Any]]],
@@ -558,11 +554,7 @@ def title_changes(
     wanted = [title for _, title in titles if title is not None]
     if not wanted:
         return {}, 0
-    if on_postgresql():
-        found = raw(postgres_sql.TITLES_FROM_LIST, [sorted(set(wanted))]).fetchall()
-    else:
-        found = raw(sqlite_sql.TITLES_FROM_LIST, [json.dumps(sorted(set(wanted)))]).fetchall()
-    return settled_titles(titles, {title for (title,) in found}, rename)
+    return settled_titles(titles, current().titles_beginning(wanted), rename)
 
 
 def settled_titles(

@@ -33,7 +33,7 @@ from ..checks import EPOCH_MAX, EPOCH_MIN, check_session_id
 from ..conversations import titles, transcript
 from ..errors import BundleError
 from ..models import ROLES, Message, Session
-from ..store import POSTGRESQL, current
+from ..store import SqliteFile, current
 from . import jsonl
 from .bundle import Progress
 from .output import file_path
@@ -236,7 +236,7 @@ def import_transcript(path: Path, source: str = "cli") -> dict[str, int]:
     rows = _message_rows(session_id, path, messages, row["started_at"])
     small = len(rows) <= SMALL_IMPORT
     db = current()
-    if getattr(db, "dialect", None) == POSTGRESQL:
+    if not isinstance(db, SqliteFile):
         if small:
             write_at_once_server(db, [row], _COLUMNS, lambda: rows, rename_titles=False)
         else:
