@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     def _a_server_is_a_backend(db: PostgresDatabase) -> Backend:
         return db
 
+
 logger = logging.getLogger("hermes_models")
 
 #: Open handles by file, mode and journal settings, while something holds them (a

@@ -361,6 +361,8 @@ def rowid_among(sources: list[str]) -> str:
     """``+rowid`` among the union of ``sources`` (the ``+`` keeps FTS5 from running
     its ``MATCH`` once per id)."""
     return f"+rowid IN ({' UNION ALL '.join(sources)})"
+
+
 #: The LIMIT of the rows the trigram index cannot read, on a ranked trigram page (both
 #: parameters: how many hits the page needs, negative for all; ``first`` is the CTE of the
 #: ranked hits): only as many as the ranked rows leave (0: that scan is not even started).
