@@ -23,10 +23,15 @@ import ast
 import importlib
 import keyword
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from hermes_models import SessionDB
 
 import package_source
 from package_source import MODULES, part_of
@@ -392,3 +397,48 @@ def test_the_package_face_is_its_public_api() -> None:
 
     assert sorted(hermes_models.__all__) == sorted(set(hermes_models.__all__))
     assert [n for n in hermes_models.__all__ if not hasattr(hermes_models, n)] == []
+
+
+def _climbs(call: Callable[[], object]) -> list[tuple[str, str]]:
+    """``(from, to)`` of each call ``call()`` makes into a package module already on the
+    call stack below the caller: the call goes back up to a module it had left."""
+    stack: list[str] = []
+    climbs: list[tuple[str, str]] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        name = frame.f_globals.get("__name__", "")
+        if not name.startswith("hermes_models"):
+            return
+        if event == "call":
+            if stack and name != stack[-1] and name in stack[:-1]:
+                climbs.append((stack[-1], name))
+            stack.append(name)
+        elif event == "return" and stack:
+            stack.pop()
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return climbs
+
+
+@pytest.mark.parametrize(
+    "query", ["loop", "事件循环 OR asyncio", "loop NOT 数据 OR 事 wal*", "数据库 事件"]
+)
+def test_a_search_climbs_back_to_a_module_it_left_at_most_three_times(
+    tmp_path: Path, query: str
+) -> None:
+    # The pipeline goes one way: parse -> plan -> execute -> present, each stage reached
+    # from the orchestrator; a callback into a stage it left is a climb. The first
+    # search of a shape builds its statements; the second finds them kept.
+    store = SessionDB(tmp_path / "state.db")
+    store.create_session("s", "cli", started_at=1_700_000_000.0)
+    for n, text in enumerate(["asyncio event loop", "事件循环 数据库", "sqlite wal"]):
+        store.append_message("s", "user", text, timestamp=1_700_000_000.0 + n)
+    first = _climbs(lambda: store.search_messages(query))
+    again = _climbs(lambda: store.search_messages(query))
+    store.close()
+    assert len(first) <= 3, first
+    assert again == []

@@ -10,7 +10,6 @@ The differential state machine over every kind of writer is in
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -396,7 +395,7 @@ def test_a_query_is_matched_by_the_gram_index_exactly_when_its_scan_only_looks_t
     with using(gram_file.database):
         routes = available_routes()
         shape = Shape.of(query, routes if trigram else routes - {TRIGRAM})
-        shape = dataclasses.replace(shape, window=window, grams=grams)
+        shape = shape._replace(window=window, grams=grams)
         scan = scan_plan(query, shape, False)
         by_scan = (
             scan is not None
@@ -409,7 +408,7 @@ def test_a_query_is_matched_by_the_gram_index_exactly_when_its_scan_only_looks_t
         matched = shape.matched_by_grams(query)
     assert (matched is not None) == by_scan, (words, shape)
     if matched is not None:
-        assert matched == dataclasses.replace(shape, matched=True)
+        assert matched == shape._replace(matched=True)
         assert scan_plan(query, matched, False) is None  # the page reads the index itself
 
 

@@ -381,7 +381,7 @@ def _walk_newest(plan: MessagePlan, deadline: float | None) -> list[tuple[Any, .
     messages hold ``offset + limit`` hits, no older message can be one of them.
     """
     budget = max(WALK_BUDGET_MIN, WALK_BUDGET // max(1, len(plan.query.terms())))
-    shape = dataclasses.replace(plan.shape.unscanned(), walk=True)
+    shape = plan.shape.unscanned()._replace(walk=True)
     walk = MessagePlan(plan.query, shape, plan.filters, "newest", plan.limit, plan.offset)
     statement = walk.statement
     values = {**walk.values(None), "budget": budget}

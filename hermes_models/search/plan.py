@@ -54,13 +54,14 @@ from ..store import (
     MessageIndex,
     MessageTrigramIndex,
     Statement,
-    cached,
     candidates_sql,
     current,
     exact,
     file_key,
     gram_index_ready,
     gram_text,
+    keep,
+    kept,
     match_any,
     quoted,
     render,
@@ -133,8 +134,7 @@ class MergedGroups(NamedTuple):
         return any(group in kind for kind in (self.words, self.trigrams, self.found))
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(NamedTuple):
     """The routes of a query's terms, group by group, and whether the word index exists."""
 
     groups: tuple[GroupRoutes, ...]
@@ -394,7 +394,7 @@ class Shape:
         rows = set().union(
             *(holding[k] for k, included in self.numbered() if included and k in holding)
         )
-        return dataclasses.replace(self, probes=True) if len(rows) <= PROBE_ROWS else self
+        return self._replace(probes=True) if len(rows) <= PROBE_ROWS else self
 
     def matched_by_grams(self, query: SearchQuery) -> Shape | None:
         """This shape with :attr:`matched` when its scan (:func:`scan_plan`) would only
@@ -404,7 +404,7 @@ class Shape:
             return None
         if not all(exact(term) for term in query.terms()):
             return None
-        return dataclasses.replace(self, matched=True)
+        return self._replace(matched=True)
 
     def snipped(self, query: SearchQuery, order: str) -> Shape:
         """This shape with :attr:`snips` for a ranked windowed page of words alone with a
@@ -415,7 +415,7 @@ class Shape:
             return self
         if all(len(t.text) > SNIP_PREFIX_CHARS for t in query.terms() if t.prefix):
             return self
-        return dataclasses.replace(self, snips=True)
+        return self._replace(snips=True)
 
     def degraded(self) -> Shape:
         """Every term through LIKE, over every row (no index of any kind)."""
@@ -433,8 +433,7 @@ class Shape:
 
     def unscanned(self) -> Shape:
         """The same routes, every LIKE-routed term its own ``LIKE`` (no scan, no gram index)."""
-        return dataclasses.replace(
-            self,
+        return self._replace(
             grams=False,
             scans=False,
             narrows=False,
@@ -684,7 +683,7 @@ def windowed(
     # A query the gram index decides alone: its newest hits come from the index itself,
     # which hands them over newest first, instead of from every term's whole id list.
     decides = shape.all_like and shape.grams and all(exact(t) for t in query.terms())
-    return dataclasses.replace(shape, window=True, prefixes=prefixes, decides=decides)
+    return shape._replace(window=True, prefixes=prefixes, decides=decides)
 
 
 def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
@@ -935,9 +934,10 @@ def scan_statement(
         raw,
         file_key(),
     )
-    return cached(
-        key, lambda: _render_scan(include_inactive, non_ascii, prefilter, behind, grams, raw)
-    )
+    found = kept(key)
+    if found is None:
+        found = keep(key, _render_scan(include_inactive, non_ascii, prefilter, behind, grams, raw))
+    return found
 
 
 def _as_bytes(column: Any) -> Any:
@@ -1538,7 +1538,8 @@ def _order(sort: str, table: Any = None) -> list[Any]:
 def search_statement(shape: Shape, filters: FilterShape, sort: str) -> Statement:
     """One page of hits, ordered by ``sort`` (cached by shape, filters and sort: a
     shape costs milliseconds to render; see :func:`render_search`)."""
-    return cached(("search", shape, filters, sort), lambda: render_search(shape, filters, sort))
+    key = ("search", shape, filters, sort)
+    return kept(key) or keep(key, render_search(shape, filters, sort))
 
 
 def render_search(shape: Shape, filters: FilterShape, sort: str) -> Statement:
@@ -1601,7 +1602,7 @@ def newest_words(shape: Shape, filters: FilterShape) -> Any:
     """The newest ``window`` hits of a query the word index decides alone, with their
     rank, as the ``newest_hits`` CTE: FTS5 hands its matches over newest first and
     scores only those read. With no more hits than that, every hit, ranked."""
-    every = dataclasses.replace(shape, window=False, snips=False)
+    every = shape._replace(window=False, snips=False)
     columns: tuple[str, ...] = ("id", "session_id", "timestamp", "rank")
     query = hits_query(every, filters, slim=True)
     if shape.snips:
@@ -1672,7 +1673,8 @@ def _newest_words_page(shape: Shape, filters: FilterShape) -> Statement:
 
 def snippet_statement(route: str, above: bool = False) -> Statement:
     """FTS5 snippets of hits (cached; see :func:`render_snippets`)."""
-    return cached(("snippets", route, above), lambda: render_snippets(route, above))
+    key = ("snippets", route, above)
+    return kept(key) or keep(key, render_snippets(route, above))
 
 
 def render_snippets(route: str, above: bool = False) -> Statement:
@@ -1710,7 +1712,8 @@ def _neighbour(hit: Any, include_inactive: bool, before: bool) -> Any:
 def context_statement(include_inactive: bool) -> Statement:
     """For each hit whose id is in the JSON array ``ids``: ``(id, role before, content
     before, role after, content after)``, the messages around it in its session."""
-    return cached(("context", include_inactive, file_key()), lambda: _context(include_inactive))
+    key = ("context", include_inactive, file_key())
+    return kept(key) or keep(key, _context(include_inactive))
 
 
 def _context(include_inactive: bool) -> Statement:
@@ -1734,7 +1737,8 @@ def ids_values(ids: list[int]) -> dict[str, Any]:
 def best_hits_statement() -> Statement:
     """``(id, content, tool_name, tool_calls)`` of the messages whose ids are the JSON
     array ``ids`` (the best hit of each session found), for their snippets."""
-    return cached(("best hits", file_key()), _best_hits)
+    key = ("best hits", file_key())
+    return kept(key) or keep(key, _best_hits())
 
 
 def _best_hits() -> Statement:
@@ -1764,7 +1768,8 @@ def sessions_statement(shape: Shape) -> Statement:
     """One row per session with hits: ``(session_id, best hit id, its timestamp, its
     rank, hits, latest hit's timestamp)``, the best by rank, then newest, then
     highest id (cached by shape); :mod:`hermes_models.search.by_root` does the rest."""
-    return cached(("sessions", shape), lambda: _sessions(shape))
+    key = ("sessions", shape)
+    return kept(key) or keep(key, _sessions(shape))
 
 
 def _sessions(shape: Shape) -> Statement:

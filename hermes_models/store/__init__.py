@@ -93,7 +93,18 @@ from .postgres import migrate as migrate_server
 from .repair import claim_repair_attempt, repair_state_db_schema
 from .schema import TELEGRAM_TOPICS, migrate, migrate_optional, migration_hash, migration_ids
 from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS, FileShape
-from .statements import SLOT, Prepared, Statement, cached, fetch_dicts, many_rows, render, slot
+from .statements import (
+    SLOT,
+    Prepared,
+    Statement,
+    cached,
+    fetch_dicts,
+    keep,
+    kept,
+    many_rows,
+    render,
+    slot,
+)
 
 __all__ = [
     "CJK_RANGES",
@@ -160,6 +171,8 @@ __all__ = [
     "is_postgres_url",
     "json_array_length",
     "json_text",
+    "keep",
+    "kept",
     "limit_value",
     "local_holder",
     "many_rows",

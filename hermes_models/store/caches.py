@@ -34,12 +34,20 @@ class BoundedCache(Generic[K, V]):
 
     def get(self, key: K, make: Callable[[], V]) -> V:
         """The value for ``key``, made (outside the lock) and kept when missing."""
+        value = self.find(key)
+        return self.keep(key, make()) if value is None else value
+
+    def find(self, key: K) -> V | None:
+        """The value kept for ``key``, or None."""
         with self._lock:
             value = self._entries.get(key)
             if value is not None:
                 self._entries.move_to_end(key)
-                return value
-        value = make()
+            return value
+
+    def keep(self, key: K, value: V) -> V:
+        """Keep ``value`` for ``key`` (the least recently used entry goes when full);
+        returns it."""
         with self._lock:
             self._entries[key] = value
             self._entries.move_to_end(key)

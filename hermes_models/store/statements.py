@@ -159,6 +159,17 @@ def cached(key: Hashable, make: Callable[[], _Kept]) -> _Kept:
     return cast("_Kept", STATEMENTS.get(key, make))
 
 
+def kept(key: Hashable) -> Statement | None:
+    """The statement kept for ``key``, or None (then :func:`keep` the one made)."""
+    found = STATEMENTS.find(key)
+    return found if isinstance(found, Statement) else None
+
+
+def keep(key: Hashable, statement: Statement) -> Statement:
+    """Keep ``statement`` for ``key`` in the one statement cache; returns it."""
+    return cast(Statement, STATEMENTS.keep(key, statement))
+
+
 class Prepared:
     """A peewee query rendered to SQL once per file structure, then run again with new values.
 
