@@ -9,13 +9,7 @@ transcript, history, listing, children, maintenance, search, ...); this
 class converts arguments and return shapes and has no rules or SQL of its own.
 
 Each instance works on its own file even when several are open: its methods
-run with the models routed to its database (:func:`hermes_models.store.db.using`).
-
-The modules behind the less common methods (``maintenance``, ``telegram``,
-``handoff``) are imported when a method first uses them, not with this
-module: a process that only appends, reads and lists does not pay for them
-at start-up (about 4 ms together). Until then their names here stand for them;
-after, they are the modules themselves (no cost per call).
+run with the models routed to its database (:func:`hermes_models.store.using`).
 """
 
 from __future__ import annotations

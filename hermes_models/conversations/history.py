@@ -43,7 +43,7 @@ _REPLAY_JSON = ("reasoning_details", "codex_reasoning_items", "codex_message_ite
 @functools.cache
 def _memory_patterns() -> tuple[re.Pattern[str], ...]:
     """The recalled-memory block, its system note and a stray fence tag (compiled on first
-    use: about 0.5 ms every start-up otherwise)."""
+    use, not at every start-up)."""
     return (
         re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I),
         re.compile(

@@ -1,8 +1,8 @@
 """Adding whole sessions while other processes keep writing: messages first, sessions last.
 
 Writing a large import in one transaction would hold the write lock for
-its whole length, and a gateway appending meanwhile gives up after about
-16 s. An import therefore writes in steps:
+its whole length, longer than a gateway appending meanwhile waits for it. An
+import therefore writes in steps:
 
 1. **A lease.** A row in ``state_meta`` (key :data:`LEASE_KEY`) names the
    importing process and the sessions it adds. One import per file runs at
