@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from console_script import build_demo_store, environment, run
 import hermes_models.transfer.backups as backup_module
 from hermes_models import BackupError, SessionDB
 from hermes_models.driver import sqlite3
-from hermes_models.transfer.backups import backup, rotation_pattern
+from hermes_models.transfer.backups import MANIFEST, backup, rotation_pattern
 
 from snapshots import snapshot
 
@@ -94,7 +95,7 @@ def test_a_folder_gets_named_copies_and_keep_rotates_them(source: Path, tmp_path
     folder = tmp_path / "backups" / "daily"
     made = [backup(source, folder, keep=2)["path"] for _ in range(4)]
     assert mode(folder) == 0o700
-    names = sorted(p.name for p in folder.iterdir())
+    names = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
     assert names == sorted(Path(p).name for p in made[-2:])
     assert all(rotation_pattern("state").fullmatch(name) for name in names)
     (folder / "notes.txt").write_text("mine")
@@ -103,6 +104,7 @@ def test_a_folder_gets_named_copies_and_keep_rotates_them(source: Path, tmp_path
     assert sorted(
         p.name for p in folder.iterdir() if not rotation_pattern("state").fullmatch(p.name)
     ) == [
+        MANIFEST,
         "notes.txt",
         "state-manual.db",
     ]
@@ -292,7 +294,7 @@ def test_a_killed_backups_leftovers_go_with_the_next_backup(source: Path, tmp_pa
     gone = sorted(Path(p).name for p in result["leftovers"])
     assert [name.split(".")[-2] for name in gone] == ["0badc0de", "0badc0de"]
     hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
-    assert hidden == [".notes.0badc0de.tmp", running.name]
+    assert hidden == [MANIFEST, ".notes.0badc0de.tmp", running.name]
     # No file of the folder holds the erased message any more.
     for entry in folder.iterdir():
         assert b"ZXQ-secret" not in entry.read_bytes(), entry
@@ -342,4 +344,38 @@ def test_a_backup_killed_with_sigkill_leaves_nothing_after_the_next(
     assert len([p for p in folder.iterdir() if p.name.endswith(".tmp")]) == 1
     result = backup(source, folder)
     assert len(result["leftovers"]) == 1
-    assert sorted(p.name for p in folder.iterdir()) == [Path(result["path"]).name]
+    assert sorted(p.name for p in folder.iterdir()) == [MANIFEST, Path(result["path"]).name]
+
+
+def test_keep_rotates_each_store_apart_in_one_folder(tmp_path: Path) -> None:
+    # Two Hermes profiles, each a state.db, backed up into one folder: each keeps its
+    # own newest copies, and neither rotation removes the other's (it did: both are
+    # named state-<time>.db). A file of that name the manifest does not list (a copy
+    # made by hand, or by an earlier release) is never removed.
+    stores = []
+    for profile in ("default", "work"):
+        path = tmp_path / profile / "state.db"
+        path.parent.mkdir()
+        with SessionDB(path) as store:
+            store.create_session(profile, "cli")
+        stores.append(path)
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    unlisted = folder / "state-20200101T000000Z.db"
+    shutil.copy(stores[0], unlisted)
+    made: dict[Path, list[str]] = {path: [] for path in stores}
+    for _ in range(3):
+        for path in stores:
+            made[path].append(backup(path, folder, keep=2)["path"])
+    kept = sorted(p.name for p in folder.iterdir() if p.name != MANIFEST)
+    newest = [Path(p).name for path in stores for p in made[path][-2:]]
+    assert kept == sorted([*newest, unlisted.name])
+    for path in stores:  # each copy left is a copy of the store it is listed for
+        for copy in made[path][-2:]:
+            with SessionDB(copy, read_only=True) as store:
+                assert [s["id"] for s in store.list_sessions_rich()] == [path.parent.name]
+    listed = json.loads((folder / MANIFEST).read_text())
+    assert listed == {
+        Path(copy).name: str(path.resolve()) for path in stores for copy in made[path][-2:]
+    }
+    assert mode(folder / MANIFEST) == 0o600

@@ -13,11 +13,15 @@ one self-contained file, checked with ``PRAGMA integrity_check`` and each
 search index's FTS5 ``integrity-check``, flushed to disk, and only then
 given its name. A failed check leaves nothing behind. Given a folder, the
 copy is named after the source and the UTC time (``state-20260105T090000Z.db``)
-and ``keep`` removes the oldest copies of that name beyond the newest ``keep``.
+and listed, with the store it is a copy of, in the folder's manifest
+(:data:`MANIFEST`); ``keep`` removes the oldest copies of that store beyond the
+newest ``keep``, never a copy of another store of the same name (two Hermes
+profiles, each a ``state.db``) nor a file the manifest does not list.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -244,9 +248,64 @@ def _publish(temporary: Path, target: Path) -> None:
         os.rename(temporary, target)
 
 
-def _rotate(folder: Path, stem: str, keep: int, made: Path) -> list[str]:
+#: The file in a folder of copies that says which store each copy is of (JSON: the
+#: copy's file name -> the real path of its store), mode 0600.
+MANIFEST = ".hermes-backups.json"
+
+
+def _listed(handle: int) -> dict[str, str]:
+    """The manifest read from its open descriptor; ``{}`` when empty or unreadable (a
+    manifest a crash left half written lists nothing: nothing is then removed)."""
+    os.lseek(handle, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(handle, 1 << 16):
+        chunks.append(chunk)
+    try:
+        listed = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {str(name): str(store) for name, store in listed.items()}
+
+
+def _record_and_rotate(folder: Path, made: Path, source: Path, keep: int | None) -> list[str]:
+    """List ``made`` as a copy of ``source`` in the folder's manifest and, with ``keep``,
+    remove the oldest copies of that store beyond the newest ``keep``, holding the
+    manifest's lock throughout (two backups into one folder take turns). Returns the
+    paths removed."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    handle = os.open(folder / MANIFEST, flags, 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        store = os.path.realpath(source)
+        listed = {name: of for name, of in _listed(handle).items() if (folder / name).exists()}
+        listed[made.name] = store
+        removed = [] if keep is None else _rotate(folder, source.stem, keep, made, listed)
+        for path in removed:
+            listed.pop(Path(path).name, None)
+        text = json.dumps(listed, indent=1, sort_keys=True).encode()
+        os.lseek(handle, 0, os.SEEK_SET)
+        os.ftruncate(handle, 0)
+        os.write(handle, text)
+        os.fsync(handle)
+        return removed
+    finally:
+        os.close(handle)
+
+
+def _rotate(folder: Path, stem: str, keep: int, made: Path, listed: dict[str, str]) -> list[str]:
+    """Remove the oldest copies of the store ``listed`` names for ``made`` beyond the
+    newest ``keep``: files named as copies of ``stem`` that the manifest lists as
+    copies of that same store."""
     pattern = rotation_pattern(stem)
-    named = [(pattern.fullmatch(entry.name), entry) for entry in folder.iterdir()]
+    store = listed[made.name]
+    named = [
+        (pattern.fullmatch(entry.name), entry)
+        for entry in folder.iterdir()
+        if listed.get(entry.name) == store
+    ]
     # Oldest first: by the time in the name, then by the number of a second copy that second.
     copies = [
         entry
@@ -278,7 +337,9 @@ def backup(
     ``dest`` is a new file, or a folder (an existing one, a path ending in a
     separator, or any path when ``keep`` is given) where the copy is named
     ``<source stem>-<UTC time>.db``. With ``keep`` only the newest ``keep``
-    copies of that name stay in the folder. The result has ``path``,
+    copies of that store stay in the folder (the folder's manifest, :data:`MANIFEST`,
+    says which copies are of which store: another store of the same name keeps
+    its copies, and a file it does not list is never removed). The result has ``path``,
     ``source``, ``bytes``, ``pages``, ``integrity`` (``"ok"``), ``removed``
     (copies deleted by the rotation) and ``leftovers`` (temporary files of killed
     backups of the same copies, removed first).
@@ -338,7 +399,7 @@ def backup(
                 pass
         os.close(held)
     _sync(target.parent)
-    removed = _rotate(target.parent, path.stem, keep, target) if keep is not None else []
+    removed = _record_and_rotate(target.parent, target, path, keep) if into_folder else []
     return {
         "path": str(target),
         "source": str(path),
