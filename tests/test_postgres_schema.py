@@ -61,6 +61,21 @@ def test_urls_split_into_server_and_schema() -> None:
     assert parse_url("postgres://h/db").schema is None
 
 
+def test_libpq_parameters_reach_libpq_as_written() -> None:
+    # Decoded and encoded again, %20 became "+", which libpq reads as a plus sign:
+    # application_name "nightly+job", options "-c+statement_timeout=1234" (refused).
+    url = (
+        "postgresql://h/db?application_name=nightly%20job&schema=work"
+        "&options=-c%20statement_timeout%3D1234&max_connections=3&sslmode=require"
+    )
+    target = parse_url(url)
+    assert target.url == (
+        "postgresql://h/db?application_name=nightly%20job"
+        "&options=-c%20statement_timeout%3D1234&sslmode=require"
+    )
+    assert (target.schema, target.max_connections) == ("work", 3)
+
+
 def test_the_pool_is_configured_in_the_url() -> None:
     default = parse_url("postgresql://h/db")
     assert (default.max_connections, default.stale_timeout, default.pool_timeout) == (8, 300, 60)
@@ -75,7 +90,7 @@ def test_the_pool_is_configured_in_the_url() -> None:
 def test_a_url_without_a_host_part_keeps_its_slashes_and_errors_hide_the_password() -> None:
     # urlunsplit wrote postgresql:/db?host=..., which libpq cannot read.
     target = parse_url("postgresql:///db?host=/run/postgresql&schema=work")
-    assert target.url == "postgresql:///db?host=%2Frun%2Fpostgresql"
+    assert target.url == "postgresql:///db?host=/run/postgresql"
     assert target.label() == "postgresql:///db (schema work)"
     for url in ("postgresql://me:s3cret@h/", "postgresql://me:s3cret@h/db?schema=a&schema=b"):
         with pytest.raises(ValueError) as raised:
@@ -95,6 +110,7 @@ def test_urls_are_read_by_libpq_escapes_and_hostless_forms_included(pg: Server) 
         urls = [
             f"postgresql://{admin.netloc}/my%20db",
             f"postgresql:///my%20db?host={admin.hostname}&port={admin.port}&user={admin.username}",
+            f"postgresql://{admin.netloc}/my%20db?application_name=nightly%20job",
         ]
         for n, url in enumerate(urls):
             with SessionDB(url) as store:
@@ -102,6 +118,9 @@ def test_urls_are_read_by_libpq_escapes_and_hostless_forms_included(pg: Server) 
                 assert [r["id"] for r in store.list_sessions_rich(limit=None)] == [
                     f"s{m}" for m in range(n, -1, -1)
                 ]
+                if "application_name" in url:  # as written: %20 is a space, not "+"
+                    shown = store.database.execute_sql("SHOW application_name").fetchone()
+                    assert shown[0] == "nightly job"
     finally:
         pg.execute('DROP DATABASE IF EXISTS "my db" WITH (FORCE)')
 

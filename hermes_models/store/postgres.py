@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
 import peewee
 from playhouse.pool import MaxConnectionsExceeded, PooledDatabase
@@ -143,7 +143,13 @@ def _parse_url(url: str) -> ServerTarget:
         if given:
             pool[name] = _pool_number(name, given[0], kind, low, high)
     ours = {"schema", *POOL_PARAMETERS}
-    rest = urlencode([(key, value) for key, value in query if key not in ours])
+    # The other parameters reach libpq as written (psql reads the URL so): decoded
+    # and encoded again, a space written %20 became "+", which libpq keeps as a plus.
+    rest = "&".join(
+        piece
+        for piece in parts.query.split("&")
+        if piece and unquote_plus(piece.partition("=")[0]) not in ours
+    )
     # Written out: urlunsplit drops the "//" of a URL without a host part
     # (postgresql:///db?host=/run/postgresql), which libpq then cannot read.
     server = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
