@@ -33,6 +33,7 @@ from .errors import (
     ReadOnlyDatabaseError,
     SchemaTooNewError,
     UnsafeFileError,
+    UnsupportedServerError,
     WriteConflictError,
     is_malformed_db_error,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "StateMeta",
     "SystemPrompt",
     "UnsafeFileError",
+    "UnsupportedServerError",
     "WriteConflictError",
     "apply_wal_with_fallback",
     "connect",

@@ -23,6 +23,10 @@ class WriteConflictError(HermesModelsError, sqlite3.OperationalError):
     """A write stayed locked out by other writers for the whole retry budget."""
 
 
+class UnsupportedServerError(HermesModelsError):
+    """The PostgreSQL server is older than the release this package needs."""
+
+
 class PoolTimeoutError(HermesModelsError, sqlite3.OperationalError):
     """Every connection of a PostgreSQL handle's pool stayed in use for the whole
     ``pool_timeout`` (the server's counterpart of a file locked too long)."""

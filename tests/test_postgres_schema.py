@@ -24,13 +24,14 @@ from yoyo.backends.base import DatabaseBackend
 
 import hermes_models
 import hermes_models.store.postgres as postgres_module
-from hermes_models import Message, Session, SessionDB
+from hermes_models import Message, Session, SessionDB, UnsupportedServerError
 from hermes_models.driver import sqlite3
 from hermes_models.store.binding import using
 from hermes_models.store.grams import grams
 from hermes_models.store.postgres import (
     ESCAPE,
     PostgresDatabase,
+    check_server,
     escape_text,
     migrate,
     migrations_dir,
@@ -458,3 +459,23 @@ def test_messages_with_nul_and_json_content_round_trip_through_the_models(
         ("%库\x00迁%",),
     ).fetchall()
     assert found == [(ids[3],)]
+
+
+def test_a_server_older_than_15_is_refused_by_name() -> None:
+    # A server this package's SQL was not written for fails later, in ways that name
+    # nothing (a function or a syntax it lacks): refused at the first connection.
+    class Info:
+        server_version = 140011
+
+    class Conn:
+        info = Info()
+
+    target = parse_url("postgresql://me:secret@db.example/hermes")
+    with pytest.raises(UnsupportedServerError) as raised:
+        check_server(Conn(), target)
+    assert str(raised.value) == (
+        "postgresql://me@db.example/hermes runs PostgreSQL 14.11; this package needs"
+        " PostgreSQL 15 or newer"
+    )
+    Info.server_version = 150004
+    check_server(Conn(), target)  # 15.4: accepted

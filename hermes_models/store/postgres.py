@@ -42,6 +42,7 @@ from ..errors import (
     MissingDriverError,
     PoolTimeoutError,
     ReadOnlyDatabaseError,
+    UnsupportedServerError,
     WriteConflictError,
 )
 from . import postgres_sql, writes
@@ -284,11 +285,36 @@ def require_driver() -> None:
         ) from exc
 
 
+#: The oldest PostgreSQL release the migrations and queries are written for
+#: (``server_version_num``): 15.
+OLDEST_SERVER = 150000
+
+
+def check_server(conn: Any, target: ServerTarget) -> None:
+    """Refuse a server older than :data:`OLDEST_SERVER`.
+
+    Raises:
+        UnsupportedServerError: naming the server's release and the one needed.
+    """
+    version = int(conn.info.server_version)
+    if version < OLDEST_SERVER:
+        major, minor = divmod(version, 10000)
+        raise UnsupportedServerError(
+            f"{target.label()} runs PostgreSQL {major}.{minor % 100}; this package needs"
+            f" PostgreSQL {OLDEST_SERVER // 10000} or newer"
+        )
+
+
 def _connect_raw(target: ServerTarget) -> Any:
     require_driver()
     import psycopg  # loaded when used: the postgresql extra is optional
 
     conn = psycopg.connect(target.url, autocommit=True)
+    try:
+        check_server(conn, target)
+    except UnsupportedServerError:
+        conn.close()
+        raise
     adapt_text(conn)
     return conn
 
@@ -419,7 +445,8 @@ class _Connections(Psycopg3Database):  # type: ignore[misc]
                 conn.execute(postgres_sql.set_search_path(self._search_path))
             if self.read_only:
                 conn.execute(postgres_sql.READ_ONLY_SESSION)
-            if self.shape is None:
+            if self.shape is None:  # the first connection: the server, then the store
+                check_server(conn, self.target)
                 self.shape = _probe(conn)
         except Exception:
             self._registry.conns.pop(id(conn), None)
