@@ -43,3 +43,14 @@ def test_the_dialect_methods_answer_alike(store: SessionDB) -> None:
         sequence = db.message_sequence()
         assert sequence is not None and sequence >= second
         assert db.limit_value(5) == 5
+
+
+def test_the_parity_differences_docs_postgresql_lists(store: SessionDB, backend: str) -> None:
+    # docs/postgresql.md, "Differences from SQLite" and "The tokenizer": each pinned.
+    store.create_session("s", "cli", started_at=T0)
+    store.append_message("s", "user", "alpha\x00beta", timestamp=T0)
+    store.append_message("s", "assistant", "①②③", timestamp=T0 + 1)
+    [row] = store.list_sessions_rich()
+    assert row["preview"] == ("alpha" if backend == "sqlite" else "alpha\x00beta")
+    found = [h["id"] for h in store.search_messages("①", limit=None)]
+    assert len(found) == (0 if backend == "sqlite" else 1)
