@@ -10,6 +10,11 @@ the SQLite gram index holds, which the PostgreSQL index must hold too).
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +33,7 @@ from hermes_models import Message, Session, SessionDB, UnsupportedServerError
 from hermes_models.driver import sqlite3
 from hermes_models.store.binding import using
 from hermes_models.store.grams import grams
+from hermes_models.store.migration_names import migration_ids
 from hermes_models.store.postgres import (
     ESCAPE,
     PostgresDatabase,
@@ -39,7 +45,6 @@ from hermes_models.store.postgres import (
     parse_url,
     unescape_text,
 )
-from hermes_models.store.schema import migration_ids
 from hermes_models.store.schema import migrations_dir as sqlite_migrations_dir
 
 pytestmark = pytest.mark.postgresql
@@ -479,3 +484,98 @@ def test_a_server_older_than_15_is_refused_by_name() -> None:
     )
     Info.server_version = 150004
     check_server(Conn(), target)  # 15.4: accepted
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from hermes_models.store.postgres import _connect_raw, _migration_lock_key, parse_url
+    from hermes_models.store import postgres_sql
+
+    target = parse_url(sys.argv[1])
+    conn = _connect_raw(target)
+    conn.execute(postgres_sql.ADVISORY_LOCK, (_migration_lock_key(target),))
+    print("holding", flush=True)
+    time.sleep(120)
+    """
+)
+
+OPENER = textwrap.dedent(
+    """
+    import sys
+    from hermes_models import SessionDB
+
+    print("opening", flush=True)
+    with SessionDB(sys.argv[1]) as store:
+        store.create_session("opened", "cli")
+    """
+)
+
+
+@pytest.mark.postgresql
+@pytest.mark.slow
+def test_an_opener_killed_at_any_point_never_blocks_the_next(pg: Server, tmp_path: Path) -> None:
+    # yoyo's lock was a row: a process killed while opening left it, and every later
+    # writable open waited 600 s for it, then failed. The migration lock is now the
+    # server's own (a session-level advisory lock): gone with the killed session.
+    holder = tmp_path / "holder.py"
+    holder.write_text(HOLDER, encoding="utf-8")
+    url = pg.new_database(migrated=False)
+    child = subprocess.Popen([sys.executable, str(holder), url], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "holding\n"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    start = time.monotonic()
+    with SessionDB(url) as store:  # migrates: takes the lock the killed holder had
+        store.create_session("after-holder", "cli")
+    assert time.monotonic() - start < 30
+    opener = tmp_path / "opener.py"
+    opener.write_text(OPENER, encoding="utf-8")
+    for delay in (0.0, 0.05, 0.15, 0.3, 0.6, 1.0):
+        url = pg.new_database(migrated=False)  # each open migrates a new store
+        child = subprocess.Popen(
+            [sys.executable, str(opener), url], stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None and child.stdout.readline() == "opening\n"
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        start = time.monotonic()
+        with SessionDB(url) as store:
+            store.create_session("next", "cli")
+            assert "next" in {row["id"] for row in store.list_sessions_rich(limit=None)}
+        assert time.monotonic() - start < 30, delay
+
+
+@pytest.mark.postgresql
+def test_opening_an_up_to_date_store_reads_and_nothing_else(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One read of the applied migrations: no lock, no schema statement, no yoyo (each
+    # open used to run the whole check under yoyo's lock, a row written and deleted).
+    ran: list[str] = []
+    connect = postgres_module._connect_raw
+
+    class Recorded:
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            ran.append(sql)
+            return self.conn.execute(sql, *args)
+
+        def __enter__(self) -> Recorded:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.conn.close()
+
+    monkeypatch.setattr(postgres_module, "_connect_raw", lambda t: Recorded(connect(t)))
+    monkeypatch.setattr(postgres_module, "_apply", None)  # yoyo must not be reached
+    assert migrate(pg_url) == []
+    assert [sql.split()[0:2] for sql in ran] == [
+        ["SELECT", "to_regclass(%s)"],
+        ["SELECT", "migration_hash"],
+    ]

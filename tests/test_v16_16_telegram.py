@@ -20,9 +20,10 @@ from pg_server import Server
 from hermes_models import ReadOnlyDatabaseError, SessionDB, using
 from hermes_models.conversations.telegram import TelegramTopicBinding, TelegramTopicMode
 from hermes_models.driver import sqlite3
+from hermes_models.store.migration_names import migration_ids
 from hermes_models.store.postgres import migrations_dir as pg_migrations_dir
 from hermes_models.store.postgres import parse_url
-from hermes_models.store.schema import migration_ids, migrations_dir
+from hermes_models.store.schema import migrations_dir
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

@@ -88,10 +88,11 @@ from .grams import (
 from .grams import grams as gram_text
 from .holders import holder_is_gone, local_holder
 from .journal import apply_wal_with_fallback, settings
+from .migration_names import migration_hash, migration_ids
 from .postgres import PostgresDatabase, QmarkConnection, constraint_message, parse_url
 from .postgres import migrate as migrate_server
 from .repair import claim_repair_attempt, repair_state_db_schema
-from .schema import TELEGRAM_TOPICS, migrate, migrate_optional, migration_hash, migration_ids
+from .schema import TELEGRAM_TOPICS, migrate, migrate_optional
 from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS, FileShape
 from .statements import (
     SLOT,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import itertools
 import logging
 import os
@@ -48,6 +49,7 @@ from ..errors import (
 from . import postgres_sql, writes
 from .dialect import PostgresDialect
 from .files import SCHEMES, is_postgres_url
+from .migration_names import migration_hash, migration_ids
 from .shape import PROBED, FileShape
 
 logger = logging.getLogger("hermes_models")
@@ -380,39 +382,82 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
     Raises:
         ValueError: the URL is not a usable PostgreSQL URL.
         MigrationError: a migration failed (PostgreSQL rolled it back whole),
-            or yoyo's lock could not be taken.
+            or another process kept migrating the store for
+            :data:`MIGRATION_PATIENCE_S`.
+
+    Opening a store that is up to date reads the list of applied migrations and
+    nothing else. Otherwise the migration runs under a session-level advisory
+    lock, which the server releases when the session ends: a process killed while
+    migrating never blocks the next.
     """
     target = parse_url(url)
     require_driver()
     folder = migrations_dir() if optional is None else optional_migrations_dir(optional)
-    from yoyo import read_migrations  # loaded when used: migrating is rare
-    from yoyo.exceptions import LockTimeout  # loaded when used: as yoyo above
-
     with _connect_raw(target) as conn:
-        if target.schema is not None:
-            conn.execute(postgres_sql.create_schema(target.schema))
-        path = search_path(target, _extension_schema(conn))
-    backend = _yoyo_backend(target, None if path is None else path.replace(" ", ""))
+        if _up_to_date(conn, target, folder):
+            return []  # one read: nothing locked, nothing written
+        conn.execute(postgres_sql.SET_LOCK_TIMEOUT, (f"{MIGRATION_PATIENCE_S * 1000}ms",))
+        key = _migration_lock_key(target)
+        try:
+            conn.execute(postgres_sql.ADVISORY_LOCK, (key,))
+        except Exception as exc:
+            raise MigrationError(
+                f"another process has been migrating {target.label()} for over"
+                f" {MIGRATION_PATIENCE_S} s; try again when it is done ({exc})"
+            ) from None
+        try:
+            if _up_to_date(conn, target, folder):
+                return []  # another process migrated it while this one waited
+            if target.schema is not None:
+                conn.execute(postgres_sql.create_schema(target.schema))
+            path = search_path(target, _extension_schema(conn))
+            return _apply(target, folder, None if path is None else path.replace(" ", ""))
+        finally:
+            conn.execute(postgres_sql.ADVISORY_UNLOCK, (key,))
+
+
+#: How long opening a store waits for another process's migration of it.
+MIGRATION_PATIENCE_S = 600
+
+
+def _migration_lock_key(target: ServerTarget) -> int:
+    """The advisory lock migrations of ``target``'s store take: one per database and
+    schema (a signed 64-bit number)."""
+    name = f"hermes_models migrate {target.schema or ''}".encode()
+    return int.from_bytes(hashlib.sha256(name).digest()[:8], "big", signed=True)
+
+
+def _up_to_date(conn: Any, target: ServerTarget, folder: Path) -> bool:
+    """True when every migration of ``folder`` is recorded as applied on the store."""
+    table = "_yoyo_migration" if target.schema is None else f"{target.schema}._yoyo_migration"
+    if not conn.execute(postgres_sql.MIGRATION_TABLE_EXISTS, (table,)).fetchone()[0]:
+        return False
+    wanted = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
+    found = conn.execute(postgres_sql.applied_among(target.schema), (wanted,)).fetchall()
+    return len(found) == len(set(wanted))
+
+
+def _apply(target: ServerTarget, folder: Path, path: str | None) -> list[str]:
+    """Apply ``folder``'s pending migrations with yoyo, each in one transaction (the
+    caller holds the migration lock); returns their ids."""
+    from yoyo import read_migrations  # loaded when used: migrating is rare
+
+    backend = _yoyo_backend(target, path)
     try:
         migrations = read_migrations(str(folder))
-        with backend.lock(timeout=600):
-            pending = backend.to_apply(migrations)
-            ids = [m.id for m in pending]
-            if ids:
-                logger.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
-            for migration in pending:
-                # Steps, log row and mark in one transaction (yoyo's apply_one commits
-                # them in three): a failure between them cannot leave a migration
-                # applied but unrecorded, to be run again by the next migrate.
-                with backend.transaction():
-                    migration.process_steps(backend, "apply")
-                    backend.log_migration(migration, "apply")
-                    backend.mark_one(migration, log=False)
-            return ids
-    except LockTimeout as exc:
-        raise MigrationError(
-            f"the migration lock of {target.label()} was not released: {exc}"
-        ) from None
+        pending = backend.to_apply(migrations)
+        ids = [m.id for m in pending]
+        if ids:
+            logger.info("applying %d PostgreSQL migration(s) to %s", len(ids), target.label())
+        for migration in pending:
+            # Steps, log row and mark in one transaction (yoyo's apply_one commits
+            # them in three): a failure between them cannot leave a migration
+            # applied but unrecorded, to be run again by the next migrate.
+            with backend.transaction():
+                migration.process_steps(backend, "apply")
+                backend.log_migration(migration, "apply")
+                backend.mark_one(migration, log=False)
+        return ids
     except MigrationError:
         raise
     except Exception as exc:

@@ -503,3 +503,24 @@ VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_l
 APPLIED_MIGRATIONS_AMONG = (
     "SELECT migration_hash FROM _yoyo_migration WHERE migration_hash = ANY(%s::text[])"
 )
+
+
+# -- opening: the migration check and its lock --
+
+#: Whether yoyo's table of applied migrations exists in the schema named ``%s``
+#: (``to_regclass``: NULL when absent, without an error in the server's log).
+MIGRATION_TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
+#: Take the session-level advisory lock ``%s`` (a bigint), waiting at most the
+#: connection's ``lock_timeout``. The server releases it when the session ends,
+#: however it ends: a killed process never leaves it behind.
+ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
+ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
+#: How long a migration waits for another process's migration (``%s``: ms).
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
+
+
+def applied_among(schema: str | None) -> str:
+    """Which of the given migration hashes (``%s``: ``text[]``) the store (in ``schema``,
+    a checked identifier, or the search path) records as applied."""
+    table = "_yoyo_migration" if schema is None else f'"{schema}"._yoyo_migration'
+    return f"SELECT migration_hash FROM {table} WHERE migration_hash = ANY(%s::text[])"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import threading
@@ -46,6 +45,7 @@ from .files import (
     sqlite_uri,
     stored_schema_version,
 )
+from .migration_names import migration_hash, migration_ids
 from .writes import retry_locked
 
 if TYPE_CHECKING:
@@ -288,31 +288,6 @@ def load_migrations(folder: StrPath) -> Any:
             if entry.is_file()
         )
     return _PARSED.get((os.fspath(folder), *stats), parse)
-
-
-def migration_ids(folder: StrPath) -> list[str]:
-    """The ids yoyo's ``read_migrations`` gives the migrations in ``folder``, in order.
-
-    Read from the file names alone, as yoyo reads them: every ``.py`` and
-    ``.sql`` file but rollbacks, post-apply hooks and yoyo's scratch files.
-    """
-    with os.scandir(folder) as entries:
-        names = sorted(
-            entry.name
-            for entry in entries
-            if entry.is_file() and os.path.splitext(entry.name)[1] in (".py", ".sql")
-        )
-    return [
-        name.rsplit(".", 1)[0]
-        for name in names
-        if not name.endswith(".rollback.sql")
-        and not name.startswith(("post-apply", "_tmp_yoyonew"))
-    ]
-
-
-def migration_hash(migration_id: str) -> str:
-    """The key yoyo records an applied migration under (``_yoyo_migration.migration_hash``)."""
-    return hashlib.sha256(migration_id.encode("utf-8")).hexdigest()
 
 
 def _up_to_date(path: StrPath, folder: StrPath) -> bool:
