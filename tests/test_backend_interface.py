@@ -54,3 +54,30 @@ def test_the_parity_differences_docs_postgresql_lists(store: SessionDB, backend:
     assert row["preview"] == ("alpha" if backend == "sqlite" else "alpha\x00beta")
     found = [h["id"] for h in store.search_messages("①", limit=None)]
     assert len(found) == (0 if backend == "sqlite" else 1)
+
+
+def test_time_fields_compare_with_datetimes_and_dates(store: SessionDB) -> None:
+    # Session.started_at > datetime(2026, 11, 1) compared a REAL with the datetime's
+    # text and found nothing; it is now the datetime's seconds (a naive one read as
+    # local time, a date as its local midnight), and the field still reads a number.
+    import datetime as dt
+
+    noon = dt.datetime(2026, 11, 15, 12, 0, tzinfo=dt.timezone.utc)
+    for n, day in enumerate((1, 10, 20, 30)):
+        when = dt.datetime(2026, 11, day, 12, 0, tzinfo=dt.timezone.utc).timestamp()
+        store.create_session(f"s{n}", "cli", started_at=when)
+        store.append_message(f"s{n}", "user", "hello", timestamp=when)
+    with using(store.database):
+        after = Session.select().where(Session.started_at > noon).order_by(Session.id)
+        assert [s.id for s in after] == ["s2", "s3"]
+        assert isinstance(after[0].started_at, float)
+        local = dt.datetime.fromtimestamp(noon.timestamp())  # naive, local time
+        before = Session.select().where(Session.started_at < local).order_by(Session.id)
+        assert [s.id for s in before] == ["s0", "s1"]
+        since = dt.date(2026, 11, 21)
+        newer = Message.select().where(Message.timestamp >= since).order_by(Message.id)
+        assert [m.session_id for m in newer] == ["s3"]
+        between = Session.select().where(Session.started_at.between(dt.date(2026, 11, 5), noon))
+        assert [s.id for s in between] == ["s1"]
+        made = Session.create(id="s9", source="cli", started_at=noon)
+        assert Session.get_by_id("s9").started_at == noon.timestamp() == made.started_at

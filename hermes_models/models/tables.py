@@ -9,6 +9,7 @@ anything that writes goes through :func:`hermes_models.store.binding.write`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -139,8 +140,21 @@ def decode_json(stored: str | None) -> Any:
 
 
 class EpochField(DoubleField):
-    """Seconds since the epoch (``REAL``); :meth:`BaseModel.save` refuses values no
-    date can stand for (see :func:`hermes_models.checks.check_epoch`)."""
+    """Seconds since the epoch (``REAL``, as Hermes stores them); :meth:`BaseModel.save`
+    refuses values no date can stand for (see :func:`hermes_models.checks.check_epoch`).
+
+    The field reads as a number. A :class:`~datetime.datetime` or :class:`~datetime.date`
+    it is compared with (``Session.started_at > datetime(2026, 11, 1)``) or given
+    is turned into seconds: an aware datetime exactly, a naive one as local time (as
+    :meth:`datetime.datetime.timestamp` reads it), a date as its local midnight.
+    """
+
+    def db_value(self, value: Any) -> Any:
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, datetime.date):
+            return datetime.datetime(value.year, value.month, value.day).timestamp()
+        return super().db_value(value)
 
 
 class NewerField:
@@ -354,6 +368,8 @@ class BaseModel(peewee.Model):
             value = data.get(field.name)
             written = force_insert or field.name in dirty
             if isinstance(field, EpochField) and written and value is not None:
+                if isinstance(value, datetime.date):
+                    value = data[field.name] = field.db_value(value)
                 check_epoch(value, field.name)
         return super().save(force_insert=force_insert, only=only)
 
