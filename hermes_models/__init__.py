@@ -73,6 +73,7 @@ models.use_rules(
         rewind_to_message=conversations.rewind_to_message,
         restore_rewound=conversations.restore_rewound,
         search_messages=search.search_messages,
+        matching=search.matching,
     )
 )
 

@@ -81,3 +81,16 @@ def test_time_fields_compare_with_datetimes_and_dates(store: SessionDB) -> None:
         assert [s.id for s in between] == ["s1"]
         made = Session.create(id="s9", source="cli", started_at=noon)
         assert Session.get_by_id("s9").started_at == noon.timestamp() == made.started_at
+
+
+def test_a_search_as_a_peewee_query_is_a_file_s_and_says_so_on_a_server(
+    store: SessionDB, backend: str
+) -> None:
+    store.create_session("s", "cli", started_at=T0)
+    first = store.append_message("s", "user", "asyncio loop", timestamp=T0)
+    with using(store.database):
+        if backend == "sqlite":
+            assert [m.id for m in Message.matching("asyncio")] == [first]
+        else:
+            with pytest.raises(NotImplementedError, match=r"Message\.search"):
+                Message.matching("asyncio")

@@ -425,6 +425,11 @@ def test_message_search_and_matching_on_the_models(db_path: Path) -> None:
         store.rewind_to_message("zh", ids["zb"])
         assert [m.id for m in matching("数据")] == []
         assert [m.id for m in matching("数据", include_inactive=True)] == [ids["zb"]]
+        # The same query from the model, chained and paged as a peewee query.
+        assert [m.id for m in Message.matching("asyncio")] == [ids["a1"], ids["q1"]]
+        assert [m.id for m in Message.matching("asyncio").offset(1).limit(1)] == [ids["q1"]]
+        assert Message.matching("数据").count() == 0
+        assert [m.id for m in Message.matching("数据", include_inactive=True)] == [ids["zb"]]
 
 
 def test_read_only_store_searches(db_path: Path) -> None:

@@ -678,6 +678,13 @@ class Message(BaseModel):
         :func:`hermes_models.search.pipeline.search_messages`)."""
         return rules().search_messages(query, **options)
 
+    @classmethod
+    def matching(cls, query: str, *, include_inactive: bool = False) -> peewee.ModelSelect[Message]:
+        """The messages matching ``query`` as a peewee query to filter, order and page
+        further, as playhouse's ``FTS5Model.search`` returns one (see
+        :func:`hermes_models.search.pipeline.matching`; SQLite stores)."""
+        return rules().matching(query, include_inactive=include_inactive)
+
 
 class SystemPrompt(BaseModel):
     """``system_prompts`` of Hermes v25 and later: prompt texts by SHA-256 hash.
@@ -780,6 +787,7 @@ class Rules:
     rewind_to_message: Callable[[str, int], int]
     restore_rewound: Callable[..., int]
     search_messages: Callable[..., list[dict[str, Any]]]
+    matching: Callable[..., peewee.ModelSelect[Message]]
 
 
 _RULES: list[Rules] = []

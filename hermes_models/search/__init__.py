@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .pipeline import search_messages, search_sessions, search_sql
+from .pipeline import matching, search_messages, search_sessions, search_sql
 
-__all__ = ["search_messages", "search_sessions", "search_sql"]
+__all__ = ["matching", "search_messages", "search_sessions", "search_sql"]

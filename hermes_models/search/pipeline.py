@@ -837,7 +837,16 @@ def matching(query: str | None, *, include_inactive: bool = False) -> peewee.Mod
     Best first when every term goes to the word index, newest first
     otherwise. The query is built for the indexes the file has now; unlike
     :func:`search_messages` it does not fall back when an index fails.
+
+    Raises:
+        NotImplementedError: the store is a PostgreSQL database (use
+            :func:`search_messages` there).
     """
+    if current().dialect == POSTGRESQL:
+        raise NotImplementedError(
+            "a search as a peewee query (Message.matching) runs on SQLite stores;"
+            " on PostgreSQL use Message.search (search_messages)"
+        )
     parsed = parse(query)
     if not parsed:
         return matching_query(parsed, None, None, include_inactive)
