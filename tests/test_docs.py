@@ -392,11 +392,24 @@ def test_snippets_run_as_written_on_a_fresh_machine(
 ) -> None:
     sandbox = Sandbox(short_home(tmp_path), monkeypatch)
     namespace: dict[str, object] = {"__name__": f"docs.{page}"}
+    # A reader's own store: no Python snippet creates or changes it.
+    own = sandbox.home / ".hermes" / "state.db"
+
+    def own_store() -> bytes | None:
+        return own.read_bytes() if own.exists() else None
+
+    def run_python(body: str, where: str, namespace: dict[str, object]) -> None:
+        before = own_store()
+        exec(compile(body, where, "exec"), namespace)
+        gc.collect()  # a connection left open fails here, at its block
+        assert own_store() == before, f"{where} wrote to the store in $HERMES_HOME"
+
+    blocks = list(fenced_blocks(page_text(page)))
     try:
-        for index, (language, body) in enumerate(fenced_blocks(page_text(page))):
+        for index, (language, body) in enumerate(blocks):
             where = f"{page}[{index}]"
             if language == "python":
-                exec(compile(body, where, "exec"), namespace)
+                run_python(body, where, namespace)
             elif language == "sh":
                 run_sh(sandbox, body, where)
             elif language == "console":
@@ -404,6 +417,11 @@ def test_snippets_run_as_written_on_a_fresh_machine(
             # A snippet that leaves a connection open fails here, at its block,
             # not wherever the garbage collector happens to run later.
             gc.collect()
+        # A reader runs an example again: every Python snippet, in order, a second time.
+        again: dict[str, object] = {"__name__": f"docs.{page}.again"}
+        for index, (language, body) in enumerate(blocks):
+            if language == "python":
+                run_python(body, f"{page}[{index}], run again", again)
     finally:
         _close_databases(sandbox.home)
         shutil.rmtree(sandbox.home.parent, ignore_errors=True)
