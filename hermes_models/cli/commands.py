@@ -88,6 +88,7 @@ _CLI_WORDS = (
         "(pass overwrite=True, or --force on the command line, to replace it)",
         "(--force replaces it)",
     ),
+    ("pass merge=True to add", "pass --merge to add"),
 )
 
 
