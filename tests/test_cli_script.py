@@ -26,7 +26,7 @@ from console_script import (
 
 from hermes_models import SessionDB
 from hermes_models.cli.commands import cli
-from hermes_models.driver import sqlite3
+from hermes_models.driver import WAL_RESET_BUG, sqlite3
 
 from snapshots import snapshot
 
@@ -670,6 +670,60 @@ def test_reading_commands_read_what_they_cannot_write(
         f"Error: {path} cannot be written here (the file or its folder is read-only)"
     )
     assert snapshot(path) == before
+
+
+def store_in_a_read_only_folder(tmp_path: Path, journal_mode: str) -> Path:
+    """The demo store in ``journal_mode``, alone in a folder made read-only (no ``-wal``
+    or ``-shm`` beside it)."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = build_demo_store(folder / "state.db")
+    conn = sqlite3.connect(path)
+    assert conn.execute(f"PRAGMA journal_mode={journal_mode}").fetchone()[0] == journal_mode
+    conn.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
+    make_read_only(path, folder)
+    return path
+
+
+def snapshot_warning(path: Path) -> str:
+    return (
+        f"Warning: {path}: the folder is read-only and the file has no -shm index; reading it "
+        "as an immutable snapshot (later changes by other processes are not seen)\n"
+    )
+
+
+@pytest.mark.parametrize("flags", [[], ["--read-only"]], ids=["cannot-write", "read-only"])
+def test_doctor_on_a_store_it_cannot_write_warns_once(tmp_path: Path, flags: list[str]) -> None:
+    path = store_in_a_read_only_folder(tmp_path, "wal")
+    try:
+        result = run_unprivileged(*flags, "doctor", "--db", str(path), cwd=tmp_path)
+    finally:
+        path.parent.chmod(0o755)
+    assert result.returncode == (1 if WAL_RESET_BUG else 0), result.stderr
+    assert result.stderr == snapshot_warning(path)
+    assert result.stdout.splitlines()[-1].startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize("journal_mode", ["wal", "delete"])
+def test_stats_and_doctor_report_the_journal_mode_of_a_file_read_as_a_snapshot(
+    tmp_path: Path, journal_mode: str
+) -> None:
+    # In a read-only folder a WAL file without its -shm is read as an immutable
+    # snapshot, whose SQLite says "delete" whatever the file is in.
+    path = store_in_a_read_only_folder(tmp_path, journal_mode)
+    try:
+        stats = run_unprivileged("stats", "--json", "--db", str(path), cwd=tmp_path)
+        table = run_unprivileged("stats", "--db", str(path), cwd=tmp_path)
+        doctor = run_unprivileged("doctor", "--json", "--db", str(path), cwd=tmp_path)
+    finally:
+        path.parent.chmod(0o755)
+    warnings = snapshot_warning(path) if journal_mode == "wal" else ""
+    assert (stats.returncode, stats.stderr) == (0, warnings)
+    assert json.loads(stats.stdout)[0]["journal_mode"] == journal_mode
+    assert f"schema                v16 ({journal_mode} journal)" in table.stdout.splitlines()
+    [check] = [c for c in json.loads(doctor.stdout) if c["name"] == "journal mode"]
+    assert check["detail"].split(":")[0] == journal_mode, check
 
 
 def test_a_read_only_shm_file_left_by_a_reader_does_not_refuse_a_write(work: Path) -> None:
