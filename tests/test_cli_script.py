@@ -47,12 +47,23 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         store.export_bundle(work / "bundle.jsonl")
     lines = (work / "bundle.jsonl").read_text(encoding="utf-8").splitlines()
     (work / "bad.jsonl").write_text(lines[0] + "\n{not json\n", encoding="utf-8")
+    # Well formed, refused by the import itself: the parent is in neither the bundle
+    # nor the (new) database.
+    orphan = {"type": "session", "id": "child", "source": "cli", "started_at": T0}
+    header = {**json.loads(lines[0]), "sessions": 1, "messages": 0}
+    (work / "orphan.jsonl").write_text(
+        f"{json.dumps(header)}\n{json.dumps({**orphan, 'parent_session_id': 'gone'})}\n",
+        encoding="utf-8",
+    )
     folder = work / "transcripts"
     folder.mkdir()
     (folder / "good-1.jsonl").write_text(
         json.dumps({"role": "user", "content": "hi", "timestamp": T0}) + "\n", encoding="utf-8"
     )
     (folder / "broken-2.jsonl").write_text("{not json\n", encoding="utf-8")
+    broken = work / "broken-transcripts"
+    broken.mkdir()
+    (broken / "broken-3.jsonl").write_text("{not json\n", encoding="utf-8")
     (work / "empty-folder").mkdir()
     unhealthy = work / "unhealthy.db"
     shutil.copy(work / "demo.db", unhealthy)
@@ -575,14 +586,27 @@ def test_an_ambiguous_prefix_lists_the_first_candidates(tmp_path: Path) -> None:
 # -- import refuses before it creates -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["bad.jsonl", "junk.db", "transcripts/broken-2.jsonl"])
+@pytest.mark.parametrize(
+    "bad", ["bad.jsonl", "junk.db", "transcripts/broken-2.jsonl", "orphan.jsonl"]
+)
 def test_refused_import_input_creates_no_database(work: Path, bad: str) -> None:
     target = work / "fresh" / "state.db"
     result = run("import", bad, "--db", str(target), cwd=work)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
-    assert not target.exists()
-    assert not target.parent.exists() or list(target.parent.iterdir()) == []
+    assert not target.parent.exists()
+
+
+def test_a_folder_whose_every_transcript_fails_creates_no_database(work: Path) -> None:
+    target = work / "fresh" / "state.db"
+    result = run("import", "broken-transcripts", "--db", str(target), cwd=work)
+    assert result.returncode == 1
+    assert result.stdout == (
+        "imported 0 sessions and 0 messages from 1 transcript file (0 already present, "
+        "0 lines skipped)\n"
+    )
+    assert result.stderr.startswith("failed: ") and result.stderr.count("\n") == 1
+    assert not target.parent.exists()
 
 
 # -- shell completion ---------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,6 +64,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit status of a failed command (a usage error exits with 2, as in click).
 EXIT_FAILURE = 1
+#: Exit status after Ctrl-C: 128 + SIGINT, what shells report for a process it stopped.
+EXIT_INTERRUPTED = 130
 #: ``prune`` and ``delete`` suggest ``vacuum`` when they remove this share of the messages.
 VACUUM_HINT_SHARE = 0.05
 
@@ -125,6 +129,60 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line (``interrupted``, and what became of the work), exit status 130.
+    ``end_line``: a question is waiting on its line for the answer."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = "interrupted", *, end_line: bool = False) -> None:
+        super().__init__(message)
+        self.end_line = end_line
+
+    def show(self, file: Any = None) -> None:
+        if self.end_line or sys.stderr.isatty():
+            click.echo(err=True)  # end the line of the question, or the one ^C was shown on
+        click.echo(self.message, err=True)
+
+
+#: Set by Ctrl-C while :func:`main` runs a command. The exception alone cannot tell:
+#: SQLite turns a KeyboardInterrupt raised in one of the package's SQL functions
+#: into an OperationalError ("user-defined function raised exception").
+_interrupted = threading.Event()
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _noting_interrupts() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as ever and is noted in :data:`_interrupted`;
+    only where Python's own handler is in place (an ignored SIGINT stays ignored)."""
+    _interrupted.clear()
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if ours:
+        signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _was_interrupted(exc: BaseException | None = None) -> bool:
+    """Whether Ctrl-C was pressed during the command (``exc``: the error it ended with)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return _interrupted.is_set()
+
+
 def _one_line_usage(exc: click.UsageError) -> click.ClickException:
     if _SHOWS_HELP is not None and isinstance(exc, _SHOWS_HELP):
         return exc
@@ -147,24 +205,39 @@ class HermesGroup(click.Group):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
+        except Interrupted:
+            raise
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
         except click.exceptions.ClickException as exc:
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             if exc.message.isprintable():
                 raise
             # A path may hold a newline: the error stays one line.
             kind = UsageFailure if exc.exit_code == UsageFailure.exit_code else click.ClickException
             raise kind(_escaped(exc.message)) from None
-        except (click.exceptions.Exit, click.exceptions.Abort):
+        except (click.exceptions.Exit, click.exceptions.Abort) as exc:
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             raise
+        except KeyboardInterrupt:
+            raise Interrupted() from None
         except BrokenPipeError:
             terminal.stop_quietly()
         except Exception as exc:  # the CLI never shows a traceback
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             raise click.ClickException(_one_line(exc)) from exc
+        if _interrupted.is_set():  # a Ctrl-C that an SQL function's error hid
+            raise Interrupted()
+        return done
 
 
 class _StderrHandler(logging.Handler):
@@ -1022,6 +1095,31 @@ def _check_import_input(path: str, new_store: bool) -> None:
         read_transcript(path)
 
 
+def _missing_folders(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist, the deepest first."""
+    missing = []
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_new_store(path: Path, folders: list[Path]) -> None:
+    """Remove the database file an import created, its -wal, -shm and -journal, and
+    ``folders``, the folders made for it, while they are empty."""
+    for name in (f"{path}-wal", f"{path}-shm", f"{path}-journal", str(path)):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
 @cli.command(
     "import",
     short_help="Import a bundle, a transcript, or a folder of them.",
@@ -1057,17 +1155,35 @@ def import_(
     if not os.path.exists(path):
         raise click.BadParameter(f"Path {given!r} does not exist.", ctx, param_hint="'PATH'")
     _refuse_read_only(ctx)
-    new_store = _server(db_path) is None and not resolve_path(db_path).exists()
+    target = None if _server(db_path) is not None else resolve_path(db_path)
+    new_store = target is not None and not target.exists()
     _check_import_input(path, new_store=new_store)
     bundle = os.path.isfile(path) and is_bundle(path)
     report: dict[str, Any]
     failed: list[dict[str, str]] = []
-    with SessionDB(db_path, **_journal(ctx)) as store, terminal.progress("importing") as progress:
-        if bundle:
-            report = dict(store.import_bundle(path, progress=progress))
-        else:
-            report = store.import_transcripts(path, source=source, progress=progress)
-            failed = report["failed"]
+    # A file this command creates is removed again when the import fails or is interrupted.
+    created = target if new_store else None
+    folders = _missing_folders(created) if created is not None else []
+    try:
+        with (
+            SessionDB(db_path, **_journal(ctx)) as store,
+            terminal.progress("importing") as progress,
+        ):
+            if bundle:
+                report = dict(store.import_bundle(path, progress=progress))
+            else:
+                report = store.import_transcripts(path, source=source, progress=progress)
+                failed = report["failed"]
+    except BaseException as exc:
+        if created is not None:
+            _remove_new_store(created, folders)
+            if _was_interrupted(exc):
+                raise Interrupted(
+                    f"interrupted; nothing was imported and {created} was removed"
+                ) from None
+        raise
+    if created is not None and failed and not report["sessions_added"]:
+        _remove_new_store(created, folders)  # every transcript failed: nothing to keep
     if fmt:
         terminal.write_records([{"path": str(path), **report}], fmt)
     elif bundle:
@@ -1239,7 +1355,9 @@ def _confirm(yes: bool, plan: Any) -> None:
     )
     try:
         agreed = click.confirm(question, err=True)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if _was_interrupted(exc):
+            raise Interrupted("interrupted; nothing was deleted", end_line=True) from None
         agreed = False
     if not agreed:
         if not sys.stdin.isatty():
@@ -1606,7 +1724,8 @@ def main(argv: list[str] | None = None, prog_name: str = "hermes-models") -> int
         sys.stderr.write("Error: standard output is closed; nothing was done\n")
         return EXIT_FAILURE
     try:
-        cli.main(args=argv, prog_name=prog_name)
+        with _noting_interrupts():
+            cli.main(args=argv, prog_name=prog_name)
         status = 0
     except SystemExit as exc:
         code = exc.code
