@@ -1050,7 +1050,9 @@ def export(
     with open_store(ctx, db_path, writes=False) as store:
         if session_id is not None:
             session_id = _resolve(store, session_id)
-        with _output(output) as target, terminal.progress("exporting") as progress:
+        # The bundle counts messages as it writes them, Markdown whole sessions.
+        unit = "messages" if data_format == "jsonl" else "sessions"
+        with _output(output) as target, terminal.progress("exporting", unit) as progress:
             if data_format == "jsonl":
                 counts = store.export_bundle(
                     target, session_id=session_id, source=source, progress=progress, overwrite=force
@@ -1167,7 +1169,8 @@ def import_(
     try:
         with (
             SessionDB(db_path, **_journal(ctx)) as store,
-            terminal.progress("importing") as progress,
+            # A bundle counts the rows it adds (sessions and messages), a folder its files.
+            terminal.progress("importing", "rows" if bundle else "files") as progress,
         ):
             if bundle:
                 report = dict(store.import_bundle(path, progress=progress))
@@ -1569,7 +1572,10 @@ def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | 
     the index into one segment (finishing a merge a killed run left). Searches are
     exact before, during and after; only their speed changes.
     """
-    with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
+    with (
+        open_store(ctx, db_path, writes=True) as store,
+        terminal.progress("indexing", "messages") as bar,
+    ):
         result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
         where = str(store.database.path)
     if fmt:
@@ -1631,7 +1637,7 @@ def backup(
     if not dest:
         raise click.BadParameter("must not be empty (a new file, or a folder)", param_hint="DEST")
     _expand_user(ctx, dest, "DEST")
-    with terminal.progress("backing up") as progress:
+    with terminal.progress("backing up", "pages") as progress:
         result = back_up(path, dest, keep=keep, progress=progress)
     if fmt:
         terminal.write_records([result], fmt)
@@ -1677,7 +1683,8 @@ def copy_(ctx: click.Context, source: str, target: str, merge: bool, fmt: str | 
     # The copy module (and psycopg for a PostgreSQL store) loads when used: the CLI starts faster.
 
     _refuse_read_only(ctx)
-    with terminal.progress("copying") as progress:
+    # Each row counts twice: as it is copied, and as the copy is checked.
+    with terminal.progress("copying and checking", "rows") as progress:
         report = copy_store(source, target, merge=merge, progress=None if fmt else progress)
     if fmt:
         terminal.write_records([report.as_dict()], fmt)
