@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import plain_connection, target_of
+from console_script import run
 
 import hermes_models.conversations.history
 from hermes_models import MissingDriverError, SessionDB
@@ -243,21 +244,48 @@ def test_sessions_options(filled: str) -> None:
     assert ids("--archived") == []
 
 
-def test_limit_0_means_no_limit(store: SessionDB) -> None:
+def test_limit_0_is_no_rows_and_all_is_every_row_as_in_the_library(
+    store: SessionDB, tmp_path: Path
+) -> None:
     for index in range(30):
         store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
         store.append_message(f"s{index:02d}", "user", f"needle {index}", timestamp=T0 + index)
     path = where(store)
-    for args, count in (
-        (["sessions"], 20),
-        (["sessions", "--limit", "0"], 30),
-        (["search", "needle"], 20),
-        (["search", "needle", "--limit", "0"], 30),
-        (["search", "needle", "--sessions", "--limit", "0"], 30),
+    counted = {}
+    for args in (
+        ["sessions"],
+        ["sessions", "--limit", "0"],
+        ["sessions", "--limit", "all"],
+        ["sessions", "--limit", "All", "--offset", "25"],
+        ["search", "needle"],
+        ["search", "needle", "--limit", "0"],
+        ["search", "needle", "--limit", "all"],
+        ["search", "needle", "--sessions", "--limit", "0"],
+        ["search", "needle", "--sessions", "--limit", "all"],
     ):
-        result = invoke(*args, "--db", path, "--json")
-        assert result.exit_code == 0, result.output
-        assert len(json.loads(result.output)) == count, args
+        result = run(*args, "--db", path, "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        counted[" ".join(args)] = len(json.loads(result.stdout))
+    assert counted == {
+        "sessions": 20,
+        "sessions --limit 0": 0,
+        "sessions --limit all": 30,
+        "sessions --limit All --offset 25": 5,
+        "search needle": 20,
+        "search needle --limit 0": 0,
+        "search needle --limit all": 30,
+        "search needle --sessions --limit 0": 0,
+        "search needle --sessions --limit all": 30,
+    }
+    # The library's words for the same: 0 is no row, None every row.
+    assert [len(store.list_sessions_rich(limit=n)) for n in (0, None)] == [0, 30]
+    assert [len(store.search_messages("needle", limit=n)) for n in (0, None)] == [0, 30]
+    refused = run("sessions", "--db", path, "--limit", "every", cwd=tmp_path)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "Error: Invalid value for '--limit': 'every' is neither a number of rows nor 'all' "
+        "(see 'hermes-models sessions --help')\n",
+    )
 
 
 # -- times ---------------------------------------------------------------------------------
@@ -340,7 +368,10 @@ def test_show_limit_and_tail(filled: str) -> None:
     assert roles() == ["user", "assistant", "tool", "user"]
     assert roles("--limit", "2") == ["user", "assistant"]
     assert roles("--tail", "2") == ["tool", "user"]
-    assert roles("--limit", "0") == ["user", "assistant", "tool", "user"]
+    assert roles("--limit", "0") == []
+    assert roles("--tail", "0") == []
+    assert roles("--limit", "all", "--tail", "all") == ["user", "assistant", "tool", "user"]
+    assert roles("--tail", "9") == ["user", "assistant", "tool", "user"]
     assert roles("--limit", "3", "--tail", "1") == ["tool"]
 
 

@@ -321,7 +321,7 @@ def big_store(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("fmt", ["--json", "--nl", "--csv"])
 def test_a_closed_pipe_ends_quietly_with_status_0(big_store: Path, fmt: str) -> None:
-    command = f"'{SCRIPT}' sessions {fmt} --limit 0 --db '{big_store}' | head -1"
+    command = f"'{SCRIPT}' sessions {fmt} --limit all --db '{big_store}' | head -1"
     result = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
         env=environment(big_store.parent),
@@ -342,7 +342,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(big_store: Path, fmt: str) -> 
 
 def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
     process = subprocess.Popen(
-        [str(SCRIPT), "sessions", "--limit", "0", "--db", str(big_store)],
+        [str(SCRIPT), "sessions", "--limit", "all", "--db", str(big_store)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=environment(big_store.parent),
@@ -507,7 +507,7 @@ def test_a_table_too_wide_for_the_terminal_is_stacked_and_nothing_is_cut(
     with SessionDB(work / "demo.db", read_only=True) as store:
         rows = store.list_sessions_rich(limit=None)
     env = {**environment(work), "COLUMNS": str(width)}
-    result = run("sessions", "--db", "demo.db", "--limit", "0", cwd=work, env=env)
+    result = run("sessions", "--db", "demo.db", "--limit", "all", cwd=work, env=env)
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line for line in lines if len(line) > width] == []

@@ -356,6 +356,21 @@ class _Count(click.IntRange):
 COUNT = _Count(min=0)
 
 
+class _Limit(_Count):
+    """How many rows at most: a count, or ``all`` for every row (None, as the library's
+    ``limit=None``). 0 is no row, as the library's ``limit=0`` and SQL's ``LIMIT 0``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "all":
+            return None
+        if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+            self.fail(f"{value!r} is neither a number of rows nor 'all'", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+LIMIT = _Limit(min=0)
+
+
 class _Days(click.FloatRange):
     """A number of days: not negative, and finite (``nan`` and ``inf`` name no time)."""
 
@@ -370,13 +385,14 @@ DAYS = _Days(min=0)
 
 
 def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
+    """``--limit N``: at most N rows, ``all`` for every row, 0 for none."""
     return click.option(
         "--limit",
         default=default,
         show_default=True,
-        type=COUNT,
+        type=LIMIT,
         metavar="N",
-        help=f"At most N {what} (0: no limit).",
+        help=f"At most N {what}, or all (0: none).",
     )
 
 
@@ -389,10 +405,6 @@ offset_option = click.option(
     metavar="N",
     help="Skip the first N rows.",
 )
-
-
-def _no_limit(limit: int) -> int | None:
-    return None if limit == 0 else limit
 
 
 def _root(ctx: click.Context) -> dict[str, Any]:
@@ -687,7 +699,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
     short_help="List sessions as a picker shows them.",
     epilog=examples(
         "hermes-models sessions --source telegram --recent",
-        "hermes-models sessions --limit 0 --csv > sessions.csv",
+        "hermes-models sessions --limit all --csv > sessions.csv",
         "hermes-models sessions --limit 50 --after 20260105_0900_ab12",
     ),
 )
@@ -715,7 +727,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 def sessions(
     ctx: click.Context,
     db_path: str | None,
-    limit: int,
+    limit: int | None,
     offset: int,
     after: str | None,
     source: str | None,
@@ -737,7 +749,7 @@ def sessions(
             # As Hermes' pickers and `hermes sessions list`: its internal sessions
             # (tool calls, kanban, one-shot runs) only when asked for by --source.
             exclude_sources=None if source else list(INTERNAL_SOURCES),
-            limit=_no_limit(limit),
+            limit=limit,
             offset=offset,
             archived_only=archived,
             order_by_last_active=recent,
@@ -771,8 +783,12 @@ def sessions(
 @db_option
 @session_argument
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
-@click.option("--limit", type=COUNT, metavar="N", help="Only the first N messages.")
-@click.option("--tail", type=COUNT, metavar="N", help="Only the last N messages.")
+@click.option(
+    "--limit", type=LIMIT, metavar="N", help="Only the first N messages, or all (the default)."
+)
+@click.option(
+    "--tail", type=LIMIT, metavar="N", help="Only the last N messages, or all (the default)."
+)
 @click.option(
     "--with-ancestors",
     is_flag=True,
@@ -808,10 +824,10 @@ def show(
                 for sid in chain
                 for message in history.display_messages(sid, include_inactive=include_inactive)
             ]
-    if limit:
+    if limit is not None:
         messages = messages[:limit]
-    if tail:
-        messages = messages[-tail:]
+    if tail is not None:
+        messages = messages[len(messages) - tail :] if tail < len(messages) else messages
     if fmt:
         terminal.write_records(messages, fmt)
         return
@@ -935,7 +951,7 @@ def search(
     roles: tuple[str, ...],
     by_session: bool,
     sort: str,
-    limit: int,
+    limit: int | None,
     offset: int,
     utc: bool,
     fmt: str | None,
@@ -955,7 +971,7 @@ def search(
         elif by_session:
             rows = store.search_sessions(
                 query,
-                limit=limit or INT64_MAX,
+                limit=limit,
                 rank_mode=_SESSION_SORTS[sort],
                 source=list(sources) or None,
                 offset=offset,
@@ -965,7 +981,7 @@ def search(
                 query,
                 source_filter=list(sources) or None,
                 role_filter=list(roles) or None,
-                limit=limit or INT64_MAX,
+                limit=limit,
                 offset=offset,
                 sort=_SORTS[sort],
             )
