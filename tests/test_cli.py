@@ -20,7 +20,7 @@ from conftest import plain_connection, target_of
 from console_script import run
 
 import hermes_models.conversations.history
-from hermes_models import MissingDriverError, SessionDB
+from hermes_models import MissingDriverError, Session, SessionDB
 from hermes_models.cli.commands import cli, main
 from hermes_models.driver import sqlite3
 from hermes_models.store.postgres import open_database, parse_url
@@ -346,6 +346,60 @@ def test_show_by_id_prefix_or_title(filled: str, key: str) -> None:
     result = invoke("show", "--db", filled, key)
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == SHOWN
+
+
+def test_a_title_names_the_session_resolve_session_by_title_names(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    # A compression chain titled "refactor search 691", "... #2", "... #3", and a
+    # session of another title beside it that nothing continues.
+    store.create_session("refactor-1", "cli", started_at=T0)
+    store.append_message("refactor-1", "user", "first part", timestamp=T0 + 1)
+    store.set_session_title("refactor-1", "refactor search 691")
+    tip = "refactor-1"
+    for number in (2, 3):
+        tip = (
+            Session.get_by_id(tip)
+            .compress(
+                [{"role": "user", "content": f"summary {number}"}],
+                session_id=f"refactor-{number}",
+                at=T0 + 100 * number,
+            )
+            .id
+        )
+    store.create_session("plain", "cli", started_at=T0 + 1000)
+    store.append_message("plain", "user", "hello", timestamp=T0 + 1001)
+    store.set_session_title("plain", "plain title")
+    assert store.get_session_title("refactor-3") == "refactor search 691 #3"
+    path = where(store)
+
+    def named(title: str) -> dict[str, str | None]:
+        """The session each command takes ``title`` to, and the library's answer."""
+        shown = run("show", title, "--db", path, "--json", cwd=tmp_path)
+        resumed = run("resume", title, "--db", path, cwd=tmp_path)
+        tree = run("lineage", title, "--db", path, "--json", cwd=tmp_path)
+        assert (shown.returncode, resumed.returncode, tree.returncode) == (0, 0, 0), (
+            shown.stderr + resumed.stderr + tree.stderr
+        )
+        [asked] = [row["id"] for row in json.loads(tree.stdout) if row["asked"]]
+        return {
+            "show": {m["session_id"] for m in json.loads(shown.stdout)}.pop(),
+            "resume": resumed.stdout.strip(),
+            "lineage": asked,
+            "resolve_session_by_title": store.resolve_session_by_title(title),
+        }
+
+    newest = dict.fromkeys(("show", "resume", "lineage", "resolve_session_by_title"), "refactor-3")
+    assert named("refactor search 691") == newest
+    assert named("refactor search 691 #3") == newest
+    # A numbered title names its own session; /resume of it goes on to the tip.
+    assert named("refactor search 691 #2") == {
+        "show": "refactor-2",
+        "resume": "refactor-3",
+        "lineage": "refactor-2",
+        "resolve_session_by_title": "refactor-2",
+    }
+    assert named("plain title") == dict.fromkeys(newest, "plain")
 
 
 def test_show_all_includes_rewound_messages(filled: str) -> None:

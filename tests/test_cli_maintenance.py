@@ -39,8 +39,9 @@ def ids(path: str) -> list[str]:
 def test_archive_hides_the_whole_chain_and_undo_brings_it_back(
     demo_db: str, tmp_path: Path
 ) -> None:
+    # The title names the newest "writer retry policy #N", the chain's tip.
     result = run("archive", "--db", demo_db, "writer retry policy", cwd=tmp_path)
-    assert (result.returncode, result.stdout) == (0, "archived demo-retries\n")
+    assert (result.returncode, result.stdout) == (0, "archived demo-retries-2\n")
     with SessionDB(demo_db) as store:
         every = store.list_sessions(limit=None, include_archived=True)
         assert sorted(s["id"] for s in every if s["archived"]) == ["demo-retries", "demo-retries-2"]

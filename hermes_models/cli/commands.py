@@ -488,11 +488,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
 
 
 def _resolve(store: SessionDB, key: str) -> str:
-    """A session id from an id, a unique id prefix, an exact title or a lineage title."""
-    resolved = store.resolve_session_id(key)
-    if resolved is None:
-        exact = store.get_session_by_title(key)
-        resolved = exact["id"] if exact else store.resolve_session_by_title(key)
+    """A session id from an id, a unique id prefix, or a title read as
+    ``SessionDB.resolve_session_by_title`` reads it: the newest ``"title #N"`` where
+    there is one, else the session with exactly that title."""
+    resolved = store.resolve_session_id(key) or store.resolve_session_by_title(key)
     if resolved is not None:
         return resolved
     with using(store.database):
