@@ -461,13 +461,17 @@ def test_show_with_ancestors_replays_a_compression_chain(demo_db: str) -> None:
     assert text.index("Let's design the retry policy") < text.index("[Summary of the earlier")
 
 
-def test_show_prefers_the_exact_title_over_a_continuation(filled: str) -> None:
+def test_show_takes_a_title_to_its_newest_numbered_variant_as_the_library_does(
+    filled: str,
+) -> None:
     with SessionDB(filled) as store:
         store.create_session("later", "cli", started_at=T0 + 7200)
         store.set_session_title("later", "greetings #2")
-    shown = invoke("show", "--db", filled, "greetings").output.splitlines()
-    assert shown[0] == "20260105_090000_aaaa1111  greetings"
+        assert store.resolve_session_by_title("greetings") == "later"
+    assert invoke("show", "--db", filled, "greetings").output.startswith("later  greetings #2\n")
     assert invoke("show", "--db", filled, "greetings #2").output.startswith("later  ")
+    exact = invoke("show", "--db", filled, "20260105_090000_aaaa1111").output.splitlines()
+    assert exact[0] == "20260105_090000_aaaa1111  greetings"
 
 
 def test_show_prints_markup_and_cjk_literally(store: SessionDB) -> None:
