@@ -88,7 +88,8 @@ _COUNT = (
 
 
 class HermesWriter:
-    """``SessionDB._execute_write`` of Hermes v16 (HERMES_V16.md §4.1), for one append."""
+    """``SessionDB._execute_write`` of Hermes v16 (``BEGIN IMMEDIATE``, up to 15 tries a
+    random 20-150 ms apart, a checkpoint every 50 writes), for one append."""
 
     MAX_RETRIES = 15
     RETRY_MIN_S = 0.020

@@ -40,9 +40,9 @@ from .store import (
     check_index,
     current,
     grams,
+    header_journal_mode,
     postgres_sql,
     present_indexes,
-    read_only_params,
     split_integrity,
     sqlite_sql,
     sqlite_uri,
@@ -176,7 +176,7 @@ def stats(db: Backend | None = None) -> dict[str, Any]:
     fts = {table: int(_one(db, sqlite_sql.count_rows(table))) for table in present_fts_tables(db)}
     shape = db.shape
     newer = shape is not None and shape.newer
-    journal = str(_one(db, sqlite_sql.JOURNAL_MODE))
+    journal = _journal_mode(db)
     return {
         "path": str(db.path),
         "schema_version": _version(db),
@@ -225,10 +225,22 @@ def _sqlite_check() -> dict[str, Any]:
     return _check("sqlite", True, describe_sqlite())
 
 
+def _journal_mode(db: Backend) -> str:
+    """The journal mode the file is in, lower-cased. A handle reading an immutable
+    snapshot (a WAL file in a read-only folder without its ``-shm``) reads no WAL and
+    says ``delete`` whatever the file is in: the file's header says instead."""
+    params = db.uri_params if isinstance(db, SqliteFile) else None
+    if params is not None and params.get("immutable") == "1":
+        recorded = header_journal_mode(db.path)
+        if recorded is not None:
+            return recorded
+    return str(_one(db, sqlite_sql.JOURNAL_MODE)).lower()
+
+
 def _journal_check(db: Backend) -> dict[str, Any]:
     """The file's journal mode; a file in WAL mode on an SQLite with the WAL-reset bug
     is exposed to it (a failed check: the detail says what to do)."""
-    mode = str(_one(db, sqlite_sql.JOURNAL_MODE)).lower()
+    mode = _journal_mode(db)
     if mode == "wal" and WAL_RESET_BUG:
         return _check(
             "journal mode",
@@ -257,9 +269,10 @@ def _foreign_keys(db: Backend) -> dict[str, Any]:
 
 
 def _source_uri(db: Backend) -> str:
-    """A read-only URI for the file ``db`` reads (as an immutable snapshot where it must be)."""
-    params = read_only_params(db.path) if db.read_only else {"mode": "ro"}
-    return sqlite_uri(db.path, **params)
+    """A read-only URI for the file ``db`` reads, as ``db`` reads it (an immutable
+    snapshot where it must be one: that was found, and said, when ``db`` was opened)."""
+    params = db.uri_params if isinstance(db, SqliteFile) else None
+    return sqlite_uri(db.path, **(params or {"mode": "ro"}))
 
 
 def _shadow_tables(db: Backend, table: str) -> list[str]:

@@ -1003,7 +1003,7 @@ class SessionDB:
         source_filter: Sequence[str] | None = None,
         exclude_sources: Sequence[str] | None = None,
         role_filter: Sequence[str] | None = None,
-        limit: int = 20,
+        limit: int | None = 20,
         offset: int = 0,
         sort: str | None = None,
         include_inactive: bool = False,

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import plain_connection, target_of
+from console_script import run
 
 import hermes_models.conversations.history
-from hermes_models import MissingDriverError, SessionDB
+from hermes_models import MissingDriverError, Session, SessionDB
 from hermes_models.cli.commands import cli, main
 from hermes_models.driver import sqlite3
 from hermes_models.store.postgres import open_database, parse_url
@@ -243,21 +244,48 @@ def test_sessions_options(filled: str) -> None:
     assert ids("--archived") == []
 
 
-def test_limit_0_means_no_limit(store: SessionDB) -> None:
+def test_limit_0_is_no_rows_and_all_is_every_row_as_in_the_library(
+    store: SessionDB, tmp_path: Path
+) -> None:
     for index in range(30):
         store.create_session(f"s{index:02d}", "cli", started_at=T0 + index)
         store.append_message(f"s{index:02d}", "user", f"needle {index}", timestamp=T0 + index)
     path = where(store)
-    for args, count in (
-        (["sessions"], 20),
-        (["sessions", "--limit", "0"], 30),
-        (["search", "needle"], 20),
-        (["search", "needle", "--limit", "0"], 30),
-        (["search", "needle", "--sessions", "--limit", "0"], 30),
+    counted = {}
+    for args in (
+        ["sessions"],
+        ["sessions", "--limit", "0"],
+        ["sessions", "--limit", "all"],
+        ["sessions", "--limit", "All", "--offset", "25"],
+        ["search", "needle"],
+        ["search", "needle", "--limit", "0"],
+        ["search", "needle", "--limit", "all"],
+        ["search", "needle", "--sessions", "--limit", "0"],
+        ["search", "needle", "--sessions", "--limit", "all"],
     ):
-        result = invoke(*args, "--db", path, "--json")
-        assert result.exit_code == 0, result.output
-        assert len(json.loads(result.output)) == count, args
+        result = run(*args, "--db", path, "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        counted[" ".join(args)] = len(json.loads(result.stdout))
+    assert counted == {
+        "sessions": 20,
+        "sessions --limit 0": 0,
+        "sessions --limit all": 30,
+        "sessions --limit All --offset 25": 5,
+        "search needle": 20,
+        "search needle --limit 0": 0,
+        "search needle --limit all": 30,
+        "search needle --sessions --limit 0": 0,
+        "search needle --sessions --limit all": 30,
+    }
+    # The library's words for the same: 0 is no row, None every row.
+    assert [len(store.list_sessions_rich(limit=n)) for n in (0, None)] == [0, 30]
+    assert [len(store.search_messages("needle", limit=n)) for n in (0, None)] == [0, 30]
+    refused = run("sessions", "--db", path, "--limit", "every", cwd=tmp_path)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "Error: Invalid value for '--limit': 'every' is neither a number of rows nor 'all' "
+        "(see 'hermes-models sessions --help')\n",
+    )
 
 
 # -- times ---------------------------------------------------------------------------------
@@ -320,6 +348,60 @@ def test_show_by_id_prefix_or_title(filled: str, key: str) -> None:
     assert result.output.splitlines() == SHOWN
 
 
+def test_a_title_names_the_session_resolve_session_by_title_names(
+    store: SessionDB, tmp_path: Path
+) -> None:
+    # A compression chain titled "refactor search 691", "... #2", "... #3", and a
+    # session of another title beside it that nothing continues.
+    store.create_session("refactor-1", "cli", started_at=T0)
+    store.append_message("refactor-1", "user", "first part", timestamp=T0 + 1)
+    store.set_session_title("refactor-1", "refactor search 691")
+    tip = "refactor-1"
+    for number in (2, 3):
+        tip = (
+            Session.get_by_id(tip)
+            .compress(
+                [{"role": "user", "content": f"summary {number}"}],
+                session_id=f"refactor-{number}",
+                at=T0 + 100 * number,
+            )
+            .id
+        )
+    store.create_session("plain", "cli", started_at=T0 + 1000)
+    store.append_message("plain", "user", "hello", timestamp=T0 + 1001)
+    store.set_session_title("plain", "plain title")
+    assert store.get_session_title("refactor-3") == "refactor search 691 #3"
+    path = where(store)
+
+    def named(title: str) -> dict[str, str | None]:
+        """The session each command takes ``title`` to, and the library's answer."""
+        shown = run("show", title, "--db", path, "--json", cwd=tmp_path)
+        resumed = run("resume", title, "--db", path, cwd=tmp_path)
+        tree = run("lineage", title, "--db", path, "--json", cwd=tmp_path)
+        assert (shown.returncode, resumed.returncode, tree.returncode) == (0, 0, 0), (
+            shown.stderr + resumed.stderr + tree.stderr
+        )
+        [asked] = [row["id"] for row in json.loads(tree.stdout) if row["asked"]]
+        return {
+            "show": {m["session_id"] for m in json.loads(shown.stdout)}.pop(),
+            "resume": resumed.stdout.strip(),
+            "lineage": asked,
+            "resolve_session_by_title": store.resolve_session_by_title(title),
+        }
+
+    newest = dict.fromkeys(("show", "resume", "lineage", "resolve_session_by_title"), "refactor-3")
+    assert named("refactor search 691") == newest
+    assert named("refactor search 691 #3") == newest
+    # A numbered title names its own session; /resume of it goes on to the tip.
+    assert named("refactor search 691 #2") == {
+        "show": "refactor-2",
+        "resume": "refactor-3",
+        "lineage": "refactor-2",
+        "resolve_session_by_title": "refactor-2",
+    }
+    assert named("plain title") == dict.fromkeys(newest, "plain")
+
+
 def test_show_all_includes_rewound_messages(filled: str) -> None:
     result = invoke("show", "--db", filled, "--all", "greetings")
     assert result.exit_code == 0, result.output
@@ -340,7 +422,10 @@ def test_show_limit_and_tail(filled: str) -> None:
     assert roles() == ["user", "assistant", "tool", "user"]
     assert roles("--limit", "2") == ["user", "assistant"]
     assert roles("--tail", "2") == ["tool", "user"]
-    assert roles("--limit", "0") == ["user", "assistant", "tool", "user"]
+    assert roles("--limit", "0") == []
+    assert roles("--tail", "0") == []
+    assert roles("--limit", "all", "--tail", "all") == ["user", "assistant", "tool", "user"]
+    assert roles("--tail", "9") == ["user", "assistant", "tool", "user"]
     assert roles("--limit", "3", "--tail", "1") == ["tool"]
 
 
@@ -376,13 +461,17 @@ def test_show_with_ancestors_replays_a_compression_chain(demo_db: str) -> None:
     assert text.index("Let's design the retry policy") < text.index("[Summary of the earlier")
 
 
-def test_show_prefers_the_exact_title_over_a_continuation(filled: str) -> None:
+def test_show_takes_a_title_to_its_newest_numbered_variant_as_the_library_does(
+    filled: str,
+) -> None:
     with SessionDB(filled) as store:
         store.create_session("later", "cli", started_at=T0 + 7200)
         store.set_session_title("later", "greetings #2")
-    shown = invoke("show", "--db", filled, "greetings").output.splitlines()
-    assert shown[0] == "20260105_090000_aaaa1111  greetings"
+        assert store.resolve_session_by_title("greetings") == "later"
+    assert invoke("show", "--db", filled, "greetings").output.startswith("later  greetings #2\n")
     assert invoke("show", "--db", filled, "greetings #2").output.startswith("later  ")
+    exact = invoke("show", "--db", filled, "20260105_090000_aaaa1111").output.splitlines()
+    assert exact[0] == "20260105_090000_aaaa1111  greetings"
 
 
 def test_show_prints_markup_and_cjk_literally(store: SessionDB) -> None:

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.backends("sqlite", "postgresql")]
 
 # (command line, whether it changes the store)
 COMMANDS = {
-    "sessions": (["sessions", "--limit", "0"], False),
+    "sessions": (["sessions", "--limit", "all"], False),
     "search": (["search", "asyncio OR 事件循环"], False),
     "search --sessions": (["search", "checkpoint OR jitter", "--sessions"], False),
     "show": (["show", "demo-retries-2", "--with-ancestors", "--all"], False),

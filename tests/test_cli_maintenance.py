@@ -5,12 +5,13 @@ work shows progress on a terminal, and backups are private checked copies."""
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
 import pytest
 from conftest import target_of
-from console_script import environment, run
+from console_script import build_demo_store, environment, run
 
 from hermes_models import SessionDB
 from hermes_models.cli import views
@@ -39,8 +40,9 @@ def ids(path: str) -> list[str]:
 def test_archive_hides_the_whole_chain_and_undo_brings_it_back(
     demo_db: str, tmp_path: Path
 ) -> None:
+    # The title names the newest "writer retry policy #N", the chain's tip.
     result = run("archive", "--db", demo_db, "writer retry policy", cwd=tmp_path)
-    assert (result.returncode, result.stdout) == (0, "archived demo-retries\n")
+    assert (result.returncode, result.stdout) == (0, "archived demo-retries-2\n")
     with SessionDB(demo_db) as store:
         every = store.list_sessions(limit=None, include_archived=True)
         assert sorted(s["id"] for s in every if s["archived"]) == ["demo-retries", "demo-retries-2"]
@@ -205,3 +207,42 @@ def test_backup_from_the_command_line(demo_db: str, tmp_path: Path) -> None:
         assert again.returncode == 0, again.stderr
     assert len([p for p in folder.iterdir() if p.name != MANIFEST]) == 2
     assert again.stdout.splitlines()[-1].startswith(f"removed old copy {folder}/state-")
+
+
+#: What rich colours a progress bar with, and what it draws one again with (moves of
+#: the cursor, erasures, carriage returns).
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_REDRAW = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\r\n]")
+
+#: Each command with a progress bar, its label and what it counts; the files are those
+#: :func:`test_progress_names_what_it_counts` makes (the demo store, its bundle, a
+#: folder of one transcript).
+PROGRESS = [
+    (["export", "--db", "demo.db", "-o", "out.jsonl"], "exporting", "messages"),
+    (["export", "--db", "demo.db", "--format", "md", "-o", "out.md"], "exporting", "sessions"),
+    (["import", "demo.jsonl", "--db", "new.db"], "importing", "rows"),
+    (["import", "transcripts", "--db", "new.db"], "importing", "files"),
+    (["optimize", "--rebuild", "--db", "demo.db"], "indexing", "messages"),
+    (["backup", "--db", "demo.db", "copy.db"], "backing up", "pages"),
+    (["copy", "demo.db", "copied.db"], "copying and checking", "rows"),
+]
+
+
+@pytest.mark.parametrize(("args", "label", "unit"), PROGRESS, ids=lambda v: " ".join(v)[:24])
+def test_progress_names_what_it_counts(
+    tmp_path: Path, args: list[str], label: str, unit: str
+) -> None:
+    build_demo_store(tmp_path / "demo.db")
+    with SessionDB(tmp_path / "demo.db") as store:
+        store.export_bundle(tmp_path / "demo.jsonl")
+    (tmp_path / "transcripts").mkdir()
+    (tmp_path / "transcripts" / "s-1.jsonl").write_text(
+        json.dumps({"role": "user", "content": "hi", "timestamp": T0}) + "\n", encoding="utf-8"
+    )
+    result = run(*args, cwd=tmp_path, env=forced_terminal(tmp_path))
+    assert result.returncode == 0, result.stderr
+    frames = [frame for frame in _REDRAW.split(_COLOUR.sub("", result.stderr)) if frame]
+    last = re.fullmatch(rf"{label} \S+ (\d+)/(\d+) (\w+) \d+:\d\d:\d\d", frames[-1])
+    assert last is not None, frames
+    done, total, counted = last.groups()
+    assert (counted, int(done) > 0, done == total) == (unit, True, True)

@@ -26,7 +26,7 @@ from console_script import (
 
 from hermes_models import SessionDB
 from hermes_models.cli.commands import cli
-from hermes_models.driver import sqlite3
+from hermes_models.driver import WAL_RESET_BUG, sqlite3
 
 from snapshots import snapshot
 
@@ -47,12 +47,23 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         store.export_bundle(work / "bundle.jsonl")
     lines = (work / "bundle.jsonl").read_text(encoding="utf-8").splitlines()
     (work / "bad.jsonl").write_text(lines[0] + "\n{not json\n", encoding="utf-8")
+    # Well formed, refused by the import itself: the parent is in neither the bundle
+    # nor the (new) database.
+    orphan = {"type": "session", "id": "child", "source": "cli", "started_at": T0}
+    header = {**json.loads(lines[0]), "sessions": 1, "messages": 0}
+    (work / "orphan.jsonl").write_text(
+        f"{json.dumps(header)}\n{json.dumps({**orphan, 'parent_session_id': 'gone'})}\n",
+        encoding="utf-8",
+    )
     folder = work / "transcripts"
     folder.mkdir()
     (folder / "good-1.jsonl").write_text(
         json.dumps({"role": "user", "content": "hi", "timestamp": T0}) + "\n", encoding="utf-8"
     )
     (folder / "broken-2.jsonl").write_text("{not json\n", encoding="utf-8")
+    broken = work / "broken-transcripts"
+    broken.mkdir()
+    (broken / "broken-3.jsonl").write_text("{not json\n", encoding="utf-8")
     (work / "empty-folder").mkdir()
     unhealthy = work / "unhealthy.db"
     shutil.copy(work / "demo.db", unhealthy)
@@ -310,7 +321,7 @@ def big_store(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("fmt", ["--json", "--nl", "--csv"])
 def test_a_closed_pipe_ends_quietly_with_status_0(big_store: Path, fmt: str) -> None:
-    command = f"'{SCRIPT}' sessions {fmt} --limit 0 --db '{big_store}' | head -1"
+    command = f"'{SCRIPT}' sessions {fmt} --limit all --db '{big_store}' | head -1"
     result = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {command}"],
         env=environment(big_store.parent),
@@ -331,7 +342,7 @@ def test_a_closed_pipe_ends_quietly_with_status_0(big_store: Path, fmt: str) -> 
 
 def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
     process = subprocess.Popen(
-        [str(SCRIPT), "sessions", "--limit", "0", "--db", str(big_store)],
+        [str(SCRIPT), "sessions", "--limit", "all", "--db", str(big_store)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=environment(big_store.parent),
@@ -496,7 +507,7 @@ def test_a_table_too_wide_for_the_terminal_is_stacked_and_nothing_is_cut(
     with SessionDB(work / "demo.db", read_only=True) as store:
         rows = store.list_sessions_rich(limit=None)
     env = {**environment(work), "COLUMNS": str(width)}
-    result = run("sessions", "--db", "demo.db", "--limit", "0", cwd=work, env=env)
+    result = run("sessions", "--db", "demo.db", "--limit", "all", cwd=work, env=env)
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line for line in lines if len(line) > width] == []
@@ -575,14 +586,27 @@ def test_an_ambiguous_prefix_lists_the_first_candidates(tmp_path: Path) -> None:
 # -- import refuses before it creates -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["bad.jsonl", "junk.db", "transcripts/broken-2.jsonl"])
+@pytest.mark.parametrize(
+    "bad", ["bad.jsonl", "junk.db", "transcripts/broken-2.jsonl", "orphan.jsonl"]
+)
 def test_refused_import_input_creates_no_database(work: Path, bad: str) -> None:
     target = work / "fresh" / "state.db"
     result = run("import", bad, "--db", str(target), cwd=work)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
-    assert not target.exists()
-    assert not target.parent.exists() or list(target.parent.iterdir()) == []
+    assert not target.parent.exists()
+
+
+def test_a_folder_whose_every_transcript_fails_creates_no_database(work: Path) -> None:
+    target = work / "fresh" / "state.db"
+    result = run("import", "broken-transcripts", "--db", str(target), cwd=work)
+    assert result.returncode == 1
+    assert result.stdout == (
+        "imported 0 sessions and 0 messages from 1 transcript file (0 already present, "
+        "0 lines skipped)\n"
+    )
+    assert result.stderr.startswith("failed: ") and result.stderr.count("\n") == 1
+    assert not target.parent.exists()
 
 
 # -- shell completion ---------------------------------------------------------------------------
@@ -670,6 +694,60 @@ def test_reading_commands_read_what_they_cannot_write(
         f"Error: {path} cannot be written here (the file or its folder is read-only)"
     )
     assert snapshot(path) == before
+
+
+def store_in_a_read_only_folder(tmp_path: Path, journal_mode: str) -> Path:
+    """The demo store in ``journal_mode``, alone in a folder made read-only (no ``-wal``
+    or ``-shm`` beside it)."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = build_demo_store(folder / "state.db")
+    conn = sqlite3.connect(path)
+    assert conn.execute(f"PRAGMA journal_mode={journal_mode}").fetchone()[0] == journal_mode
+    conn.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
+    make_read_only(path, folder)
+    return path
+
+
+def snapshot_warning(path: Path) -> str:
+    return (
+        f"Warning: {path}: the folder is read-only and the file has no -shm index; reading it "
+        "as an immutable snapshot (later changes by other processes are not seen)\n"
+    )
+
+
+@pytest.mark.parametrize("flags", [[], ["--read-only"]], ids=["cannot-write", "read-only"])
+def test_doctor_on_a_store_it_cannot_write_warns_once(tmp_path: Path, flags: list[str]) -> None:
+    path = store_in_a_read_only_folder(tmp_path, "wal")
+    try:
+        result = run_unprivileged(*flags, "doctor", "--db", str(path), cwd=tmp_path)
+    finally:
+        path.parent.chmod(0o755)
+    assert result.returncode == (1 if WAL_RESET_BUG else 0), result.stderr
+    assert result.stderr == snapshot_warning(path)
+    assert result.stdout.splitlines()[-1].startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize("journal_mode", ["wal", "delete"])
+def test_stats_and_doctor_report_the_journal_mode_of_a_file_read_as_a_snapshot(
+    tmp_path: Path, journal_mode: str
+) -> None:
+    # In a read-only folder a WAL file without its -shm is read as an immutable
+    # snapshot, whose SQLite says "delete" whatever the file is in.
+    path = store_in_a_read_only_folder(tmp_path, journal_mode)
+    try:
+        stats = run_unprivileged("stats", "--json", "--db", str(path), cwd=tmp_path)
+        table = run_unprivileged("stats", "--db", str(path), cwd=tmp_path)
+        doctor = run_unprivileged("doctor", "--json", "--db", str(path), cwd=tmp_path)
+    finally:
+        path.parent.chmod(0o755)
+    warnings = snapshot_warning(path) if journal_mode == "wal" else ""
+    assert (stats.returncode, stats.stderr) == (0, warnings)
+    assert json.loads(stats.stdout)[0]["journal_mode"] == journal_mode
+    assert f"schema                v16 ({journal_mode} journal)" in table.stdout.splitlines()
+    [check] = [c for c in json.loads(doctor.stdout) if c["name"] == "journal mode"]
+    assert check["detail"].split(":")[0] == journal_mode, check
 
 
 def test_a_read_only_shm_file_left_by_a_reader_does_not_refuse_a_write(work: Path) -> None:

@@ -358,7 +358,7 @@ def test_every_other_command_at_80_columns(
         (["prune", "--db", "s.db", "--older-than", "0", "-y"], "pruned"),
         (["demo"], "/resume demo-retries opens demo-retries-2"),
         (["--help"], "sessions  List sessions as a picker shows them."),
-        (["sessions", "--help"], "  hermes-models sessions --limit 0 --csv > sessions.csv"),
+        (["sessions", "--help"], "  hermes-models sessions --limit all --csv > sessions.csv"),
     ]
     for args, expected in expectations:
         status, lines = terminal.run(work, *args)

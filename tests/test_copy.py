@@ -651,6 +651,36 @@ def test_the_console_script(tmp_path: Path, pg: Server) -> None:
         assert "Traceback" not in failed.stderr
 
 
+def test_a_refused_copy_names_the_option_on_the_command_line_and_the_argument_in_python(
+    tmp_path: Path,
+) -> None:
+    demo = build_demo_store(tmp_path / "demo.db")
+    moved = tmp_path / "moved.db"
+    assert run("copy", str(demo), str(moved), cwd=tmp_path).returncode == 0
+    refused = run("copy", str(demo), str(moved), cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"Error: {moved} is not empty (sessions: 6, messages: 22): copy into an empty store, "
+        "or pass --merge to add the sessions it lacks\n"
+    )
+    with pytest.raises(TargetNotEmptyError) as raised:
+        copy_store(demo, moved)
+    assert str(raised.value) == (
+        f"{moved} is not empty (sessions: 6, messages: 22): copy into an empty store, "
+        "or pass merge=True to add the sessions it lacks"
+    )
+
+    unfinished = tmp_path / "unfinished.db"
+    with SessionDB(unfinished) as store:
+        store.set_meta(MARKER_KEY, json.dumps({"source": "/elsewhere/other.db"}))
+    refused = run("copy", str(demo), str(unfinished), cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"Error: {unfinished} holds an unfinished copy of /elsewhere/other.db: run that copy "
+        "again to finish it, or pass --merge to add to it\n"
+    )
+
+
 # -- restart ------------------------------------------------------------------------------------
 
 

@@ -231,6 +231,29 @@ def test_the_site_builds_strictly() -> None:
     assert re.search(r"^theme:\n\s+name:\s*material\s*$", text, re.M)
 
 
+#: Names of the design notes kept outside the repository: a reader of the docs, the
+#: help or the code cannot open them, so nothing shipped may send them there.
+PRIVATE_NOTES = re.compile(r"POSTGRES\.md|\bSPEC\b|HERMES_V16|HERMES_NEWER|§")
+
+
+def shipped_texts() -> Iterator[tuple[str, str]]:
+    """``(path, text)`` of every page, the README, and every module of the package."""
+    for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+    for path in sorted((ROOT / "hermes_models").rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
+
+
+def test_nothing_shipped_cites_notes_outside_the_repository() -> None:
+    cited = [
+        f"{name}:{number}: {line.strip()}"
+        for name, text in shipped_texts()
+        for number, line in enumerate(text.splitlines(), 1)
+        if PRIVATE_NOTES.search(line)
+    ]
+    assert cited == []
+
+
 # -- the SessionDB table -----------------------------------------------------------------
 
 

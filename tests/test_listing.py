@@ -152,6 +152,31 @@ def test_rich_listing_pages_count_roots(world: SessionDB) -> None:
     assert world.list_sessions_rich(limit=0) == []
 
 
+def test_limit_0_is_no_row_and_none_every_row(world: SessionDB) -> None:
+    # As in Hermes, whose methods pass limit to SQL's LIMIT; the CLI's --limit agrees.
+    counts = {
+        name: [len(method(limit=limit)) for limit in (0, None)]
+        for name, method in (
+            ("list_sessions", world.list_sessions),
+            ("list_sessions_rich", world.list_sessions_rich),
+            (
+                "search_messages",
+                lambda limit: world.search_messages("s2 OR x OR forked", limit=limit),
+            ),
+            (
+                "search_sessions",
+                lambda limit: world.search_sessions("s2 OR x OR forked", limit=limit),
+            ),
+        )
+    }
+    assert counts == {
+        "list_sessions": [0, 8],
+        "list_sessions_rich": [0, 5],
+        "search_messages": [0, 3],
+        "search_sessions": [0, 2],
+    }
+
+
 def test_rich_listing_rejects_bad_pages(world: SessionDB) -> None:
     with pytest.raises(ValueError, match="limit"):
         world.list_sessions_rich(limit=-1)

@@ -90,7 +90,7 @@ def assert_unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> None:
 
 READ_COMMANDS = (
     ("sessions",),
-    ("sessions", "--limit", "0", "--recent", "--json"),
+    ("sessions", "--limit", "all", "--recent", "--json"),
     ("sessions", "--archived"),
     ("show", "root-a"),
     ("show", "cont-a", "--all"),

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,6 +64,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit status of a failed command (a usage error exits with 2, as in click).
 EXIT_FAILURE = 1
+#: Exit status after Ctrl-C: 128 + SIGINT, what shells report for a process it stopped.
+EXIT_INTERRUPTED = 130
 #: ``prune`` and ``delete`` suggest ``vacuum`` when they remove this share of the messages.
 VACUUM_HINT_SHARE = 0.05
 
@@ -88,6 +92,7 @@ _CLI_WORDS = (
         "(pass overwrite=True, or --force on the command line, to replace it)",
         "(--force replaces it)",
     ),
+    ("pass merge=True to add", "pass --merge to add"),
 )
 
 
@@ -124,6 +129,60 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line (``interrupted``, and what became of the work), exit status 130.
+    ``end_line``: a question is waiting on its line for the answer."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = "interrupted", *, end_line: bool = False) -> None:
+        super().__init__(message)
+        self.end_line = end_line
+
+    def show(self, file: Any = None) -> None:
+        if self.end_line or sys.stderr.isatty():
+            click.echo(err=True)  # end the line of the question, or the one ^C was shown on
+        click.echo(self.message, err=True)
+
+
+#: Set by Ctrl-C while :func:`main` runs a command. The exception alone cannot tell:
+#: SQLite turns a KeyboardInterrupt raised in one of the package's SQL functions
+#: into an OperationalError ("user-defined function raised exception").
+_interrupted = threading.Event()
+
+
+def _on_interrupt(signum: int, frame: Any) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _noting_interrupts() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as ever and is noted in :data:`_interrupted`;
+    only where Python's own handler is in place (an ignored SIGINT stays ignored)."""
+    _interrupted.clear()
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if ours:
+        signal.signal(signal.SIGINT, _on_interrupt)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _was_interrupted(exc: BaseException | None = None) -> bool:
+    """Whether Ctrl-C was pressed during the command (``exc``: the error it ended with)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return _interrupted.is_set()
+
+
 def _one_line_usage(exc: click.UsageError) -> click.ClickException:
     if _SHOWS_HELP is not None and isinstance(exc, _SHOWS_HELP):
         return exc
@@ -146,24 +205,39 @@ class HermesGroup(click.Group):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
+        except Interrupted:
+            raise
         except click.UsageError as exc:
             raise _one_line_usage(exc) from None
         except click.exceptions.ClickException as exc:
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             if exc.message.isprintable():
                 raise
             # A path may hold a newline: the error stays one line.
             kind = UsageFailure if exc.exit_code == UsageFailure.exit_code else click.ClickException
             raise kind(_escaped(exc.message)) from None
-        except (click.exceptions.Exit, click.exceptions.Abort):
+        except (click.exceptions.Exit, click.exceptions.Abort) as exc:
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             raise
+        except KeyboardInterrupt:
+            raise Interrupted() from None
         except BrokenPipeError:
             terminal.stop_quietly()
         except Exception as exc:  # the CLI never shows a traceback
+            if _was_interrupted(exc):
+                raise Interrupted() from None
             raise click.ClickException(_one_line(exc)) from exc
+        if _interrupted.is_set():  # a Ctrl-C that an SQL function's error hid
+            raise Interrupted()
+        return done
 
 
 class _StderrHandler(logging.Handler):
@@ -282,6 +356,21 @@ class _Count(click.IntRange):
 COUNT = _Count(min=0)
 
 
+class _Limit(_Count):
+    """How many rows at most: a count, or ``all`` for every row (None, as the library's
+    ``limit=None``). 0 is no row, as the library's ``limit=0`` and SQL's ``LIMIT 0``."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "all":
+            return None
+        if isinstance(value, str) and not value.strip().lstrip("+-").isdigit():
+            self.fail(f"{value!r} is neither a number of rows nor 'all'", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+LIMIT = _Limit(min=0)
+
+
 class _Days(click.FloatRange):
     """A number of days: not negative, and finite (``nan`` and ``inf`` name no time)."""
 
@@ -296,13 +385,14 @@ DAYS = _Days(min=0)
 
 
 def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
+    """``--limit N``: at most N rows, ``all`` for every row, 0 for none."""
     return click.option(
         "--limit",
         default=default,
         show_default=True,
-        type=COUNT,
+        type=LIMIT,
         metavar="N",
-        help=f"At most N {what} (0: no limit).",
+        help=f"At most N {what}, or all (0: none).",
     )
 
 
@@ -315,10 +405,6 @@ offset_option = click.option(
     metavar="N",
     help="Skip the first N rows.",
 )
-
-
-def _no_limit(limit: int) -> int | None:
-    return None if limit == 0 else limit
 
 
 def _root(ctx: click.Context) -> dict[str, Any]:
@@ -402,11 +488,10 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
 
 
 def _resolve(store: SessionDB, key: str) -> str:
-    """A session id from an id, a unique id prefix, an exact title or a lineage title."""
-    resolved = store.resolve_session_id(key)
-    if resolved is None:
-        exact = store.get_session_by_title(key)
-        resolved = exact["id"] if exact else store.resolve_session_by_title(key)
+    """A session id from an id, a unique id prefix, or a title read as
+    ``SessionDB.resolve_session_by_title`` reads it: the newest ``"title #N"`` where
+    there is one, else the session with exactly that title."""
+    resolved = store.resolve_session_id(key) or store.resolve_session_by_title(key)
     if resolved is not None:
         return resolved
     with using(store.database):
@@ -613,7 +698,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
     short_help="List sessions as a picker shows them.",
     epilog=examples(
         "hermes-models sessions --source telegram --recent",
-        "hermes-models sessions --limit 0 --csv > sessions.csv",
+        "hermes-models sessions --limit all --csv > sessions.csv",
         "hermes-models sessions --limit 50 --after 20260105_0900_ab12",
     ),
 )
@@ -641,7 +726,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 def sessions(
     ctx: click.Context,
     db_path: str | None,
-    limit: int,
+    limit: int | None,
     offset: int,
     after: str | None,
     source: str | None,
@@ -663,7 +748,7 @@ def sessions(
             # As Hermes' pickers and `hermes sessions list`: its internal sessions
             # (tool calls, kanban, one-shot runs) only when asked for by --source.
             exclude_sources=None if source else list(INTERNAL_SOURCES),
-            limit=_no_limit(limit),
+            limit=limit,
             offset=offset,
             archived_only=archived,
             order_by_last_active=recent,
@@ -697,8 +782,12 @@ def sessions(
 @db_option
 @session_argument
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
-@click.option("--limit", type=COUNT, metavar="N", help="Only the first N messages.")
-@click.option("--tail", type=COUNT, metavar="N", help="Only the last N messages.")
+@click.option(
+    "--limit", type=LIMIT, metavar="N", help="Only the first N messages, or all (the default)."
+)
+@click.option(
+    "--tail", type=LIMIT, metavar="N", help="Only the last N messages, or all (the default)."
+)
 @click.option(
     "--with-ancestors",
     is_flag=True,
@@ -734,10 +823,10 @@ def show(
                 for sid in chain
                 for message in history.display_messages(sid, include_inactive=include_inactive)
             ]
-    if limit:
+    if limit is not None:
         messages = messages[:limit]
-    if tail:
-        messages = messages[-tail:]
+    if tail is not None:
+        messages = messages[len(messages) - tail :] if tail < len(messages) else messages
     if fmt:
         terminal.write_records(messages, fmt)
         return
@@ -861,7 +950,7 @@ def search(
     roles: tuple[str, ...],
     by_session: bool,
     sort: str,
-    limit: int,
+    limit: int | None,
     offset: int,
     utc: bool,
     fmt: str | None,
@@ -881,7 +970,7 @@ def search(
         elif by_session:
             rows = store.search_sessions(
                 query,
-                limit=limit or INT64_MAX,
+                limit=limit,
                 rank_mode=_SESSION_SORTS[sort],
                 source=list(sources) or None,
                 offset=offset,
@@ -891,7 +980,7 @@ def search(
                 query,
                 source_filter=list(sources) or None,
                 role_filter=list(roles) or None,
-                limit=limit or INT64_MAX,
+                limit=limit,
                 offset=offset,
                 sort=_SORTS[sort],
             )
@@ -976,7 +1065,9 @@ def export(
     with open_store(ctx, db_path, writes=False) as store:
         if session_id is not None:
             session_id = _resolve(store, session_id)
-        with _output(output) as target, terminal.progress("exporting") as progress:
+        # The bundle counts messages as it writes them, Markdown whole sessions.
+        unit = "messages" if data_format == "jsonl" else "sessions"
+        with _output(output) as target, terminal.progress("exporting", unit) as progress:
             if data_format == "jsonl":
                 counts = store.export_bundle(
                     target, session_id=session_id, source=source, progress=progress, overwrite=force
@@ -1021,6 +1112,31 @@ def _check_import_input(path: str, new_store: bool) -> None:
         read_transcript(path)
 
 
+def _missing_folders(path: Path) -> list[Path]:
+    """The folders above ``path`` that do not exist, the deepest first."""
+    missing = []
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_new_store(path: Path, folders: list[Path]) -> None:
+    """Remove the database file an import created, its -wal, -shm and -journal, and
+    ``folders``, the folders made for it, while they are empty."""
+    for name in (f"{path}-wal", f"{path}-shm", f"{path}-journal", str(path)):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
 @cli.command(
     "import",
     short_help="Import a bundle, a transcript, or a folder of them.",
@@ -1056,17 +1172,36 @@ def import_(
     if not os.path.exists(path):
         raise click.BadParameter(f"Path {given!r} does not exist.", ctx, param_hint="'PATH'")
     _refuse_read_only(ctx)
-    new_store = _server(db_path) is None and not resolve_path(db_path).exists()
+    target = None if _server(db_path) is not None else resolve_path(db_path)
+    new_store = target is not None and not target.exists()
     _check_import_input(path, new_store=new_store)
     bundle = os.path.isfile(path) and is_bundle(path)
     report: dict[str, Any]
     failed: list[dict[str, str]] = []
-    with SessionDB(db_path, **_journal(ctx)) as store, terminal.progress("importing") as progress:
-        if bundle:
-            report = dict(store.import_bundle(path, progress=progress))
-        else:
-            report = store.import_transcripts(path, source=source, progress=progress)
-            failed = report["failed"]
+    # A file this command creates is removed again when the import fails or is interrupted.
+    created = target if new_store else None
+    folders = _missing_folders(created) if created is not None else []
+    try:
+        with (
+            SessionDB(db_path, **_journal(ctx)) as store,
+            # A bundle counts the rows it adds (sessions and messages), a folder its files.
+            terminal.progress("importing", "rows" if bundle else "files") as progress,
+        ):
+            if bundle:
+                report = dict(store.import_bundle(path, progress=progress))
+            else:
+                report = store.import_transcripts(path, source=source, progress=progress)
+                failed = report["failed"]
+    except BaseException as exc:
+        if created is not None:
+            _remove_new_store(created, folders)
+            if _was_interrupted(exc):
+                raise Interrupted(
+                    f"interrupted; nothing was imported and {created} was removed"
+                ) from None
+        raise
+    if created is not None and failed and not report["sessions_added"]:
+        _remove_new_store(created, folders)  # every transcript failed: nothing to keep
     if fmt:
         terminal.write_records([{"path": str(path), **report}], fmt)
     elif bundle:
@@ -1238,7 +1373,9 @@ def _confirm(yes: bool, plan: Any) -> None:
     )
     try:
         agreed = click.confirm(question, err=True)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if _was_interrupted(exc):
+            raise Interrupted("interrupted; nothing was deleted", end_line=True) from None
         agreed = False
     if not agreed:
         if not sys.stdin.isatty():
@@ -1450,7 +1587,10 @@ def optimize(ctx: click.Context, db_path: str | None, rebuild: bool, fmt: str | 
     the index into one segment (finishing a merge a killed run left). Searches are
     exact before, during and after; only their speed changes.
     """
-    with open_store(ctx, db_path, writes=True) as store, terminal.progress("indexing") as bar:
+    with (
+        open_store(ctx, db_path, writes=True) as store,
+        terminal.progress("indexing", "messages") as bar,
+    ):
         result = store.update_search_index(rebuild=True if rebuild else None, progress=bar)
         where = str(store.database.path)
     if fmt:
@@ -1512,7 +1652,7 @@ def backup(
     if not dest:
         raise click.BadParameter("must not be empty (a new file, or a folder)", param_hint="DEST")
     _expand_user(ctx, dest, "DEST")
-    with terminal.progress("backing up") as progress:
+    with terminal.progress("backing up", "pages") as progress:
         result = back_up(path, dest, keep=keep, progress=progress)
     if fmt:
         terminal.write_records([result], fmt)
@@ -1558,7 +1698,8 @@ def copy_(ctx: click.Context, source: str, target: str, merge: bool, fmt: str | 
     # The copy module (and psycopg for a PostgreSQL store) loads when used: the CLI starts faster.
 
     _refuse_read_only(ctx)
-    with terminal.progress("copying") as progress:
+    # Each row counts twice: as it is copied, and as the copy is checked.
+    with terminal.progress("copying and checking", "rows") as progress:
         report = copy_store(source, target, merge=merge, progress=None if fmt else progress)
     if fmt:
         terminal.write_records([report.as_dict()], fmt)
@@ -1605,7 +1746,8 @@ def main(argv: list[str] | None = None, prog_name: str = "hermes-models") -> int
         sys.stderr.write("Error: standard output is closed; nothing was done\n")
         return EXIT_FAILURE
     try:
-        cli.main(args=argv, prog_name=prog_name)
+        with _noting_interrupts():
+            cli.main(args=argv, prog_name=prog_name)
         status = 0
     except SystemExit as exc:
         code = exc.code

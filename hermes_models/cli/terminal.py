@@ -503,13 +503,15 @@ def write_records(rows: Iterable[dict[str, Any]], fmt: str) -> None:
 
 
 @contextmanager
-def progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on standard error, drawn on a terminal only; yields the callback."""
+def progress(label: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on standard error, drawn on a terminal only; yields the callback.
+    ``unit`` names what the callback counts (``messages``): ``exporting ━━━ 200/1000
+    messages 0:00:01``."""
     # rich.progress is loaded when a bar is drawn: the CLI starts faster.
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     err = console(stderr=True)
-    columns = (label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (label, BarColumn(), MofNCompleteColumn(), unit, TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)

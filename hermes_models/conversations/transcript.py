@@ -301,7 +301,7 @@ def rewind(
     Raises:
         ValueError: the message is not in that session, is not a user message (the
             message starts with ``argument``, then says it as Hermes does), or is
-            rewound already (Hermes counts such a rewind again; SPEC §6 refuses it).
+            rewound already (Hermes counts such a rewind again; this package refuses it).
     """
     check_session_id(session_id)
     check_int64(target_message_id, argument)

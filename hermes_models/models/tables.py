@@ -424,7 +424,7 @@ class Session(BaseModel):
     handoff_error = TextField(null=True)
     rewind_count = IntegerField(default=0)
     archived = IntegerField(default=0)
-    # Columns of Hermes v17-v31 (HERMES_NEWER: docs/newer-hermes.md); None where
+    # Columns of Hermes v17-v31 (docs/newer-hermes.md); None where
     # the file lacks them. Files that have them are opened read-only.
     runtime_revision = _newer(NewerInteger)
     runtime_generation = _newer(NewerInteger)
@@ -711,7 +711,7 @@ def _tip_query(start: str) -> Any:
 
 def _resume_query(tip: str) -> Any:
     cte = lineage.descend(Session, tip, compression_only=False, hops=lineage.RESUME_MAX_DEPTH)
-    # Any message row, rewound ones too, as Hermes counts them (HERMES_V16 §3.7).
+    # Any message row, rewound ones too, as Hermes v16 counts them.
     has_message = peewee.fn.EXISTS(
         Message.select(peewee.SQL("1")).where(Message.session == cte.c.id)
     )

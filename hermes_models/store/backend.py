@@ -197,6 +197,8 @@ class SqliteFile(Backend, Protocol):
 
     #: The file, an absolute path as text.
     file: str
+    #: The ``file:`` URI parameters a read-only handle opens the file with; None when it writes.
+    uri_params: dict[str, str] | None
     #: The journal mode the file was in when this thread's connection opened.
     journal: str | None
 

@@ -238,6 +238,12 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         self.file = path = os.fspath(path)
         self._path: Path | None = None
         self.read_only = read_only
+        #: The ``file:`` URI parameters a read-only handle opens the file with (``mode=ro``,
+        #: or an immutable snapshot: :func:`~hermes_models.store.files.read_only_params`);
+        #: None for a handle that writes.
+        self.uri_params: dict[str, str] | None = (
+            dict(params or {"mode": "ro"}) if read_only else None
+        )
         #: The journal mode the file was in when this thread's connection opened.
         self.journal: str | None = None
         #: The journal settings every connection follows (:mod:`hermes_models.store.journal`).
@@ -256,8 +262,8 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         #: (:class:`hermes_models.store.writes.Checkpoints`).
         self.checkpoints = writes.Checkpoints(path)
         self._thread_tokens = threading.local()
-        if read_only:
-            uri = sqlite_uri(path, **(params or {"mode": "ro"}))
+        if self.uri_params is not None:
+            uri = sqlite_uri(path, **self.uri_params)
             super().__init__(uri, timeout=writes.BUSY_TIMEOUT_S, uri=True)
         else:
             super().__init__(path, timeout=writes.BUSY_TIMEOUT_S)

@@ -182,6 +182,33 @@ def check_header(path: StrPath) -> None:
         conn.close()
 
 
+#: What an SQLite file starts with.
+_MAGIC = b"SQLite format 3\x00"
+#: The journal mode an SQLite file's header records in bytes 18 and 19 (the file
+#: format's write and read versions): 2 and 2 in WAL mode, 1 and 1 otherwise.
+_HEADER_JOURNAL = {b"\x02\x02": "wal", b"\x01\x01": "delete"}
+
+
+def header_journal_mode(path: StrPath) -> str | None:
+    """The journal mode the header of the SQLite file ``path`` records: ``"wal"`` or
+    ``"delete"``; None when it cannot be read or is not an SQLite header.
+
+    For a handle that reads the file as an immutable snapshot, whose SQLite says
+    ``delete`` whatever the file is in. The file is opened directly, and closing
+    a descriptor drops every POSIX lock this process holds on the file (see
+    :func:`check_header`): only for a file no connection of this process locks,
+    which is what an immutable snapshot is read without.
+    """
+    try:
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:
+        return None
+    if not header.startswith(_MAGIC):
+        return None
+    return _HEADER_JOURNAL.get(header[18:20])
+
+
 def check_file_kind(path: StrPath) -> bool:
     """The part of :func:`check_header` that needs no SQLite: True when ``path`` is a
     regular file with content (False: missing or empty).

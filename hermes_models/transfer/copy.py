@@ -553,7 +553,7 @@ class _Copy:
         elif marker is not None and not self.merge:
             raise TargetNotEmptyError(
                 f"{self.dst.label} holds an unfinished copy of {source or 'another store'}: "
-                "run that copy again to finish it, or pass --merge (merge=True) to add to it"
+                "run that copy again to finish it, or pass merge=True to add to it"
             )
         elif not self.merge:
             held = {table: self.dst.count(table) for table in TABLES if table != "state_meta"}
@@ -564,7 +564,7 @@ class _Copy:
             if rows:
                 raise TargetNotEmptyError(
                     f"{self.dst.label} is not empty ({rows}): copy into an empty store, "
-                    "or pass --merge (merge=True) to add the sessions it lacks"
+                    "or pass merge=True to add the sessions it lacks"
                 )
         value = json.dumps({"source": self.src.label, "merge": self.merge, "at": time.time()})
         self.dst.write(lambda: self.dst.set_meta(MARKER_KEY, value))
