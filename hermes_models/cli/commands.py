@@ -442,8 +442,10 @@ def _db_given(ctx: click.Context) -> bool:
 def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iterator[SessionDB]:
     """A SessionDB on an existing file, closed afterwards.
 
-    A command that only reads opens the file read-only with ``--read-only``,
-    or when it cannot write it; a command that writes refuses both.
+    A command that only reads opens the file read-only: it changes nothing, not
+    a table, trigger, index, row, journal mode or file mode (a Hermes file is read
+    as it is; adopting it is for the first command that writes, or ``migrate``).
+    A command that writes refuses ``--read-only`` and a file it cannot write.
     """
     if writes:
         _refuse_read_only(ctx)
@@ -460,7 +462,7 @@ def open_store(ctx: click.Context, db_path: str | None, *, writes: bool) -> Iter
         raise click.ClickException(
             f"{path} does not exist (create it with: hermes-models migrate --db {path})"
         )
-    if _read_only(ctx):
+    if _read_only(ctx) or not writes:
         store = SessionDB(db_path, read_only=True, **_journal(ctx))
     else:
         try:
