@@ -218,6 +218,11 @@ def test_sessions_table(filled: str) -> None:
     assert result.output.splitlines() == [
         "ID                        Source    Msgs  Last active (UTC)  Title / preview",
         "20260105_100000_bbbb2222  telegram     1  2026-01-05 10:00   你好，世界 second line",
+        "20260105_090000_aaaa1111  cli          4  2026-01-05 09:00   greetings · Hello there",
+    ]
+    # --wide: the whole title and preview, wrapped, as before.
+    wide = invoke("sessions", "--db", filled, "--wide")
+    assert wide.output.splitlines()[2:] == [
         "20260105_090000_aaaa1111  cli          4  2026-01-05 09:00   greetings",
         "                                                             Hello there",
     ]

@@ -210,8 +210,31 @@ def listing(place: Path, *args: str) -> list[dict[str, str]]:
 # -- the table commands -----------------------------------------------------------------------
 
 
-def test_sessions_at_80_columns(terminal: Terminal, place: Path, ids: dict[str, str]) -> None:
+def test_sessions_at_80_columns_are_a_line_each(
+    terminal: Terminal, place: Path, ids: dict[str, str]
+) -> None:
+    # 20 sessions took 78 lines at 80 columns (titles wrapped 3-5 lines): now a line a
+    # session, the title then the preview, cut with "…" where the line ends.
     status, lines = terminal.run(place, "sessions", "--db", "s.db")
+    assert status == 0
+    assert [line for line in lines if cell_len(line) > WIDTH] == []
+    rows = listing(place, "sessions")
+    assert len(lines) == len(rows) + 1  # the header, then a line a session
+    start = lines[0].index("Title / preview")
+    for row, line in zip(rows, lines[1:]):
+        fields = line.split()
+        assert row["id"].startswith(fields[0]) and len(fields[0]) >= 13
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(row["last_active"])).split()
+        assert fields[1:5] == [row["source"], str(row["message_count"]), *when]
+        whole = " · ".join(
+            " ".join(part.split()) for part in (row["title"], row["preview"]) if part
+        )
+        shown = line[start:]
+        assert shown == whole or (shown.endswith("…") and whole.startswith(shown[:-1]))
+
+
+def test_sessions_at_80_columns_wide(terminal: Terminal, place: Path, ids: dict[str, str]) -> None:
+    status, lines = terminal.run(place, "sessions", "--db", "s.db", "--wide")
     assert status == 0
     assert_fits(lines)
     assert lines[0].split()[:5] == ["ID", "Source", "Msgs", "Last", "active"]

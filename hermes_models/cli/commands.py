@@ -722,6 +722,11 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 )
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Show whole titles and previews, wrapped (default: one line a session, cut to fit).",
+)
 @utc_option
 @format_options
 @click.pass_context
@@ -734,6 +739,7 @@ def sessions(
     source: str | None,
     archived: bool,
     recent: bool,
+    wide: bool,
     utc: bool,
     fmt: str | None,
 ) -> None:
@@ -763,11 +769,13 @@ def sessions(
             terminal.say("no sessions")
             return
         out = terminal.console()
-        if not out.is_terminal:
-            # A pipe gets the listing laid out without rich (grid.sessions_text).
-            width = grid.pipe_width()
+        if not out.is_terminal or not wide:
+            # A line a session (grid.sessions_text), on a terminal as in a pipe; a pipe
+            # gets --wide laid out without rich too.
+            width = out.width if out.is_terminal else grid.pipe_width()
             shown = _short_ids(store, [row["id"] for row in rows], width)
-            terminal.write_text(grid.sessions_text(rows, _clock(ctx, utc), shown, width))
+            listing = grid.sessions_text(rows, _clock(ctx, utc), shown, width, wide=wide)
+            terminal.write_text(listing)
             return
         shown = _short_ids(store, [row["id"] for row in rows], out.width)
     terminal.emit(out, views.sessions_table(rows, _clock(ctx, utc), shown))

@@ -193,11 +193,34 @@ def _joined(title_preview: tuple[str, str]) -> str:
     return f"{title}\n{preview}" if title and preview else title or preview
 
 
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells: whole when it fits, else cut with ``…``."""
+    if cell_width(text) <= width:
+        return text
+    out, used = [], 0
+    for char in text:
+        size = cell_width(char)
+        if used + size > width - 1:
+            break
+        out.append(char)
+        used += size
+    return "".join(out) + "…"
+
+
 def sessions_text(
-    rows: Sequence[dict[str, Any]], clock: Clock, ids: dict[str, str], width: int
+    rows: Sequence[dict[str, Any]],
+    clock: Clock,
+    ids: dict[str, str],
+    width: int,
+    *,
+    wide: bool = True,
 ) -> str:
-    """The listing laid out in ``width`` columns, for a pipe (see the module docstring)."""
+    """The listing laid out in ``width`` columns, for a pipe (see the module docstring);
+    unless ``wide``, one line a session: the title, then the preview, cut to the room
+    left with ``…``."""
     headers, cells = session_cells(rows, clock, ids)
+    if not wide:
+        return _one_line_each(headers, cells, width)
     table = [[shown(c) for c in (*row[:4], _joined(row[4]))] for row in cells]
     headers = [shown(h) for h in headers]
     fixed = [
@@ -225,6 +248,31 @@ def sessions_text(
                 right = n < 3 and SESSION_COLUMNS[n][1]
                 parts.append(pad + text if right else text + pad)
             out.append(GAP.join(parts).rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _one_line_each(headers: list[str], cells: Sequence[Sequence[Any]], width: int) -> str:
+    """Headers and rows one line each in ``width`` columns, the last column cut."""
+    lines = [[" ".join(shown(h).split()) for h in headers]]
+    for row in cells:
+        parts = [" ".join(shown(c).split()) for c in row[:4]]
+        title, preview = (" ".join(shown(p).split()) for p in row[4])
+        parts.append(" · ".join(p for p in (title, preview) if p))
+        lines.append(parts)
+    fixed = [max(cell_width(line[n]) for line in lines) for n in range(4)]
+    room = width - sum(fixed) - len(GAP) * 4
+    if room < NARROWEST:  # too narrow for a line each: stacked, nothing cut
+        table = [[shown(c) for c in (*row[:4], _joined(row[4]))] for row in cells]
+        return _blocks([shown(h) for h in headers], table, width)
+    out = []
+    for line in lines:
+        parts = []
+        for n, text in enumerate(line[:4]):
+            pad = " " * (fixed[n] - cell_width(text))
+            right = n < 3 and SESSION_COLUMNS[n][1]
+            parts.append(pad + text if right else text + pad)
+        parts.append(cut(line[4], room))
+        out.append(GAP.join(parts).rstrip())
     return "\n".join(out) + "\n"
 
 
