@@ -111,11 +111,17 @@ class Terminal:
             check=False,
         )
 
-    def run(self, cwd: Path, *args: str) -> tuple[int, list[str]]:
-        """Run ``hermes-models ARGS`` on the terminal; its status and the screen's lines."""
+    def run(
+        self, cwd: Path, *args: str, env: dict[str, str] | None = None
+    ) -> tuple[int, list[str]]:
+        """Run ``hermes-models ARGS`` on the terminal (with ``env`` set for it); its
+        status and the screen's lines."""
         self.count += 1
         name = f"w{self.count}"
-        command = " ".join(shlex.quote(a) for a in (str(SCRIPT), *args))
+        settings = [f"{key}={value}" for key, value in (env or {}).items()]
+        command = " ".join(
+            shlex.quote(a) for a in (*(["env", *settings] if settings else []), str(SCRIPT), *args)
+        )
         script = f"cd {shlex.quote(str(cwd))} && {command} </dev/null; echo __STATUS__$?; sleep 600"
         started = self.tmux(
             "new-session",
@@ -414,3 +420,35 @@ def test_piped_output_has_no_trailing_padding(
     padded = [line for line in result.stdout.splitlines() if line != line.rstrip()]
     assert padded == []
     assert max(cell_len(line) for line in result.stdout.splitlines()) <= WIDTH
+
+
+def test_a_long_show_goes_through_the_pager_on_a_terminal_only(
+    terminal: Terminal, place: Path
+) -> None:
+    # A 188-message show scrolled some 700 lines past: taller than the screen, it now
+    # goes through $PAGER (less -FRX when unset) on a terminal; never in a pipe, never
+    # with --no-pager, and a page that fits is printed as it is.
+    work = place / "pager"
+    work.mkdir()
+    with SessionDB(work / "long.db") as store:
+        store.create_session("long", "cli", started_at=T0)
+        for n in range(120):
+            store.append_message("long", "user", f"message {n}", timestamp=T0 + n)
+        store.create_session("short", "cli", started_at=T0)
+        store.append_message("short", "user", "only one", timestamp=T0)
+    capture = {"PAGER": "sh -c 'cat > paged.txt'"}
+    status, lines = terminal.run(work, "show", "--db", "long.db", "long", env=capture)
+    assert status == 0
+    paged = (work / "paged.txt").read_text(encoding="utf-8")
+    assert "message 0" in paged and "message 119" in paged
+    assert not any("message" in line for line in lines)  # on the screen: nothing
+    (work / "paged.txt").unlink()
+    status, lines = terminal.run(work, "show", "--db", "long.db", "long", "--no-pager", env=capture)
+    assert status == 0 and not (work / "paged.txt").exists()
+    assert any("message 119" in line for line in lines)
+    status, lines = terminal.run(work, "show", "--db", "long.db", "short", env=capture)
+    assert status == 0 and not (work / "paged.txt").exists()
+    assert any("only one" in line for line in lines)
+    piped = run("show", "--db", "long.db", "long", cwd=work, env={**environment(work), **capture})
+    assert piped.returncode == 0 and "message 119" in piped.stdout
+    assert not (work / "paged.txt").exists()

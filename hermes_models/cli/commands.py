@@ -803,6 +803,14 @@ def sessions(
     is_flag=True,
     help="First the messages of the sessions it continues (its parent chain), oldest first.",
 )
+@click.option(
+    "--no-pager",
+    "pager",
+    flag_value=False,
+    default=True,
+    help="Print straight to the terminal (default there: through $PAGER, else less -FRX,"
+    " when taller than the screen; never in a pipe).",
+)
 @utc_option
 @format_options
 @click.pass_context
@@ -814,6 +822,7 @@ def show(
     limit: int | None,
     tail: int | None,
     with_ancestors: bool,
+    pager: bool,
     utc: bool,
     fmt: str | None,
 ) -> None:
@@ -841,13 +850,14 @@ def show(
         terminal.write_records(messages, fmt)
         return
     out, clock = terminal.console(), _clock(ctx, utc)
-    terminal.emit(out, views.session_header(session, clock))
-    out.print()
-    for sid in chain:
-        part = [message for message in messages if message["session_id"] == sid]
-        if len(chain) > 1:
-            out.rule(sid if sid == resolved else f"{sid} (continued below)")
-        terminal.emit(out, views.transcript(part, clock))
+    with terminal.paged(out, enabled=pager):
+        terminal.emit(out, views.session_header(session, clock))
+        out.print()
+        for sid in chain:
+            part = [message for message in messages if message["session_id"] == sid]
+            if len(chain) > 1:
+                out.rule(sid if sid == resolved else f"{sid} (continued below)")
+            terminal.emit(out, views.transcript(part, clock))
 
 
 def _lineage(store: SessionDB, session_id: str) -> tuple[views.Node, str]:

@@ -21,6 +21,8 @@ import io
 import json
 import os
 import re
+import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -381,6 +383,42 @@ def emit(out: Console, renderable: RenderableType) -> None:
         segments.extend(_rstrip(_shown(line)))
         segments.append(Segment.line())
     out.print(Segments(segments), end="", crop=False)
+
+
+#: The pager a long page goes through on a terminal when ``$PAGER`` names none: less,
+#: quitting when the text fits one screen, keeping colours, leaving the screen as is.
+DEFAULT_PAGER = "less -FRX"
+
+
+@contextmanager
+def paged(out: Console, *, enabled: bool = True) -> Iterator[None]:
+    """What the block prints to ``out``, through a pager when ``out`` is a terminal and
+    the text is taller than its screen (``$PAGER``, else :data:`DEFAULT_PAGER`);
+    straight out in a pipe, when not ``enabled``, or when the pager cannot start."""
+    if not enabled or not out.is_terminal:
+        yield
+        return
+    with out.capture() as captured:
+        yield
+    text = captured.get()
+    if text.count("\n") < out.height:
+        out.file.write(text)
+        out.file.flush()
+        return
+    command = shlex.split(os.environ.get("PAGER") or DEFAULT_PAGER)
+    try:
+        pager = subprocess.Popen(command, stdin=subprocess.PIPE)
+    except OSError:  # no such pager: the text as it is
+        out.file.write(text)
+        out.file.flush()
+        return
+    try:
+        pager.communicate(text.encode("utf-8", "replace"))
+    except BrokenPipeError:
+        pass  # the reader quit the pager early
+    except KeyboardInterrupt:
+        pager.kill()
+        pager.wait()
 
 
 def say(text: str, *, err: bool = False) -> None:
