@@ -94,3 +94,14 @@ def test_a_search_as_a_peewee_query_is_a_file_s_and_says_so_on_a_server(
         else:
             with pytest.raises(NotImplementedError, match=r"Message\.search"):
                 Message.matching("asyncio")
+
+
+def test_a_message_decodes_its_tool_calls(store: SessionDB) -> None:
+    calls = [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]
+    store.create_session("s", "cli", started_at=T0)
+    with_calls = store.append_message("s", "assistant", None, tool_calls=calls, timestamp=T0)
+    without = store.append_message("s", "user", "no calls", timestamp=T0 + 1)
+    with using(store.database):
+        assert Message.get_by_id(with_calls).calls == calls
+        assert isinstance(Message.get_by_id(with_calls).tool_calls, str)  # as stored
+        assert Message.get_by_id(without).calls == []

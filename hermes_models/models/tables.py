@@ -527,7 +527,11 @@ class Session(BaseModel):
 
     @classmethod
     def listable(cls) -> peewee.ModelSelect[Session]:
-        """Sessions a picker shows: roots and branches, not ephemeral, not archived."""
+        """Sessions a picker shows: roots and branches, not ephemeral, not archived.
+
+        A compression chain is here by its root; ``hermes-models sessions`` and
+        ``SessionDB.list_sessions_rich`` show each chain once, by its tip (the
+        latest continuation), and leave Hermes' internal sources out."""
         return cls.select().where(lineage.listable_expr(cls), cls.archived == 0)
 
     # -- actions -----------------------------------------------------------------
@@ -660,6 +664,13 @@ class Message(BaseModel):
     def value(self) -> Any:
         """The content as appended (lists and dicts decoded)."""
         return decode_content(self.content)
+
+    @property
+    def calls(self) -> list[Any]:
+        """``tool_calls`` decoded (the column keeps the JSON text, as Hermes stores it);
+        ``[]`` when there are none or the text is not a JSON list."""
+        value = decode_json(self.tool_calls)
+        return value if isinstance(value, list) else []
 
     @classmethod
     def for_session(
