@@ -271,20 +271,30 @@ def test_the_cli_on_a_vulnerable_sqlite_keeps_files_out_of_wal_and_doctor_marks_
         " ".join(report.stdout.split())
     )
     assert _mode(exposed) == "wal"
+    # A command that only reads opens the file read-only: it reports the exposure and
+    # leaves the file as it is; a command that writes says so once, on stderr.
     stats = run("--db", str(exposed), "stats", "--json", cwd=tmp_path, env=env)
-    assert stats.stderr.count("has the WAL-reset bug") == 1, stats.stderr
+    assert stats.returncode == 0 and stats.stderr == ""
     (shown,) = json.loads(stats.stdout)
     assert (shown["exposed"], shown["sqlite"]["module"]) == (True, "sqlite3")
+    written = run("--db", str(exposed), "optimize", cwd=tmp_path, env=env)
+    assert written.stderr.count("has the WAL-reset bug") == 1, written.stderr
+    assert _mode(exposed) == "wal"
 
 
 @pytest.mark.slow  # a console-script run
 def test_the_cli_journal_options_are_honoured_and_checked(tmp_path: Path) -> None:
     path = _store_file(tmp_path / "state.db", "delete")
     env = environment(tmp_path)
-    done = run("--db", str(path), "--journal-mode", "WAL", "stats", cwd=tmp_path, env=env)
+    # Journal settings apply to a command that writes (one that only reads changes
+    # nothing, the journal mode included).
+    read = run("--db", str(path), "--journal-mode", "WAL", "stats", cwd=tmp_path, env=env)
+    assert (read.returncode, read.stderr) == (0, "")
+    assert _mode(path) == "delete"
+    done = run("--db", str(path), "--journal-mode", "WAL", "optimize", cwd=tmp_path, env=env)
     assert (done.returncode, done.stderr) == (0, "")
     assert _mode(path) == "wal"
-    asked = run("--db", str(path), "--journal-mode", "delete", "stats", cwd=tmp_path, env=env)
+    asked = run("--db", str(path), "--journal-mode", "delete", "optimize", cwd=tmp_path, env=env)
     assert asked.returncode == 0
     (line,) = asked.stderr.splitlines()
     assert line.startswith(f"Warning: {path}: journal_mode=delete was asked for")

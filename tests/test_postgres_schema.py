@@ -530,6 +530,20 @@ def test_an_opener_killed_at_any_point_never_blocks_the_next(pg: Server, tmp_pat
     with SessionDB(url) as store:  # migrates: takes the lock the killed holder had
         store.create_session("after-holder", "cli")
     assert time.monotonic() - start < 30
+    # yoyo also locks with a row of its own while it updates its tables: a process
+    # killed then left it, and the next open waited for it and failed. Such a row:
+    url = pg.new_database(migrated=False)
+    with pg_server.connect(parse_url(url).url) as conn:
+        conn.execute(
+            "CREATE TABLE yoyo_lock (locked INT DEFAULT 1, ctime TIMESTAMP,"
+            " pid INT NOT NULL, PRIMARY KEY (locked))"
+        )
+        conn.execute("INSERT INTO yoyo_lock (ctime, pid) VALUES (now(), 999999)")
+        conn.commit()
+    start = time.monotonic()
+    with SessionDB(url) as store:
+        store.create_session("after-yoyo-row", "cli")
+    assert time.monotonic() - start < 8  # yoyo would have waited 10 s, then failed
     opener = tmp_path / "opener.py"
     opener.write_text(OPENER, encoding="utf-8")
     for delay in (0.0, 0.05, 0.15, 0.3, 0.6, 1.0):

@@ -408,6 +408,12 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
         try:
             if _up_to_date(conn, target, folder):
                 return []  # another process migrated it while this one waited
+            # yoyo locks with a row of its own while it updates its tables: a process
+            # killed then left it, and yoyo would wait for it. Every opener holds the
+            # lock taken above first, so such a row is stale.
+            lock_table = postgres_sql.yoyo_lock_table(target.schema)
+            if conn.execute(postgres_sql.TABLE_EXISTS, (lock_table,)).fetchone()[0]:
+                conn.execute(postgres_sql.clear_yoyo_lock(target.schema))
             if target.schema is not None:
                 conn.execute(postgres_sql.create_schema(target.schema))
             path = search_path(target, _extension_schema(conn))
@@ -430,7 +436,7 @@ def _migration_lock_key(target: ServerTarget) -> int:
 def _up_to_date(conn: Any, target: ServerTarget, folder: Path) -> bool:
     """True when every migration of ``folder`` is recorded as applied on the store."""
     table = "_yoyo_migration" if target.schema is None else f"{target.schema}._yoyo_migration"
-    if not conn.execute(postgres_sql.MIGRATION_TABLE_EXISTS, (table,)).fetchone()[0]:
+    if not conn.execute(postgres_sql.TABLE_EXISTS, (table,)).fetchone()[0]:
         return False
     wanted = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
     found = conn.execute(postgres_sql.applied_among(target.schema), (wanted,)).fetchall()

@@ -507,9 +507,9 @@ APPLIED_MIGRATIONS_AMONG = (
 
 # -- opening: the migration check and its lock --
 
-#: Whether yoyo's table of applied migrations exists in the schema named ``%s``
+#: Whether the table named ``%s`` (schema-qualified, or on the search path) exists
 #: (``to_regclass``: NULL when absent, without an error in the server's log).
-MIGRATION_TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
+TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
 #: Take the session-level advisory lock ``%s`` (a bigint), waiting at most the
 #: connection's ``lock_timeout``. The server releases it when the session ends,
 #: however it ends: a killed process never leaves it behind.
@@ -524,3 +524,15 @@ def applied_among(schema: str | None) -> str:
     a checked identifier, or the search path) records as applied."""
     table = "_yoyo_migration" if schema is None else f'"{schema}"._yoyo_migration'
     return f"SELECT migration_hash FROM {table} WHERE migration_hash = ANY(%s::text[])"
+
+
+def yoyo_lock_table(schema: str | None) -> str:
+    """yoyo's lock table of the store (in ``schema``, a checked identifier, or the
+    search path), as ``to_regclass`` reads a name."""
+    return "yoyo_lock" if schema is None else f"{schema}.yoyo_lock"
+
+
+def clear_yoyo_lock(schema: str | None) -> str:
+    """Delete the rows of yoyo's lock table (``yoyo_lock_table``): under the migration
+    lock, a row there is one a killed opener left while yoyo updated its own tables."""
+    return f"DELETE FROM {yoyo_lock_table(schema)}"
