@@ -489,12 +489,12 @@ def test_a_server_older_than_15_is_refused_by_name() -> None:
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from hermes_models.store.postgres import _connect_raw, _migration_lock_key, parse_url
+    from hermes_models.store.postgres import _connect_raw, parse_url
     from hermes_models.store import postgres_sql
 
     target = parse_url(sys.argv[1])
     conn = _connect_raw(target)
-    conn.execute(postgres_sql.ADVISORY_LOCK, (_migration_lock_key(target),))
+    conn.execute(postgres_sql.MIGRATE_LOCK, (target.schema or "",))
     print("holding", flush=True)
     time.sleep(120)
     """

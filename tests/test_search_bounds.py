@@ -12,6 +12,7 @@ import random
 import re
 import sqlite3 as stdlib_sqlite3
 import tracemalloc
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -54,18 +55,27 @@ def _words(message: dict[str, Any]) -> set[str]:
     return {w for hay in haystacks(message) for w in hay.lower().split()}
 
 
-def expected(written: list[dict[str, Any]], query: str) -> set[int]:
-    """The query evaluated in Python: substrings for CJK terms, whole words otherwise."""
+def expected(
+    written: list[dict[str, Any]],
+    query: str,
+    words: Callable[[dict[str, Any]], set[str]] = _words,
+) -> set[int]:
+    """The query evaluated in Python: substrings for CJK terms, whole words (as
+    ``words`` splits a message) or the start of one (a prefix) otherwise."""
     parsed = parse(query)
     out = set()
     for message in written:
         if not message["active"]:
             continue
+        tokens = words(message)
 
-        def has(term: Any, message: dict[str, Any] = message) -> bool:
+        def has(term: Any, message: dict[str, Any] = message, tokens: set[str] = tokens) -> bool:
             if term.cjk:
                 return _holds(message, term.text)
-            return term.text.lower() in _words(message)
+            text = term.text.lower()
+            if term.prefix:
+                return any(token.startswith(text) for token in tokens)
+            return text in tokens
 
         if any(
             all(has(t) for t in group.include) and not any(has(t) for t in group.exclude)
@@ -602,32 +612,6 @@ def _tokens(message: dict[str, Any]) -> set[str]:
     return {w for hay in haystacks(message) for w in re.findall(r"\w+", hay.lower())}
 
 
-def expected_with_prefixes(written: list[dict[str, Any]], query: str) -> set[int]:
-    """The query evaluated in Python: substrings for CJK terms, whole words or the
-    start of one (a prefix) otherwise."""
-    parsed = parse(query)
-    out = set()
-    for message in written:
-        if not message["active"]:
-            continue
-        tokens = _tokens(message)
-
-        def has(term: Any, message: dict[str, Any] = message, tokens: set[str] = tokens) -> bool:
-            if term.cjk:
-                return _holds(message, term.text)
-            text = term.text.lower()
-            if term.prefix:
-                return any(token.startswith(text) for token in tokens)
-            return text in tokens
-
-        if any(
-            all(has(t) for t in group.include) and not any(has(t) for t in group.exclude)
-            for group in parsed.groups
-        ):
-            out.add(message["id"])
-    return out
-
-
 def _long_queries(written: list[dict[str, Any]], rng: random.Random, n: int) -> list[str]:
     cjk = set("".join(ALPHABETS.values()))
     pieces: dict[int, list[str]] = {1: [], 2: [], 3: []}
@@ -668,7 +652,7 @@ def test_long_boolean_queries_of_every_route_are_exact(
     checked = 0
     with SessionDB(path) as store:
         for query in _long_queries(written, rng, 120):
-            want = expected_with_prefixes(written, query)
+            want = expected(written, query, _tokens)
             for sort in (None, "newest"):
                 got = [h["id"] for h in store.search_messages(query, limit=None, sort=sort)]
                 assert len(got) == len(set(got)), query
@@ -726,7 +710,7 @@ def test_merged_trigram_groups_find_what_their_index_cannot_read(tmp_path: Path)
             "th* OR 连接池 OR 数据库 NOT lo*",
             "cu* OR 连接池 NOT 检查点 OR 事件循环 NOT sq*",
         ):
-            want = expected_with_prefixes(written, query)
+            want = expected(written, query, _tokens)
             assert want, query
             for sort in (None, "newest"):
                 got = {h["id"] for h in store.search_messages(query, limit=None, sort=sort)}

@@ -144,7 +144,7 @@ def _applied_on_server(db: Any) -> bool:
     wanted = [migration_hash(migration_id) for migration_id in migration_ids(folder)]
     try:
         found = _read(
-            lambda: db.execute_sql(postgres_sql.APPLIED_MIGRATIONS_AMONG, (wanted,)).fetchall()
+            lambda: db.execute_sql(postgres_sql.applied_among(None), (wanted,)).fetchall()
         )
     except _READ_ERRORS:
         return False

@@ -30,11 +30,6 @@ SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 
 
-def dialect() -> str:
-    """The dialect of the store the models use here."""
-    return current().dialect
-
-
 #: ASCII capitals and their small letters (what SQLite's LIKE folds, and nothing more).
 _ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ASCII_LOWER = "abcdefghijklmnopqrstuvwxyz"

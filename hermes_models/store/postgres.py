@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import itertools
 import logging
 import os
@@ -397,9 +396,9 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
         if _up_to_date(conn, target, folder):
             return []  # one read: nothing locked, nothing written
         conn.execute(postgres_sql.SET_LOCK_TIMEOUT, (f"{MIGRATION_PATIENCE_S * 1000}ms",))
-        key = _migration_lock_key(target)
+        key = target.schema or ""
         try:
-            conn.execute(postgres_sql.ADVISORY_LOCK, (key,))
+            conn.execute(postgres_sql.MIGRATE_LOCK, (key,))
         except Exception as exc:
             raise MigrationError(
                 f"another process has been migrating {target.label()} for over"
@@ -419,18 +418,11 @@ def migrate(url: str, *, optional: str | None = None) -> list[str]:
             path = search_path(target, _extension_schema(conn))
             return _apply(target, folder, None if path is None else path.replace(" ", ""))
         finally:
-            conn.execute(postgres_sql.ADVISORY_UNLOCK, (key,))
+            conn.execute(postgres_sql.MIGRATE_UNLOCK, (key,))
 
 
 #: How long opening a store waits for another process's migration of it.
 MIGRATION_PATIENCE_S = 600
-
-
-def _migration_lock_key(target: ServerTarget) -> int:
-    """The advisory lock migrations of ``target``'s store take: one per database and
-    schema (a signed 64-bit number)."""
-    name = f"hermes_models migrate {target.schema or ''}".encode()
-    return int.from_bytes(hashlib.sha256(name).digest()[:8], "big", signed=True)
 
 
 def _up_to_date(conn: Any, target: ServerTarget, folder: Path) -> bool:

@@ -499,22 +499,19 @@ VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_l
 # hermes_models.conversations.telegram: whether an opt-in set (migrations/postgresql/<name>) was
 # applied.
 
-#: Which of the given yoyo migration hashes (``%s``: ``text[]``) are recorded as applied.
-APPLIED_MIGRATIONS_AMONG = (
-    "SELECT migration_hash FROM _yoyo_migration WHERE migration_hash = ANY(%s::text[])"
-)
-
 
 # -- opening: the migration check and its lock --
 
 #: Whether the table named ``%s`` (schema-qualified, or on the search path) exists
 #: (``to_regclass``: NULL when absent, without an error in the server's log).
 TABLE_EXISTS = "SELECT to_regclass(%s) IS NOT NULL"
-#: Take the session-level advisory lock ``%s`` (a bigint), waiting at most the
-#: connection's ``lock_timeout``. The server releases it when the session ends,
-#: however it ends: a killed process never leaves it behind.
-ADVISORY_LOCK = "SELECT pg_advisory_lock(%s)"
-ADVISORY_UNLOCK = "SELECT pg_advisory_unlock(%s)"
+#: The advisory lock migrations of a store take (``%s``: its schema, ``''`` for the
+#: search path's), as the import's lock above is keyed; held for the session, waiting
+#: at most the connection's ``lock_timeout``. The server releases it when the session
+#: ends, however it ends: a killed process never leaves it behind.
+_MIGRATE_LOCK_KEY = "hashtext('hermes_models.migrate:' || %s)"
+MIGRATE_LOCK = f"SELECT pg_advisory_lock({_MIGRATE_LOCK_KEY})"
+MIGRATE_UNLOCK = f"SELECT pg_advisory_unlock({_MIGRATE_LOCK_KEY})"
 #: How long a migration waits for another process's migration (``%s``: ms).
 SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 

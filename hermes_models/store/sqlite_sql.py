@@ -352,7 +352,7 @@ ROWID_IN_JSON_LIST = f"+rowid IN {JSON_LIST}"
 #: Sources of the rows a ranked search of many groups narrows its ranked rows to (one
 #: ``SELECT`` of ids each, joined by ``UNION ALL``; one bound value each): the ids the
 #: scan found, the matches of words, of trigram terms, and the rows holding JSON.
-NARROWED_IDS = "SELECT value FROM json_each(?)"
+NARROWED_IDS = JSON_LIST[1:-1]  # the list of JSON_LIST, as a SELECT of its own
 NARROWED_WORDS = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
 NARROWED_TRIGRAMS = "SELECT rowid FROM messages_fts_trigram WHERE messages_fts_trigram MATCH ?"
 
