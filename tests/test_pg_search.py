@@ -10,6 +10,7 @@ never makes a search raise.
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from pg_server import Server
 from test_search_recall import ALPHABETS, expected, haystacks, queries
 
 from hermes_models import Message, Session
+from hermes_models.models.lineage import counted_for
 from hermes_models.models.tables import encode_content
 from hermes_models.search import postgres as pg_search
 from hermes_models.search.pipeline import search_messages, search_sessions, search_sql
@@ -335,6 +337,10 @@ def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
         for start in range(0, n, 1_000):  # a statement binds at most 65,535 values
             Session.insert_many(sessions[start : start + 1_000]).execute()
             Message.insert_many(messages[start : start + 1_000]).execute()
+    # As after any bulk load: statistics an autovacuum took while the load's transaction
+    # was open count no rows, and every lookup then guesses its index (the test below
+    # checks that the climb stays linear even so).
+    pg_db.execute_sql("ANALYZE sessions, messages")
     with using(pg_db):
         rows = search_sessions("needle", limit=None)
         assert len(rows) == n - n // 10
@@ -346,6 +352,59 @@ def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
         # Roots from "cli" (odd numbers), newest hit first; s69999 and s69989
         # count for their telegram parents.
         assert [row["id"] for row in page] == ["s69997", "s69995", "s69993", "s69991", "s69987"]
+
+
+def test_the_climb_reads_each_session_once_when_statistics_count_no_rows(
+    pg_db: PostgresDatabase, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ANALYZE while the transaction that fills the table is still open (autovacuum
+    # may run one) records 0 rows on the table's pages; the planner then joined the
+    # whole walk again for each of its rows (quadratic: 70,000 sessions ran for over
+    # ten minutes). The climb looks each session up by its key, row by row.
+    n = 3_000
+    filling = pg_server.connect(pg_url)
+    filling.execute(
+        "INSERT INTO sessions (id, source, started_at, ended_at, end_reason,"
+        " parent_session_id) SELECT 's' || g, 'cli', g,"
+        " CASE WHEN g %% 3 <> 2 THEN g + 0.5 END,"
+        " CASE WHEN g %% 3 <> 2 THEN 'compression' END,"
+        " CASE WHEN g %% 3 <> 0 THEN 's' || (g - 1) END"
+        " FROM generate_series(0, %s) AS g",
+        (n - 1,),
+    )
+    with pg_server.connect(pg_url, autocommit=True) as other:
+        other.execute("ANALYZE sessions")
+    filling.commit()
+    filling.close()
+    with pg_server.connect(pg_url, autocommit=True) as other:
+        assert other.execute(
+            "SELECT relpages > 0, reltuples FROM pg_class WHERE relname = 'sessions'"
+        ).fetchone() == (True, 0.0)
+
+    with caplog.at_level(logging.DEBUG, logger="peewee"), using(pg_db):
+        owners = counted_for(Session, [f"s{g}" for g in range(2, n, 3)])
+    # Chains of three, climbed from their last sessions: each counts for the first.
+    assert owners == {f"s{g}": f"s{g - 2}" for g in range(2, n, 3)}
+    # peewee logs each statement as its (sql, params) pair.
+    (sql, params) = next(
+        record.msg
+        for record in caplog.records
+        if isinstance(record.msg, tuple) and record.msg[0].startswith("WITH RECURSIVE")
+    )
+    with pg_server.connect(pg_url, autocommit=True) as other:
+        (plan,) = other.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", ()):
+            yield from nodes(child)
+
+    scans = [node for node in nodes(plan[0]["Plan"]) if node["Node Type"] == "WorkTable Scan"]
+    # The walk's rows are read once a step (the last sessions, the middle ones, the
+    # first ones), never once for each row; no part of the plan runs more than twice
+    # for each session reached.
+    assert [scan["Actual Loops"] for scan in scans] == [3]
+    assert max(node["Actual Loops"] for node in nodes(plan[0]["Plan"])) <= 2 * n
 
 
 def test_a_loop_of_parent_links_ends_the_climb(pg_db: PostgresDatabase) -> None:

@@ -542,34 +542,34 @@ def counted_for(model: type[Session], session_ids: Iterable[str]) -> dict[str, s
     Time linear in the sessions walked, however long the chains: one recursive CTE
     reads every session on the way up once (``UNION``: a session reached twice is
     read once, which also ends cycles), and each session's answer is worked out once.
+    Each step is two lookups by primary key made for one row of the walk
+    (correlated subqueries), never a join: a join leaves the order to the planner,
+    and PostgreSQL, with statistics that count a filled table as empty (an
+    ``ANALYZE`` during the transaction that filled it), read the whole walk again
+    for each of its rows.
     """
     starts = list(dict.fromkeys(session_ids))
     if not starts:
         return {}
     here = model.alias("here")
-    above = model.alias("above")
-    climbed = model.select(model.id).where(among(model.id, starts))
-    cte = climbed.cte("climbed", recursive=True, columns=("id",))
-    step = (
-        above.select(above.id)
-        .from_(cte)
-        .join(here, on=(here.id == cte.c.id))
-        .join(above, on=(above.id == here.parent))
-        .where(~branch_expr(here))
+
+    def up(s: Any) -> Any:  # the parent a session counts for, NULL at a branch
+        return Case(None, [(branch_expr(s), None)], s.parent)
+
+    climbed = model.select(model.id, up(model)).where(among(model.id, starts))
+    cte = climbed.cte("climbed", recursive=True, columns=("id", "up"))
+    step = peewee.Select(
+        from_list=[cte],
+        columns=[cte.c.up, here.select(up(here)).where(here.id == cte.c.up)],
+    ).where(
+        cte.c.up.is_null(False),
+        fn.EXISTS(here.select(SQL("1")).where(here.id == cte.c.up)),
     )
     cte = cte.union(step)
-    query = (
-        model.select(model.id, model.parent, Case(None, [(branch_expr(model), 1)], 0))
-        .join(cte, on=(model.id == cte.c.id))
-        .with_cte(cte)
-    )
+    query = peewee.Select(from_list=[cte], columns=[cte.c.id, cte.c.up]).with_cte(cte)
     rows = current().execute(query).fetchall()  # plain rows: no model work for each
-    parent_of: dict[str, str | None] = {}
-    stops: set[str] = set()
-    for session_id, parent_id, is_branch in rows:
-        parent_of[session_id] = parent_id
-        if is_branch == 1:
-            stops.add(session_id)
+    # Each session reached, once, with the session it counts through (None: itself).
+    parent_of: dict[str, str | None] = dict(rows)
     owner: dict[str, str] = {}
     for start in starts:
         path: list[str] = []
@@ -583,7 +583,7 @@ def counted_for(model: type[Session], session_ids: Iterable[str]) -> dict[str, s
                 del path[on_path[node] :]
                 break
             parent = parent_of.get(node)
-            if parent is None or node in stops or parent not in parent_of:
+            if parent is None or parent not in parent_of:
                 owner[node] = node
                 break
             on_path[node] = len(path)

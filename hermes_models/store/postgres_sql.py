@@ -494,6 +494,11 @@ def reindex(index: str) -> str:
 #: Reclaim dead rows and refresh the planner's statistics of the store's tables.
 VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
 
+#: Refresh the planner's statistics of the store's tables after a bulk load: until
+#: autovacuum does, the server plans with what it knew before (an empty table, or the
+#: count an ANALYZE made while the load's transaction was still open).
+ANALYZE = "ANALYZE sessions, messages, state_meta, compression_locks"
+
 
 # -- opt-in migration sets --
 # hermes_models.conversations.telegram: whether an opt-in set (migrations/postgresql/<name>) was

@@ -130,6 +130,9 @@ class _Side:
         """The file's gram index checked by what it holds; None: none to check."""
         return None
 
+    def refresh_statistics(self) -> None:
+        """Have the planner count what the copy wrote (a file's planner needs nothing)."""
+
     def shape(self) -> Any:
         raise NotImplementedError
 
@@ -304,6 +307,10 @@ class _PostgresSide(_Side):
 
     def close(self) -> None:
         self.db.close()
+
+    def refresh_statistics(self) -> None:
+        # A role that does not own the tables gets a warning from the server, not an error.
+        self.db.execute_sql(postgres_sql.ANALYZE)
 
     def shape(self) -> Any:
         self.db.connection()
@@ -619,6 +626,7 @@ class _Copy:
                 self.copy_batch(looped)
             self.dst.write(self.finish)
             self.dst.index_grams()
+            self.dst.refresh_statistics()
             self.report.titles_renamed = sum(1 for s in self.renamed if s in self.added)
             checked = _Verifier(
                 self.src, self.dst, self.merge, self.added, self.step, renamed=self.renamed
