@@ -42,6 +42,7 @@ from .conversations import (
     new_session_id,
     sessions,
     telegram,
+    timings,
     titles,
     transcript,
 )
@@ -1052,14 +1053,22 @@ class SessionDB:
         session = self.get_session(session_id)
         if session is None:
             return None
-        return {**session, "messages": self.get_messages(session_id)}
+        return self._exported(session, self.get_messages(session_id))
 
     @_api
     def export_all(self, source: str | None = None) -> list[dict[str, Any]]:
         """Every session (children and archived ones too, most recently active first,
         with ``last_active``) as :meth:`export_session` gives it."""
         rows = self.search_sessions(None, limit=None, source=source)
-        return [{**row, "messages": self.get_messages(row["id"])} for row in rows]
+        return [self._exported(row, self.get_messages(row["id"])) for row in rows]
+
+    def _exported(self, session: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """A session's export: its row and messages, and on files of Hermes 0.21.5 and
+        later the ``timings`` those releases add (:mod:`.conversations.timings`)."""
+        exported = {**session, "messages": messages}
+        if timings.in_exports():  # called by the export methods, bound to this store
+            exported["timings"] = timings.export_timings(messages, session["id"])
+        return exported
 
     @_api
     def export_bundle(

@@ -10,6 +10,8 @@ own SQL.
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -170,21 +172,26 @@ def expected_kind(shape: str, session_id: str) -> str:
     raise AssertionError(f"{session_id}: the data set has no child of another kind")
 
 
-def expected_tip(shape: str, session_id: str) -> str:
-    """The end of a session's compression chain: its latest continuation, recursively."""
+def expected_chain(shape: str, session_id: str) -> list[str]:
+    """A session's compression chain from it to its tip: its latest continuation, recursively."""
     by_id = sessions_of(shape)
-    current = session_id
+    chain = [session_id]
     for _ in range(len(by_id)):
         continuations = [
             row
             for row in by_id.values()
-            if row.get("parent_session_id") == current
+            if row.get("parent_session_id") == chain[-1]
             and expected_kind(shape, row["id"]) == "compression"
         ]
         if not continuations:
-            return current
-        current = max(continuations, key=lambda r: (r["started_at"], r["id"]))["id"]
+            return chain
+        chain.append(max(continuations, key=lambda r: (r["started_at"], r["id"]))["id"])
     raise AssertionError("cycle")
+
+
+def expected_tip(shape: str, session_id: str) -> str:
+    """The end of a session's compression chain."""
+    return expected_chain(shape, session_id)[-1]
 
 
 def lineage_root(shape: str, session_id: str) -> str:
@@ -305,6 +312,19 @@ def listable(shape: str) -> list[str]:
     return [r["id"] for r in sorted(rows, key=lambda r: (r["started_at"], r["id"]), reverse=True)]
 
 
+def lifted(shape: str, row: dict[str, Any]) -> dict[str, str]:
+    """The markers Hermes v31 returns beside a session's columns: each of ``_reset_from``
+    and ``_branched_from`` in its ``model_config`` that is non-empty text, stripped."""
+    if newer.SCHEMA_VERSION[shape] < 31 or not row.get("model_config"):
+        return {}
+    config = json.loads(row["model_config"])
+    return {
+        key: config[key].strip()
+        for key in ("_reset_from", "_branched_from")
+        if isinstance(config.get(key), str) and config[key].strip()
+    }
+
+
 def version_error(shape: str) -> str:
     return f"schema version {newer.SCHEMA_VERSION[shape]}, newer than 16"
 
@@ -323,10 +343,11 @@ def test_get_session_has_every_column_of_the_file(
     for session_id, row in stored.items():
         got = store.get_session(session_id)
         assert got is not None
-        assert set(got) == set(newer.columns(shape, "sessions"))
+        assert set(got) == {*newer.columns(shape, "sessions"), *lifted(shape, row)}
         assert got["system_prompt"] == prompt_text(session_id)
         assert {k: v for k, v in got.items() if k != "system_prompt"} == {
-            k: v for k, v in row.items() if k != "system_prompt"
+            **{k: v for k, v in row.items() if k != "system_prompt"},
+            **lifted(shape, row),
         }
         for column, value in written[session_id].items():
             if column != "system_prompt":
@@ -609,11 +630,50 @@ def test_list_sessions_rich_projects_chains_to_their_tips(
         "branch-a",
         "cont-a",
     ]
+    # Hermes v30 on: a row showing a tip carries its chain, and the root's title when the
+    # tip has none; v31 says what kind of continuation it shows.
+    version = newer.SCHEMA_VERSION[shape]
+    for row in rows:
+        root = row.get("_lineage_root_id")
+        keys = {k: row[k] for k in ("_lineage_ids", "continuation_kind", "title") if k in row}
+        if root is None or version < 30:
+            assert "_lineage_ids" not in keys and "continuation_kind" not in keys
+            continue
+        tip_title = by_id[row["id"]].get("title")
+        assert keys == {
+            "_lineage_ids": expected_chain(shape, root),
+            **({"continuation_kind": "compression"} if version >= 31 else {}),
+            "title": by_id[root].get("title") if tip_title is None else tip_title,
+        }
     cont_a = next(r for r in rows if r["id"] == "cont-a")
     # The compacted first prompt previews the chain; the summary carrier never does.
     assert cont_a["preview"] == "Continue with the selector internals"
     heartbeat = newer.has(shape, "sessions", "last_activity_at")
     assert cont_a["last_active"] == newer.T0 + (190.0 if heartbeat else 115.0)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_projected_row_shows_its_tips_git_columns(
+    copy_of: Callable[[str], Path], shape: str
+) -> None:
+    # Hermes v17 on takes git_branch and git_repo_root from the tip as well.
+    path = copy_of(shape)
+    with plain(path) as conn:
+        conn.execute(
+            "UPDATE sessions SET git_branch = 'tip-branch', git_repo_root = '/tip/repo'"
+            " WHERE id = 'cont-a'"
+        )
+        conn.execute(
+            "UPDATE sessions SET git_branch = 'root-branch', git_repo_root = '/root/repo'"
+            " WHERE id = 'root-a'"
+        )
+    with SessionDB(path) as store:
+        (row,) = [r for r in store.list_sessions_rich() if r.get("_lineage_root_id") == "root-a"]
+    assert (row["id"], row["git_branch"], row["git_repo_root"]) == (
+        "cont-a",
+        "tip-branch",
+        "/tip/repo",
+    )
 
 
 WITH_DISPLAY_KIND = [s for s in SHAPES if newer.has(s.values[0], "messages", "display_kind")]
@@ -764,6 +824,42 @@ def test_search_sessions_named_groups(stores: dict[str, SessionDB], shape: str) 
 # -- export ----------------------------------------------------------------------------------------
 
 
+def expected_timings(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """What Hermes 0.21.5+ puts under ``timings`` for an export of ``messages``: counts,
+    the first and last timestamps and the gaps between timestamped messages in a row."""
+    stamped = [m for m in messages if isinstance(m["timestamp"], (int, float))]
+    at = [float(m["timestamp"]) for m in stamped]
+    gaps = [max(0, round((b - a) * 1000)) for a, b in itertools.pairwise(at)]  # back in time: 0
+    roles: dict[str, int] = {}
+    for m in messages:
+        roles[m["role"]] = roles.get(m["role"], 0) + 1
+    iso = [datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat() for t in at]
+    return {
+        "source": "message_timestamps",
+        "available": bool(stamped),
+        "complete": False,
+        "unavailable_reason": None if stamped else "no_timestamped_messages",
+        "message_timestamps": {"available": len(stamped), "missing": len(messages) - len(stamped)},
+        "first_message_at": iso[0] if iso else None,
+        "last_message_at": iso[-1] if iso else None,
+        "wall_clock_ms": max(0, round((at[-1] - at[0]) * 1000)) if at else None,
+        "largest_gap_ms": max(gaps) if gaps else None,
+        "role_counts": roles,
+        "tool_result_count": roles.get("tool", 0),
+        "tool_calls_emitted": sum(len(m["tool_calls"]) for m in messages if m.get("tool_calls")),
+        "intervals": [
+            {
+                "from_message_id": a["id"],
+                "to_message_id": b["id"],
+                "from_role": a["role"],
+                "to_role": b["role"],
+                "gap_ms": gap,
+            }
+            for (a, b), gap in zip(itertools.pairwise(stamped), gaps)
+        ],
+    }
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_export_session_carries_every_column(
     stores: dict[str, SessionDB], built: dict[str, Path], shape: str
@@ -773,11 +869,22 @@ def test_export_session_carries_every_column(
     for session_id in sessions_of(shape):
         exported = store.export_session(session_id)
         assert exported is not None
-        assert set(exported) == {*newer.columns(shape, "sessions"), "messages"}
+        with_timings = newer.FTS_LAYOUT[shape] >= 3  # Hermes 0.21.5 on (layout 3, v30-v31)
+        row = store.get_session(session_id)
+        assert row is not None
+        assert set(exported) == {
+            *newer.columns(shape, "sessions"),
+            *lifted(shape, row),
+            "messages",
+            *(["timings"] if with_timings else []),
+        }
         assert exported["system_prompt"] == prompt_text(session_id)
-        assert exported["messages"] == [
+        messages = [
             as_get_messages(r) for r in stored if r["session_id"] == session_id and r["active"]
         ]
+        assert exported["messages"] == messages
+        if with_timings:
+            assert exported["timings"] == expected_timings(messages)
     assert store.export_session("no-such-session") is None
 
 

@@ -3,7 +3,17 @@ listings, history, deletion."""
 
 from __future__ import annotations
 
-from . import handoff, history, listing, maintenance, sessions, telegram, titles, transcript
+from . import (
+    handoff,
+    history,
+    listing,
+    maintenance,
+    sessions,
+    telegram,
+    timings,
+    titles,
+    transcript,
+)
 from .children import (
     branch,
     compress,
@@ -39,6 +49,7 @@ __all__ = [
     "rewind_to_message",
     "sessions",
     "telegram",
+    "timings",
     "titles",
     "transcript",
 ]

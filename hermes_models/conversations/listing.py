@@ -38,16 +38,19 @@ from ..models import (
     walk_sessions,
 )
 from ..store import (
+    SCHEMA_VERSION,
     Prepared,
     cached,
     current,
     fetch_dicts,
     file_has,
     limit_value,
+    newer_file,
     starts_with_ascii_nocase,
     starts_with_nul,
 )
 from .listing_rows import (
+    NEWER_TIP_COLUMNS,
     PREVIEW_CHARS,
     PREVIEW_SOURCE_CHARS,
     TIP_COLUMNS,
@@ -210,11 +213,54 @@ def rich_listing(
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
     names = [column[0] for column in cursor.description]
-    rows = resolve_prompts_of([finish_row(dict(zip(names, row))) for row in cursor.fetchall()])
+    version = hermes_version()
+    rows = [
+        finish_row(dict(zip(names, row)), root_title=version >= 30) for row in cursor.fetchall()
+    ]
+    rows = resolve_prompts_of(rows)
     if file_has("sessions", "last_read_at"):
         for row in rows:
             row["unread"] = unread(row)
+    if version >= 30:
+        lineage_keys(rows, continuation_kind=version >= 31)
     return rows
+
+
+def hermes_version() -> int:
+    """The Hermes schema version of the open store's rules: the file's own when it is
+    newer than v16, else 16 (what this package writes, on a file or a server)."""
+    shape = getattr(current(), "shape", None)
+    if shape is None or not shape.newer or shape.version is None:
+        return SCHEMA_VERSION
+    return int(shape.version)
+
+
+def lineage_keys(rows: list[dict[str, Any]], *, continuation_kind: bool) -> None:
+    """Give each row that shows a chain's tip the keys Hermes v30 adds: ``_lineage_ids``,
+    the chain from its root to the tip (the walk the tip was found by), and from v31
+    ``continuation_kind`` (``"compression"``). One statement for every such row."""
+    roots = [row["_lineage_root_id"] for row in rows if "_lineage_root_id" in row]
+    if not roots:
+        return
+    walk = walk_sessions(
+        Session,
+        Session.id.in_(roots),
+        latest=True,
+        leave=ended_with_compression,
+        max_depth=TIP_MAX_HOPS,
+        name="walk",
+    )
+    query = walk.select_from(walk.c.root_id, walk.c.id).order_by(walk.c.root_id, walk.c.depth)
+    chains: dict[str, list[str]] = {}
+    for root_id, session_id in current().execute(query.with_cte(walk)).fetchall():
+        chains.setdefault(root_id, []).append(session_id)
+    for row in rows:
+        root_id = row.get("_lineage_root_id")
+        if root_id is None:
+            continue
+        row["_lineage_ids"] = chains.get(root_id, [root_id])
+        if continuation_kind:
+            row["continuation_kind"] = "compression"
 
 
 def unread(row: dict[str, Any]) -> bool:
@@ -323,8 +369,11 @@ def rich_listing_query(
         ctes.extend([walk, tips])
         tip = Session.alias("tip")
         tip_columns, (tip_first, on_tip_first) = _enrichment(tip, "_tip_")
+        taken: tuple[str, ...] = TIP_COLUMNS
+        if newer_file():
+            taken += tuple(c for c in NEWER_TIP_COLUMNS if file_has("sessions", c))
         query = query.select_extend(
-            *[getattr(tip, Session._meta.columns[c].name).alias(f"_tip_{c}") for c in TIP_COLUMNS],
+            *[getattr(tip, Session._meta.columns[c].name).alias(f"_tip_{c}") for c in taken],
             *tip_columns,
         )
         query = query.join(tips, JOIN.LEFT_OUTER, on=(tips.c.root_id == roots_cte.c.root_id))

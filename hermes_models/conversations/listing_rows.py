@@ -29,6 +29,8 @@ TIP_COLUMNS = (
     "system_prompt",
     "cwd",
 )
+#: What a row takes from its tip besides, on files of Hermes v17 and later.
+NEWER_TIP_COLUMNS = ("git_branch", "git_repo_root")
 
 
 def preview_text(content: Any) -> str:
@@ -60,17 +62,21 @@ def preview_of(row: dict[str, Any], prefix: str) -> str:
     return preview_text(stored_json if stored_json is not None else head)
 
 
-def finish_row(row: dict[str, Any]) -> dict[str, Any]:
+def finish_row(row: dict[str, Any], *, root_title: bool = False) -> dict[str, Any]:
     """A listing row as the SQL gave it, finished: its preview made, and a chain's
-    row given its tip's columns (``_lineage_root_id`` naming the surfaced row)."""
+    row given its tip's columns (the ``_tip_`` ones; ``_lineage_root_id`` naming the
+    surfaced row). ``root_title``: a tip without a title shows the root's (Hermes v30+)."""
     root_id = row.pop("_root_id")
     row["preview"] = preview_of(row, "")
     if "_tip_id" not in row:
         return row
-    tip = {column: row.pop(f"_tip_{column}") for column in TIP_COLUMNS}
-    tip["preview"] = preview_of(row, "_tip_")
-    tip["last_active"] = row.pop("_tip_last_active")
+    tip_preview = preview_of(row, "_tip_")
+    tip = {key[len("_tip_") :]: row.pop(key) for key in [k for k in row if k.startswith("_tip_")]}
+    tip["preview"] = tip_preview
     if tip["id"] is not None and tip["id"] != root_id:
+        title = row.get("title")
         row.update(tip)
         row["_lineage_root_id"] = root_id
+        if root_title and row.get("title") is None:
+            row["title"] = title
     return row

@@ -838,9 +838,34 @@ def resolve_prompts(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+#: Markers Hermes v31 lifts out of ``model_config`` into the session rows it returns.
+LIFTED_MARKERS = ("_reset_from", "_branched_from")
+
+
+def lift_markers(row: dict[str, Any]) -> None:
+    """Put the /new and /branch markers of ``row``'s ``model_config`` beside its
+    columns, as Hermes v31 returns session rows: each that is non-empty text, stripped."""
+    config = row.get("model_config")
+    if isinstance(config, str) and config:
+        try:
+            config = json.loads(config)
+        except (ValueError, RecursionError):
+            return
+    if not isinstance(config, dict):
+        return
+    for key in LIFTED_MARKERS:
+        value = config.get(key)
+        if isinstance(value, str) and value.strip() and not row.get(key):
+            row[key] = value.strip()
+
+
 def resolve_prompts_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`resolve_prompts` of every row, with one query for all of them."""
+    """:func:`resolve_prompts` of every row, with one query for all of them; on files
+    of schema 31 and later each row's markers are lifted too (:func:`lift_markers`)."""
     shape = current().shape
+    if shape is not None and (shape.version or 0) >= 31 and shape.newer:
+        for row in rows:
+            lift_markers(row)
     if shape is None or "system_prompts" not in shape.tables or not rows:
         return rows
     wanted = {h for row in rows for h in (row.get("system_prompt_hash"), row.get("tool_names"))}
