@@ -912,3 +912,78 @@ def test_export_and_import_paths_expand_the_home_folder(
         assert result["sessions_added"] == 1
     finally:
         other.close()
+
+
+# -- a fork's columns and tables -----------------------------------------------------------
+
+
+def _forked_store(path: Path, migrated_copy: Callable[[Path], Path]) -> Path:
+    """A v16 store a fork added to: a column of sessions and a table of its own."""
+    migrated_copy(path)
+    with SessionDB(path) as store:
+        store.create_session("s1", "cli")
+        store.append_message("s1", "user", "hello")
+        store.create_session("s2", "cli")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("ALTER TABLE sessions ADD COLUMN fork_note TEXT")
+        conn.execute("UPDATE sessions SET fork_note = 'kept by the fork' WHERE id = 's1'")
+        conn.execute("CREATE TABLE fork_things (id INTEGER PRIMARY KEY, session_id TEXT, v TEXT)")
+        conn.executemany(
+            "INSERT INTO fork_things (session_id, v) VALUES (?, ?)",
+            [("s1", "one"), ("s2", "two"), ("s1", "three")],
+        )
+        conn.execute("CREATE TABLE fork_settings (k TEXT PRIMARY KEY, v TEXT)")
+        conn.execute("INSERT INTO fork_settings VALUES ('colour', 'blue')")
+    conn.close()
+    return path
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_a_forks_columns_and_tables_travel_in_the_bundle_and_import_names_them(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    source = _forked_store(tmp_path / "fork.db", migrated_copy)
+    everything = tmp_path / "all.jsonl"
+    assert _export(source, everything) == {"sessions": 2, "messages": 1}
+    header, *body = _lines(everything)
+    assert header["schema_version"] == 16
+    assert header["tables"] == {"fork_settings": 1, "fork_things": 3}
+    sessions = {line["id"]: line for line in body if line["type"] == "session"}
+    assert list(sessions["s1"])[-1] == "fork_note"
+    assert (sessions["s1"]["fork_note"], sessions["s2"]["fork_note"]) == ("kept by the fork", None)
+    assert [line for line in body if line["type"] == "row"] == [
+        {"type": "row", "table": "fork_settings", "row": {"k": "colour", "v": "blue"}},
+        {"type": "row", "table": "fork_things", "row": {"id": 1, "session_id": "s1", "v": "one"}},
+        {"type": "row", "table": "fork_things", "row": {"id": 2, "session_id": "s2", "v": "two"}},
+        {"type": "row", "table": "fork_things", "row": {"id": 3, "session_id": "s1", "v": "three"}},
+    ]
+    # One session's bundle carries the rows of that session's, and no table tied to none.
+    one = tmp_path / "one.jsonl"
+    _export(source, one, session_id="s2")
+    header, *body = _lines(one)
+    assert header["tables"] == {"fork_settings": 0, "fork_things": 1}
+    assert [line["row"] for line in body if line["type"] == "row"] == [
+        {"id": 2, "session_id": "s2", "v": "two"}
+    ]
+    # A store of this package cannot hold the column: the import says which, and adds nothing.
+    target = migrated_copy(tmp_path / "target.db")
+    with pytest.raises(BundleError, match=r"unknown session column\(s\) fork_note"):
+        _import(target, everything)
+    assert _rows(target, "sessions") == []
+
+
+def test_import_names_a_table_it_cannot_hold(
+    tmp_path: Path, migrated_copy: Callable[[Path], Path]
+) -> None:
+    bundle = tmp_path / "rows.jsonl"
+    header = {"format": FORMAT, "version": 1, "schema_version": 16, "sessions": 0, "messages": 0}
+    row = {"type": "row", "table": "fork_settings", "row": {"k": "colour"}}
+    bundle.write_text(json.dumps(header) + "\n" + json.dumps(row) + "\n", encoding="utf-8")
+    target = migrated_copy(tmp_path / "target.db")
+    refusal = r"rows\.jsonl:2: a row of table 'fork_settings', which a store of this package"
+    with pytest.raises(BundleError, match=refusal):
+        _import(target, bundle)

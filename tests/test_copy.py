@@ -513,6 +513,47 @@ def test_a_source_without_a_store_is_refused(tmp_path: Path, pg: Server) -> None
     assert not (tmp_path / "t.db").exists()
 
 
+def test_what_a_store_of_version_16_cannot_hold_is_named_and_nothing_is_copied(
+    tmp_path: Path, migrated_copy: Any
+) -> None:
+    # A fork's column and tables would be left behind: the copy says which, before any write.
+    source = rich_store(tmp_path / "fork.db", migrated_copy)
+    conn = sqlite3.connect(source)
+    with conn:
+        conn.execute("ALTER TABLE sessions ADD COLUMN fork_note TEXT")
+        conn.execute("CREATE TABLE fork_things (id INTEGER PRIMARY KEY, v TEXT)")
+    conn.close()
+    before = source.read_bytes()
+    target = tmp_path / "t.db"
+    with pytest.raises(CopyError) as refused:
+        copy_store(source, target)
+    assert str(refused.value) == (
+        f"{source} has what a version 16 store cannot hold: a copy would lose "
+        "sessions.fork_note, table fork_things; nothing was copied "
+        "(`hermes-models export` keeps all of it in a bundle)"
+    )
+    assert not target.exists()
+    assert source.read_bytes() == before
+
+
+def test_a_newer_hermes_file_is_refused_naming_what_would_be_lost(tmp_path: Path) -> None:
+    import newer
+
+    source = newer.build(tmp_path / "v31.db", "v31")
+    target = tmp_path / "t.db"
+    with pytest.raises(CopyError) as refused:
+        copy_store(source, target)
+    message = str(refused.value)
+    assert message.startswith(
+        f"{source} has Hermes schema version 31, newer than 16: a copy would lose sessions."
+    )
+    assert message.endswith(
+        "; nothing was copied (`hermes-models export` keeps all of it in a bundle)"
+    )
+    assert " more" in message  # more than six things are named by count
+    assert not target.exists()
+
+
 # -- damaged sources -----------------------------------------------------------------------------
 
 

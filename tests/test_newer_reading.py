@@ -42,6 +42,8 @@ RESET_REASONS = (
     "resume_pending_expired",
 )
 MARKERS = ("_branched_from", "_delegate_from", "_reset_from")
+#: The tables of a v16 store (whose rows are a bundle's sessions and messages, or none).
+V16_TABLES = ("sessions", "messages", "state_meta", "compression_locks", "schema_version")
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -897,19 +899,35 @@ def test_export_bundle_is_lossless(
     assert counts == {"sessions": len(newer.SESSIONS), "messages": len(newer.MESSAGES)}
     lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
     header, body = lines[0], lines[1:]
+    # Every table the later Hermes (or the fork) added travels too, row by row.
+    with plain(built[shape]) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        added = {
+            name: newer.rows(conn, name)
+            for name in sorted(names)
+            if name not in V16_TABLES and not name.startswith(("sqlite_", "messages_fts"))
+        }
+    assert "system_prompts" in added or newer.SCHEMA_VERSION[shape] < 25
     assert header == {
         "format": "hermes-models-bundle",
         "version": 1,
         "schema_version": newer.SCHEMA_VERSION[shape],
         "sessions": len(newer.SESSIONS),
         "messages": len(newer.MESSAGES),
+        **({"tables": {name: len(rows) for name, rows in added.items()}} if added else {}),
     }
     sessions = sorted(file_rows(built[shape], "sessions"), key=lambda r: (r["started_at"], r["id"]))
     messages = sorted(file_rows(built[shape], "messages"), key=lambda r: r["id"])
+    rows = [line for line in body if line["type"] == "row"]
+    body = [line for line in body if line["type"] != "row"]
     assert body == [
         *({"type": "session", **row} for row in sessions),
         *({"type": "message", **row} for row in messages),
     ]
+    assert sorted(rows, key=json.dumps) == sorted(
+        ({"type": "row", "table": name, "row": row} for name, got in added.items() for row in got),
+        key=json.dumps,
+    )
     for line in body:
         table = "sessions" if line["type"] == "session" else "messages"
         assert list(line) == ["type", *newer.columns(shape, table)]

@@ -135,6 +135,10 @@ def connect(
                     _databases.pop(key, None)
                     db.close()
                     db = None
+                elif shape != db.shape:
+                    # Another program changed the structure (a fork added a column):
+                    # what SQL is built for, and what an export carries, follows it.
+                    db.shape = shape
             if db is None:
                 db = _open(path, read_only=read_only, migrate=migrate, chosen=chosen)
                 _databases[key] = db

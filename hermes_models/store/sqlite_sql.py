@@ -246,6 +246,31 @@ def ids_in_list(table: str) -> str:
     return f'SELECT id FROM "{table}" WHERE id IN (SELECT value FROM json_each(?))'
 
 
+#: Every table of the file with its CREATE text (what a bundle carries is chosen from it).
+TABLES_WITH_SQL = "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+
+
+def is_virtual_table(sql: object) -> bool:
+    """True when ``sql`` (a table's text in ``sqlite_master``) creates a virtual table."""
+    return str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL")
+
+
+def every_row(table: str, columns: int) -> str:
+    """Every row of ``table`` (a name read from the file), ordered by all its ``columns``."""
+    order = ", ".join(str(i) for i in range(1, columns + 1))
+    return f"SELECT * FROM {quote(table)} ORDER BY {order}"
+
+
+def rows_among(table: str, column: str, columns: int) -> str:
+    """The rows of ``table`` whose ``column`` is in a bound JSON list, ordered by all its
+    ``columns`` (names read from the file)."""
+    order = ", ".join(str(i) for i in range(1, columns + 1))
+    return (
+        f"SELECT * FROM {quote(table)} WHERE {quote(column)} IN"
+        f" (SELECT value FROM json_each(?)) ORDER BY {order}"
+    )
+
+
 def columns_by_key(table: str, columns: Sequence[str], key: str) -> str:
     """``columns`` of the row of ``table`` whose ``key`` column is bound (names read from
     the file: columns a newer Hermes added)."""

@@ -40,7 +40,7 @@ from ..checks import expand_user
 from ..driver import sqlite3
 from ..errors import BundleError
 from ..models import Message, Session, stored_fields, walk_sessions
-from ..store import SCHEMA_VERSION, among, current, rows_read_leniently
+from ..store import SCHEMA_VERSION, among, current, rows_read_leniently, sqlite_sql
 from . import jsonl
 from .output import open_output
 
@@ -141,11 +141,75 @@ def chunks(items: Sequence[Any], size: int = _ID_CHUNK) -> Iterator[Sequence[Any
 
 def file_columns(model: type[Session] | type[Message]) -> tuple[str, ...]:
     """The columns a bundle line of ``model`` carries: the v16 columns, or on a file
-    newer than v16 every column the file has (in file order), so nothing is lost."""
+    newer than v16, or one with columns a fork added, every column the file has (in
+    file order), so nothing is lost (an import refuses the columns it cannot hold)."""
+    v16 = SESSION_COLUMNS if model is Session else MESSAGE_COLUMNS
     shape = current().shape
-    if shape is not None and shape.newer:
-        return tuple(shape.columns[model._meta.table_name])
-    return SESSION_COLUMNS if model is Session else MESSAGE_COLUMNS
+    if shape is None or shape.dialect != "sqlite":
+        return v16
+    present = tuple(shape.columns.get(model._meta.table_name, ()))
+    if shape.newer or not set(present) <= set(v16):
+        return present
+    return v16
+
+
+#: Tables of a store that a bundle does not carry as added tables: the v16 ones (their
+#: rows are the bundle's sessions and messages, or the store's own bookkeeping) and the
+#: migrations' records.
+_OWN_TABLES = frozenset(
+    {"sessions", "messages", "state_meta", "compression_locks", "schema_version"}
+)
+
+
+def added_tables() -> list[str]:
+    """The tables a later Hermes (or a fork) added to the open file, which a bundle of
+    it carries (``system_prompts``, ``session_model_usage``, ...): see
+    :func:`added_among`. Empty on a server and on a file this package or Hermes v16 made."""
+    shape = current().shape
+    if shape is None or shape.dialect != "sqlite":
+        return []
+    return added_among(raw(sqlite_sql.TABLES_WITH_SQL).fetchall())
+
+
+def added_among(listed: Iterable[tuple[str, Any]]) -> list[str]:
+    """Of ``(name, sql)`` of a file's tables, those beyond a v16 store's: every ordinary
+    table but the v16 ones, SQLite's and yoyo's own, and full-text indexes with their
+    shadow tables."""
+    listed = list(listed)
+    virtual = [name for name, sql in listed if sqlite_sql.is_virtual_table(sql)]
+    return [
+        name
+        for name, _ in listed
+        if name not in _OWN_TABLES
+        and not name.startswith(("sqlite_", "_yoyo", "yoyo"))
+        and name not in virtual
+        and not any(name.startswith(f"{table}_") for table in virtual)
+    ]
+
+
+def _added_rows(table: str, ids: list[str] | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The columns and rows of an added table that belong in a bundle of sessions
+    ``ids`` (None: every row): rows with a ``session_id`` of those sessions, system
+    prompts those sessions point to; a table tied to no session only in a bundle of
+    everything. Ordered by every column, so that the output stays the same."""
+    columns = [str(row[1]) for row in raw(sqlite_sql.table_info(table)).fetchall()]
+    if ids is None:
+        return columns, raw(sqlite_sql.every_row(table, len(columns))).fetchall()
+    if "session_id" in columns:
+        statement = sqlite_sql.rows_among(table, "session_id", len(columns))
+        return columns, raw(statement, [json.dumps(ids)]).fetchall()
+    if table == "system_prompts" and "hash" in columns:
+        shape = current().shape
+        pointing = ("system_prompt_hash", "tool_names")
+        pointed = [Session._meta.columns[c] for c in pointing if shape and shape.has("sessions", c)]
+        wanted: list[str] = []
+        if pointed:
+            chosen = Session.select(*pointed).where(among(Session.id, ids))
+            found = raw(chosen).fetchall()
+            wanted = sorted({str(v) for row in found for v in row if v is not None})
+        statement = sqlite_sql.rows_among(table, "hash", len(columns))
+        return columns, raw(statement, [json.dumps(wanted)]).fetchall()
+    return columns, []
 
 
 def _selected(model: type[Session] | type[Message]) -> list[Any]:
@@ -230,6 +294,10 @@ def _records(
             "sessions": session_total(ids),
             "messages": total,
         }
+        # Held whole before the header, which counts them: tables of a few rows each.
+        added = {table: _added_rows(table, ids) for table in added_tables()}
+        if added:
+            header["tables"] = {table: len(rows) for table, (_, rows) in added.items()}
         yield "header", dumps(header) + "\n"
         session_columns, message_columns = file_columns(Session), file_columns(Message)
         for row in session_rows(ids):
@@ -242,6 +310,10 @@ def _records(
             done += 1
             if progress is not None and (done % CHUNK_ROWS == 0 or done == total):
                 progress(done, total)
+        for table, (columns, rows) in added.items():
+            for row in rows:
+                values = dict(zip(columns, map(_encode, row)))
+                yield "row", dumps({"type": "row", "table": table, "row": values}) + "\n"
 
 
 def export_bundle(
@@ -261,7 +333,7 @@ def export_bundle(
     with open_output(target, overwrite=overwrite) as out:
         for kind, line in _records(session_id, source, progress):
             out.write(line)
-            if kind != "header":
+            if kind in ("session", "message"):
                 counts[kind + "s"] += 1
     return counts
 

@@ -383,6 +383,11 @@ def records(source: Source) -> Iterator[tuple[str, str, dict[str, Any]]]:
             yield where, "header", _header(record, where)
             continue
         kind = record.pop("type", None)
+        if kind == "row":  # a bundle of a newer Hermes' or a fork's file (not read here)
+            raise BundleError(
+                f"{where}: a row of table {record.get('table')!r}, which a store of this "
+                "package does not have; nothing was imported"
+            )
         if kind not in ("session", "message"):
             shown = repr(kind) if isinstance(kind, (str, int, float, type(None))) else _kind(kind)
             raise BundleError(f"{where}: unknown line type {shown}")

@@ -75,7 +75,7 @@ from ..store import (
     resolve_path,
     sqlite_sql,
 )
-from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress
+from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, added_among
 from .staging import PAUSE_SECONDS, TRANSACTION_SECONDS, settled_titles
 
 log = logging.getLogger("hermes_models")
@@ -404,14 +404,36 @@ def _identity(store: str | os.PathLike[str]) -> tuple[str, ...]:
     return ("sqlite", os.path.realpath(resolve_path(store, argument="store")))
 
 
+def _beyond_v16(side: _Side, shape: Any) -> list[str]:
+    """What a source holds that a v16 store cannot: its added columns (``table.column``)
+    and added tables (see :func:`hermes_models.transfer.bundle.added_among`)."""
+    columns = [
+        f"{table}.{column}"
+        for table, v16 in (("sessions", SESSION_COLUMNS), ("messages", MESSAGE_COLUMNS))
+        for column in shape.columns.get(table, ())
+        if column not in v16
+    ]
+    if shape.dialect != "sqlite":
+        return columns
+    return columns + [f"table {name}" for name in added_among(side.all(sqlite_sql.TABLES_WITH_SQL))]
+
+
 def _check_source(side: _Side) -> None:
     shape = side.shape()
     if shape is None or not {"sessions", "messages"} <= set(shape.tables):
         raise CopyError(f"{side.label} holds no Hermes session store (nothing to copy)")
-    if shape.newer:
+    beyond = _beyond_v16(side, shape)
+    if shape.newer or beyond:
+        named = ", ".join(beyond[:6]) + (f" and {len(beyond) - 6} more" if len(beyond) > 6 else "")
+        what = (
+            f"has Hermes schema version {shape.describe_version()}, newer than {SCHEMA_VERSION}"
+            if shape.newer
+            else f"has what a version {SCHEMA_VERSION} store cannot hold"
+        )
         raise CopyError(
-            f"{side.label} has Hermes schema version {shape.describe_version()}, newer than "
-            f"{SCHEMA_VERSION}: a copy would lose what the later Hermes added"
+            f"{side.label} {what}: a copy would lose "
+            + (named if beyond else "what the later Hermes added")
+            + "; nothing was copied (`hermes-models export` keeps all of it in a bundle)"
         )
     missing = [
         f"{table}.{column}"
