@@ -536,6 +536,50 @@ def test_what_a_store_of_version_16_cannot_hold_is_named_and_nothing_is_copied(
     assert source.read_bytes() == before
 
 
+TOPIC_ROWS = {
+    "telegram_dm_topic_mode": "SELECT chat_id, user_id, enabled, has_topics_enabled,"
+    " allows_users_to_create_topics FROM telegram_dm_topic_mode ORDER BY chat_id",
+    "telegram_dm_topic_bindings": "SELECT chat_id, thread_id, user_id, session_key, session_id,"
+    " managed_mode FROM telegram_dm_topic_bindings ORDER BY chat_id, thread_id",
+}
+
+
+@pytest.mark.parametrize("into", ["file", pytest.param("server", marks=pytest.mark.postgresql)])
+def test_telegram_topic_tables_are_copied(
+    tmp_path: Path, migrated_copy: Any, request: pytest.FixtureRequest, into: str
+) -> None:
+    source = rich_store(tmp_path / "topics.db", migrated_copy)
+    with SessionDB(source) as store:
+        store.enable_telegram_topic_mode(chat_id="c1", user_id="u1", has_topics_enabled=True)
+        store.enable_telegram_topic_mode(chat_id="c2", user_id="u2")
+        store.bind_telegram_topic(
+            chat_id="c1", thread_id="7", user_id="u1", session_key="k1", session_id="root"
+        )
+        store.bind_telegram_topic(
+            chat_id="c1", thread_id="8", user_id="u1", session_key="k2", session_id="child"
+        )
+    expected = {table: sqlite_execute(source, sql) for table, sql in TOPIC_ROWS.items()}
+    assert [len(rows) for rows in expected.values()] == [2, 2]
+    if into == "file":
+        target: Any = tmp_path / "t.db"
+        read = lambda sql: sqlite_execute(target, sql)  # noqa: E731
+    else:
+        target = request.getfixturevalue("pg").new_database(migrated=False)
+        read = lambda sql: pg_execute(target, sql)  # noqa: E731
+    report = copy_store(source, target)
+    assert report.topic_rows_copied == 4
+    assert report.verified["telegram_dm_topic_mode"] == 2
+    assert report.verified["telegram_dm_topic_bindings"] == 2
+    assert {table: [tuple(r) for r in read(sql)] for table, sql in TOPIC_ROWS.items()} == expected
+    again = copy_store(source, target, merge=True)  # a merge adds nothing the target has
+    assert again.topic_rows_copied == 0
+    assert {table: [tuple(r) for r in read(sql)] for table, sql in TOPIC_ROWS.items()} == expected
+    with SessionDB(target) as store:
+        assert store.is_telegram_topic_mode_enabled(chat_id="c1", user_id="u1") is True
+        binding = store.get_telegram_topic_binding(chat_id="c1", thread_id="8")
+        assert binding is not None and binding["session_id"] == "child"
+
+
 def test_a_newer_hermes_file_is_refused_naming_what_would_be_lost(tmp_path: Path) -> None:
     import newer
 

@@ -284,6 +284,13 @@ COPY_ORPHAN_MESSAGES = (
 )
 #: Every ``state_meta`` row.
 COPY_META_ROWS = "SELECT key, value FROM state_meta"
+
+
+def table_rows(table: str, columns: Sequence[str]) -> str:
+    """``columns`` of every row of ``table`` (names of the package's own tables)."""
+    return f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(table)}"
+
+
 #: Every compression lock.
 COPY_LOCK_ROWS = "SELECT session_id, holder, acquired_at, expires_at FROM compression_locks"
 #: Set a session's parent (after a cycle of parent links was copied without it).

@@ -271,6 +271,11 @@ def rows_among(table: str, column: str, columns: int) -> str:
     )
 
 
+def table_rows(table: str, columns: Sequence[str]) -> str:
+    """``columns`` of every row of ``table`` (names of the package's own tables)."""
+    return f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(table)}"
+
+
 def columns_by_key(table: str, columns: Sequence[str], key: str) -> str:
     """``columns`` of the row of ``table`` whose ``key`` column is bound (names read from
     the file: columns a newer Hermes added)."""

@@ -61,8 +61,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from ..conversations import telegram
 from ..errors import CopyError, TargetNotEmptyError, VerificationError
 from ..models import order_sessions
 from ..store import (
@@ -74,6 +75,7 @@ from ..store import (
     postgres_sql,
     resolve_path,
     sqlite_sql,
+    using,
 )
 from .bundle import MESSAGE_COLUMNS, SESSION_COLUMNS, Progress, added_among
 from .staging import PAUSE_SECONDS, TRANSACTION_SECONDS, settled_titles
@@ -102,6 +104,12 @@ META_COLUMNS = ("key", "value")
 LOCK_COLUMNS = ("session_id", "holder", "acquired_at", "expires_at")
 #: The tables a copy owns, in the order they are reported.
 TABLES = ("sessions", "messages", "state_meta", "compression_locks")
+#: The Telegram topic tables (an opt-in migration set) a copy carries when the source
+#: has them: their columns, and how many of the first make a row's key.
+TOPIC_TABLES: dict[str, tuple[tuple[str, ...], int]] = {
+    model._meta.table_name: (tuple(f.column_name for f in model._meta.sorted_fields), keys)
+    for model, keys in ((telegram.TelegramTopicMode, 1), (telegram.TelegramTopicBinding, 2))
+}
 
 _PARENT = SESSION_COLUMNS.index("parent_session_id")
 _TITLE = SESSION_COLUMNS.index("title")
@@ -116,6 +124,8 @@ class _Side:
 
     label: str
     identity: tuple[str, ...]
+    #: The store's handle (a file's or a server's).
+    db: Any
     #: Whether a write transaction here makes every other writer wait (a file's
     #: write lock), so that the copy writes in short, paced batches.
     paced: bool
@@ -132,6 +142,11 @@ class _Side:
 
     def refresh_statistics(self) -> None:
         """Have the planner count what the copy wrote (a file's planner needs nothing)."""
+
+    def set_up_topics(self) -> None:
+        """Create the Telegram topic tables here (the opt-in migration set)."""
+        with using(self.db):
+            telegram.apply()
 
     def shape(self) -> Any:
         raise NotImplementedError
@@ -257,7 +272,7 @@ class _SqliteSide(_Side):
             cursor.close()
 
     def write(self, fn: Callable[[], T]) -> T:
-        return self.db.write(fn)
+        return cast(T, self.db.write(fn))
 
     def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         self.db.cursor().executemany(sqlite_sql.multi_row_insert(table, columns, 1), rows)
@@ -415,7 +430,8 @@ def _beyond_v16(side: _Side, shape: Any) -> list[str]:
     ]
     if shape.dialect != "sqlite":
         return columns
-    return columns + [f"table {name}" for name in added_among(side.all(sqlite_sql.TABLES_WITH_SQL))]
+    added = added_among(side.all(sqlite_sql.TABLES_WITH_SQL))
+    return columns + [f"table {name}" for name in added if name not in TOPIC_TABLES]
 
 
 def _check_source(side: _Side) -> None:
@@ -518,6 +534,8 @@ class CopyReport:
     messages_renumbered: int = 0
     state_meta_copied: int = 0
     compression_locks_copied: int = 0
+    #: Rows of the Telegram topic tables copied (0 when the source has none).
+    topic_rows_copied: int = 0
     #: Messages of the source whose session does not exist (not copied).
     orphan_messages: int = 0
     #: Parent links to a session in neither store (copied as no parent).
@@ -647,6 +665,7 @@ class _Copy:
             if looped:
                 self.copy_batch(looped)
             self.dst.write(self.finish)
+            self.copy_topics()
             self.dst.index_grams()
             self.dst.refresh_statistics()
             self.report.titles_renamed = sum(1 for s in self.renamed if s in self.added)
@@ -801,6 +820,30 @@ class _Copy:
         # New messages in the target get ids above every id either store handed out.
         self.dst.raise_sequence(max(self.next_id, self.src.sequence()))
 
+    def copy_topics(self) -> None:
+        """The rows of the Telegram topic tables the target lacks (by key), when the
+        source has the tables; the target gets them first. A binding of a session the
+        target does not hold is left out (the foreign key would refuse it)."""
+        tables = [t for t in TOPIC_TABLES if t in (self.src.shape().tables or ())]
+        if not tables:
+            return
+        self.dst.set_up_topics()
+
+        def write() -> None:
+            for table in tables:
+                columns, keys = TOPIC_TABLES[table]
+                rows = [tuple(r) for r in self.src.all(self.src.sql.table_rows(table, columns))]
+                if "session_id" in columns:
+                    at = columns.index("session_id")
+                    held = self.dst.present("sessions", sorted({r[at] for r in rows}))
+                    rows = [r for r in rows if r[at] in held]
+                have = {r[:keys] for r in self.dst.all(self.dst.sql.table_rows(table, columns))}
+                missing = [r for r in rows if r[:keys] not in have]
+                self.dst.insert_ignore(table, columns, missing)
+                self.report.topic_rows_copied += len(missing)
+
+        self.dst.write(write)
+
 
 # -- verifying ----------------------------------------------------------------------------------
 
@@ -848,13 +891,8 @@ class _Verifier:
                 for r in self.dst.all(getattr(self.dst.sql, statement))
                 if r[0] not in LOCAL_META
             }
-            for key, row in mine.items():
-                if key not in theirs:
-                    raise VerificationError(
-                        f"{table}: {columns[0]} {key!r} is missing from {self.dst.label}"
-                    )
-                if theirs[key] != row:
-                    self.differ(f"{table}: the row of {columns[0]} {key!r}", key, strict=False)
+            self.same_rows(table, f"{columns[0]} ", mine, theirs)
+        topics = self.topics()
         found = self.dst.check_grams()
         if found is not None and not found.ok:
             wrong = sorted({*found.wrong, *found.stray})
@@ -865,6 +903,7 @@ class _Verifier:
             )
         verified = {table: self.dst.count(table) for table in TABLES}
         verified["state_meta"] -= self.dst.meta(MARKER_KEY) is not None
+        verified.update({table: self.dst.count(table) for table in topics})
         versions = (
             self.src.one(self.src.sql.SCHEMA_VERSION),
             self.dst.one(self.dst.sql.SCHEMA_VERSION),
@@ -883,6 +922,7 @@ class _Verifier:
                     [r for r in self.src.all(self.src.sql.COPY_META_ROWS) if r[0] not in LOCAL_META]
                 ),
                 "compression_locks": self.src.count("compression_locks"),
+                **topics,
             }
             for table, rows in expected.items():
                 if verified[table] != rows:
@@ -891,6 +931,37 @@ class _Verifier:
                         f"{self.dst.label} {verified[table]}"
                     )
         return verified
+
+    def topics(self) -> dict[str, int]:
+        """Check the Telegram topic rows of the source against the target's, by key;
+        returns how many rows of each table the target should hold in a plain copy
+        (a binding of a session the target lacks was left out)."""
+        expected: dict[str, int] = {}
+        for table, (columns, keys) in TOPIC_TABLES.items():
+            if table not in (self.src.shape().tables or ()):
+                continue
+            statement = self.src.sql.table_rows(table, columns)
+            mine = {tuple(r[:keys]): tuple(map(_plain, r)) for r in self.src.all(statement)}
+            statement = self.dst.sql.table_rows(table, columns)
+            theirs = {tuple(r[:keys]): tuple(map(_plain, r)) for r in self.dst.all(statement)}
+            if "session_id" in columns:
+                at = columns.index("session_id")
+                held = self.dst.present("sessions", sorted({r[at] for r in mine.values()}))
+                mine = {k: r for k, r in mine.items() if r[at] in held}
+            self.same_rows(table, "", mine, theirs)
+            expected[table] = len(mine)
+        return expected
+
+    def same_rows(
+        self, table: str, named: str, mine: dict[Any, tuple[Any, ...]], theirs: dict[Any, Any]
+    ) -> None:
+        """Each row of the source (by key) is in the target; a row that differs is an
+        error, or in a merge kept as the target has it. ``named`` prefixes the key."""
+        for key, row in mine.items():
+            if key not in theirs:
+                raise VerificationError(f"{table}: {named}{key!r} is missing from {self.dst.label}")
+            if theirs[key] != row:
+                self.differ(f"{table}: the row of {named}{key!r}", key, strict=False)
 
     def sessions(self, ids: list[str], parents: dict[str, str | None]) -> None:
         mine = {row[0]: row for row in self.src.session_rows(ids)}
