@@ -632,21 +632,35 @@ class SessionDB:
 
     @_api
     def get_messages_as_conversation(
-        self, session_id: str, include_ancestors: bool = False, include_inactive: bool = False
+        self,
+        session_id: str,
+        include_ancestors: bool = False,
+        include_inactive: bool = False,
+        *,
+        include_row_ids: bool = False,
     ) -> list[dict[str, Any]]:
-        """OpenAI-style messages ordered by (timestamp, id), as Hermes replays them.
+        """OpenAI-style messages as the Hermes that wrote the file replays them.
 
         Each has ``role`` and ``content`` (user and assistant text cleaned of
         recalled-memory blocks) and, when set, ``timestamp``, ``tool_call_id``,
         ``tool_name``, ``tool_calls``, ``message_id`` (the platform's id),
         ``observed``; assistant messages add ``finish_reason``, ``reasoning``,
-        ``reasoning_content`` and the decoded reasoning details. With
-        ``include_ancestors`` the sessions up the parent chain come first
-        (any link, the root first) and a prompt re-sent on resume is dropped.
+        ``reasoning_content`` and the decoded reasoning details. A v16 file is
+        replayed by (timestamp, id); a file of a later Hermes by id, with the keys
+        that Hermes adds (``api_content`` beside ``content``, ``display_kind``,
+        ``display_metadata``, ``effect_disposition``, ``_db_persisted``, the v31
+        uids) and its clean-ups. With ``include_ancestors`` the sessions the
+        conversation continues come first (the root first) and a prompt re-sent
+        on resume is dropped; ``include_row_ids`` (keyword only, as Hermes v25 on
+        take it) adds each message's id as ``_row_id``. See
+        :func:`hermes_models.conversations.history.conversation`.
         """
         check_session_id(session_id)
         return history.conversation(
-            session_id, include_ancestors=include_ancestors, include_inactive=include_inactive
+            session_id,
+            include_ancestors=include_ancestors,
+            include_inactive=include_inactive,
+            include_row_ids=include_row_ids,
         )
 
     @_api

@@ -4,8 +4,11 @@ asked of it and of this package (``tests/test_hermes_differential.py``).
 :func:`build` writes, with a seed, what a Hermes user's store holds: sessions of
 nine sources, a compression chain, a /branch fork, delegated runs, a reset, CJK
 text, a tool result over 8,192 characters, a multimodal message, system prompts,
-titles, an archived session and rewound rows. A feature a release lacks (a keyword
-its ``append_message`` does not take) is left out of that release's store.
+titles, an archived session and rewound rows, and a session each release replays in
+its own way (:func:`replayed`: a clock stepped back, ``session_meta``, ``api_content``,
+display rows, background-review turns, a bare tool marker answer, a user turn cloned
+into a compression's continuation; v31 stores the uids). A feature a release lacks (a
+keyword its ``append_message`` does not take) is left out of that release's store.
 :data:`CALLS` are the read calls of ``SessionDB`` asked of both sides.
 """
 
@@ -39,8 +42,9 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(words)
 
 
-def build(h: HermesProcess, seed: int = 1) -> dict[str, list[str]]:
-    """Fill the store ``h`` has open; returns the session and title names made."""
+def build(h: HermesProcess, seed: int = 1) -> dict[str, list[Any]]:
+    """Fill the store ``h`` has open; returns the session and title names made, and
+    whether the release takes ``include_row_ids``."""
     rng = random.Random(seed)
     sessions: list[str] = []
     titles: list[str] = []
@@ -109,10 +113,56 @@ def build(h: HermesProcess, seed: int = 1) -> dict[str, list[str]]:
     ids = talk("tool-6", 2)
     _maybe(h, "rewind_to_message", "tool-6", ids[2])  # the second user message
     h.call("set_session_archived", "kanban-8", True)
-    return {"sessions": sessions, "titles": titles}
+    replayed(h)
+    row_ids = _maybe(h, "get_messages_as_conversation", "replay", include_row_ids=True)
+    return {
+        "sessions": [*sessions, "replay", "replay-2"],
+        "titles": titles,
+        "row_ids": [row_ids is not None],
+    }
 
 
-def calls(built: dict[str, list[str]]) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+#: The text of a background-review prompt (Hermes v17 on replay a session without it).
+REVIEW = "Review the conversation above and update the skill library"
+
+
+def replayed(h: HermesProcess) -> None:
+    """Rows each release's replay treats in its own way, through its own
+    ``append_message``: a clock stepped back, transcript bookkeeping, the wire text
+    beside the content (v22 on), display rows (v25 on), background-review turns, a
+    bare tool-marker answer, and a user turn a compression cloned into the
+    continuation (the clone keeps the original's time and content)."""
+    h.call("create_session", "replay", "cli")
+    at = 1_767_000_000.0
+    h.call("append_message", "replay", "user", "socket question", timestamp=at + 10)
+    h.call("append_message", "replay", "assistant", "epoll answer", timestamp=at + 11)
+    h.call("append_message", "replay", "user", "ledger after a clock step", timestamp=at + 5)
+    h.call("append_message", "replay", "session_meta", '{"event": "turn_started"}')
+    memory = "<memory-context>likes tea</memory-context> harbor question"
+    _maybe(h, "append_message", "replay", "user", memory, api_content=memory + " [sent]")
+    marker = [{"id": "call-m|item-m", "type": "function", "function": {"name": "memory"}}]
+    h.call("append_message", "replay", "assistant", "[memory]", tool_calls=marker)
+    h.call("append_message", "replay", "tool", "remembered", tool_call_id="item-m")
+    disposition = {"effect_disposition": "applied"}
+    _maybe(h, "append_message", "replay", "tool", "applied", tool_call_id="call-m", **disposition)
+    kind = {"display_kind": "async_delegation_complete", "display_metadata": {"task_count": 2}}
+    _maybe(h, "append_message", "replay", "user", "delegation done", **kind)
+    h.call("append_message", "replay", "user", REVIEW + ". Be brief.")
+    h.call("append_message", "replay", "assistant", "curator reply")
+    h.call("append_message", "replay", "user", "kestrel question")
+    h.call("append_message", "replay", "assistant", "kestrel answer")
+    h.call("append_message", "replay", "user", REVIEW)
+    h.call("append_message", "replay", "system", REVIEW + " again")
+    h.call("append_message", "replay", "assistant", "reply after two prompts")
+    h.call("append_message", "replay", "user", "clone me", timestamp=at + 50)
+    h.call("append_message", "replay", "assistant", "cloned answer", timestamp=at + 51)
+    h.call("end_session", "replay", "compression")
+    h.call("create_session", "replay-2", "cli", parent_session_id="replay")
+    h.call("append_message", "replay-2", "user", "clone me", timestamp=at + 50)
+    h.call("append_message", "replay-2", "assistant", "continued", timestamp=at + 52)
+
+
+def calls(built: dict[str, list[Any]]) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     """The read calls asked of both sides of a store :func:`build` made."""
     asked: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
     for kwargs in (
@@ -144,6 +194,10 @@ def calls(built: dict[str, list[str]]) -> list[tuple[str, tuple[Any, ...], dict[
             ("resolve_resume_session_id", (sid,), {}),
             ("resolve_session_id", (sid[:4],), {}),
         ]
+    for sid in ("replay", "replay-2"):
+        asked.append(("get_messages_as_conversation", (sid,), {"include_inactive": True}))
+        if built["row_ids"][0]:  # Hermes v25 on
+            asked.append(("get_messages_as_conversation", (sid,), {"include_row_ids": True}))
     for title in built["titles"]:
         asked += [
             ("get_session_by_title", (title,), {}),

@@ -489,30 +489,29 @@ def test_get_messages_live_and_every_row(
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_conversation_replays_api_content_without_session_meta(
+def test_conversation_keeps_content_and_session_meta(
     stores: dict[str, SessionDB], shape: str
 ) -> None:
-    """HERMES_NEWER 3.4: active rows by (timestamp, id), ``session_meta`` left out,
-    ``api_content`` replayed verbatim where set."""
+    """As Hermes v17 on replay: active rows by id, ``session_meta`` rows included
+    (the gateway strips them later), ``content`` as stored and, where set, the wire
+    text beside it as ``api_content`` (verbatim)."""
     store = stores[shape]
     for session_id in sessions_of(shape):
         rows = [
             m
             for m in newer.written_messages(shape)
-            if m["session_id"] == session_id and m["active"] == 1 and m["role"] != "session_meta"
+            if m["session_id"] == session_id and m["active"] == 1
         ]
-        rows.sort(key=lambda m: (m["timestamp"], m["id"]))
-        expected = [
-            (m["role"], m["api_content"] if m.get("api_content") else decode(m["content"]))
-            for m in rows
-        ]
+        rows.sort(key=lambda m: m["id"])
+        expected = [(m["role"], decode(m["content"]), m.get("api_content")) for m in rows]
         got = store.get_messages_as_conversation(session_id)
-        assert [(m["role"], m["content"]) for m in got] == expected, session_id
+        assert [(m["role"], m["content"], m.get("api_content")) for m in got] == expected
     replay = store.get_messages_as_conversation("cont-a")
-    assert "session_meta" not in {m["role"] for m in replay}
+    assert [m["role"] for m in replay].count("session_meta") == 1
     wire = newer.API_CONTENT if newer.has(shape, "messages", "api_content") else None
-    assert [m["content"] for m in replay if m.get("finish_reason") == "tool_calls"] == [
-        wire or "Reading the log file."
+    calls = [m for m in replay if m.get("finish_reason") == "tool_calls"]
+    assert [(m["content"], m.get("api_content")) for m in calls] == [
+        ("Reading the log file.", wire)
     ]
 
 

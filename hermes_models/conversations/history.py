@@ -2,8 +2,8 @@
 
 * :func:`messages_of` - every column, by id: the rows as stored, with only
   ``content`` and ``tool_calls`` decoded;
-* :func:`conversation` - the OpenAI-style replay, by time, optionally with
-  the whole parent chain before it (one statement, whatever its length);
+* :func:`conversation` - the OpenAI-style replay, optionally with the sessions
+  it continues before it (one statement, whatever their number);
 * :func:`messages_around` and :func:`anchored_view` - a window of messages
   around one message id, and the session's opening and closing turns;
 * :func:`recent_user_messages` - the prompts a /rewind picker offers;
@@ -11,13 +11,14 @@
   v17 or later, the live and the compacted history without rows Hermes never
   paints, each logical message once.
 
-On files newer than v16 the replay follows Hermes' later rules too:
-``session_meta`` rows (transcript bookkeeping) are left out, and a row's
-``api_content``, when set, is what the model was sent, so it is replayed.
+The replay follows the rules of the Hermes that wrote the open file, told by
+the file's columns: a v16 file is replayed by time, a later one by id, with
+the keys and the clean-ups its Hermes added.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -26,7 +27,15 @@ from typing import TYPE_CHECKING
 from peewee import fn
 
 from ..checks import check_flag, check_int64
-from ..models import Message, Session, decode_content, decode_json, walk_sessions, with_extra
+from ..models import (
+    Message,
+    Session,
+    compression_expr,
+    decode_content,
+    decode_json,
+    walk_sessions,
+    with_extra,
+)
 from ..store import Prepared, content_text, current, fetch_dicts, file_has, newer_file
 
 if TYPE_CHECKING:
@@ -48,7 +57,7 @@ def _memory_patterns() -> tuple[re.Pattern[str], ...]:
         re.compile(r"<\s*memory-context\s*>[\s\S]*?</\s*memory-context\s*>", re.I),
         re.compile(
             r"\[System note:\s*The following is recalled memory context,\s*NOT new user input\.\s*"
-            r"Treat as [^\]]*\]\s*",
+            r"Treat as (?:informational background data|authoritative reference data[^\]]*)\.\]\s*",
             re.I,
         ),
         re.compile(r"</?\s*memory-context\s*>", re.I),
@@ -96,10 +105,10 @@ def _hydrate(row: dict[str, Any], *, summary: bool = True) -> dict[str, Any]:
 
 def display_metadata(raw: Any) -> dict[str, Any] | None:
     """A ``display_metadata`` column (Hermes v25+) as Hermes reads it: the JSON object
-    it holds (text encoded twice by older writers is decoded twice); None when it is
-    not a JSON object."""
+    its text holds (text encoded twice by older writers is decoded twice); None when
+    it is not a JSON object, or not text (a BLOB)."""
     try:
-        value = json.loads(raw) if isinstance(raw, (str, bytes)) else raw
+        value = json.loads(raw) if isinstance(raw, str) else raw
         if isinstance(value, str):
             value = json.loads(value)
     except (ValueError, TypeError, RecursionError):
@@ -115,9 +124,9 @@ def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[st
 
 #: What a replay reads of each message, in the order :func:`_replay_entry` unpacks it.
 _REPLAY_FIELDS = (
+    Message.id,
     Message.role,
     Message.content,
-    Message.api_content,
     Message.timestamp,
     Message.tool_call_id,
     Message.tool_name,
@@ -131,13 +140,74 @@ _REPLAY_FIELDS = (
     Message.codex_reasoning_items,
     Message.codex_message_items,
 )
+#: What a replay of a newer file reads besides (:func:`_newer_entry`); a column the
+#: file lacks reads as NULL, and a NULL adds no key.
+_NEWER_FIELDS = (
+    Message.effect_disposition,
+    Message.api_content,
+    Message.display_kind,
+    Message.display_metadata,
+    Message.message_uid,
+    Message.absorbed_message_uids,
+    Message.tool_call_uids,
+    Message.tool_call_uid,
+)
+
+#: The openings of Hermes' background-review prompts. Older Hermes builds let the
+#: forked curator write its prompt and reply into the session it reviewed; Hermes
+#: v17 on replay such a session without them.
+_REVIEW_PROMPTS = (
+    "Review the conversation above and update the skill library",
+    "Review the conversation above and consider saving to memory",
+)
+#: Content of an assistant tool-call turn that is only a bracketed tool name
+#: (``[memory]``), which older Hermes builds saved as the answer: replayed empty
+#: from v25 on.
+_BARE_TOOL_MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
 
 
-def _replay_entry(row: tuple[Any, ...]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+    """How the Hermes that wrote the open file replays a conversation, told by the
+    file's structure, never by a version number."""
+
+    #: v17 on (a newer file): by id (insertion order), where a v16 file is replayed by
+    #: (timestamp, id); background-review turns (:data:`_REVIEW_PROMPTS`) left out.
+    newer: bool = False
+    #: v25 on (``display_kind``): a bare ``[tool]`` marker answer is replayed empty.
+    blank_markers: bool = False
+    #: v26 on (``_compressed_summary``): every entry says ``_db_persisted``; with
+    #: ancestors a /branch copy stands alone and a user turn cloned by a compression
+    #: (same time, same content) is kept where the clone is.
+    v26: bool = False
+    #: Search storage 3 on (the later v30 release, v31): a review prompt right after
+    #: another arms no skip, so the reply after two or more in a row stays.
+    review_runs: bool = False
+    #: v31 (``message_uid``): the message's uids come back; with ancestors only the
+    #: compression lineage is followed.
+    v31: bool = False
+
+
+def _rules() -> _Rules:
+    """The :class:`_Rules` of the open file."""
+    shape = current().shape
+    if shape is None or not shape.newer:
+        return _Rules()
+    v31 = shape.has("messages", "message_uid")
+    return _Rules(
+        newer=True,
+        blank_markers=shape.has("messages", "display_kind"),
+        v26=shape.has("messages", "_compressed_summary"),
+        review_runs=v31 or (shape.fts_layout or 0) >= 3,
+        v31=v31,
+    )
+
+
+def _replay_entry(row: tuple[Any, ...], row_ids: bool) -> dict[str, Any]:
     (
+        row_id,
         role,
         stored,
-        sent,
         timestamp,
         tool_call_id,
         tool_name,
@@ -148,11 +218,13 @@ def _replay_entry(row: tuple[Any, ...]) -> dict[str, Any]:
         reasoning,
         reasoning_content,
         *decoded_later,
-    ) = row
-    content = decode_content(stored if sent is None else sent)
+    ) = row[:15]
+    content = decode_content(stored)
     if role in ("user", "assistant") and isinstance(content, str):
         content = sanitize_context(content).strip()
     entry: dict[str, Any] = {"role": role, "content": content}
+    if row_ids:
+        entry["_row_id"] = row_id
     if timestamp:
         entry["timestamp"] = timestamp
     if tool_call_id:
@@ -178,6 +250,149 @@ def _replay_entry(row: tuple[Any, ...]) -> dict[str, Any]:
     return entry
 
 
+def _newer_entry(row: tuple[Any, ...], entry: dict[str, Any], rules: _Rules) -> None:
+    """``entry`` given the keys Hermes v22 on add from the columns :data:`_NEWER_FIELDS`
+    reads: ``api_content`` verbatim (``content`` stays what the user saw),
+    ``effect_disposition``, ``display_kind``, ``display_metadata`` decoded,
+    ``_db_persisted`` (v26 on) and the v31 uids."""
+    (
+        effect_disposition,
+        api_content,
+        display_kind,
+        metadata,
+        message_uid,
+        absorbed,
+        call_uids,
+        call_uid,
+    ) = row[15:]
+    if rules.v26:
+        entry["_db_persisted"] = True
+    if message_uid:
+        entry["message_uid"] = message_uid
+    if call_uids and (uids := _uid_map(call_uids)):
+        entry["_tool_call_uids"] = uids
+    if call_uid:
+        entry["_tool_call_uid"] = call_uid
+    if absorbed and (absorbed_uids := _uid_list(absorbed)):
+        entry["_absorbed_message_uids"] = absorbed_uids
+    if api_content:
+        entry["api_content"] = api_content
+    if display_kind:
+        entry["display_kind"] = display_kind
+    if metadata and (decoded := display_metadata(metadata)) is not None:
+        entry["display_metadata"] = decoded
+    if effect_disposition:
+        entry["effect_disposition"] = effect_disposition
+
+
+def _uid_list(stored: Any) -> list[str]:
+    """A stored uid list (JSON text): its distinct non-empty strings in order, else ``[]``."""
+    value = _load(stored, []) if isinstance(stored, str) else stored
+    if not isinstance(value, list):
+        return []
+    return list(dict.fromkeys(uid for uid in value if isinstance(uid, str) and uid))
+
+
+def _uid_map(stored: Any) -> dict[str, Any]:
+    """A stored ``{tool call id: uid}`` map (JSON text) without the entries Hermes drops:
+    a key that is no non-empty string, a uid that is neither a non-empty string nor a
+    non-empty list of them."""
+    value = _load(stored, {}) if isinstance(stored, str) else stored
+    if not isinstance(value, dict):
+        return {}
+    return {
+        key: uid
+        for key, uid in value.items()
+        if isinstance(key, str)
+        and key
+        and (
+            (isinstance(uid, str) and uid)
+            or (isinstance(uid, list) and uid and all(isinstance(u, str) and u for u in uid))
+        )
+    }
+
+
+def _id_variants(*values: Any) -> list[str]:
+    """Every spelling of one tool-call id: each value, and each part of a ``a|b`` value."""
+    out: dict[str, None] = {}
+    for raw in values:
+        value = raw.strip() if isinstance(raw, str) else ""
+        if value:
+            out[value] = None
+            out.update((part, None) for part in (p.strip() for p in value.split("|")) if part)
+    return list(out)
+
+
+def _call_id(call: Any) -> str:
+    """The pairing id of one tool call: ``call_id``, else ``id``, before any ``|``."""
+    if not isinstance(call, dict):
+        return ""
+    for raw in (call.get("call_id"), call.get("id")):
+        value = raw.strip() if isinstance(raw, str) else ""
+        if value:
+            return value.split("|", 1)[0].strip() or value
+    return ""
+
+
+def _index_call_uids(index: dict[str, str], assistant: dict[str, Any]) -> None:
+    """Register the uids an assistant entry's calls carry under each spelling of their
+    ids; the ids it names first forget what earlier calls left under them."""
+    calls = assistant.get("tool_calls")
+    if not isinstance(calls, list):
+        calls = []
+    spelled = [
+        (call, _id_variants(call.get("call_id"), call.get("id"), call.get("response_item_id")))
+        if isinstance(call, dict)
+        else (call, [])
+        for call in calls
+    ]
+    for _, variants in spelled:
+        for variant in variants:
+            index.pop(variant, None)
+    uids = assistant.get("_tool_call_uids")
+    if not uids:
+        return
+    seen: dict[str, int] = {}
+    for call, variants in spelled:
+        call_id = _call_id(call)
+        uid = uids.get(call_id)
+        if isinstance(uid, list):  # one uid per occurrence of an id the row repeats
+            nth = seen[call_id] = seen.get(call_id, -1) + 1
+            uid = uid[nth] if nth < len(uid) else None
+        if isinstance(uid, str) and uid:
+            for variant in variants:
+                index[variant] = uid
+
+
+class _ToolUids:
+    """Hermes v31's pairing of a tool result without a stored uid: the uid the
+    nearest assistant call of that id carries, never across a user turn."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, str] = {}
+        self.pending: list[dict[str, Any]] = []
+
+    def see(self, entry: dict[str, Any]) -> None:
+        """Index ``entry`` (an assistant turn) or pair it (a tool result without a uid)."""
+        role = entry["role"]
+        if role == "assistant":
+            if entry.get("tool_calls"):
+                self.pending.append(entry)
+        elif role == "user":
+            self.index.clear()
+            self.pending.clear()
+        elif role == "tool" and "_tool_call_uid" not in entry and entry.get("tool_call_id"):
+            for owner in self.pending:
+                _index_call_uids(self.index, owner)
+            self.pending.clear()
+            tool_call_id = entry["tool_call_id"]
+            if self.index and isinstance(tool_call_id, str):
+                for variant in _id_variants(tool_call_id):
+                    if uid := self.index.get(variant):
+                        entry["_tool_call_uid"] = uid
+                        break
+
+
 def _resent(kept: list[dict[str, Any]], entry: dict[str, Any]) -> bool:
     """True for a user prompt already sent since the last assistant reply (a resume re-send)."""
     content = entry["content"]
@@ -191,43 +406,155 @@ def _resent(kept: list[dict[str, Any]], entry: dict[str, Any]) -> bool:
     return False
 
 
-def conversation(
-    session_id: str, *, include_ancestors: bool = False, include_inactive: bool = False
-) -> list[dict[str, Any]]:
-    """A session's messages as OpenAI-style dicts ordered by (timestamp, id).
+def _clone_key(entry: dict[str, Any]) -> tuple[Any, str] | None:
+    """A user entry's (time, content) - what a compression's clone of it shares."""
+    content = entry["content"]
+    timestamp = entry.get("timestamp")
+    if entry["role"] != "user" or timestamp is None or content in (None, "", []):
+        return None
+    try:
+        text = json.dumps(content, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    return timestamp, text
 
-    With ``include_ancestors`` the messages of every session up the parent
-    chain (any kind of link, at most :data:`ANCESTOR_STEPS` sessions, a
-    cycle ends the walk) are merged in by time, and a user prompt re-sent
-    before any assistant reply is dropped.
+
+class _Replayed:
+    """The user turns of a replay with ancestors, as Hermes v26 on dedupe them: a clone
+    (same time and content, written by a compression into its continuation) takes
+    the place of the copy before it; a prompt re-sent before any reply is dropped."""
+
+    def __init__(self) -> None:
+        self.clones: dict[tuple[Any, str], dict[str, Any]] = {}
+
+    def add(self, kept: list[dict[str, Any]], entry: dict[str, Any]) -> None:
+        key = _clone_key(entry)
+        earlier = self.clones.get(key) if key is not None else None
+        if earlier is not None:
+            at = next((i for i, e in enumerate(kept) if e is earlier), None)
+            if at is not None:
+                del kept[at]
+            elif _resent(kept, entry):
+                return
+        elif _resent(kept, entry):
+            return
+        if key is not None:
+            self.clones[key] = entry
+        kept.append(entry)
+
+
+def _without_review(entries: list[dict[str, Any]], runs: bool) -> list[dict[str, Any]]:
+    """``entries`` without background-review prompts and the assistant reply right
+    after each; with ``runs`` a prompt right after another arms no skip."""
+    out: list[dict[str, Any]] = []
+    skip_reply = False
+    after_prompt = False
+    for entry in entries:
+        content = entry["content"]
+        if (
+            entry["role"] in ("user", "system")
+            and isinstance(content, str)
+            and content.lstrip().startswith(_REVIEW_PROMPTS)
+        ):
+            skip_reply = not (runs and after_prompt)
+            after_prompt = True
+            continue
+        after_prompt = False
+        if skip_reply:
+            skip_reply = False
+            if entry["role"] == "assistant":
+                continue
+        out.append(entry)
+    return out
+
+
+def _blank_markers(entries: list[dict[str, Any]]) -> None:
+    for entry in entries:
+        content = entry["content"]
+        if (
+            entry["role"] == "assistant"
+            and entry.get("tool_calls")
+            and isinstance(content, str)
+            and _BARE_TOOL_MARKER.fullmatch(content.strip())
+        ):
+            entry["content"] = ""
+
+
+def conversation(
+    session_id: str,
+    *,
+    include_ancestors: bool = False,
+    include_inactive: bool = False,
+    include_row_ids: bool = False,
+) -> list[dict[str, Any]]:
+    """A session's messages as OpenAI-style dicts, replayed as the Hermes that wrote
+    the file replays them (told by the file's columns: :class:`_Rules`).
+
+    A v16 file's by (timestamp, id); a newer file's by id, with the keys its Hermes
+    adds (``api_content`` beside ``content``, ``display_kind``, ``display_metadata``,
+    ``effect_disposition``, ``_db_persisted``, the v31 uids), without background-review
+    turns, a bare tool marker answer replayed empty (v25 on). With
+    ``include_ancestors`` the messages of the sessions the conversation continues come
+    first: every session up the parent chain (at most :data:`ANCESTOR_STEPS`, a cycle
+    ends the walk), on v26-v30 files none for a /branch copy, on v31 files only the
+    compression lineage; a user prompt re-sent before any assistant reply is dropped.
+    ``include_row_ids`` adds each message's id as ``_row_id``.
     """
     include_ancestors = check_flag(include_ancestors, "include_ancestors")
     include_inactive = check_flag(include_inactive, "include_inactive")
-    cursor = _REPLAYS[include_ancestors, include_inactive].execute(current(), session_id=session_id)
+    row_ids = check_flag(include_row_ids, "include_row_ids")
+    rules = _rules()
+    # Hermes v26-v30 replay a /branch copy (it copied its history) without ancestors.
+    walk = include_ancestors and not (rules.v26 and not rules.v31 and _branch_copy(session_id))
+    cursor = _REPLAYS[walk, include_inactive].execute(current(), session_id=session_id)
+    uids = _ToolUids() if rules.v31 else None
+    replayed = _Replayed() if include_ancestors and rules.v26 else None
     kept: list[dict[str, Any]] = []
     for row in cursor.fetchall():
-        entry = _replay_entry(row)
+        entry = _replay_entry(row, row_ids)
+        if rules.newer:
+            _newer_entry(row, entry, rules)
+            if uids is not None:
+                uids.see(entry)
+        if replayed is not None:
+            replayed.add(kept, entry)
+            continue
         if include_ancestors and _resent(kept, entry):
             continue
         kept.append(entry)
+    if rules.newer:
+        kept = _without_review(kept, runs=rules.review_runs)
+    if rules.blank_markers:
+        _blank_markers(kept)
     return kept
 
 
+def _branch_copy(session_id: str) -> bool:
+    """True when ``session_id``'s ``model_config`` carries a ``_branched_from`` that
+    Python reads as true: Hermes v26-v30 replay such a /branch copy without ancestors."""
+    stored = Session.select(Session.model_config).where(Session.id == session_id).scalar()
+    config = _load(stored, None) if isinstance(stored, str) and stored.strip() else stored
+    return isinstance(config, dict) and bool(config.get("_branched_from"))
+
+
 def _replay_query(session_id: Any, *, include_ancestors: bool, include_inactive: bool) -> Any:
+    fields = _REPLAY_FIELDS + _NEWER_FIELDS if newer_file() else _REPLAY_FIELDS
     if include_ancestors:
-        chain = walk_sessions(Session, session_id, upward=True)
+        # On v31 files only the compression lineage: up while a session continues its parent.
+        leave = compression_expr if file_has("messages", "message_uid") else None
+        chain = walk_sessions(Session, session_id, upward=True, leave=leave)
         query = (
-            Message.select(*_REPLAY_FIELDS)
+            Message.select(*fields)
             .join(chain, on=(Message.session == chain.c.id))
             .where(chain.c.depth < ANCESTOR_STEPS)
             .with_cte(chain)
         )
     else:
-        query = Message.select(*_REPLAY_FIELDS).where(Message.session == session_id)
+        query = Message.select(*fields).where(Message.session == session_id)
     if not include_inactive:
         query = query.where(Message.active == 1)
     if newer_file():
-        query = query.where(Message.role != "session_meta")
+        return query.order_by(Message.id)
     return query.order_by(Message.timestamp, Message.id)
 
 
