@@ -213,3 +213,40 @@ def calls(built: dict[str, list[Any]]) -> list[tuple[str, tuple[Any, ...], dict[
     asked.append(("export_all", (), {}))
     asked.append(("get_meta", ("nothing-here",), {}))
     return asked
+
+
+#: What the console script passes for the picker's listing: Hermes' internal sources.
+PICKER_EXCLUDES = ["tool", "kanban", "oneshot"]
+
+
+def cli_calls(
+    built: dict[str, list[Any]],
+) -> list[tuple[list[str], str, tuple[Any, ...], dict[str, Any]]]:
+    """Read commands of the console script (``--json``, or the one line ``resume``
+    prints) with the Hermes call each must answer as: ``(args, method, args, kwargs)``."""
+    asked: list[tuple[list[str], str, tuple[Any, ...], dict[str, Any]]] = [
+        (["sessions", "--json"], "list_sessions_rich", (), {"exclude_sources": PICKER_EXCLUDES}),
+        (
+            ["sessions", "--json", "--limit", "1000", "--recent"],
+            "list_sessions_rich",
+            (),
+            {"limit": 1000, "order_by_last_active": True, "exclude_sources": PICKER_EXCLUDES},
+        ),
+        (
+            ["sessions", "--json", "--source", "telegram"],
+            "list_sessions_rich",
+            (),
+            {"source": "telegram"},
+        ),
+        (["search", WORDS[0], "--json"], "search_messages", (WORDS[0],), {}),
+        (["search", CJK[0], "--json"], "search_messages", (CJK[0],), {}),
+        (
+            ["search", "tundra", "--role", "tool", "--json"],
+            "search_messages",
+            ("tundra",),
+            {"role_filter": ["tool"]},
+        ),
+    ]
+    for sid in built["sessions"][:2]:
+        asked.append((["resume", sid], "resolve_resume_session_id", (sid,), {}))
+    return asked

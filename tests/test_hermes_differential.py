@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hermes_differential import build, calls
+from console_script import run
+from hermes_differential import build, calls, cli_calls
 from hermes_release import HermesError, HermesProcess
 
 from hermes_models import SessionDB
@@ -126,6 +127,23 @@ def test_every_read_answers_as_hermes_or_is_listed(tmp_path: Path, release: str)
     assert unlisted == []
     equal = sum(a == b for a, b in zip(theirs, ours))
     assert equal >= len(asked) * 0.6, f"{equal} of {len(asked)} calls answer as Hermes"
+    # The console script's read commands, as a person runs them, answer as Hermes too.
+    commands = cli_calls(made)
+    with HermesProcess(release, path) as hermes:
+        theirs = [_ask(hermes, method, args, kwargs) for _, method, args, kwargs in commands]
+    shown = []
+    for argv, *_ in commands:
+        done = run("--db", str(path), *argv, cwd=tmp_path)
+        assert done.returncode == 0, (argv, done.stderr)
+        text = done.stdout.strip()
+        shown.append(["ok", text if argv[0] == "resume" else json.loads(text)])
+    unlisted = [
+        f"hermes-models {' '.join(argv)}: {place or 'the answer'} ({how})"
+        for (argv, method, args, _), a, b in zip(commands, theirs, shown)
+        for place, how in differences(a, b)
+        if not listed(release, method, args, place, how)
+    ]
+    assert unlisted == []
 
 
 def test_each_listed_difference_has_its_reason_in_the_docs() -> None:
