@@ -250,3 +250,29 @@ def cli_calls(
     for sid in built["sessions"][:2]:
         asked.append((["resume", sid], "resolve_resume_session_id", (sid,), {}))
     return asked
+
+
+def window_calls(
+    sessions: list[str], messages: list[Any]
+) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Read calls that need a message id, asked once Hermes has told which messages each
+    session holds (``messages``: its ``get_messages`` answer for each of ``sessions``),
+    and the calls of the v16 surface that take no id."""
+    asked: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+        ("count_empty_sessions", (), {}),
+        ("list_pending_handoffs", (), {}),
+    ]
+    for sid, answer in zip(sessions, messages):
+        rows = answer[1] if answer[0] == "ok" else []
+        asked += [
+            ("list_recent_user_messages", (sid,), {}),
+            ("get_handoff_state", (sid,), {}),
+            ("get_compression_lock_holder", (sid,), {}),
+        ]
+        if rows:
+            middle = rows[len(rows) // 2]["id"]
+            asked += [
+                ("get_messages_around", (sid, middle), {"window": 2}),
+                ("get_anchored_view", (sid, middle), {"window": 2, "bookend": 1}),
+            ]
+    return asked

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from console_script import run
-from hermes_differential import build, calls, cli_calls
+from hermes_differential import build, calls, cli_calls, window_calls
 from hermes_release import HermesError, HermesProcess
 
 from hermes_models import SessionDB
@@ -116,6 +116,10 @@ def test_every_read_answers_as_hermes_or_is_listed(tmp_path: Path, release: str)
         made = build(hermes, seed=RELEASES.index(release))
         asked = calls(made)
         theirs = [_ask(hermes, *call) for call in asked]
+        held = [theirs[asked.index(("get_messages", (sid,), {}))] for sid in made["sessions"]]
+        windows = window_calls(made["sessions"], held)
+        asked += windows
+        theirs += [_ask(hermes, *call) for call in windows]
     with SessionDB(path, read_only=True) as store:
         ours = [_ask(store, *call) for call in asked]
     unlisted = [

@@ -678,6 +678,59 @@ def test_a_projected_row_shows_its_tips_git_columns(
 
 
 WITH_DISPLAY_KIND = [s for s in SHAPES if newer.has(s.values[0], "messages", "display_kind")]
+WITH_SUMMARY_FLAG = [s for s in SHAPES if newer.has(s.values[0], "messages", "_compressed_summary")]
+
+
+@pytest.mark.parametrize("shape", WITH_DISPLAY_KIND)
+def test_recent_user_messages_leave_out_rows_typed_for_the_timeline(
+    copy_of: Callable[[str], Path], shape: str
+) -> None:
+    # Hermes v25 on: a user row with a display_kind is bookkeeping, not a prompt; from
+    # Hermes 0.21.5 (search layout 3) a /steer row counts as one.
+    path = copy_of(shape)
+    kinds = {201: None, 202: "", 203: "async_delegation_complete", 204: "steer", 205: "hidden"}
+    with plain(path) as conn:  # plain SQLite cannot run the triggers of Hermes' CJK index
+        cjk = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%fts_cjk%'"
+        ).fetchall()
+    change(path, *(f'DROP TRIGGER "{name}"' for (name,) in cjk))
+    change(
+        path,
+        *(
+            "INSERT INTO messages (id, session_id, role, content, timestamp, display_kind)"
+            f" VALUES ({i}, 'cron-1', 'user', 'typed {i}', {newer.T0 + i},"
+            f" {'NULL' if kind is None else repr(kind)})"
+            for i, kind in kinds.items()
+        ),
+    )
+    with SessionDB(path) as store:
+        shown = [row["id"] for row in store.list_recent_user_messages("cron-1")]
+    kept = {201, 202, *([204] if newer.FTS_LAYOUT[shape] >= 3 else [])}
+    assert shown[: len(kept)] == sorted(kept, reverse=True)
+    assert (set(kinds) - kept) & set(shown) == set()
+
+
+@pytest.mark.parametrize("shape", WITH_SUMMARY_FLAG)
+def test_windows_around_a_message_keep_the_summary_flag_as_stored(
+    stores: dict[str, SessionDB], shape: str
+) -> None:
+    # Hermes keeps _compressed_summary as stored in a window (0 or 1), and in get_messages
+    # only as True on the summary rows.
+    store = stores[shape]
+    window = store.get_messages_around("cont-a", 11, window=1)["window"]
+    assert [(row["id"], row["_compressed_summary"]) for row in window] == [
+        (10, 0),
+        (11, 1),
+        (12, 0),
+    ]
+    view = store.get_anchored_view("cont-a", 12, window=0, bookend=1, keep_roles=None)
+    assert [row["_compressed_summary"] for row in view["bookend_start"]] == [0]
+    flagged = [
+        row["id"]
+        for row in store.get_messages("cont-a", include_inactive=True)
+        if "_compressed_summary" in row
+    ]
+    assert flagged == [11]
 
 
 @pytest.mark.parametrize("shape", WITH_DISPLAY_KIND)

@@ -90,10 +90,10 @@ def _hydrate(row: dict[str, Any], *, summary: bool = True) -> dict[str, Any]:
     """A stored message row as Hermes returns it: content and tool_calls decoded, and
     (Hermes v25+) ``display_metadata``; without the columns Hermes keeps to itself
     (``display_identity``, ``display_order``), and ``_compressed_summary`` only as
-    ``True`` (``summary``; Hermes' ``get_messages_around`` leaves it out)."""
+    ``True`` (``summary``; Hermes' windows around a message keep it as stored)."""
     row.pop("display_identity", None)
     row.pop("display_order", None)
-    if row.pop("_compressed_summary", 0) and summary:
+    if summary and row.pop("_compressed_summary", 0):
         row["_compressed_summary"] = True
     row["content"] = decode_content(row["content"])
     if row.get("tool_calls"):
@@ -633,8 +633,9 @@ def anchored_view(
             base = base.where(Message.role.in_(roles))
         start = base.where(Message.id < rows[0]["id"]).order_by(Message.id).limit(bookend)
         end = base.where(Message.id > rows[-1]["id"]).order_by(Message.id.desc()).limit(bookend)
-        view["bookend_start"] = [_hydrate(row) for row in fetch_dicts(start)]
-        view["bookend_end"] = [_hydrate(row) for row in reversed(fetch_dicts(end))]
+        view["bookend_start"] = [_hydrate(row, summary=False) for row in fetch_dicts(start)]
+        ends = reversed(fetch_dicts(end))
+        view["bookend_end"] = [_hydrate(row, summary=False) for row in ends]
     return view
 
 
@@ -655,6 +656,14 @@ def recent_user_messages(
     )
     if not check_flag(include_inactive, "include_inactive"):
         query = query.where(Message.active == 1)
+    if file_has("messages", "display_kind"):
+        # Hermes v25 on: rows typed for the timeline are no turn a person typed; from
+        # search layout 3 (Hermes 0.21.5 on) a /steer row is.
+        typed = [fn.COALESCE(Message.display_kind, "") == ""]
+        shape = current().shape
+        if shape is not None and (shape.fts_layout or 0) >= 3:
+            typed.append(Message.display_kind == "steer")
+        query = query.where(typed[0] if len(typed) == 1 else typed[0] | typed[1])
     rows = fetch_dicts(query.order_by(Message.id.desc()).limit(limit))
     return [
         {"id": row["id"], "timestamp": row["timestamp"], "preview": _preview(row["content"])}
