@@ -475,10 +475,12 @@ class SessionDB:
         id_query: str | None = None,
         *,
         after: str | None = None,
+        include_hidden: bool = False,
     ) -> list[dict[str, Any]]:
         """The rows a session picker shows, with ``preview`` and ``last_active``
         (see :mod:`hermes_models.conversations.listing`). ``after`` (not in Hermes: the ``id`` of
-        the last row of the previous page) pages by key instead of ``offset``."""
+        the last row of the previous page) pages by key instead of ``offset``;
+        ``include_hidden`` lists the sessions Hermes v26+ hid too, as in Hermes."""
         return listing.rich_listing(
             source=source,
             exclude_sources=exclude_sources,
@@ -492,6 +494,7 @@ class SessionDB:
             archived_only=archived_only,
             id_query=id_query,
             after=after,
+            include_hidden=include_hidden,
         )
 
     @_api

@@ -113,6 +113,11 @@ def build(h: HermesProcess, seed: int = 1) -> dict[str, list[Any]]:
     ids = talk("tool-6", 2)
     _maybe(h, "rewind_to_message", "tool-6", ids[2])  # the second user message
     h.call("set_session_archived", "kanban-8", True)
+    # Pinned (v25 on) and hidden (v26 on) sessions, and activity after the last message
+    # (Hermes' heartbeat, v25 on), where the release has them.
+    _maybe(h, "set_session_pinned", "slack-3", True)
+    _maybe(h, "set_session_hidden", "api-5", True)
+    _maybe(h, "touch_session_activity", "discord-new", 1_900_000_000.0)
     replayed(h)
     row_ids = _maybe(h, "get_messages_as_conversation", "replay", include_row_ids=True)
     return {

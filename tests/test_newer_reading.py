@@ -681,6 +681,43 @@ WITH_DISPLAY_KIND = [s for s in SHAPES if newer.has(s.values[0], "messages", "di
 WITH_SUMMARY_FLAG = [s for s in SHAPES if newer.has(s.values[0], "messages", "_compressed_summary")]
 
 
+@pytest.mark.parametrize(
+    "shape", [s for s in SHAPES if newer.has(s.values[0], "sessions", "hidden")]
+)
+def test_sessions_hermes_hid_are_listed_only_when_asked(
+    copy_of: Callable[[str], Path], shape: str
+) -> None:
+    path = copy_of(shape)
+    with SessionDB(path) as store:
+        before = store.session_count()
+    change(path, "UPDATE sessions SET hidden = 1 WHERE id = 'cron-1'")
+    with SessionDB(path) as store:
+        listed = [row["id"] for row in store.list_sessions_rich(limit=None)]
+        everything = [
+            row["id"] for row in store.list_sessions_rich(limit=None, include_hidden=True)
+        ]
+        counted = store.session_count()
+    assert "cron-1" not in listed
+    assert sorted(everything) == sorted([*listed, "cron-1"])
+    assert counted == before  # counts take hidden sessions, as Hermes' do
+
+
+@pytest.mark.parametrize(
+    "shape", [s for s in SHAPES if newer.has(s.values[0], "sessions", "last_activity_at")]
+)
+def test_the_plain_listing_and_export_all_count_the_heartbeat(
+    copy_of: Callable[[str], Path], shape: str
+) -> None:
+    path = copy_of(shape)
+    beat = newer.T0 + 10_000
+    change(path, f"UPDATE sessions SET last_activity_at = {beat} WHERE id = 'reset-old'")
+    with SessionDB(path) as store:
+        plain_listing = store.search_sessions(None, limit=None)
+        exported = store.export_all()
+    assert [(r["id"], r["last_active"]) for r in plain_listing][:1] == [("reset-old", beat)]
+    assert [(r["id"], r["last_active"]) for r in exported][:1] == [("reset-old", beat)]
+
+
 @pytest.mark.parametrize("shape", WITH_DISPLAY_KIND)
 def test_recent_user_messages_leave_out_rows_typed_for_the_timeline(
     copy_of: Callable[[str], Path], shape: str

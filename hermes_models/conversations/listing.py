@@ -34,6 +34,7 @@ from ..models import (
     compression_expr,
     ended_with_compression,
     listable_expr,
+    recency,
     resolve_prompts_of,
     walk_sessions,
 )
@@ -76,8 +77,10 @@ def session_filters(
     include_archived: bool = True,
     archived_only: bool = False,
     min_message_count: Any = 0,
+    include_hidden: bool = True,
 ) -> list[peewee.Node]:
-    """WHERE terms shared by listings and counts."""
+    """WHERE terms shared by listings and counts. ``include_hidden=False`` leaves out the
+    sessions Hermes v26+ hid from its listing (``hidden = 1``), on files that have them."""
     terms: list[peewee.Node] = []
     include_children = check_flag(include_children, "include_children")
     include_archived = check_flag(include_archived, "include_archived")
@@ -96,6 +99,8 @@ def session_filters(
         terms.append(s.archived == 1)
     elif not include_archived:
         terms.append(s.archived == 0)
+    if not check_flag(include_hidden, "include_hidden") and file_has("sessions", "hidden"):
+        terms.append(fn.COALESCE(s.hidden, 0) == 0)
     return terms
 
 
@@ -133,17 +138,6 @@ def _enrichment(x: Any, prefix: str) -> list[Any]:
     return [columns, (shown, shown.id == first_id)]
 
 
-def recency(x: Any, latest: Any) -> Any:
-    """When session ``x`` was last active: its newest message, else its start; on files
-    with Hermes' activity heartbeat (v24+) the later of that and ``last_activity_at``."""
-    newest = fn.COALESCE(
-        latest.select(fn.MAX(latest.timestamp)).where(latest.session == x.id), x.started_at
-    )
-    if file_has("sessions", "last_activity_at"):
-        return fn.MAX(newest, fn.COALESCE(x.last_activity_at, newest))
-    return newest
-
-
 def _chain(roots_cte: Any) -> Any:
     """Every session of each surfaced row's compression chain: ``(root_id, id, ...)``."""
     return walk_sessions(Session, roots_cte, follow=compression_expr, name="chain")
@@ -163,8 +157,10 @@ def rich_listing(
     archived_only: bool = False,
     id_query: str | None = None,
     after: str | None = None,
+    include_hidden: bool = False,
 ) -> list[dict[str, Any]]:
     """Session rows with ``preview`` and ``last_active`` (see the module docstring).
+    Sessions Hermes v26+ hid (``hidden = 1``) only with ``include_hidden``, as in Hermes.
 
     ``id_query`` (text in any id of the chain, ASCII case-insensitive) is
     honoured with ``order_by_last_active`` only, as in Hermes. ``after`` (a row's
@@ -196,7 +192,8 @@ def rich_listing(
     # The page size goes into the SQL where the backend says so (one statement per
     # page size), else it is bound.
     page = current().literal_limit(limit)
-    shape = (len(sources), len(excluded), *flags, by_id, keyed, page)
+    hidden = check_flag(include_hidden, "include_hidden")
+    shape = (len(sources), len(excluded), *flags, by_id, keyed, page, hidden)
 
     prepared = listing_statement(shape)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -284,6 +281,7 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
     n_sources, n_excluded, *flags_and_more = shape
     flags, by_id, keyed = flags_and_more[:6], flags_and_more[6], flags_and_more[7]
     page = flags_and_more[8]  # the LIMIT written in the SQL (None: bound)
+    hidden = flags_and_more[9]
 
     def prepare() -> Prepared:
         names = [f"source{i}" for i in range(n_sources)]
@@ -305,6 +303,7 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
                 archived_only=flags[4],
                 id_pattern=marks["needle"] if by_id else None,
                 after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
+                include_hidden=hidden,
             )
 
         return Prepared(build, *names, *(["limit"] if page is None else []), "offset", *optional)
@@ -326,6 +325,7 @@ def rich_listing_query(
     archived_only: bool = False,
     id_pattern: Any = None,
     after_key: tuple[Any, Any] | None = None,
+    include_hidden: bool = False,
 ) -> Any:
     """The one SELECT behind :func:`rich_listing` (values may be placeholders).
 
@@ -349,6 +349,7 @@ def rich_listing_query(
             include_archived=include_archived,
             archived_only=archived_only,
             min_message_count=min_message_count,
+            include_hidden=include_hidden,
         ),
     )
     if after_key is not None:

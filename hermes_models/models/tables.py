@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 import peewee
-from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField
+from peewee import BlobField, DoubleField, ForeignKeyField, IntegerField, TextField, fn
 
 from ..checks import INT64_MAX, check_flag, check_json_depth, check_text, check_ttl
 from ..checks import check_epoch as check_epoch  # re-exported: callers import it from here
@@ -824,6 +824,19 @@ def _looks_like_hash(value: Any) -> bool:
     return (
         isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
     )
+
+
+def recency(x: Any, latest: Any) -> Any:
+    """When session ``x`` was last active (an expression; ``latest`` an alias of
+    :class:`Message`): its newest message, else its start; on files with Hermes'
+    activity heartbeat (v24+) the later of that and ``last_activity_at``."""
+    newest = fn.COALESCE(
+        latest.select(fn.MAX(latest.timestamp)).where(latest.session == x.id), x.started_at
+    )
+    shape = getattr(current(), "shape", None)
+    if shape is not None and shape.has("sessions", "last_activity_at"):
+        return fn.MAX(newest, fn.COALESCE(x.last_activity_at, newest))
+    return newest
 
 
 def resolve_prompts(row: dict[str, Any]) -> dict[str, Any]:

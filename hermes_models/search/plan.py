@@ -40,7 +40,7 @@ from peewee import JOIN, SQL, Case, Value, fn
 from playhouse.sqlite_ext import FTS5Model
 
 from ..driver import TEXT_BITS
-from ..models import Message, Session, delegate_marked
+from ..models import Message, Session, delegate_marked, recency
 from ..store import (
     INDEXES,
     LIKE,
@@ -1798,11 +1798,7 @@ def _sessions(shape: Shape) -> Statement:
 
 def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offset: int) -> Any:
     """Every session (of ``sources``), newest activity first, with ``last_active``."""
-    latest = Message.alias("latest")
-    last_active = fn.COALESCE(
-        latest.select(fn.MAX(latest.timestamp)).where(latest.session == Session.id),
-        Session.started_at,
-    )
+    last_active = recency(Session, Message.alias("latest"))  # the heartbeat too (v24+)
     query = Session.select().select_extend(last_active.alias("last_active"))
     if sources is not None:
         query = query.where(Session.source.in_(sources))
