@@ -118,6 +118,13 @@ def build(h: HermesProcess, seed: int = 1) -> dict[str, list[Any]]:
     _maybe(h, "set_session_pinned", "slack-3", True)
     _maybe(h, "set_session_hidden", "api-5", True)
     _maybe(h, "touch_session_activity", "discord-new", 1_900_000_000.0)
+    # In-place compaction (v26 on): the live rows are archived as compacted, a summary
+    # and the last turn take their place.
+    summary = [
+        {"role": "user", "content": "[Compacted summary] lantern and harbor so far"},
+        {"role": "assistant", "content": "kestrel carried forward"},
+    ]
+    _maybe(h, "archive_and_compact", "cron_nightly_4", summary, tail_count=1)
     replayed(h)
     row_ids = _maybe(h, "get_messages_as_conversation", "replay", include_row_ids=True)
     return {

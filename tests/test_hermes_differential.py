@@ -48,6 +48,8 @@ class Listed:
 LISTED = (
     Listed("snippet-marks", "search_messages", r"\[\]\[\]\.snippet", "value", RELEASES),
     Listed("context-rewound", "search_messages", r"\[\]\[\]\.context", "length", RELEASES),
+    Listed("context-rewound", "search_messages", r"\[\]\[\]\.context\[\]\.(role|content)",
+           "value", RELEASES),
     Listed("search-rewound", "search_messages", r"\[\]", "length", RELEASES,
            asked=r"\('(数据|库)',\)"),
     Listed("trigram-gaps", "search_messages", r"\[\]", "length", V30_ON,
