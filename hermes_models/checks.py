@@ -244,6 +244,16 @@ def check_key(value: Any, argument: str) -> str:
     raise TypeError(f"{argument} must be str or int, not {type(value).__name__}")
 
 
+def check_window(since: Any, until: Any) -> tuple[float | None, float | None]:
+    """A time window: each bound None (open) or seconds since the epoch (a number or
+    a ``datetime``, as :func:`check_timestamp` takes them); ``since`` not after ``until``."""
+    low = None if since is None else check_timestamp(since, "since")
+    high = None if until is None else check_timestamp(until, "until")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"since ({low}) is after until ({high})")
+    return low, high
+
+
 def check_page(limit: Any, offset: Any) -> tuple[int, int]:
     """``(limit, offset)`` checked: non-negative 64-bit ints (``limit=None`` means no limit)."""
     limit = -1 if limit is None else check_int64(limit, "limit", minimum=0)

@@ -476,11 +476,15 @@ class SessionDB:
         *,
         after: str | None = None,
         include_hidden: bool = False,
+        since: Any = None,
+        until: Any = None,
     ) -> list[dict[str, Any]]:
         """The rows a session picker shows, with ``preview`` and ``last_active``
         (see :mod:`hermes_models.conversations.listing`). ``after`` (not in Hermes: the ``id`` of
         the last row of the previous page) pages by key instead of ``offset``;
-        ``include_hidden`` lists the sessions Hermes v26+ hid too, as in Hermes."""
+        ``include_hidden`` lists the sessions Hermes v26+ hid too, as in Hermes;
+        ``since``/``until`` (ours: epoch seconds or ``datetime``) keep the sessions
+        started at or after ``since`` and before ``until``."""
         return listing.rich_listing(
             source=source,
             exclude_sources=exclude_sources,
@@ -495,6 +499,8 @@ class SessionDB:
             id_query=id_query,
             after=after,
             include_hidden=include_hidden,
+            since=since,
+            until=until,
         )
 
     @_api
@@ -1027,10 +1033,12 @@ class SessionDB:
         include_inactive: bool = False,
         *,
         time_budget: Any = ...,
+        since: Any = None,
+        until: Any = None,
     ) -> list[dict[str, Any]]:
         """Messages matching ``query`` with ``>>>``/``<<<`` snippets and context; never
         raises for any query text (see :func:`hermes_models.search.pipeline.search_messages`,
-        which also explains ``time_budget``)."""
+        which also explains ``time_budget`` and the ``since``/``until`` window)."""
 
         return search_messages(
             query,
@@ -1042,6 +1050,8 @@ class SessionDB:
             sort=sort,
             include_inactive=include_inactive,
             time_budget=time_budget,
+            since=since,
+            until=until,
         )
 
     @_api
@@ -1054,12 +1064,22 @@ class SessionDB:
         source: str | Sequence[str] | None = None,
         offset: int = 0,
         time_budget: Any = ...,
+        since: Any = None,
+        until: Any = None,
     ) -> list[dict[str, Any]]:
         """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
-        ``best_snippet``, ``matched_session_id``); without a query, every session."""
+        ``best_snippet``, ``matched_session_id``); without a query, every session.
+        ``since``/``until`` (ours) keep roots started in that window."""
 
         return search_sessions(
-            query, limit, rank_mode, source=source, offset=offset, time_budget=time_budget
+            query,
+            limit,
+            rank_mode,
+            source=source,
+            offset=offset,
+            time_budget=time_budget,
+            since=since,
+            until=until,
         )
 
     # -- export and import (bundle.py) ----------------------------------------------------
@@ -1096,16 +1116,25 @@ class SessionDB:
         source: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         overwrite: bool = False,
+        since: Any = None,
+        until: Any = None,
     ) -> dict[str, int]:
         """Write the lossless JSONL bundle to a path or text stream (see :mod:`.bundle`).
 
         ``session_id`` exports that session's lineage, ``source`` the sessions
-        of one source; ancestors come along. An existing file is replaced only
-        with ``overwrite=True``. Returns the session and message counts.
+        of one source, ``since``/``until`` the sessions started in that window;
+        ancestors come along. An existing file is replaced only with
+        ``overwrite=True``. Returns the session and message counts.
         """
 
         return export_bundle(
-            target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
+            target,
+            session_id=session_id,
+            source=source,
+            progress=progress,
+            overwrite=overwrite,
+            since=since,
+            until=until,
         )
 
     @_api
@@ -1117,12 +1146,21 @@ class SessionDB:
         source: str | None = None,
         progress: Callable[[int, int], None] | None = None,
         overwrite: bool = False,
+        since: Any = None,
+        until: Any = None,
     ) -> int:
         """Write the sessions as readable Markdown; returns how many sessions (an
-        existing file is replaced only with ``overwrite=True``)."""
+        existing file is replaced only with ``overwrite=True``; ``since``/``until`` as
+        :meth:`export_bundle` takes them)."""
 
         return export_markdown(
-            target, session_id=session_id, source=source, progress=progress, overwrite=overwrite
+            target,
+            session_id=session_id,
+            source=source,
+            progress=progress,
+            overwrite=overwrite,
+            since=since,
+            until=until,
         )
 
     @_api

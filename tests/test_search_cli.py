@@ -11,6 +11,7 @@ from conftest import target_of
 
 from hermes_models import SessionDB
 from hermes_models.cli.commands import cli
+from hermes_models.models.clock import when
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 
@@ -81,7 +82,10 @@ def test_search_sessions(filled: str) -> None:
     with SessionDB(filled) as store:
         best = store.search_messages("事件循环 OR asyncio", source_filter="telegram")[0]["snippet"]
         score = store.search_sessions("事件循环 OR asyncio", source="telegram")[0]["score"]
-    assert result.output == f"zh 2 hits score {score:.2f}\n  {best.rstrip()}\n"
+        started = when(store.get_session("zh")["started_at"], utc=True, zone=True)  # type: ignore[index]
+    assert result.output == (
+        f"zh 2 hits score {score:.2f}\n  started {started}\n  {best.rstrip()}\n"
+    )
 
 
 def test_search_json_is_the_library_result(filled: str) -> None:
@@ -126,4 +130,4 @@ def test_demo_shows_english_chinese_and_session_searches() -> None:
     assert "Search messages: 异步" in out
     assert "  请解释一下 Python >>>异步<<<编程中的事件循环是怎么工作的？" in out
     assert "demo-retries 3 hits score 3.04 'writer retry policy'" in out
-    assert "(best hit in demo-subagent)" in out
+    assert "  started 2026-01-05 09:30 UTC · best hit in demo-subagent" in out

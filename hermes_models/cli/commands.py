@@ -41,7 +41,7 @@ from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from ..health import doctor as check
 from ..health import repair
 from ..health import stats as store_stats
-from ..models import Session, kind_expr, kind_of
+from ..models import Session, kind_expr, kind_of, parse_when
 from ..sessiondb import SessionDB
 from ..store import (
     connect,
@@ -384,6 +384,43 @@ class _Days(click.FloatRange):
 DAYS = _Days(min=0)
 
 
+def window_options(what: str) -> Callable[[F], F]:
+    """``--since WHEN`` and ``--until WHEN`` (:data:`~hermes_models.models.clock.WHEN_FORMS`)."""
+
+    def decorate(command: F) -> F:
+        for name, edge in (("--until", "before"), ("--since", "at or after")):
+            command = click.option(
+                name,
+                metavar="WHEN",
+                default=None,
+                help=f"Only {what} {edge} WHEN: a date (2026-12-01; --until: to its end),"
+                " a time (2026-12-01T09:30), today, yesterday, or 7d/12h/30m/2w ago.",
+            )(command)
+        return command
+
+    return decorate
+
+
+def _window(
+    ctx: click.Context, since: str | None, until: str | None, utc: bool = False
+) -> tuple[float | None, float | None]:
+    """``--since``/``--until`` as epoch seconds (local time unless --utc)."""
+    now = time.time()
+    bounds: list[float | None] = []
+    for option, text, end in (("--since", since, False), ("--until", until, True)):
+        if text is None:
+            bounds.append(None)
+            continue
+        try:
+            bounds.append(parse_when(text, utc=_clock(ctx, utc).utc, end=end, now=now))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param_hint=f"'{option}'") from None
+    low, high = bounds
+    if low is not None and high is not None and low > high:
+        raise click.UsageError(f"--since {since} is after --until {until}", ctx)
+    return low, high
+
+
 def limit_option(default: int, what: str = "rows") -> Callable[[F], F]:
     """``--limit N``: at most N rows, ``all`` for every row, 0 for none."""
     return click.option(
@@ -690,7 +727,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
     query = "checkpoint OR jitter"
     out.rule(f"Search sessions: {query}")
     out.print("(hits in subagent runs and continuations count for their root)", style="dim")
-    terminal.emit(out, views.session_hits(store.search_sessions(query, limit=5), colour))
+    terminal.emit(out, views.session_hits(store.search_sessions(query, limit=5), clock, colour))
 
 
 # -- reading: sessions, show, lineage, resume, search ------------------------------------------
@@ -722,6 +759,7 @@ def _demo_search(out: Any, store: SessionDB, clock: Clock) -> None:
 )
 @click.option("--archived", is_flag=True, help="Show archived sessions only.")
 @click.option("--recent", is_flag=True, help="Order by last activity instead of start time.")
+@window_options("sessions started")
 @click.option(
     "--wide",
     is_flag=True,
@@ -739,6 +777,8 @@ def sessions(
     source: str | None,
     archived: bool,
     recent: bool,
+    since: str | None,
+    until: str | None,
     wide: bool,
     utc: bool,
     fmt: str | None,
@@ -747,6 +787,7 @@ def sessions(
     no sessions of Hermes' internal sources - tool, kanban, oneshot - unless --source)."""
     if after is not None and recent:
         raise click.UsageError("--after pages the start order; with --recent use --offset")
+    started = _window(ctx, since, until, utc)
     with open_store(ctx, db_path, writes=False) as store:
         if after:
             # The listing shortens long ids to a unique prefix: take that one too.
@@ -761,6 +802,8 @@ def sessions(
             archived_only=archived,
             order_by_last_active=recent,
             after=after,
+            since=started[0],
+            until=started[1],
         )
         if fmt:
             terminal.write_records(rows, fmt)
@@ -957,6 +1000,7 @@ _SESSION_SORTS = {"rank": None, "newest": "recent"}
     show_default=True,
     help="Best matches first, or by time (--sessions: rank or newest).",
 )
+@window_options("messages sent (--sessions: sessions started)")
 @limit_option(20)
 @offset_option
 @utc_option
@@ -970,6 +1014,8 @@ def search(
     roles: tuple[str, ...],
     by_session: bool,
     sort: str,
+    since: str | None,
+    until: str | None,
     limit: int | None,
     offset: int,
     utc: bool,
@@ -982,6 +1028,7 @@ def search(
         raise click.UsageError("--role cannot be combined with --sessions", ctx)
     if by_session and sort not in _SESSION_SORTS:
         raise click.UsageError(f"--sort {sort} cannot be combined with --sessions", ctx)
+    window = _window(ctx, since, until, utc)
     with open_store(ctx, db_path, writes=False) as store:
         if by_session and not query.strip():
             # The library lists every session for a blank query (Hermes' listing form);
@@ -994,6 +1041,8 @@ def search(
                 rank_mode=_SESSION_SORTS[sort],
                 source=list(sources) or None,
                 offset=offset,
+                since=window[0],
+                until=window[1],
             )
         else:
             rows = store.search_messages(
@@ -1003,6 +1052,8 @@ def search(
                 limit=limit,
                 offset=offset,
                 sort=_SORTS[sort],
+                since=window[0],
+                until=window[1],
             )
     if fmt:
         terminal.write_records(rows, fmt)
@@ -1012,7 +1063,7 @@ def search(
     if not rows:
         terminal.say("no matches")
     elif by_session:
-        terminal.emit(out, views.session_hits(rows, colour))
+        terminal.emit(out, views.session_hits(rows, _clock(ctx, utc), colour))
     else:
         terminal.emit(out, views.message_hits(rows, _clock(ctx, utc), colour))
 
@@ -1060,6 +1111,7 @@ def _output(path: str | None) -> Iterator[Any]:
     help="File to write (default or '-': standard output). FIFOs and devices are written as is.",
 )
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@window_options("sessions started")
 @format_options
 @click.pass_context
 def export(
@@ -1070,6 +1122,8 @@ def export(
     data_format: str,
     output: str | None,
     force: bool,
+    since: str | None,
+    until: str | None,
     fmt: str | None,
 ) -> None:
     """Export sessions with their messages, lineage and soft-deleted messages included.
@@ -1082,6 +1136,9 @@ def export(
         _expand_user(ctx, output, "'--output'")  # checked before the store is opened
     if fmt and output is None:
         raise click.UsageError(f"--{fmt} describes the file written with --output", ctx)
+    window = _window(ctx, since, until)
+    if session_id is not None and window != (None, None):
+        raise click.UsageError("--since/--until choose sessions; not with --session", ctx)
     with open_store(ctx, db_path, writes=False) as store:
         if session_id is not None:
             session_id = _resolve(store, session_id)
@@ -1090,11 +1147,23 @@ def export(
         with _output(output) as target, terminal.progress("exporting", unit) as progress:
             if data_format == "jsonl":
                 counts = store.export_bundle(
-                    target, session_id=session_id, source=source, progress=progress, overwrite=force
+                    target,
+                    session_id=session_id,
+                    source=source,
+                    progress=progress,
+                    overwrite=force,
+                    since=window[0],
+                    until=window[1],
                 )
             else:
                 count = store.export_markdown(
-                    target, session_id=session_id, source=source, progress=progress, overwrite=force
+                    target,
+                    session_id=session_id,
+                    source=source,
+                    progress=progress,
+                    overwrite=force,
+                    since=window[0],
+                    until=window[1],
                 )
                 counts = {"sessions": count}
     if output is None:

@@ -304,8 +304,9 @@ def message_hits(hits: list[dict[str, Any]], clock: Clock, colour: bool) -> Rend
     return Group(*parts)
 
 
-def session_hits(rows: list[dict[str, Any]], colour: bool) -> RenderableType:
-    """One hit per conversation: its root, hit count, score, title, best snippet."""
+def session_hits(rows: list[dict[str, Any]], clock: Clock, colour: bool) -> RenderableType:
+    """One hit per conversation: its root, hit count, score and title; when it started
+    and where the best hit is; the best snippet."""
     parts: list[RenderableType] = []
     for row in rows:
         line = Text.assemble((row["id"], "bold"))
@@ -313,9 +314,11 @@ def session_hits(rows: list[dict[str, Any]], colour: bool) -> RenderableType:
         line.append(f" score {row['score']:.2f}")
         if row.get("title"):
             line.append(f" {row['title']!r}")
-        if row["matched_session_id"] != row["id"]:
-            line.append(f" (best hit in {row['matched_session_id']})", "dim")
         parts.append(line)
+        where = f"started {clock.stamp(row.get('started_at'))}"
+        if row["matched_session_id"] != row["id"]:
+            where += f" · best hit in {row['matched_session_id']}"
+        parts.append(Padding(Text(where, "dim"), (0, 0, 0, 2)))
         parts.append(Padding(snippet(row["best_snippet"], colour), (0, 0, 0, 2)))
     return Group(*parts)
 

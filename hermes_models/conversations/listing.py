@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 import peewee
 from peewee import JOIN, SQL, fn
 
-from ..checks import check_flag, check_int64, check_page, check_sources, check_text
+from ..checks import (
+    check_flag,
+    check_int64,
+    check_page,
+    check_sources,
+    check_text,
+    check_window,
+)
 from ..models import (
     TIP_MAX_HOPS,
     Message,
@@ -78,9 +85,13 @@ def session_filters(
     archived_only: bool = False,
     min_message_count: Any = 0,
     include_hidden: bool = True,
+    since: Any = None,
+    until: Any = None,
 ) -> list[peewee.Node]:
     """WHERE terms shared by listings and counts. ``include_hidden=False`` leaves out the
-    sessions Hermes v26+ hid from its listing (``hidden = 1``), on files that have them."""
+    sessions Hermes v26+ hid from its listing (``hidden = 1``), on files that have them;
+    ``since``/``until`` (values or slots) keep sessions started at or after ``since``
+    and before ``until``."""
     terms: list[peewee.Node] = []
     include_children = check_flag(include_children, "include_children")
     include_archived = check_flag(include_archived, "include_archived")
@@ -101,6 +112,10 @@ def session_filters(
         terms.append(s.archived == 0)
     if not check_flag(include_hidden, "include_hidden") and file_has("sessions", "hidden"):
         terms.append(fn.COALESCE(s.hidden, 0) == 0)
+    if since is not None:
+        terms.append(s.started_at >= since)
+    if until is not None:
+        terms.append(s.started_at < until)
     return terms
 
 
@@ -158,9 +173,13 @@ def rich_listing(
     id_query: str | None = None,
     after: str | None = None,
     include_hidden: bool = False,
+    since: Any = None,
+    until: Any = None,
 ) -> list[dict[str, Any]]:
     """Session rows with ``preview`` and ``last_active`` (see the module docstring).
     Sessions Hermes v26+ hid (``hidden = 1``) only with ``include_hidden``, as in Hermes.
+    ``since``/``until`` (epoch seconds or ``datetime``) keep the surfaced sessions
+    started at or after ``since`` and before ``until``.
 
     ``id_query`` (text in any id of the chain, ASCII case-insensitive) is
     honoured with ``order_by_last_active`` only, as in Hermes. ``after`` (a row's
@@ -193,7 +212,9 @@ def rich_listing(
     # page size), else it is bound.
     page = current().literal_limit(limit)
     hidden = check_flag(include_hidden, "include_hidden")
-    shape = (len(sources), len(excluded), *flags, by_id, keyed, page, hidden)
+    window = check_window(since, until)
+    bounds = (window[0] is not None, window[1] is not None)
+    shape = (len(sources), len(excluded), *flags, by_id, keyed, page, hidden, bounds)
 
     prepared = listing_statement(shape)
     escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -206,6 +227,7 @@ def rich_listing(
     if after is not None:
         projected = flags[1] and not flags[0]  # as rich_listing_query projects
         values["after_started"], values["after_id"] = _page_key(after, projected=projected)
+    values.update({k: v for k, v in zip(("since", "until"), window) if v is not None})
     values.update({f"source{i}": value for i, value in enumerate(sources)})
     values.update({f"exclude{i}": value for i, value in enumerate(excluded)})
     cursor = prepared.execute(current(), **values)
@@ -281,13 +303,14 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
     n_sources, n_excluded, *flags_and_more = shape
     flags, by_id, keyed = flags_and_more[:6], flags_and_more[6], flags_and_more[7]
     page = flags_and_more[8]  # the LIMIT written in the SQL (None: bound)
-    hidden = flags_and_more[9]
+    hidden, bounds = flags_and_more[9], flags_and_more[10]
 
     def prepare() -> Prepared:
         names = [f"source{i}" for i in range(n_sources)]
         names += [f"exclude{i}" for i in range(n_excluded)]
         optional = (["min_count"] if flags[5] else []) + (["needle"] if by_id else [])
         optional += ["after_started", "after_id"] if keyed else []
+        optional += [name for name, on in zip(("since", "until"), bounds) if on]
 
         def build(**marks: Any) -> Any:
             return rich_listing_query(
@@ -304,6 +327,8 @@ def listing_statement(shape: tuple[Any, ...]) -> Prepared:
                 id_pattern=marks["needle"] if by_id else None,
                 after_key=(marks["after_started"], marks["after_id"]) if keyed else None,
                 include_hidden=hidden,
+                since=marks["since"] if bounds[0] else None,
+                until=marks["until"] if bounds[1] else None,
             )
 
         return Prepared(build, *names, *(["limit"] if page is None else []), "offset", *optional)
@@ -326,6 +351,8 @@ def rich_listing_query(
     id_pattern: Any = None,
     after_key: tuple[Any, Any] | None = None,
     include_hidden: bool = False,
+    since: Any = None,
+    until: Any = None,
 ) -> Any:
     """The one SELECT behind :func:`rich_listing` (values may be placeholders).
 
@@ -350,6 +377,8 @@ def rich_listing_query(
             archived_only=archived_only,
             min_message_count=min_message_count,
             include_hidden=include_hidden,
+            since=since,
+            until=until,
         ),
     )
     if after_key is not None:

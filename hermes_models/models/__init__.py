@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import clock
-from .clock import Clock
+from .clock import Clock, parse_when
 from .lineage import (
     RESUME_MAX_DEPTH,
     TIP_MAX_HOPS,
@@ -84,6 +84,7 @@ __all__ = [
     "listable_expr",
     "marker",
     "order_sessions",
+    "parse_when",
     "readable",
     "recency",
     "resolve_prompts",

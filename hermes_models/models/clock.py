@@ -9,8 +9,9 @@ instead of breaking the whole output.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -98,3 +99,49 @@ class Clock:
     def header(self, label: str, epochs: Iterable[Any]) -> str:
         """A column header naming the zone of its times: ``Last active (UTC)``."""
         return f"{label} ({zones(epochs, utc=self.utc)})"
+
+
+#: Units of a duration such as ``7d``: seconds in each.
+DURATION_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+)\s*([mhdw])")
+#: What :func:`parse_when` takes, for error messages and help texts.
+WHEN_FORMS = (
+    "a date (2026-12-01), a time (2026-12-01T09:30), today, yesterday, or 7d/12h/30m/2w ago"
+)
+
+
+def parse_when(text: str, *, utc: bool, end: bool = False, now: float) -> float:
+    """The epoch seconds ``text`` names (see :data:`WHEN_FORMS`), in the local zone
+    unless ``utc``. A duration counts back from ``now``. With ``end`` (an upper
+    bound) a bare date or ``today``/``yesterday`` means the end of that day.
+
+    Raises:
+        ValueError: ``text`` is none of those forms (the message lists them).
+    """
+    spoken = text.strip().lower()
+    ago = _DURATION.fullmatch(spoken)
+    if ago:
+        return now - int(ago.group(1)) * DURATION_UNITS[ago.group(2)]
+    zone = timezone.utc if utc else None
+    here = datetime.fromtimestamp(now, tz=timezone.utc)
+    here = here if utc else here.astimezone()
+    day: datetime | None = None
+    if spoken in ("today", "yesterday"):
+        day = here.replace(hour=0, minute=0, second=0, microsecond=0)
+        if spoken == "yesterday":
+            day = (day - timedelta(days=1)).replace(hour=0)
+    else:
+        try:
+            parsed = datetime.fromisoformat(spoken.replace(" ", "T", 1).upper())
+        except ValueError:
+            raise ValueError(f"{text!r} is no time: use {WHEN_FORMS}") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=zone) if zone else parsed.astimezone()
+        if len(spoken) > 10:  # a moment, not a day
+            return parsed.timestamp()
+        day = parsed
+    if end:
+        day = day + timedelta(days=1)
+        if not utc:  # the next midnight, whatever the clock change in between
+            day = day.replace(tzinfo=None).astimezone()
+    return day.timestamp()

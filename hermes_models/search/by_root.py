@@ -22,6 +22,7 @@ def page_of_roots(
     rank_mode: str | None,
     limit: int | None,
     offset: int,
+    started: tuple[float | None, float | None] = (None, None),
 ) -> list[dict[str, Any]]:
     """The page of lineage roots the sessions of ``found`` count for, best first.
 
@@ -29,7 +30,9 @@ def page_of_roots(
     timestamp, its rank, hits, latest hit's timestamp)``; a lower rank is better.
     A root's best hit is its sessions' best (rank, then newest, then highest id);
     roots are ordered by it, then by their latest hit (``rank_mode='recent'``: the
-    latest hit first), then by id. ``sources``: only roots of these sources. Each
+    latest hit first), then by id. ``sources``: only roots of these sources;
+    ``started``: only roots started at or after its first bound and before its second
+    (None: open). Each
     row is the root's columns (a system prompt stored by hash read as its text) plus
     ``_best_id``, ``_matched`` (the session of the
     best hit), ``_rank`` and ``_hits``.
@@ -52,8 +55,13 @@ def page_of_roots(
     else:
         ordered = sorted(best, key=lambda root: (best[root][0], -latest[root], root))
     model = Session
-    if sources is not None:
-        query = model.select(model.id).where(among(model.id, ordered), model.source.in_(sources))
+    terms = [] if sources is None else [model.source.in_(sources)]
+    if started[0] is not None:
+        terms.append(model.started_at >= started[0])
+    if started[1] is not None:
+        terms.append(model.started_at < started[1])
+    if terms:
+        query = model.select(model.id).where(among(model.id, ordered), *terms)
         kept = {row[0] for row in query.tuples()}
         ordered = [root for root in ordered if root in kept]
     page = ordered[offset:] if limit is None or limit < 0 else ordered[offset : offset + limit]

@@ -34,7 +34,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from ..checks import INT64_MAX, check_flag, check_page
+from ..checks import INT64_MAX, check_flag, check_page, check_window
 from ..driver import sqlite3
 from ..models import Message, readable, resolve_prompts_of
 from ..store import (
@@ -640,6 +640,8 @@ def _message_request(
     offset: int,
     sort: str | None,
     include_inactive: bool,
+    since: Any = None,
+    until: Any = None,
 ) -> tuple[SearchQuery, Filters, str, int | None, int] | None:
     """The arguments of a message search checked: query, filters, order, limit, offset;
     None when nothing can match."""
@@ -653,6 +655,7 @@ def _message_request(
         _strings(exclude_sources, "exclude_sources") or (),
         _strings(role_filter, "role_filter") or (),
         check_flag(include_inactive, "include_inactive"),
+        *check_window(since, until),
     )
     if not parsed or limit == 0 or filters.sources == ():
         return None
@@ -703,6 +706,8 @@ def search_messages(
     include_inactive: bool = False,
     *,
     time_budget: Any = ...,
+    since: Any = None,
+    until: Any = None,
 ) -> list[dict[str, Any]]:
     """Messages matching ``query``; never raises for any query text.
 
@@ -712,7 +717,9 @@ def search_messages(
     else, None included, by rank, as in Hermes. Soft-deleted messages only
     with ``include_inactive=True``. A search that runs longer than
     ``time_budget`` seconds (default :data:`TIME_BUDGET_S`; None: no limit)
-    stops and returns the hits found by then, with a warning in the log.
+    stops and returns the hits found by then, with a warning in the log. ``since`` and
+    ``until`` (epoch seconds or ``datetime``; ours) keep the messages sent at or after
+    ``since`` and before ``until``.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
@@ -720,7 +727,16 @@ def search_messages(
     budget = check_budget(time_budget)
     deadline = deadline_of(budget)
     request = _message_request(
-        query, source_filter, exclude_sources, role_filter, limit, offset, sort, include_inactive
+        query,
+        source_filter,
+        exclude_sources,
+        role_filter,
+        limit,
+        offset,
+        sort,
+        include_inactive,
+        since,
+        until,
     )
     if request is None:
         return []
@@ -867,6 +883,8 @@ def search_sessions(
     source: Any = None,
     offset: int = 0,
     time_budget: Any = ...,
+    since: Any = None,
+    until: Any = None,
 ) -> list[dict[str, Any]]:
     """Sessions whose messages match ``query``, one row per lineage root.
 
@@ -876,6 +894,8 @@ def search_sessions(
     ``'recent'`` orders by the latest match, otherwise by the best score.
     Without a query (``None`` or blank): every session, newest activity
     first, with ``last_active``. ``time_budget`` as in :func:`search_messages`.
+    ``since``/``until`` (ours) keep the roots started at or after ``since`` and
+    before ``until``.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
@@ -888,16 +908,18 @@ def search_sessions(
     if rank_mode not in RANK_MODES:
         raise ValueError(f"rank_mode must be None, 'relevance' or 'recent'; got {rank_mode!r}")
     sources = _strings(source, "source")
+    started = check_window(since, until)
     if query is None or (isinstance(query, str) and not query.strip()):
         if sources == ():
             return []
         # A v25+ file stores system prompts by hash: rows carry the text, as Hermes'.
-        return resolve_prompts_of(fetch_dicts(all_sessions_query(sources, limit, offset)))
+        listed = all_sessions_query(sources, limit, offset, started)
+        return resolve_prompts_of(fetch_dicts(listed))
     parsed = parse(query)
     if not parsed or limit == 0 or sources == ():
         return []
     if current().dialect == POSTGRESQL:  # the server's execute stage
-        return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget)
+        return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget, started)
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         try:
@@ -909,7 +931,7 @@ def search_sessions(
         except _OutOfTime:
             _ran_out(parsed, budget, 0)  # sessions come out only once all are ranked
             return []
-        return page_of_roots(found, sources, rank_mode, limit, offset)
+        return page_of_roots(found, sources, rank_mode, limit, offset, started)
 
     with _file()._reading_once():
         rows = routed(parsed, run)

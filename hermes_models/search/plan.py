@@ -600,6 +600,8 @@ class FilterShape(NamedTuple):
     roles: int
     include_inactive: bool
     rules: FileRules
+    since: bool = False
+    until: bool = False
 
 
 @dataclass(frozen=True)
@@ -610,12 +612,21 @@ class Filters:
     exclude: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
     include_inactive: bool = False
+    #: Messages sent at or after ``since`` and before ``until`` (epoch seconds; None: open).
+    since: float | None = None
+    until: float | None = None
 
     def shape(self) -> FilterShape:
         """What the SQL depends on (the open file's reading rules included)."""
         n_sources = None if self.sources is None else len(self.sources)
         return FilterShape(
-            n_sources, len(self.exclude), len(self.roles), self.include_inactive, file_rules()
+            n_sources,
+            len(self.exclude),
+            len(self.roles),
+            self.include_inactive,
+            file_rules(),
+            self.since is not None,
+            self.until is not None,
         )
 
     def values(self) -> dict[str, Any]:
@@ -624,6 +635,10 @@ class Filters:
         for prefix, items in (("s", self.sources or ()), ("x", self.exclude), ("r", self.roles)):
             for i, item in enumerate(items):
                 out[f"{prefix}{i}"] = item
+        if self.since is not None:
+            out["since"] = self.since
+        if self.until is not None:
+            out["until"] = self.until
         return out
 
 
@@ -654,6 +669,10 @@ def filter_terms(shape: FilterShape, m: Any, s: Any) -> list[peewee.Node]:
         terms.append(s.source.not_in([slot(f"x{i}") for i in range(shape.exclude)]))
     if shape.roles:
         terms.append(m.role.in_([slot(f"r{i}") for i in range(shape.roles)]))
+    if shape.since:
+        terms.append(m.timestamp >= slot("since"))
+    if shape.until:
+        terms.append(m.timestamp < slot("until"))
     return terms
 
 
@@ -1796,12 +1815,22 @@ def _sessions(shape: Shape) -> Statement:
     return render(query)
 
 
-def all_sessions_query(sources: tuple[str, ...] | None, limit: int | None, offset: int) -> Any:
-    """Every session (of ``sources``), newest activity first, with ``last_active``."""
+def all_sessions_query(
+    sources: tuple[str, ...] | None,
+    limit: int | None,
+    offset: int,
+    started: tuple[float | None, float | None] = (None, None),
+) -> Any:
+    """Every session (of ``sources``, started within ``started``), newest activity first,
+    with ``last_active``."""
     last_active = recency(Session, Message.alias("latest"))  # the heartbeat too (v24+)
     query = Session.select().select_extend(last_active.alias("last_active"))
     if sources is not None:
         query = query.where(Session.source.in_(sources))
+    if started[0] is not None:
+        query = query.where(Session.started_at >= started[0])
+    if started[1] is not None:
+        query = query.where(Session.started_at < started[1])
     query = query.order_by(
         SQL('"last_active"').desc(), Session.started_at.desc(), Session.id.desc()
     )

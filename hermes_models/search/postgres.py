@@ -208,6 +208,12 @@ def filtering(filters: Filters) -> tuple[list[str], list[Any]]:
     if filters.roles:
         where.append(sql.ROLE_IN)
         params.append(list(filters.roles))
+    if filters.since is not None:
+        where.append(sql.SENT_SINCE)
+        params.append(filters.since)
+    if filters.until is not None:
+        where.append(sql.SENT_UNTIL)
+        params.append(filters.until)
     return where, params
 
 
@@ -438,6 +444,7 @@ def search_sessions(
     limit: int | None,
     offset: int,
     budget: float | None,
+    started: tuple[float | None, float | None] = (None, None),
 ) -> list[dict[str, Any]]:
     """Sessions whose messages match ``query``, one row per lineage root (arguments
     checked by :func:`hermes_models.search.pipeline.search_sessions`)."""
@@ -462,7 +469,7 @@ def search_sessions(
         return []
     if not found:
         return []
-    rows = page_of_roots(found, sources, rank_mode, limit, offset)
+    rows = page_of_roots(found, sources, rank_mode, limit, offset, started)
     texts: list[tuple[Any, ...]] = []
     if rows:
         ids = [row["_best_id"] for row in rows]

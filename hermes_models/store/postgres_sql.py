@@ -152,6 +152,9 @@ ACTIVE = "m.active = 1"
 SOURCE_IN = "s.source = ANY(%s)"
 SOURCE_NOT_IN = "NOT (s.source = ANY(%s))"
 ROLE_IN = "m.role = ANY(%s)"
+#: A time window of the messages (``%s``: epoch seconds).
+SENT_SINCE = "m.timestamp >= %s"
+SENT_UNTIL = "m.timestamp < %s"
 
 #: ORDER BY of a page of hits, inside and outside its ``page`` CTE, by sort.
 HIT_ORDERS = {

@@ -36,7 +36,7 @@ from typing import IO, Any, cast
 import peewee
 from peewee import SQL, fn
 
-from ..checks import expand_user
+from ..checks import check_window, expand_user
 from ..driver import sqlite3
 from ..errors import BundleError
 from ..models import Message, Session, stored_fields, walk_sessions
@@ -91,16 +91,38 @@ def dumps(record: Mapping[str, Any]) -> str:
 # -- choosing what to export -----------------------------------------------------------------
 
 
-def selection(session_id: str | None = None, source: str | None = None) -> list[str] | None:
+def selection(
+    session_id: str | None = None,
+    source: str | None = None,
+    since: Any = None,
+    until: Any = None,
+) -> list[str] | None:
     """Ids of the sessions an export holds; None means every session.
 
     ``session_id`` selects its lineage (ancestors, the session, all its
-    descendants); ``source`` the sessions of that source. Ancestors are
-    always added, so the bundle is self-contained.
+    descendants); ``source`` the sessions of that source; ``since``/``until``
+    (epoch seconds or ``datetime``) the sessions started at or after ``since``
+    and before ``until`` (of ``source``, when given). Ancestors are always
+    added, so the bundle is self-contained.
 
     Raises:
-        ValueError: ``session_id`` does not exist.
+        ValueError: ``session_id`` does not exist, or is given with a window.
     """
+    window = check_window(since, until)
+    if window != (None, None):
+        if session_id is not None:
+            raise ValueError("since/until select sessions by start time, not with session_id")
+        started = [Session.started_at >= window[0]] if window[0] is not None else []
+        if window[1] is not None:
+            started.append(Session.started_at < window[1])
+        if source is not None:
+            if not isinstance(source, str):
+                raise TypeError(f"source must be str or None, not {type(source).__name__}")
+            started.append(Session.source == source)
+        where = started[0]
+        for term in started[1:]:
+            where = where & term
+        return sorted(set(_walked(where, upward=True)))
     if session_id is not None and not isinstance(session_id, str):
         raise TypeError(f"session_id must be str or None, not {type(session_id).__name__}")
     if source is not None and not isinstance(source, str):
@@ -269,11 +291,14 @@ def _message_total(ids: list[str] | None) -> int:
 
 
 def _records(
-    session_id: str | None, source: str | None, progress: Progress | None
+    session_id: str | None,
+    source: str | None,
+    progress: Progress | None,
+    window: tuple[Any, Any] = (None, None),
 ) -> Iterator[tuple[str, str]]:
     """``(kind, line)`` pairs of a bundle, read in one snapshot."""
     with current().atomic():
-        ids = selection(session_id, source)
+        ids = selection(session_id, source, *window)
         total = _message_total(ids)
         if ids is None and (orphans := orphan_total()):
             logger.warning(
@@ -323,15 +348,18 @@ def export_bundle(
     source: str | None = None,
     progress: Progress | None = None,
     overwrite: bool = False,
+    since: Any = None,
+    until: Any = None,
 ) -> dict[str, int]:
     """Write a bundle to a path or text stream; returns how many sessions and messages.
+    ``since``/``until``: the sessions started in that window (see :func:`selection`).
 
     A path is written as :func:`hermes_models.transfer.output.open_output` describes:
     an existing file is replaced only with ``overwrite=True``.
     """
     counts = {"sessions": 0, "messages": 0}
     with open_output(target, overwrite=overwrite) as out:
-        for kind, line in _records(session_id, source, progress):
+        for kind, line in _records(session_id, source, progress, (since, until)):
             out.write(line)
             if kind in ("session", "message"):
                 counts[kind + "s"] += 1

@@ -89,12 +89,16 @@ def _message_lines(row: dict[str, Any]) -> Iterator[str]:
 
 
 def _render(
-    session_id: str | None, source: str | None, progress: Progress | None, shown: list[int]
+    session_id: str | None,
+    source: str | None,
+    progress: Progress | None,
+    shown: list[int],
+    window: tuple[Any, Any] = (None, None),
 ) -> Generator[str, None, None]:
     """The document, read in one snapshot one session at a time (memory does not grow
     with the store); ``shown`` gets how many sessions it shows."""
     with current().atomic():
-        ids = selection(session_id, source)
+        ids = selection(session_id, source, *window)
         total = session_total(ids)
         shown.append(total)
         yield "# Hermes sessions\n"
@@ -117,14 +121,17 @@ def export_markdown(
     source: str | None = None,
     progress: Progress | None = None,
     overwrite: bool = False,
+    since: Any = None,
+    until: Any = None,
 ) -> int:
-    """Write Markdown to a path or text stream; returns how many sessions it shows.
+    """Write Markdown to a path or text stream; returns how many sessions it shows
+    (``since``/``until`` as :func:`hermes_models.transfer.bundle.export_bundle` takes them).
 
     An existing file is replaced only with ``overwrite=True``
     (see :func:`hermes_models.transfer.output.open_output`).
     """
     shown: list[int] = []
-    with closing(_render(session_id, source, progress, shown)) as lines:
+    with closing(_render(session_id, source, progress, shown, (since, until))) as lines:
         first = next(lines)  # the selection is checked before the output is opened
         with open_output(target, overwrite=overwrite) as out:
             out.write(first)
