@@ -39,6 +39,7 @@ from .store import (
     SqliteFile,
     check_index,
     current,
+    exposure,
     grams,
     header_journal_mode,
     postgres_sql,
@@ -451,6 +452,29 @@ def _sequence(db: Backend) -> dict[str, Any]:
     )
 
 
+#: How the detail of a check that passes with a warning begins (the CLI marks it ``warn``).
+WARNING = "warning: "
+
+
+def _privacy(db: Backend) -> dict[str, Any]:
+    """Who else can read the store: the database and its sidecars should be private
+    (0600), and their folder writable by its owner alone; a warning, not a failure
+    (the package never changes the mode of a file it did not create)."""
+    found = exposure(db.path)
+    if not found:
+        return _check("privacy", True, "only the owner can read the store's files")
+    named = "; ".join(f"{path} is mode {mode:04o}" for path, mode in found)
+    files = [path for path, _ in found if not os.path.isdir(path)]
+    advice = []
+    if files:
+        advice.append("`hermes-models doctor --fix` makes the files 0600")
+    if len(files) < len(found):
+        advice.append("others can write the folder: keep the store in a private one (0700)")
+    return _check(
+        "privacy", True, f"{WARNING}others can read or plant files: {named}; " + "; ".join(advice)
+    )
+
+
 def doctor(db: Backend | None = None) -> dict[str, Any]:
     """Check the file without writing to it; returns ``{"path", "ok", "checks": [{"name",
     "ok", "detail"}]}``."""
@@ -488,6 +512,8 @@ def doctor(db: Backend | None = None) -> dict[str, Any]:
     if version == SCHEMA_VERSION:
         checks.append(_counters(db))
     checks.append(_sequence(db))
+    if isinstance(db, SqliteFile):
+        checks.append(_privacy(db))
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 

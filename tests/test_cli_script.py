@@ -193,7 +193,7 @@ CASES = [
     ("stats: no file", ["stats", "--db", "missing.db"], "", 1, "does not exist"),
     ("stats: bad option", ["stats", "--db", "demo.db", "--bogus"], "", 2, "--bogus"),
     ("doctor: healthy", ["doctor", "--db", "demo.db"], "", 0, "healthy"),
-    ("doctor: a check fails", ["doctor", "--db", "unhealthy.db"], "", 1, "1 of 16 checks failed"),
+    ("doctor: a check fails", ["doctor", "--db", "unhealthy.db"], "", 1, "1 of 17 checks failed"),
     ("doctor: no file", ["doctor", "--db", "missing.db"], "", 1, "no database"),
     ("doctor: bad option", ["doctor", "--db", "demo.db", "--bogus"], "", 2, "--bogus"),
     ("archive: done", ["archive", "--db", "demo.db", "demo-chinese"], "", 0, "archived"),

@@ -403,9 +403,12 @@ def test_created_files_are_private_whatever_the_umask(db_path: Path) -> None:
     assert modes == {"state.db": "0o600", "state.db-shm": "0o600", "state.db-wal": "0o600"}
 
 
-def test_existing_files_are_tightened_without_breaking_other_connections(db_path: Path) -> None:
+def test_an_existing_file_keeps_its_mode_and_its_sidecars_no_more_open(db_path: Path) -> None:
+    # The package never changes the mode of a file it did not create (doctor --fix does,
+    # when asked); a sidecar that lets others read more than the database is tightened
+    # to the database's mode, without breaking the other connection's locks.
     hermes_models.migrate(db_path)
-    os.chmod(db_path, 0o644)
+    os.chmod(db_path, 0o640)
     other = sqlite3.connect(db_path, isolation_level=None)
     try:
         other.execute("PRAGMA journal_mode=WAL")
@@ -414,7 +417,7 @@ def test_existing_files_are_tightened_without_breaking_other_connections(db_path
             os.chmod(f"{db_path}{suffix}", 0o644)
         db = hermes_models.connect(db_path)
         modes = {name: oct(_mode(db_path.parent / name)) for name in os.listdir(db_path.parent)}
-        assert modes == {"state.db": "0o600", "state.db-shm": "0o600", "state.db-wal": "0o600"}
+        assert modes == {"state.db": "0o640", "state.db-shm": "0o640", "state.db-wal": "0o640"}
         # The other connection still holds its locks and keeps working.
         db.write(_insert(db, "during"))
         other.execute("INSERT INTO state_meta VALUES ('after', 'x')")

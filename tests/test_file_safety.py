@@ -171,18 +171,21 @@ def test_sidecars_that_are_links_are_refused(tmp_path: Path) -> None:
     assert elsewhere.read_bytes() == b""
 
 
-def test_a_file_that_cannot_be_made_private_is_refused(
+def test_a_sidecar_that_cannot_be_made_private_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The database is 0600 (made here); a -wal others could read must follow it.
     path = tmp_path / "state.db"
     SessionDB(path).close()
-    os.chmod(path, 0o644)
+    wal = Path(f"{path}-wal")
+    wal.touch()
+    os.chmod(wal, 0o644)
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(os, "chmod", refuse)
-    with pytest.raises(UnsafeFileError, match=f"^{path} cannot be made private"):
+    with pytest.raises(UnsafeFileError, match=f"^{wal} cannot be made private"):
         hermes_models.connect(path)
 
 

@@ -352,7 +352,7 @@ def test_doctor_names_the_messages_the_index_holds_wrongly_and_fix_mends_them(
         "fixed: recounted 1 session",  # the delete left message_count behind too
         "fixed: indexed 2 messages again in the gram index (id 3, 4)",
     ]
-    assert lines[-1].endswith("healthy (16 checks passed)")
+    assert lines[-1].endswith("healthy (17 checks passed)")
     assert_exact(path)
 
 

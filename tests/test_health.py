@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -42,6 +44,7 @@ CHECKS = [
     "fts integrity-check messages_cjk",
     "session counters",
     "message id sequence",
+    "privacy",
 ]
 
 
@@ -56,9 +59,10 @@ def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def store_file(store_template: Path, tmp_path: Path) -> Path:
-    """A copy of the store template, for one test."""
+    """A copy of the store template, for one test, private (doctor warns otherwise)."""
     path = tmp_path / "state.db"
     shutil.copy2(store_template, path)
+    os.chmod(path, 0o600)
     return path
 
 
@@ -165,7 +169,7 @@ def test_doctor_passes_a_sound_file_and_changes_nothing(store_file: Path) -> Non
     assert report["path"] == str(store_file)
     assert report["ok"] is True
     assert [c["name"] for c in report["checks"]] == CHECKS
-    assert [c["detail"] for c in report["checks"]][-2:] == [
+    assert [c["detail"] for c in report["checks"]][-3:-1] == [
         "every session's counters match its messages",
         f"{INT64_MAX - 18:,} ids left",
     ]
@@ -272,8 +276,57 @@ def test_doctor_reports_an_old_schema_without_upgrading_it(tmp_path: Path) -> No
         "fts integrity-check messages_fts",
         "fts integrity-check messages_fts_trigram",
         "message id sequence",
+        "privacy",
     ]
     assert legacy.dump(path) == before
+
+
+@pytest.mark.slow  # console-script runs
+def test_doctor_warns_when_others_can_read_the_store_and_fix_makes_it_private(
+    store_file: Path,
+) -> None:
+    # A store made by another program keeps its mode (the package never changes it):
+    # doctor warns, and only --fix takes the group and other bits away.
+    os.chmod(store_file, 0o644)
+    os.chmod(store_file.parent, 0o777)
+    try:
+        with SessionDB(store_file) as store:
+            store.create_session("written", "cli")  # a writable open leaves the mode alone
+        assert stat.S_IMODE(store_file.stat().st_mode) == 0o644
+        report = _doctor(store_file)
+        (privacy,) = [c for c in report["checks"] if c["name"] == "privacy"]
+        assert privacy == {
+            "name": "privacy",
+            "ok": True,
+            # The -wal and -shm are the doctor's own read's, made with the file's mode.
+            "detail": f"warning: others can read or plant files: {store_file} is mode 0644;"
+            f" {store_file}-wal is mode 0644; {store_file}-shm is mode 0644;"
+            f" {store_file.parent} is mode 0777; `hermes-models doctor --fix` makes the"
+            " files 0600; others can write the folder: keep the store in a private one (0700)",
+        }
+        assert report["ok"] is True
+        wide = environment(store_file.parent, COLUMNS="400")
+        shown = run("doctor", "--db", str(store_file), cwd=store_file.parent, env=wide)
+        assert shown.returncode == 0
+        assert next(line for line in shown.stdout.splitlines() if "privacy" in line).startswith(
+            "warn privacy: warning: others can read"
+        )
+        fixed = run("doctor", "--fix", "--db", str(store_file), cwd=store_file.parent, env=wide)
+        assert fixed.returncode == 0, fixed.stderr
+        assert f"fixed: made {store_file} private (0644 -> 0600)" in fixed.stdout.splitlines()
+        assert stat.S_IMODE(store_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(store_file.parent.stat().st_mode) == 0o777  # a folder is advice
+        after = _doctor(store_file)
+        (privacy,) = [c for c in after["checks"] if c["name"] == "privacy"]
+        assert privacy["detail"] == (
+            f"warning: others can read or plant files: {store_file.parent} is mode 0777;"
+            " others can write the folder: keep the store in a private one (0700)"
+        )
+    finally:
+        os.chmod(store_file.parent, 0o700)
+    assert [c["detail"] for c in _doctor(store_file)["checks"] if c["name"] == "privacy"] == [
+        "only the owner can read the store's files"
+    ]
 
 
 # -- counters and the id sequence -------------------------------------------------------------
@@ -473,7 +526,7 @@ def test_cli_doctor_prints_each_check_and_a_verdict(store_file: Path) -> None:
     assert (result.returncode, result.stderr) == (0, "")
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == [f"ok   {name}" for name in CHECKS]
-    assert lines[-1] == f"{store_file}: healthy (16 checks passed)"
+    assert lines[-1] == f"{store_file}: healthy (17 checks passed)"
 
 
 @pytest.mark.slow  # console-script runs
@@ -484,7 +537,7 @@ def test_cli_doctor_exits_1_when_a_check_fails(store_file: Path) -> None:
     assert (
         "FAIL messages_fts_trigram triggers: missing messages_fts_trigram_update" in result.stdout
     )
-    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 16 checks failed"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: 1 of 17 checks failed"
     records = run("doctor", "--db", str(store_file), "--json", cwd=store_file.parent)
     assert records.returncode == 1
     assert [c["name"] for c in json.loads(records.stdout) if not c["ok"]] == [
@@ -503,7 +556,7 @@ def test_cli_doctor_fix_recounts_and_then_passes(store: SessionDB, db_path: Path
     fixed = run("doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert (fixed.returncode, fixed.stderr) == (0, "")
     assert fixed.stdout.splitlines()[0] == "fixed: recounted 1 session"
-    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (16 checks passed)"
+    assert fixed.stdout.splitlines()[-1] == f"{db_path}: healthy (17 checks passed)"
     refused = run("--read-only", "doctor", "--fix", "--db", str(db_path), cwd=db_path.parent)
     assert refused.returncode == 2
 
@@ -523,7 +576,7 @@ def test_cli_doctor_reads_a_file_it_cannot_write(store_file: Path) -> None:
         folder.chmod(0o755)
         store_file.chmod(0o600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (16 checks passed)"
+    assert result.stdout.splitlines()[-1] == f"{store_file}: healthy (17 checks passed)"
     assert "read_only=True" not in result.stderr
     assert json.loads(stats.stdout)["sessions"] == 8
     assert writing.returncode == 1

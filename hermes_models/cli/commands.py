@@ -46,6 +46,7 @@ from ..sessiondb import SessionDB
 from ..store import (
     connect,
     is_postgres_url,
+    make_store_private,
     migrate_server,
     newer_schema_error,
     parse_url,
@@ -1379,6 +1380,8 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
                 f"indexed {views.plural(len(fixed['regrammed']), 'message')} again in the "
                 f"gram index (id {ids}{more})"
             )
+        for changed, old, new in make_store_private(path):
+            notes.append(f"made {changed} private ({old:04o} -> {new:04o})")
     db = connect(path, migrate=False, read_only=True)
     try:
         report = check(db)

@@ -21,6 +21,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ..health import WARNING
 from ..models import Clock
 from ..store import IMAGE
 from ..store import content_text as text_of
@@ -408,7 +409,12 @@ def doctor_lines(checks: list[dict[str, Any]]) -> RenderableType:
     table.add_column(no_wrap=True, min_width=4)
     table.add_column(overflow="fold")
     for check in checks:
-        mark = Text("ok", "green") if check["ok"] else Text("FAIL", "red")
+        if not check["ok"]:
+            mark = Text("FAIL", "red")
+        elif str(check["detail"]).startswith(WARNING):
+            mark = Text("warn", "yellow")
+        else:
+            mark = Text("ok", "green")
         table.add_row(mark, f"{check['name']}: {check['detail']}")
     return table
 

@@ -301,10 +301,14 @@ def check_ownership(path: StrPath, *, read_only: bool) -> None:
     must be a regular file (not a link) with one name (a hard link would send
     the store's pages into another file too), owned by this process's user or
     the database's (:func:`refuse_planted`, which an open runs before SQLite
-    opens anything). The database and its sidecars must be this user's, and are
-    tightened to 0600 with ``chmod`` on the path (only taking bits away). With
-    ``read_only`` nothing is changed, and a file of the database's owner is read
-    with a warning (logged once per file); a planted sidecar is refused all the same.
+    opens anything). The database and its sidecars must be this user's. The
+    database's mode is never changed (the package creates its files 0600; a file
+    it did not create keeps the mode its owner gave it: ``doctor`` warns when others
+    can read it, and ``doctor --fix`` tightens it); a sidecar that lets others
+    read more than the database does is tightened to the database's mode with
+    ``chmod`` on the path (only taking bits away). With ``read_only`` nothing is
+    changed, and a file of the database's owner is read with a warning (logged once
+    per file); a planted sidecar is refused all the same.
 
     Raises:
         UnsafeFileError: a file is owned by another user, is not a regular
@@ -343,6 +347,7 @@ def _check_files(path: StrPath, *, read_only: bool, planted_only: bool) -> str |
     except (FileNotFoundError, NotADirectoryError):
         info = None
     owner = me if info is None else info.st_uid
+    allowed = 0o600 if info is None else stat.S_IMODE(info.st_mode) | 0o600
     checks = [] if info is None else [(real, info, False)]
     for suffix in SIDECARS:
         try:
@@ -358,6 +363,7 @@ def _check_files(path: StrPath, *, read_only: bool, planted_only: bool) -> str |
             sidecar=sidecar,
             read_only=read_only,
             planted_only=planted_only,
+            allowed=allowed,
         )
     return real
 
@@ -371,9 +377,11 @@ def _judge(
     sidecar: bool,
     read_only: bool,
     planted_only: bool,
+    allowed: int = 0o600,
 ) -> None:
     """:func:`check_ownership` of one file: ``info`` is its ``lstat`` (a sidecar) or
-    ``stat`` (the database), ``owner`` the database's owner."""
+    ``stat`` (the database), ``owner`` the database's owner, ``allowed`` the bits a
+    sidecar may keep (the database's)."""
     planted = None  # refused even for a read
     problem = None  # refused for a write, read with a warning
     if not stat.S_ISREG(info.st_mode):
@@ -388,8 +396,8 @@ def _judge(
             planted = f"{whose} not by the store's owner, {user_name(owner)}"
         else:
             problem = f"{whose} not by {user_name(me)}, who runs this process"
-    elif stat.S_IMODE(info.st_mode) & 0o077 and not read_only:
-        problem = _make_private(candidate, stat.S_IMODE(info.st_mode))
+    elif sidecar and stat.S_IMODE(info.st_mode) & ~allowed & 0o077 and not read_only:
+        problem = _make_private(candidate, stat.S_IMODE(info.st_mode), allowed)
     if planted is None and (problem is None or planted_only):
         return
     if planted is None and read_only:
@@ -403,17 +411,68 @@ def _judge(
     )
 
 
-def _make_private(candidate: str, mode: int) -> str | None:
-    """Take group and other permissions away from ``candidate`` (mode ``mode``); None
-    when done, else why it cannot be done."""
+def _make_private(candidate: str, mode: int, allowed: int = 0o600) -> str | None:
+    """Take the group and other permissions ``allowed`` lacks away from ``candidate``
+    (mode ``mode``); None when done, else why it cannot be done."""
     try:
-        os.chmod(candidate, mode & 0o600)
+        os.chmod(candidate, mode & allowed)
         mode = stat.S_IMODE(os.stat(candidate).st_mode)
     except OSError as exc:
         return f"cannot be made private ({exc.strerror})"
-    if mode & 0o077:
+    if mode & ~allowed & 0o077:
         return f"cannot be made private (its mode stays {mode:04o})"
     return None
+
+
+def exposure(path: StrPath) -> list[tuple[str, int]]:
+    """The store's files others may read (the database and its sidecars, by their real
+    path) and its folder when others may write it: ``(path, mode)`` of each."""
+    if os.name == "nt":
+        return []
+    real = real_file(path)
+    found: list[tuple[str, int]] = []
+    for candidate in (real, *(real + suffix for suffix in SIDECARS)):
+        try:
+            mode = stat.S_IMODE(os.lstat(candidate).st_mode)
+        except OSError:
+            continue
+        if mode & 0o044:
+            found.append((candidate, mode))
+    folder = os.path.dirname(real)
+    try:
+        mode = stat.S_IMODE(os.stat(folder).st_mode)
+    except OSError:
+        return found
+    if mode & 0o022:
+        found.append((folder, mode))
+    return found
+
+
+def make_store_private(path: StrPath) -> list[tuple[str, int, int]]:
+    """Take group and other permissions away from the database and its sidecars (the
+    files of this user; a folder is left as it is): ``(path, old mode, new mode)`` of
+    each file changed.
+
+    Raises:
+        UnsafeFileError: a file keeps group or other permissions after ``chmod``.
+    """
+    changed: list[tuple[str, int, int]] = []
+    if os.name == "nt":
+        return changed
+    real = real_file(path)
+    for candidate in (real, *(real + suffix for suffix in SIDECARS)):
+        try:
+            info = os.lstat(candidate)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or not mode & 0o077:
+            continue
+        problem = _make_private(candidate, mode)
+        if problem is not None:
+            raise UnsafeFileError(f"{candidate} {problem}")
+        changed.append((candidate, mode, mode & 0o600))
+    return changed
 
 
 _shared_warned: BoundedSet[str] = BoundedSet("shared folder warnings", 256)
