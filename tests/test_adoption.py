@@ -392,10 +392,15 @@ def test_cli_migrate_upgrades_an_old_file(tmp_path: Path) -> None:
     path = legacy.build(tmp_path / "state.db", 10)
     result = CliRunner().invoke(cli, ["migrate", "--db", str(path)])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == [f"applied {m}" for m in MIGRATIONS] + [
-        f"{path}: schema up to date"
+    # The adoption says so once: the file changed here, and never again for this reason.
+    assert result.output.splitlines() == [
+        f"Warning: {path}: adopted this Hermes v10 store and upgraded it to v16 (rows kept)",
+        *(f"applied {m}" for m in MIGRATIONS),
+        f"{path}: schema up to date",
     ]
     assert _query(path, "SELECT version FROM schema_version") == [(16,)]
+    again = CliRunner().invoke(cli, ["migrate", "--db", str(path)])
+    assert again.output.splitlines() == [f"{path}: schema up to date"]
 
 
 def _adopt_together(path: str, barrier: Any, results: Any) -> None:

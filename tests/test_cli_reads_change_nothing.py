@@ -1,6 +1,7 @@
 """Commands that only read never change a store: a live Hermes v16 file, with a
 Hermes process writing beside it, keeps every table, trigger and index, its journal
-mode and its file mode through every read command of the installed script."""
+mode and its file mode through every read command of the installed script; the first
+command that writes adopts it, says so once, and leaves its mode alone."""
 
 from __future__ import annotations
 
@@ -70,3 +71,13 @@ def test_every_read_command_leaves_a_live_hermes_file_as_it_is(tmp_path: Path) -
         assert hermes.sql("SELECT count(*) FROM messages WHERE session_id = 's2'") == [
             [len(READ_COMMANDS) + 2]
         ]
+        # The first command that writes adopts the file and says so, once; the file's
+        # mode stays the one Hermes gave it.
+        first = run("archive", "s1", "--db", str(path), cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        assert first.stderr.count("adopted this Hermes v16 store") == 1
+        second = run("archive", "--undo", "s1", "--db", str(path), cwd=tmp_path)
+        assert second.returncode == 0, second.stderr
+        assert "adopted" not in second.stderr
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        hermes.call("append_message", "s2", "user", "after the adoption")

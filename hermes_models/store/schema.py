@@ -221,11 +221,22 @@ def _apply_under_lock(
             version = _hermes_version(backend.connection)
             if version == SCHEMA_VERSION:
                 backend.mark_migrations(baseline)
-                logger.info("%s: adopted a Hermes v%d database as it is", path, version)
+                # Said once, as a warning a person sees: the file changes here (yoyo's
+                # tables, the search additions), and never again for this reason.
+                logger.warning(
+                    "%s: adopted this Hermes v%d store (its rows as they are; added the"
+                    " migrations' records and search indexes; Hermes keeps using it)",
+                    path,
+                    version,
+                )
             elif version is not None:
                 _adopt(backend, baseline, version)
                 done.extend(m.id for m in baseline)
-                logger.info("%s: upgraded a Hermes v%d database to v16", path, version)
+                logger.warning(
+                    "%s: adopted this Hermes v%d store and upgraded it to v16 (rows kept)",
+                    path,
+                    version,
+                )
         # One at a time, each in a transaction of its own: an interruption after
         # some of them leaves those applied.
         for migration in backend.to_apply(migrations):
