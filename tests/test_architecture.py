@@ -53,6 +53,7 @@ PARTS = (
     "health",
     "sessiondb",
     "hermes_state",
+    "hermes_shim",
     "cli",
     "__init__",
     "__main__",

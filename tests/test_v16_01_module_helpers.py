@@ -372,3 +372,50 @@ def test_a_failed_open_is_recorded_and_never_cleared_by_a_success(tmp_path: Path
     assert cause == f"NotADatabaseError: {bad} is not an SQLite database"
     SessionDB(tmp_path / "fine.db").close()
     assert hermes_state.get_last_init_error() == cause
+
+
+# -- the private names Hermes' own modules import --------------------------------------------
+
+
+def test_default_db_path_is_importable_by_name_and_read_at_the_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hermes' session_search tool and `hermes sessions repair` do `from hermes_state
+    # import DEFAULT_DB_PATH`: the module's __getattr__ answers the import too.
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "home"))
+    namespace: dict[str, object] = {}
+    exec("from hermes_models.hermes_state import DEFAULT_DB_PATH", namespace)
+    assert namespace["DEFAULT_DB_PATH"] == tmp_path / "home" / "state.db"
+
+
+def test_db_opens_cleanly_gives_none_for_a_sound_file_and_the_reason_otherwise(
+    tmp_path: Path,
+) -> None:
+    opens_cleanly = hermes_state._db_opens_cleanly
+    path = tmp_path / "state.db"
+    seeded(path)
+    assert opens_cleanly(path) is None
+    duplicate_schema_row(path, "messages_fts_insert")
+    assert opens_cleanly(path) == (
+        "malformed database schema (messages_fts_insert) - "
+        "trigger messages_fts_insert already exists"
+    )
+
+
+def test_set_last_init_error_sets_and_clears_what_hermes_reports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hermes_models.store.db, "_last_init_error", None)
+    hermes_state._set_last_init_error("OperationalError: locking protocol")
+    assert hermes_state.get_last_init_error() == "OperationalError: locking protocol"
+    assert hermes_state.format_session_db_unavailable() == (
+        "Session database not available: OperationalError: locking protocol "
+        "(state.db may be on NFS/SMB/FUSE \u2014 see https://www.sqlite.org/wal.html)."
+    )
+    hermes_state._set_last_init_error(None)
+    assert hermes_state.get_last_init_error() is None
+    assert hermes_state.format_session_db_unavailable() == "Session database not available."
+
+
+def test_wal_incompat_markers_are_hermes_texts() -> None:
+    assert hermes_state._WAL_INCOMPAT_MARKERS == ("locking protocol", "not authorized")

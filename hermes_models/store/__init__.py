@@ -34,6 +34,7 @@ from .db import (
     format_db_unavailable,
     format_session_db_unavailable,
     get_last_init_error,
+    set_last_init_error,
 )
 from .dialect import (
     POSTGRESQL,
@@ -90,13 +91,13 @@ from .grams import (
 )
 from .grams import grams as gram_text
 from .holders import holder_is_gone, local_holder
-from .journal import apply_wal_with_fallback, settings
+from .journal import WAL_INCOMPAT_MARKERS, apply_wal_with_fallback, settings
 from .migration_names import migration_hash, migration_ids
 from .postgres import PostgresDatabase, QmarkConnection, constraint_message, parse_url
 from .postgres import migrate as migrate_server
-from .repair import claim_repair_attempt, repair_state_db_schema
+from .repair import claim_repair_attempt, health_problem, repair_state_db_schema
 from .schema import TELEGRAM_TOPICS, migrate, migrate_optional
-from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS, FileShape
+from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS, FileShape, probe
 from .statements import (
     SLOT,
     Prepared,
@@ -129,6 +130,7 @@ __all__ = [
     "TRIGRAM",
     "TRIGRAM_COMPLETE",
     "TRIGRAM_NO_TOOLS_OR_RUNS",
+    "WAL_INCOMPAT_MARKERS",
     "WORDS",
     "Backend",
     "FileShape",
@@ -172,6 +174,7 @@ __all__ = [
     "gram_text",
     "grams",
     "header_journal_mode",
+    "health_problem",
     "holder_is_gone",
     "is_decode_error",
     "is_postgres_url",
@@ -196,6 +199,7 @@ __all__ = [
     "postgres",
     "postgres_sql",
     "present_indexes",
+    "probe",
     "quoted",
     "read_only_params",
     "refuse_newer_schema",
@@ -205,6 +209,7 @@ __all__ = [
     "resolve_file",
     "resolve_path",
     "rows_read_leniently",
+    "set_last_init_error",
     "settings",
     "slot",
     "split_integrity",

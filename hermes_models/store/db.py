@@ -712,6 +712,13 @@ def record_init_error(exc: BaseException) -> None:
         _last_init_error = f"{type(cause).__name__}: {cause}"
 
 
+def set_last_init_error(message: str | None) -> None:
+    """Set (a message) or clear (None) what :func:`get_last_init_error` returns."""
+    global _last_init_error
+    with _last_init_error_lock:
+        _last_init_error = message
+
+
 def get_last_init_error() -> str | None:
     """``"<ExcType>: <message>"`` of the last failed open in this process, or None."""
     return _last_init_error
@@ -744,4 +751,5 @@ __all__ = [
     "format_session_db_unavailable",
     "get_last_init_error",
     "record_init_error",
+    "set_last_init_error",
 ]
