@@ -746,7 +746,8 @@ def test_a_server_url_without_psycopg_says_what_to_install(
     url = "postgresql://postgres@127.0.0.1:1/db"
     message = (
         "a postgresql:// store needs psycopg 3, which is not installed: "
-        "pip install 'hermes_models[postgresql]'"
+        "pip install 'psycopg[binary]>=3.1' (or, in a checkout of hermes_models, "
+        "pip install '.[postgresql]')"
     )
     for call in (
         lambda: hermes_models.connect(url),

@@ -281,7 +281,8 @@ def require_driver() -> None:
     except ImportError as exc:
         raise MissingDriverError(
             "a postgresql:// store needs psycopg 3, which is not installed: "
-            "pip install 'hermes_models[postgresql]'",
+            "pip install 'psycopg[binary]>=3.1' (or, in a checkout of hermes_models, "
+            "pip install '.[postgresql]')",
             name="psycopg",
         ) from exc
 
