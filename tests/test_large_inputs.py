@@ -305,7 +305,13 @@ def test_a_long_line_rich_would_lay_out_itself_is_shown_as_rich_shows_its_image(
     )
     assert _emitted(PlainText(line), width) == _emitted(Text(shown), width)
     short = "".join(parts)[: LONG_LINE - 1]
-    assert _emitted(PlainText(short), width) == _emitted(Text(short), width)
+    try:
+        expected = _emitted(Text(short), width)
+    except ZeroDivisionError:
+        # rich 15 cannot lay out some such lines (joiners before a character wider than
+        # the width): PlainText then shows the line as rich shows its image.
+        expected = _emitted(Text(_shown_image(short).replace(_SECOND_CELL, "")), width)
+    assert _emitted(PlainText(short), width) == expected
 
 
 @pytest.mark.slow  # 20 MB through the console script, four times (about 6 s)
@@ -319,3 +325,11 @@ def test_show_of_a_20_mb_line_rich_would_lay_out_itself_is_whole(tmp_path: Path,
     assert max(cell_len(line) for line in body) <= 80
     shown = _shown_image(message).replace(_SECOND_CELL, "")
     assert "".join(body).replace(" ", "") == shown.replace(" ", "")
+
+
+def test_a_line_rich_cannot_split_is_shown_as_its_image() -> None:
+    # rich 15 divides by zero cutting "\u200d\u200d漢字" to one cell; the line is
+    # shown as rich shows its image (the joiners take no cell), not a crash.
+    line = "\u200d\u200d漢字"
+    assert _emitted(PlainText(line), 1) == _emitted(Text("漢字"), 1)
+    assert _emitted(PlainText(line), 4) == _emitted(Text(line), 4)

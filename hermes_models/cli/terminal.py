@@ -308,6 +308,20 @@ class PlainText:
         wide = False  # whether the block holds second cells to take out
         for line in self.text.split("\n"):
             image = _cell_image(line)
+            if image is None and len(line) < LONG_LINE:
+                try:
+                    # rich 15 divides by zero splitting some lines (joiners before a
+                    # character wider than the width): those are laid out as below.
+                    laid_out = list(console.render(Text(line), options))
+                except ZeroDivisionError:
+                    image = _shown_image(line)
+                    line = image.replace(_SECOND_CELL, "")
+                else:
+                    if block:
+                        yield Segment(_LaidOut(_characters(block, wide)))
+                        block, wide = [], False
+                    yield from laid_out
+                    continue
             if image is None and len(line) >= LONG_LINE:
                 image = _shown_image(line)
                 line = image.replace(_SECOND_CELL, "")
