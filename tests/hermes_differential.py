@@ -125,6 +125,11 @@ def build(h: HermesProcess, seed: int = 1) -> dict[str, list[Any]]:
         {"role": "assistant", "content": "kestrel carried forward"},
     ]
     _maybe(h, "archive_and_compact", "cron_nightly_4", summary, tail_count=1)
+    # Telegram DM topics (an opt-in set of tables): one chat in topic mode, one topic bound.
+    _maybe(h, "apply_telegram_topic_migration")
+    _maybe(h, "enable_telegram_topic_mode", chat_id="c1", user_id="u1")
+    topic = {"chat_id": "c1", "thread_id": "7", "user_id": "u1", "session_key": "k1"}
+    _maybe(h, "bind_telegram_topic", session_id="telegram-1", **topic)
     replayed(h)
     row_ids = _maybe(h, "get_messages_as_conversation", "replay", include_row_ids=True)
     return {
@@ -222,6 +227,15 @@ def calls(built: dict[str, list[Any]]) -> list[tuple[str, tuple[Any, ...], dict[
     for query in ("chain", "cli", "cron_", "zz"):
         asked.append(("search_sessions_by_id", (query,), {}))
     asked.append(("list_cron_job_runs", ("nightly",), {}))
+    asked += [
+        ("is_telegram_topic_mode_enabled", (), {"chat_id": "c1", "user_id": "u1"}),
+        ("is_telegram_topic_mode_enabled", (), {"chat_id": "c2", "user_id": "u1"}),
+        ("get_telegram_topic_binding", (), {"chat_id": "c1", "thread_id": "7"}),
+        ("list_telegram_topic_bindings_for_chat", (), {"chat_id": "c1"}),
+        ("get_telegram_topic_binding_by_session", (), {"session_id": "telegram-1"}),
+        ("is_telegram_session_linked_to_topic", (), {"session_id": "telegram-1"}),
+        ("is_telegram_session_linked_to_topic", (), {"session_id": "cli-0"}),
+    ]
     asked.append(("export_all", (), {}))
     asked.append(("get_meta", ("nothing-here",), {}))
     return asked

@@ -718,6 +718,41 @@ def test_the_plain_listing_and_export_all_count_the_heartbeat(
     assert [(r["id"], r["last_active"]) for r in exported][:1] == [("reset-old", beat)]
 
 
+def test_a_topic_binding_has_every_column_a_later_hermes_gave_it(
+    copy_of: Callable[[str], Path],
+) -> None:
+    # Hermes v31 keys bindings by profile too: the row comes back whole, as its SELECT *.
+    path = copy_of("v31")
+    change(
+        path,
+        "CREATE TABLE telegram_dm_topic_bindings (chat_id TEXT NOT NULL, thread_id TEXT"
+        " NOT NULL, user_id TEXT NOT NULL, session_key TEXT NOT NULL, session_id TEXT NOT"
+        " NULL, managed_mode TEXT NOT NULL DEFAULT 'auto', linked_at REAL NOT NULL,"
+        " updated_at REAL NOT NULL, profile_name TEXT NOT NULL DEFAULT 'default',"
+        " PRIMARY KEY (profile_name, chat_id, thread_id))",
+        "INSERT INTO telegram_dm_topic_bindings VALUES"
+        " ('c1', '7', 'u1', 'k1', 'root-a', 'auto', 1.0, 2.0, 'work')",
+    )
+    with SessionDB(path) as store:
+        found = store.get_telegram_topic_binding(chat_id="c1", thread_id="7")
+        by_session = store.get_telegram_topic_binding_by_session(session_id="root-a")
+    assert (
+        found
+        == by_session
+        == {
+            "chat_id": "c1",
+            "thread_id": "7",
+            "user_id": "u1",
+            "session_key": "k1",
+            "session_id": "root-a",
+            "managed_mode": "auto",
+            "linked_at": 1.0,
+            "updated_at": 2.0,
+            "profile_name": "work",
+        }
+    )
+
+
 @pytest.mark.parametrize("shape", WITH_DISPLAY_KIND)
 def test_recent_user_messages_leave_out_rows_typed_for_the_timeline(
     copy_of: Callable[[str], Path], shape: str

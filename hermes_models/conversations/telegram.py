@@ -33,9 +33,11 @@ from ..store import (
     migrate_optional,
     migration_hash,
     migration_ids,
+    newer_file,
     postgres,
     postgres_sql,
     refuse_newer_schema,
+    sqlite_sql,
     write,
 )
 from .listing import enriched_sessions
@@ -222,8 +224,21 @@ def is_enabled(chat_id: Any, user_id: Any) -> bool:
     return bool(row and row[0])
 
 
+def _later_columns() -> list[str]:
+    """Columns a later Hermes added to the bindings table (``profile_name``, v31), read
+    from the file: a binding is returned with every column, as Hermes' ``SELECT *``."""
+    if not newer_file():
+        return []
+    info = current().execute_sql(sqlite_sql.table_info(TelegramTopicBinding._meta.table_name))
+    known = {f.column_name for f in TelegramTopicBinding._meta.sorted_fields}
+    return [str(row[1]) for row in info.fetchall() if row[1] not in known]
+
+
 def _bindings(*conditions: Any, order: Any = None) -> list[dict[str, Any]]:
     query = TelegramTopicBinding.select().where(*conditions)
+    later = _later_columns()
+    if later:
+        query = query.select_extend(*[peewee.Column(TelegramTopicBinding, c) for c in later])
     if order is not None:
         query = query.order_by(order)
     try:
