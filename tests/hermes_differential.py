@@ -275,6 +275,8 @@ def cli_calls(
     ]
     for sid in built["sessions"][:2]:
         asked.append((["resume", sid], "resolve_resume_session_id", (sid,), {}))
+        # What show prints is the session's messages as Hermes gives them.
+        asked.append((["show", sid, "--json"], "get_messages", (sid,), {}))
     return asked
 
 
