@@ -218,9 +218,10 @@ def test_sqlite_command_records_are_what_the_library_returns(stores: Stores) -> 
     def get(command: str) -> list[dict[str, Any]]:
         return records(command, "--json", stores)
 
-    assert [(row["name"], row["ok"]) for row in get("doctor")][-2:] == [
+    assert [(row["name"], row["ok"]) for row in get("doctor")][-3:] == [
         ("session counters", True),
         ("message id sequence", True),
+        ("privacy", True),
     ]
     [copied] = get("backup")
     assert copied["integrity"] == "ok" and copied["removed"] == []

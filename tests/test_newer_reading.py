@@ -10,6 +10,7 @@ own SQL.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import itertools
 import json
@@ -761,7 +762,8 @@ def test_recent_user_messages_leave_out_rows_typed_for_the_timeline(
     # Hermes 0.21.5 (search layout 3) a /steer row counts as one.
     path = copy_of(shape)
     kinds = {201: None, 202: "", 203: "async_delegation_complete", 204: "steer", 205: "hidden"}
-    with plain(path) as conn:  # plain SQLite cannot run the triggers of Hermes' CJK index
+    # plain SQLite cannot run the triggers of Hermes' CJK index
+    with contextlib.closing(plain(path)) as conn:
         cjk = conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%fts_cjk%'"
         ).fetchall()
@@ -1024,7 +1026,7 @@ def test_export_bundle_is_lossless(
     lines = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
     header, body = lines[0], lines[1:]
     # Every table the later Hermes (or the fork) added travels too, row by row.
-    with plain(built[shape]) as conn:
+    with contextlib.closing(plain(built[shape])) as conn:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         added = {
             name: newer.rows(conn, name)
