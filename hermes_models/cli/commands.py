@@ -1146,27 +1146,12 @@ def export(
         # The bundle counts messages as it writes them, Markdown whole sessions.
         unit = "messages" if data_format == "jsonl" else "sessions"
         with _output(output) as target, terminal.progress("exporting", unit) as progress:
+            chosen: dict[str, Any] = {"session_id": session_id, "source": source}
+            chosen.update(since=window[0], until=window[1], progress=progress, overwrite=force)
             if data_format == "jsonl":
-                counts = store.export_bundle(
-                    target,
-                    session_id=session_id,
-                    source=source,
-                    progress=progress,
-                    overwrite=force,
-                    since=window[0],
-                    until=window[1],
-                )
+                counts = store.export_bundle(target, **chosen)
             else:
-                count = store.export_markdown(
-                    target,
-                    session_id=session_id,
-                    source=source,
-                    progress=progress,
-                    overwrite=force,
-                    since=window[0],
-                    until=window[1],
-                )
-                counts = {"sessions": count}
+                counts = {"sessions": store.export_markdown(target, **chosen)}
     if output is None:
         return
     if fmt:

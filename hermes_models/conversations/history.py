@@ -198,7 +198,7 @@ def _rules() -> _Rules:
         newer=True,
         blank_markers=shape.has("messages", "display_kind"),
         v26=shape.has("messages", "_compressed_summary"),
-        review_runs=v31 or (shape.fts_layout or 0) >= 3,
+        review_runs=v31 or shape.storage3,
         v31=v31,
     )
 
@@ -661,7 +661,7 @@ def recent_user_messages(
         # search layout 3 (Hermes 0.21.5 on) a /steer row is.
         typed = [fn.COALESCE(Message.display_kind, "") == ""]
         shape = current().shape
-        if shape is not None and (shape.fts_layout or 0) >= 3:
+        if shape is not None and shape.storage3:
             typed.append(Message.display_kind == "steer")
         query = query.where(typed[0] if len(typed) == 1 else typed[0] | typed[1])
     rows = fetch_dicts(query.order_by(Message.id.desc()).limit(limit))

@@ -249,9 +249,7 @@ def hermes_version() -> int:
     """The Hermes schema version of the open store's rules: the file's own when it is
     newer than v16, else 16 (what this package writes, on a file or a server)."""
     shape = getattr(current(), "shape", None)
-    if shape is None or not shape.newer or shape.version is None:
-        return SCHEMA_VERSION
-    return int(shape.version)
+    return SCHEMA_VERSION if shape is None else shape.rules_version
 
 
 def lineage_keys(rows: list[dict[str, Any]], *, continuation_kind: bool) -> None:

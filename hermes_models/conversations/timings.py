@@ -37,9 +37,7 @@ EPOCH_SPAN = (0.0, 4_200_000_000.0)
 def in_exports() -> bool:
     """True when exports of the open file carry ``timings`` (see the module's text)."""
     shape = getattr(current(), "shape", None)
-    if shape is None or not shape.newer:
-        return False
-    return (shape.fts_layout or 0) >= 3 or (shape.version or 0) >= 31
+    return shape is not None and shape.storage3
 
 
 def epoch(value: Any, session_id: str | None = None) -> float | None:

@@ -876,7 +876,7 @@ def resolve_prompts_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`resolve_prompts` of every row, with one query for all of them; on files
     of schema 31 and later each row's markers are lifted too (:func:`lift_markers`)."""
     shape = current().shape
-    if shape is not None and (shape.version or 0) >= 31 and shape.newer:
+    if shape is not None and shape.rules_version >= 31:
         for row in rows:
             lift_markers(row)
     if shape is None or "system_prompts" not in shape.tables or not rows:

@@ -164,6 +164,21 @@ class FileShape:
         known = {*NEWER_SESSION_COLUMNS, *NEWER_MESSAGE_COLUMNS} - _LATE_V16
         return any(name in known for cols in self.columns.values() for name in cols)
 
+    @functools.cached_property
+    def rules_version(self) -> int:
+        """The Hermes schema whose reading rules apply: the file's own when it is newer
+        than v16, else 16 (what this package writes, on a file or a server)."""
+        if self.newer and self.version is not None:
+            return int(self.version)
+        return WRITES_VERSION
+
+    @functools.cached_property
+    def storage3(self) -> bool:
+        """Written by Hermes 0.21.5 or later, as the file shows it: search layout 3, or
+        schema 31 and later (those releases add export timings, keep /steer prompts and
+        the reply after a run of review prompts)."""
+        return self.newer and ((self.fts_layout or 0) >= 3 or self.rules_version >= 31)
+
     def has(self, table: str, column: str) -> bool:
         """True when ``table`` has ``column``."""
         return column in self.columns.get(table, ())
