@@ -598,6 +598,40 @@ def test_a_newer_hermes_file_is_refused_naming_what_would_be_lost(tmp_path: Path
     assert not target.exists()
 
 
+def test_a_newer_hermes_file_is_refused_by_a_server_before_it_changes(
+    tmp_path: Path, pg: Server
+) -> None:
+    """#21 point 6, decided: a v17-v31 file is not moved to a server (whose schema is
+    v16's); the refusal names what would be lost and the server database stays empty,
+    through the library and through the installed command."""
+    import newer
+
+    for shape in ("v17", "v25", "v31"):
+        source = newer.build(tmp_path / f"{shape}.db", shape)
+        url = pg.new_database()
+        with pytest.raises(CopyError) as refused:
+            copy_store(source, url)
+        message = str(refused.value)
+        version = newer.SCHEMA_VERSION[shape]
+        assert message.startswith(
+            f"{source} has Hermes schema version {version}, newer than 16: a copy would lose "
+        ), message
+        assert "sessions." in message  # the newer columns are named
+        result = run("copy", str(source), url, cwd=tmp_path, env=environment(tmp_path))
+        assert result.returncode == 1
+        assert result.stderr.splitlines()[-1].startswith(
+            f"Error: {source} has Hermes schema version {version}, newer than 16: "
+            "a copy would lose sessions."
+        ), result.stderr
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            # A test database may come migrated (from a template): no row, in any case.
+            exists = conn.execute("SELECT to_regclass('sessions') IS NOT NULL").fetchone()
+            rows = conn.execute("SELECT count(*) FROM sessions").fetchone() if exists[0] else (0,)
+        assert rows == (0,)
+
+
 # -- damaged sources -----------------------------------------------------------------------------
 
 
