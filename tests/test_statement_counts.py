@@ -141,12 +141,17 @@ def build(store: SessionDB, size: dict[str, int], tmp_path: Path) -> dict[str, A
             .where(Message.session == "talk")
             .order_by(Message.id)
         ]
+    # The package's own writes keep the gram index in step before they commit; the
+    # plain inserts above left it behind, as another program's writes would.
+    store.update_search_index()
     for i in range(size["titles"]):
         store.request_handoff(f"plain-{i}", "telegram")
+    # What the imports read is the call's input, not the store: the same on both.
+    store.export_bundle(tmp_path / "one.bundle", session_id="old-0")
     transcript = tmp_path / "legacy.jsonl"
     lines = [
         {"role": "user" if n % 2 == 0 else "assistant", "content": f"line {n}", "timestamp": 10 + n}
-        for n in range(size["talk"])
+        for n in range(12)
     ]
     transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return {
@@ -161,6 +166,9 @@ def build(store: SessionDB, size: dict[str, int], tmp_path: Path) -> dict[str, A
         ],
     }
 
+
+#: What a write on a file runs after it when the WAL passed its bound.
+WAL_BOUND_CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 
 Call = Callable[[SessionDB, dict[str, Any]], Any]
 
@@ -272,7 +280,7 @@ CALLS: dict[str, Call] = {
     "delete_empty_sessions": lambda s, w: s.delete_empty_sessions(),
     "prune_empty_ghost_sessions": lambda s, w: s.prune_empty_ghost_sessions(),
     "prune_sessions": lambda s, w: s.prune_sessions(older_than_days=30, source="old"),
-    "import_bundle": lambda s, w: s.import_bundle(w["tmp"] / "old.bundle"),
+    "import_bundle": lambda s, w: s.import_bundle(w["tmp"] / "one.bundle"),
     "import_transcripts": lambda s, w: s.import_transcripts(w["transcript"]),
     "optimize_fts": lambda s, w: s.optimize_fts(),
     "update_search_index": lambda s, w: s.update_search_index(),
@@ -315,7 +323,10 @@ def measure(store: SessionDB, world: dict[str, Any]) -> dict[str, tuple[int, lis
     for name, call in CALLS.items():
         with counting(db) as counted:
             call(store, world)
-        found[name] = (counted.count, list(counted.statements))
+        # On a file, a write that left the WAL past its bound is followed by a passive
+        # checkpoint (store.writes): the file's upkeep, by the WAL's size, not a query.
+        statements = [sql for sql in counted.statements if sql != WAL_BOUND_CHECKPOINT]
+        found[name] = (len(statements), statements)
     return found
 
 
@@ -337,10 +348,6 @@ def test_statements_per_call_are_fixed_and_documented(
 ) -> None:
     world = build(store, SIZES[size], tmp_path)
     found = measure(store, world)
-    import os
-    if os.environ.get("DUMP_COUNTS"):
-        with open(os.environ["DUMP_COUNTS"], "a") as out:
-            out.write(json.dumps({"backend": backend, "size": size, "found": found}) + "\n")
     table = documented()
     wrong = {
         name: (count, table.get(name, {}).get(backend), statements)
