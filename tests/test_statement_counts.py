@@ -161,8 +161,7 @@ def build(store: SessionDB, size: dict[str, int], tmp_path: Path) -> dict[str, A
         "tmp": tmp_path,
         "transcript": transcript,
         "replacement": [
-            {"role": "user" if n % 2 == 0 else "assistant", "content": f"new {n}"}
-            for n in range(4)
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"new {n}"} for n in range(4)
         ],
     }
 
@@ -179,7 +178,7 @@ def _refused(call: Call) -> Call:
     def run(store: SessionDB, w: dict[str, Any]) -> Any:
         try:
             return call(store, w)
-        except Exception as exc:  # noqa: BLE001 - the refusal is the answer on a server
+        except Exception as exc:  # the refusal is the answer on a server
             return exc
 
     return run
@@ -254,11 +253,11 @@ CALLS: dict[str, Call] = {
     "get_telegram_topic_binding": lambda s, w: s.get_telegram_topic_binding(
         chat_id="c1", thread_id="t1"
     ),
-    "list_telegram_topic_bindings_for_chat": lambda s, w: (
-        s.list_telegram_topic_bindings_for_chat(chat_id="c1")
+    "list_telegram_topic_bindings_for_chat": lambda s, w: s.list_telegram_topic_bindings_for_chat(
+        chat_id="c1"
     ),
-    "get_telegram_topic_binding_by_session": lambda s, w: (
-        s.get_telegram_topic_binding_by_session(session_id="plain-2")
+    "get_telegram_topic_binding_by_session": lambda s, w: s.get_telegram_topic_binding_by_session(
+        session_id="plain-2"
     ),
     "is_telegram_session_linked_to_topic": lambda s, w: s.is_telegram_session_linked_to_topic(
         session_id="plain-2"

@@ -128,9 +128,7 @@ def delegate_descendants(session_ids: Iterable[str]) -> list[str]:
     # Plain selects: a CTE's own select_from() would repeat its WITH inside the walk.
     first = peewee.Select((links,), (links.c.dst,)).where(among(links.c.src, starts))
     reached = first.cte("delegate_reached", recursive=True, columns=("id",))
-    step = peewee.Select((links,), (links.c.dst,)).join(
-        reached, on=(links.c.src == reached.c.id)
-    )
+    step = peewee.Select((links,), (links.c.dst,)).join(reached, on=(links.c.src == reached.c.id))
     walk = reached.union(step)
     query = (
         peewee.Select((links,), (links.c.src, links.c.dst))
