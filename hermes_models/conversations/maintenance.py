@@ -94,6 +94,11 @@ def _existing(ids: Sequence[str]) -> list[str]:
     """The sessions of ``ids`` that exist, in the order given (one statement)."""
     if not ids:
         return []
+    for sid in ids:
+        # Text with a lone surrogate is refused (UnicodeEncodeError, which SessionDB
+        # names by its argument), as binding it to SQLite refuses it: the JSON list
+        # among() binds on a file would carry it escaped.
+        sid.encode("utf-8")
     found = set(_ids(Session.select(Session.id).where(among(Session.id, ids))))
     return [sid for sid in ids if sid in found]
 
