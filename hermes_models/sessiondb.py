@@ -1097,7 +1097,8 @@ class SessionDB:
         """Every session (children and archived ones too, most recently active first,
         with ``last_active``) as :meth:`export_session` gives it."""
         rows = self.search_sessions(None, limit=None, source=source)
-        return [self._exported(row, self.get_messages(row["id"])) for row in rows]
+        messages = history.messages_of_sessions([str(row["id"]) for row in rows])
+        return [self._exported(row, messages[str(row["id"])]) for row in rows]
 
     def _exported(self, session: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
         """A session's export: its row and messages, and on files of Hermes 0.21.5 and

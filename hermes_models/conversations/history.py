@@ -36,7 +36,15 @@ from ..models import (
     walk_sessions,
     with_extra,
 )
-from ..store import Prepared, content_text, current, fetch_dicts, file_has, newer_file
+from ..store import (
+    Prepared,
+    among,
+    content_text,
+    current,
+    fetch_dicts,
+    file_has,
+    newer_file,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -120,6 +128,21 @@ def messages_of(session_id: str, include_inactive: bool = False) -> list[dict[st
     """Every column of a session's messages by id; soft-deleted ones only when asked."""
     query = with_extra(Message.for_session(session_id, include_inactive=include_inactive), Message)
     return [_hydrate(row) for row in fetch_dicts(query)]
+
+
+def messages_of_sessions(
+    session_ids: list[str], include_inactive: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`messages_of` for each of ``session_ids``, in one statement."""
+    found: dict[str, list[dict[str, Any]]] = {sid: [] for sid in session_ids}
+    if not session_ids:
+        return found
+    query = Message.select().where(among(Message.session, session_ids))
+    if not check_flag(include_inactive, "include_inactive"):
+        query = query.where(Message.active == 1)
+    for row in fetch_dicts(with_extra(query.order_by(Message.id), Message)):
+        found[str(row["session_id"])].append(_hydrate(row))
+    return found
 
 
 #: What a replay reads of each message, in the order :func:`_replay_entry` unpacks it.

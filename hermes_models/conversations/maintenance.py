@@ -36,6 +36,7 @@ from ..errors import ReadOnlyDatabaseError
 from ..models import AUTO_PRUNE_KEY, CompressionLock, Message, Session, marker
 from ..store import (
     Prepared,
+    among,
     current,
     fetch_dicts,
     refuse_newer_schema,
@@ -90,9 +91,15 @@ def _ids(query: Any) -> list[str]:
 
 
 def _existing(ids: Sequence[str]) -> list[str]:
-    found: set[str] = set()
-    for chunk in _chunks(ids):
-        found.update(_ids(Session.select(Session.id).where(Session.id.in_(chunk))))
+    """The sessions of ``ids`` that exist, in the order given (one statement)."""
+    if not ids:
+        return []
+    for sid in ids:
+        # Text with a lone surrogate is refused (UnicodeEncodeError, which SessionDB
+        # names by its argument), as binding it to SQLite refuses it: the JSON list
+        # among() binds on a file would carry it escaped.
+        sid.encode("utf-8")
+    found = set(_ids(Session.select(Session.id).where(among(Session.id, ids))))
     return [sid for sid in ids if sid in found]
 
 
@@ -103,20 +110,46 @@ def delegate_descendants(session_ids: Iterable[str]) -> list[str]:
     names a session of the last round, and the rows whose parent is one of
     them and which carry any ``_delegate_from``. The given sessions are never
     returned, and a cycle of tags ends the walk.
+
+    One statement, however deep the runs nest: a recursive CTE over the links
+    a tagged row has (its tag, its parent) collects every row reached (``UNION``
+    keeps each once, so a cycle ends it), with those links; the rounds, each
+    sorted, are then taken in Python over the rows found.
     """
-    visited = set(_wanted(session_ids))
+    starts = _wanted(session_ids)
+    if not starts:
+        return []
+    # The links into tagged rows: (from, to) for the session the tag names
+    # (never the tag of parentless runs, ORPHANED) and for the parent.
+    tagged = Session.alias("tagged")
+    tag = marker(tagged.model_config, "_delegate_from")
+    by_tag = tagged.select(tag.alias("src"), tagged.id.alias("dst")).where(
+        tag.is_null(False), tag != ORPHANED
+    )
+    by_parent = tagged.select(tagged.parent.alias("src"), tagged.id.alias("dst")).where(
+        tag.is_null(False), tagged.parent.is_null(False)
+    )
+    links = (by_tag | by_parent).cte("delegate_links", columns=("src", "dst"))
+    # Plain selects: a CTE's own select_from() would repeat its WITH inside the walk.
+    first = peewee.Select((links,), (links.c.dst,)).where(among(links.c.src, starts))
+    reached = first.cte("delegate_reached", recursive=True, columns=("id",))
+    step = peewee.Select((links,), (links.c.dst,)).join(reached, on=(links.c.src == reached.c.id))
+    walk = reached.union(step)
+    query = (
+        peewee.Select((links,), (links.c.src, links.c.dst))
+        .join(walk, on=(links.c.dst == walk.c.id))
+        .with_cte(links, walk)
+    )
+    below: dict[str, list[str]] = {}
+    for src, dst in current().execute(query).fetchall():
+        if isinstance(src, str):  # a tag that is not text names no session
+            below.setdefault(src, []).append(str(dst))
+    visited = set(starts)
     frontier = sorted(visited)
     found: list[str] = []
-    tag = marker(Session.model_config, "_delegate_from")
     while frontier:
-        step: set[str] = set()
-        for chunk in _chunks(frontier):
-            names = [sid for sid in chunk if sid != ORPHANED]
-            query = Session.select(Session.id).where(
-                tag.in_(names) | (Session.parent.in_(chunk) & tag.is_null(False))
-            )
-            step.update(_ids(query))
-        frontier = sorted(step - visited)
+        step_ids = {dst for src in frontier for dst in below.get(src, ())}
+        frontier = sorted(step_ids - visited)
         visited.update(frontier)
         found.extend(frontier)
     return found
@@ -124,17 +157,14 @@ def delegate_descendants(session_ids: Iterable[str]) -> list[str]:
 
 def _delete_rows(doomed: Sequence[str]) -> int:
     """Delete ``doomed`` inside the caller's write, orphaning every other child of
-    them; returns how many sessions went."""
-    for chunk in _chunks(doomed):
-        # Children that stay become roots; links among the doomed are cut so
-        # that the chunks can go in any order.
-        Session.update(parent=None).where(Session.parent.in_(chunk)).execute()
-        Message.delete().where(Message.session.in_(chunk)).execute()
-        CompressionLock.delete().where(CompressionLock.session_id.in_(chunk)).execute()
-    deleted = 0
-    for chunk in _chunks(doomed):
-        deleted += int(Session.delete().where(Session.id.in_(chunk)).execute())
-    return deleted
+    them; returns how many sessions went (four statements, however many)."""
+    if not doomed:
+        return 0
+    # Children that stay become roots; links among the doomed are cut too.
+    Session.update(parent=None).where(among(Session.parent, doomed)).execute()
+    Message.delete().where(among(Message.session, doomed)).execute()
+    CompressionLock.delete().where(among(CompressionLock.session_id, doomed)).execute()
+    return int(Session.delete().where(among(Session.id, doomed)).execute())
 
 
 # -- transcript files ------------------------------------------------------------------------

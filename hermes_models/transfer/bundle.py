@@ -264,6 +264,20 @@ def message_rows(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
     yield from rows_read_leniently(current(), cursor)
 
 
+def message_rows_by_session(ids: list[str] | None) -> Iterator[tuple[Any, ...]]:
+    """:func:`message_rows` in the order of :func:`session_rows` (their sessions by
+    ``(started_at, id)``, then by id), in one statement: read beside the session
+    rows, each session's messages follow it."""
+    owner = Session.alias("owner")
+    query = (
+        Message.select(*_selected(Message))
+        .join(owner, on=(owner.id == Message.session))
+        .order_by(owner.started_at, owner.id, Message.id)
+    )
+    cursor = raw(query if ids is None else query.where(among(Message.session, ids)))
+    yield from rows_read_leniently(current(), cursor)
+
+
 def orphan_total() -> int:
     """How many messages belong to no session (left out of an export of everything)."""
     everything = int(raw(Message.select(fn.COUNT(Message.id))).fetchone()[0])

@@ -15,13 +15,13 @@ from collections.abc import Generator, Iterator
 from contextlib import closing
 from typing import IO, Any
 
-from ..models import Session, clock, decode_content, decode_json, kind_of
-from ..store import current
+from ..models import Session, clock, decode_content, decode_json, kind_expr
+from ..store import among, current
 from .bundle import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     Progress,
-    message_rows,
+    message_rows_by_session,
     selection,
     session_rows,
     session_total,
@@ -44,8 +44,15 @@ def _json_block(value: Any) -> str:
     return _fence(json.dumps(value, ensure_ascii=False, indent=2), "json")
 
 
-def _session_lines(row: dict[str, Any]) -> Iterator[str]:
-    session = Session(**{f.name: row.get(f.column_name) for f in Session._meta.sorted_fields})
+def _kinds(ids: list[str] | None) -> dict[str, str]:
+    """The lineage kind of each selected session (None: all), in one statement."""
+    query = Session.select(Session.id, kind_expr(Session))
+    if ids is not None:
+        query = query.where(among(Session.id, ids))
+    return {str(sid): str(kind) for sid, kind in current().execute(query).fetchall()}
+
+
+def _session_lines(row: dict[str, Any], kind: str) -> Iterator[str]:
     yield f"## {row['title'] or row['id']}"
     yield ""
     yield f"- id: `{row['id']}`"
@@ -54,7 +61,6 @@ def _session_lines(row: dict[str, Any]) -> Iterator[str]:
     if row["end_reason"]:
         ended += f" ({row['end_reason']})"
     yield f"- started: {_when(row['started_at'])} · ended: {ended}"
-    kind = kind_of(session)
     if row["parent_session_id"]:
         yield f"- lineage: {kind} of `{row['parent_session_id']}`"
     else:
@@ -102,14 +108,21 @@ def _render(
         total = session_total(ids)
         shown.append(total)
         yield "# Hermes sessions\n"
+        kinds = _kinds(ids)
+        # Two statements whatever the selection: the sessions, and their messages in
+        # the same order (each session's follow it), read side by side.
+        owner = MESSAGE_COLUMNS.index("session_id")
+        messages = message_rows_by_session(ids)
+        pending = next(messages, None)
         for done, row in enumerate(session_rows(ids), 1):
             session = dict(zip(SESSION_COLUMNS, row))
             yield "\n"
-            for line in _session_lines(session):
+            for line in _session_lines(session, kinds.get(str(session["id"]), "root")):
                 yield line + "\n"
-            for values in message_rows([session["id"]]):
-                for line in _message_lines(dict(zip(MESSAGE_COLUMNS, values))):
+            while pending is not None and pending[owner] == session["id"]:
+                for line in _message_lines(dict(zip(MESSAGE_COLUMNS, pending))):
                     yield line + "\n"
+                pending = next(messages, None)
             if progress is not None:
                 progress(done, total)
 
