@@ -1332,7 +1332,8 @@ def stats(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
     "--fix",
     is_flag=True,
     help="Recount sessions whose counters disagree with their messages, and lower a "
-    "message id sequence near its limit; then check.",
+    "message id sequence near its limit (on a server, also add pg_trgm's index when "
+    "it is missing and now allowed); then check.",
 )
 @format_options
 @click.pass_context

@@ -981,9 +981,20 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
         return "present" if row[0] else "invalid"
 
     def add_trigram_index(self) -> str:
-        """:func:`add_trigram_index` on this handle's store (on a connection of its own,
-        outside any transaction); returns the index's state after."""
+        """:func:`add_trigram_index` on this handle's store (on a connection of its own);
+        returns the index's state after.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+            MigrationError: called inside a transaction of this thread's, which the
+                concurrent build would wait for without end.
+        """
         self.refuse_writes()
+        if self.in_transaction():
+            raise MigrationError(
+                f"{self.path}: the trigram index is built outside any transaction"
+                " (CREATE INDEX CONCURRENTLY waits for every open one); call it after commit"
+            )
         return _add_trigram_index(self.target)
 
 
