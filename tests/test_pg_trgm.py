@@ -8,7 +8,10 @@ Two real ways a server refuses the extension:
   EXTENSION`` that raises ``feature_not_supported`` (the contrib package itself
   cannot be uninstalled from the test's server).
 
-On both, migrating succeeds without the trigram index, every search answers as
+And a third, where it exists but elsewhere: created beforehand in a schema of its
+own, which the role may use (the index is built with it) or not (left out).
+
+On each, migrating succeeds without the trigram index, every search answers as
 on a store with it (the same ids), the store says once at open what is slower,
 ``doctor`` says it too, and ``doctor --fix`` adds the index once the role may.
 """
@@ -223,6 +226,7 @@ def test_an_allow_list_that_refuses_extensions_migrates_and_finds_the_same(
         _fill(db)
         assert _answers(db) == reference
         assert _warnings(caplog) == [_warning(allow_list)]
+        assert db.optimize_indexes() == 2  # the indexes it has (Hermes counts two)
         # Still refused: repair recounts (the rows above were written by the models,
         # which leave counters alone) and leaves the index out, saying so.
         fixed = health.repair(db)
@@ -240,6 +244,25 @@ def test_an_allow_list_that_refuses_extensions_migrates_and_finds_the_same(
     finally:
         db.close_all()
     assert "pg_trgm" not in _extensions(allow_list)
+
+
+@pytest.mark.parametrize("usable", [True, False])
+def test_pg_trgm_made_beforehand_in_a_schema_of_its_own_is_used_where_it_is(
+    app_role: tuple[str, str], usable: bool
+) -> None:
+    # As a managed server keeps extensions in an `extensions` schema, outside the
+    # store's search path (the role may use it, or not).
+    url, admin = app_role
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA extensions")
+        conn.execute("CREATE EXTENSION pg_trgm SCHEMA extensions")
+        if usable:
+            conn.execute(f'GRANT USAGE ON SCHEMA extensions TO "{urlsplit(url).username}"')
+    with SessionDB(url) as store:
+        store.create_session("s", "cli")
+        store.append_message("s", "user", "数据库迁移")
+        assert store.database.trigram_index() == ("present" if usable else "absent")
+        assert [hit["id"] for hit in store.search_messages("数据库")] == [1]
 
 
 def test_a_store_made_with_pg_trgm_keeps_it_and_says_nothing(

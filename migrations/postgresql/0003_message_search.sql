@@ -48,7 +48,8 @@ ALTER TABLE messages ADD COLUMN IF NOT EXISTS search_tsv tsvector
 
 CREATE INDEX IF NOT EXISTS idx_messages_search_tsv ON messages USING gin (search_tsv);
 -- The operator class named in the schema pg_trgm lives in, wherever that is (a
--- managed server's `extensions` schema, another profile's schema).
+-- managed server's `extensions` schema, another profile's schema); a schema this
+-- role may not use leaves the index out, as a missing extension does.
 DO $$
 DECLARE
     home text := (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm');
@@ -60,5 +61,8 @@ BEGIN
             home
         );
     END IF;
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RAISE NOTICE 'pg_trgm cannot be used (%): substring searches will scan messages', SQLERRM;
 END
 $$;
