@@ -36,12 +36,14 @@ from .store import (
     Backend,
     FileShape,
     IndexCheck,
+    PostgresDatabase,
     SqliteFile,
     check_index,
     current,
     exposure,
     grams,
     header_journal_mode,
+    postgres,
     postgres_sql,
     present_indexes,
     split_integrity,
@@ -145,7 +147,10 @@ def _server_stats(db: Backend) -> dict[str, Any]:
         messages = int(Message.select().count())
         active = int(Message.select().where(Message.active == 1).count())
         sessions = int(Session.select().count())
-    indexes = (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX)
+    indexes = dict.fromkeys((*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX), "used")
+    trigram = _trigram_state(db)
+    if trigram != "present":
+        indexes[postgres_sql.TRIGRAM_INDEX] = _TRIGRAM_MISSING[trigram]
     return {
         "path": str(db.path),
         "schema_version": int(_one(db, postgres_sql.SCHEMA_VERSION)),
@@ -160,8 +165,45 @@ def _server_stats(db: Backend) -> dict[str, Any]:
         "fts_in_step": None,
         "fts_layout": None,
         "newer_than_writes": False,
-        "search_indexes": dict.fromkeys(indexes, "used"),
+        "search_indexes": indexes,
     }
+
+
+#: How ``stats`` names a trigram index that is not there (see :func:`_trigram_state`).
+_TRIGRAM_MISSING = {
+    "absent": "absent (pg_trgm could not be created: substring terms scan every message)",
+    "invalid": "not used (its build failed half-way: substring terms scan every message)",
+}
+
+
+def _trigram_state(db: Backend) -> str:
+    """``"present"``, ``"absent"`` or ``"invalid"``: the server store's trigram index."""
+    return str(cast(PostgresDatabase, db).trigram_index())
+
+
+def _trigram_check(db: Backend) -> dict[str, Any]:
+    """The server's search indexes: the trigram one (pg_trgm) may be missing, which
+    costs speed, not answers: a warning."""
+    state = _trigram_state(db)
+    if state == "present":
+        return _check(
+            "search indexes",
+            True,
+            "words (tsvector), substrings (pg_trgm trigrams) and 1-2-character CJK terms "
+            "(gram index)",
+        )
+    why = (
+        "pg_trgm could not be created on the server (not installed, not allowed, or "
+        "this role lacks CREATE on the database)"
+        if state == "absent"
+        else "its build failed half-way"
+    )
+    return _check(
+        "search indexes",
+        True,
+        f"{WARNING}no trigram index ({why}): {postgres.SCANNING}; `hermes-models doctor "
+        "--fix` adds it once pg_trgm can be created",
+    )
 
 
 def stats(db: Backend | None = None) -> dict[str, Any]:
@@ -387,7 +429,12 @@ def counter_mismatches(db: Backend | None = None) -> list[dict[str, Any]]:
 def _parent_loops(db: Backend) -> dict[str, Any]:
     """Sessions whose chain of parents goes round (a damaged file): no listing shows
     them, as each has a parent; lineage walks and deletions stop at the loop."""
-    parents = {row[0]: row[1] for row in _rows(db, sqlite_sql.COPY_SESSION_LINKS)}
+    links = (
+        postgres_sql.COPY_SESSION_LINKS
+        if isinstance(db, PostgresDatabase)
+        else sqlite_sql.COPY_SESSION_LINKS
+    )
+    parents = {row[0]: row[1] for row in _rows(db, links)}
     _, looped, cut = order_sessions(parents)
     if not looped:
         return _check("parent links", True, "no session is its own ancestor")
@@ -477,8 +524,10 @@ def _privacy(db: Backend) -> dict[str, Any]:
 
 def doctor(db: Backend | None = None) -> dict[str, Any]:
     """Check the file without writing to it; returns ``{"path", "ok", "checks": [{"name",
-    "ok", "detail"}]}``."""
+    "ok", "detail"}]}``. (A PostgreSQL store: :func:`_server_doctor`.)"""
     db = db or current()
+    if isinstance(db, PostgresDatabase):
+        return _server_doctor(db)
     version = _version(db)
     shape = db.shape
     if shape is not None and shape.newer:
@@ -514,6 +563,28 @@ def doctor(db: Backend | None = None) -> dict[str, Any]:
     checks.append(_sequence(db))
     if isinstance(db, SqliteFile):
         checks.append(_privacy(db))
+    return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def _server_doctor(db: PostgresDatabase) -> dict[str, Any]:
+    """:func:`doctor` of a PostgreSQL store: what the package keeps (the schema
+    version, parent links, counters, the id sequence) and which search indexes the
+    store has; pages and indexes are the server's to check (``amcheck``)."""
+    version = int(_one(db, postgres_sql.SCHEMA_VERSION))
+    checks = [
+        _check("server", True, f"PostgreSQL {_one(db, postgres_sql.SERVER_VERSION)}"),
+        _check(
+            "schema_version",
+            version == SCHEMA_VERSION,
+            f"{version}"
+            if version == SCHEMA_VERSION
+            else f"{version}: expected {SCHEMA_VERSION} (run `hermes-models migrate`)",
+        ),
+        _parent_loops(db),
+        _trigram_check(db),
+        _counters(db),
+        _sequence(db),
+    ]
     return {"path": str(db.path), "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
@@ -631,8 +702,12 @@ def repair(db: Backend | None = None) -> dict[str, Any]:
     """Fix what :func:`doctor` can fix, in one write: recount the sessions whose counters
     disagree with their messages, and lower a message id sequence near its limit to the
     highest id in use; then index again, in short transactions, the messages whose
-    grams the gram index holds wrongly (:func:`mend_grams`). Returns ``{"recounted":
-    [ids], "sequence": [old, new] or None, "regrammed": [ids]}``.
+    grams the gram index holds wrongly (:func:`mend_grams`); on a PostgreSQL store
+    without the trigram index, create pg_trgm and build it where the server now allows
+    (:func:`hermes_models.store.postgres.add_trigram_index`). Returns ``{"recounted":
+    [ids], "sequence": [old, new] or None, "regrammed": [ids], "trigram_index": None
+    (nothing to do) or the index's state after: "present", or "absent" when pg_trgm
+    still cannot be created}``.
 
     Lowering the sequence lets ids of messages deleted since be used again.
     """
@@ -663,6 +738,9 @@ def repair(db: Backend | None = None) -> dict[str, Any]:
 
     fixed = db.write(run)
     fixed["regrammed"] = mend_grams(db)
+    fixed["trigram_index"] = None
+    if isinstance(db, PostgresDatabase) and db.trigram_index() != "present":
+        fixed["trigram_index"] = db.add_trigram_index()
     return fixed
 
 

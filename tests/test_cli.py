@@ -663,7 +663,6 @@ def test_a_missing_server_database_is_one_line(pg: Any, capsys: pytest.CaptureFi
 @pytest.mark.parametrize(
     ("command", "why"),
     [
-        (["doctor"], "doctor checks an SQLite file (the server checks its own pages)"),
         (["vacuum"], "the server vacuums its own tables (VACUUM, autovacuum)"),
         (["backup", "copies/"], "back it up with the server's tools (pg_dump, base backups)"),
     ],

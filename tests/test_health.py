@@ -420,6 +420,7 @@ def test_a_plain_peewee_insert_leaves_counters_behind_and_doctor_says_so(
         "recounted": ["kept"],
         "sequence": None,
         "regrammed": [],
+        "trigram_index": None,
     }
     assert store.get_session("kept")["message_count"] == 3
     assert health.counter_mismatches(store.database) == []
@@ -454,6 +455,7 @@ def test_a_sequence_near_its_limit_is_flagged_and_lowered(store: SessionDB, db_p
         "recounted": [],
         "sequence": [INT64_MAX - 10, 2],
         "regrammed": [],
+        "trigram_index": None,
     }
     assert store.append_message("kept", "user", "appends again") == 3
     assert health.message_sequence(store.database) == {
@@ -485,7 +487,12 @@ def test_a_sequence_is_not_lowered_below_an_id_another_client_is_adding(
             lowered = health.repair(store.database)
         finally:
             committer.join(30)
-    assert lowered == {"recounted": ["kept"], "sequence": [INT64_MAX - 10, 40], "regrammed": []}
+    assert lowered == {
+        "recounted": ["kept"],
+        "sequence": [INT64_MAX - 10, 40],
+        "regrammed": [],
+        "trigram_index": None,
+    }
     assert store.append_message("kept", "user", "after") == 41
 
 
@@ -498,6 +505,7 @@ def test_a_sequence_lowered_with_no_message_left_starts_again_at_1(
         "recounted": [],
         "sequence": [INT64_MAX - 10, 0],
         "regrammed": [],
+        "trigram_index": None,
     }
     store.create_session("again", "cli")
     assert store.append_message("again", "user", "first again") == 1
@@ -513,7 +521,12 @@ def test_a_sequence_the_messages_themselves_exhaust_is_not_lowered(
         assert detail.endswith(
             "(the highest message id itself is that close: the messages must be renumbered)"
         )
-    assert health.repair(store.database) == {"recounted": [], "sequence": None, "regrammed": []}
+    assert health.repair(store.database) == {
+        "recounted": [],
+        "sequence": None,
+        "regrammed": [],
+        "trigram_index": None,
+    }
     assert health.message_sequence(store.database)["sequence"] == INT64_MAX - 5
 
 

@@ -1332,16 +1332,20 @@ def stats(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
     "--fix",
     is_flag=True,
     help="Recount sessions whose counters disagree with their messages, and lower a "
-    "message id sequence near its limit; then check.",
+    "message id sequence near its limit (on a server, also add pg_trgm's index when "
+    "it is missing and now allowed); then check.",
 )
 @format_options
 @click.pass_context
 def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) -> None:
     """Check the file (integrity, search indexes, foreign keys, counters) without
-    changing it; exits with status 1 when a check fails.
+    changing it; exits with status 1 when a check fails. A server store: the schema
+    version, parent links, which search indexes it has, counters and the id sequence.
     """
 
-    _file_only(db_path, "doctor checks an SQLite file (the server checks its own pages)")
+    if _server(db_path) is not None:
+        _doctor_server(ctx, db_path, fix, fmt)
+        return
     path = resolve_path(db_path)
     if not path.is_file():
         raise click.ClickException(f"no database at {path}")
@@ -1353,18 +1357,7 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
             fixed = repair(db)
         finally:
             db.close()
-        if fixed["recounted"]:
-            notes.append(f"recounted {views.plural(len(fixed['recounted']), 'session')}")
-        if fixed["sequence"]:
-            old, new = fixed["sequence"]
-            notes.append(f"lowered the message id sequence from {old} to {new}")
-        if fixed["regrammed"]:
-            ids = ", ".join(str(i) for i in fixed["regrammed"][:10])
-            more = ", ..." if len(fixed["regrammed"]) > 10 else ""
-            notes.append(
-                f"indexed {views.plural(len(fixed['regrammed']), 'message')} again in the "
-                f"gram index (id {ids}{more})"
-            )
+        notes.extend(_fixed_notes(fixed))
         for changed, old, new in make_store_private(path):
             notes.append(f"made {changed} private ({old:04o} -> {new:04o})")
     db = connect(path, migrate=False, read_only=True)
@@ -1372,6 +1365,41 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
         report = check(db)
     finally:
         db.close()
+    _doctor_report(str(path), report, notes, fmt)
+
+
+def _doctor_server(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) -> None:
+    """``doctor`` of a store on a server: its own checks (see ``health.doctor``)."""
+    notes: list[str] = []
+    with open_store(ctx, db_path, writes=fix) as store:
+        if fix:
+            notes.extend(_fixed_notes(repair(store.database)))
+        report = check(store.database)
+    _doctor_report(str(report["path"]), report, notes, fmt)
+
+
+def _fixed_notes(fixed: dict[str, Any]) -> list[str]:
+    """What ``repair`` did, one line each."""
+    notes: list[str] = []
+    if fixed["recounted"]:
+        notes.append(f"recounted {views.plural(len(fixed['recounted']), 'session')}")
+    if fixed["sequence"]:
+        old, new = fixed["sequence"]
+        notes.append(f"lowered the message id sequence from {old} to {new}")
+    if fixed["regrammed"]:
+        ids = ", ".join(str(i) for i in fixed["regrammed"][:10])
+        more = ", ..." if len(fixed["regrammed"]) > 10 else ""
+        notes.append(
+            f"indexed {views.plural(len(fixed['regrammed']), 'message')} again in the "
+            f"gram index (id {ids}{more})"
+        )
+    if fixed["trigram_index"] == "present":
+        notes.append("created pg_trgm's trigram index: substring searches use it")
+    return notes
+
+
+def _doctor_report(where: str, report: dict[str, Any], notes: list[str], fmt: str | None) -> None:
+    """Print the notes of ``--fix``, the checks and the verdict; exit 1 when one failed."""
     failed = [item for item in report["checks"] if not item["ok"]]
     for note in notes:
         terminal.say(f"fixed: {note}", err=bool(fmt))
@@ -1382,9 +1410,9 @@ def doctor(ctx: click.Context, db_path: str | None, fix: bool, fmt: str | None) 
         terminal.emit(out, views.doctor_lines(report["checks"]))
         total = len(report["checks"])
         if failed:
-            terminal.say(f"{path}: {len(failed)} of {total} checks failed")
+            terminal.say(f"{where}: {len(failed)} of {total} checks failed")
         else:
-            terminal.say(f"{path}: healthy ({views.plural(total, 'check')} passed)")
+            terminal.say(f"{where}: healthy ({views.plural(total, 'check')} passed)")
     if failed:
         raise click.exceptions.Exit(EXIT_FAILURE)
 

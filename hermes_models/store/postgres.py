@@ -46,6 +46,7 @@ from ..errors import (
     WriteConflictError,
 )
 from . import postgres_sql, writes
+from .caches import BoundedSet
 from .dialect import PostgresDialect
 from .files import SCHEMES, is_postgres_url
 from .migration_names import migration_hash, migration_ids
@@ -358,6 +359,78 @@ def search_path(target: ServerTarget, extension_schema: str | None) -> str | Non
     return ", ".join(path)
 
 
+def trigram_index_state(conn: Any) -> str:
+    """Whether the store in the psycopg connection ``conn``'s current schema has the
+    trigram index of substring searches (migration 0003, which needs pg_trgm):
+    ``"present"``, ``"absent"``, or ``"invalid"`` (a build of it failed half-way;
+    unused)."""
+    row = conn.execute(postgres_sql.TRIGRAM_INDEX_VALID).fetchone()
+    if row is None:
+        return "absent"
+    return "present" if row[0] else "invalid"
+
+
+#: What a store without the trigram index is slower at (the warning at open, ``doctor``).
+SCANNING = (
+    "searches of CJK terms of 3 or more characters, and of terms matched as substrings"
+    " (symbols such as ①②③), read every message instead of an index"
+    " (the same hits, slower as the store grows)"
+)
+
+#: Stores this process has said lack the trigram index (said once per store).
+_told_scanning: BoundedSet[str] = BoundedSet("stores without pg_trgm announced", 1024)
+
+
+def _say_if_scanning(conn: Any, target: ServerTarget) -> None:
+    """Log a warning, once per store and process, when the store lacks the trigram index."""
+    state = trigram_index_state(conn)
+    if state == "present" or target.key() in _told_scanning:
+        return
+    _told_scanning.add(target.key())
+    logger.warning(
+        "%s has no trigram index (%s): %s; `hermes-models doctor --fix` adds it once"
+        " pg_trgm can be created on the server",
+        target.label(),
+        "pg_trgm could not be created" if state == "absent" else "its build failed half-way",
+        SCANNING,
+    )
+
+
+def add_trigram_index(url: str) -> str:
+    """Give the store ``url`` the trigram index a server without pg_trgm left out
+    (migration 0003 makes it only where the extension could be created): create
+    pg_trgm if this role may, then build the index without holding writes off
+    (``CREATE INDEX CONCURRENTLY``; a half-built one is dropped first). Returns
+    the index's state after (:func:`trigram_index_state`): ``"absent"`` when
+    pg_trgm still cannot be created.
+
+    Raises:
+        ValueError: the URL is not a usable PostgreSQL URL.
+    """
+    return _add_trigram_index(parse_url(url))
+
+
+def _add_trigram_index(target: ServerTarget) -> str:
+    with _connect_raw(target) as conn:
+        if target.schema is not None:
+            conn.execute(postgres_sql.set_search_path(target.schema))
+        state = trigram_index_state(conn)
+        if state == "present":
+            return state
+        conn.execute(postgres_sql.CREATE_TRGM)
+        home = _extension_schema(conn)
+        if home is None:
+            return "absent"
+        if state == "invalid":
+            conn.execute(postgres_sql.DROP_TRIGRAM_INDEX)
+        path = search_path(target, home)
+        if path is not None:
+            conn.execute(postgres_sql.set_search_path(path))
+        logger.info("building the trigram index of %s", target.label())
+        conn.execute(postgres_sql.create_trigram_index(home))
+        return trigram_index_state(conn)
+
+
 def optional_migrations_dir(name: str) -> Path:
     """The folder of the opt-in PostgreSQL migration set ``name``
     (``migrations/postgresql/<name>``, the same ids as SQLite's ``migrations/<name>``).
@@ -492,6 +565,8 @@ class _Connections(Psycopg3Database):  # type: ignore[misc]
             if self.shape is None:  # the first connection: the server, then the store
                 check_server(conn, self.target)
                 self.shape = _probe(conn)
+                if "messages" in self.shape.tables:
+                    _say_if_scanning(conn, self.target)
         except Exception:
             self._registry.conns.pop(id(conn), None)
             conn.close()
@@ -896,6 +971,32 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
         """``VACUUM (ANALYZE)`` the store's tables."""
         self.execute_sql(postgres_sql.VACUUM_ANALYZE)
 
+    def trigram_index(self) -> str:
+        """Whether the store has the trigram index of substring searches:
+        ``"present"``, ``"absent"`` (pg_trgm could not be created) or ``"invalid"``
+        (see :func:`trigram_index_state`)."""
+        row = self.execute_sql(postgres_sql.TRIGRAM_INDEX_VALID).fetchone()
+        if row is None:
+            return "absent"
+        return "present" if row[0] else "invalid"
+
+    def add_trigram_index(self) -> str:
+        """:func:`add_trigram_index` on this handle's store (on a connection of its own);
+        returns the index's state after.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+            MigrationError: called inside a transaction of this thread's, which the
+                concurrent build would wait for without end.
+        """
+        self.refuse_writes()
+        if self.in_transaction():
+            raise MigrationError(
+                f"{self.path}: the trigram index is built outside any transaction"
+                " (CREATE INDEX CONCURRENTLY waits for every open one); call it after commit"
+            )
+        return _add_trigram_index(self.target)
+
 
 class _ThreadToken:
     """Lives as long as one thread holds a connection (see PostgresDatabase._connect)."""
@@ -1144,6 +1245,7 @@ __all__ = [
     "QmarkConnection",
     "ServerTarget",
     "adapt_text",
+    "add_trigram_index",
     "as_sqlite_error",
     "constraint_message",
     "escape_text",
@@ -1156,5 +1258,6 @@ __all__ = [
     "qmark_to_format",
     "require_driver",
     "search_path",
+    "trigram_index_state",
     "unescape_text",
 ]

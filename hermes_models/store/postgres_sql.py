@@ -24,6 +24,9 @@ COLUMNS = (
 #: Every table of the current schema.
 TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
 
+#: The server's release, as it names it (``15.20 (Debian 15.20-0+deb12u1)``).
+SERVER_VERSION = "SHOW server_version"
+
 #: The Hermes schema version the store holds.
 SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
 
@@ -485,8 +488,49 @@ RESTORE_MESSAGE_SEQUENCE = (
 SEARCH_INDEXES = ("idx_messages_search_tsv", "idx_messages_search_trgm")
 #: The CJK gram index, merged with them (the SQLite gram index is not counted either).
 GRAM_INDEX = "idx_messages_cjk_grams"
-#: Merge a GIN index's pending list into the index (as FTS5's optimize merges segments).
-GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(%s::regclass)"
+#: Merge a GIN index's pending list into the index (as FTS5's optimize merges segments);
+#: nothing when the store lacks the index (the trigram one, without pg_trgm).
+GIN_CLEAN_PENDING = "SELECT gin_clean_pending_list(i) FROM to_regclass(%s) AS i WHERE i IS NOT NULL"
+
+
+# -- the trigram index (pg_trgm), which a server may not allow --
+#
+# Migration 0003 creates pg_trgm and the trigram index only where the extension can be
+# created; without them substring terms are matched by the same ILIKE, scanning.
+
+#: The trigram index of substring searches (migration 0003).
+TRIGRAM_INDEX = "idx_messages_search_trgm"
+#: Whether the current schema's trigram index is usable: no row when it is absent,
+#: ``false`` when a build of it failed half-way (``CREATE INDEX CONCURRENTLY``).
+TRIGRAM_INDEX_VALID = (
+    "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+    " WHERE c.relname = 'idx_messages_search_trgm'"
+    " AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
+)
+#: Create pg_trgm when this role may (as migration 0003 does); an error saying it may
+#: not, or that the server lacks it, is caught on the server and becomes a notice.
+CREATE_TRGM = """DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+EXCEPTION
+    WHEN insufficient_privilege OR undefined_file OR undefined_object
+        OR feature_not_supported OR raise_exception THEN
+        RAISE NOTICE 'pg_trgm cannot be created (%)', SQLERRM;
+END
+$$"""
+#: Drop a trigram index whose build failed half-way (outside a transaction).
+DROP_TRIGRAM_INDEX = "DROP INDEX CONCURRENTLY IF EXISTS idx_messages_search_trgm"
+
+
+def create_trigram_index(extension_schema: str) -> str:
+    """Build the trigram index of migration 0003 without holding writes off (outside a
+    transaction), its operator class named in ``extension_schema`` (the schema pg_trgm
+    lives in, as the server writes its name: quoted where it must be)."""
+    return (
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_messages_search_trgm ON messages"
+        " USING gin (hermes_search_text(content, tool_name, tool_calls)"
+        f" {extension_schema}.gin_trgm_ops)"
+    )
 
 
 #: A JSON document's ``\u0000`` escapes (not ones after an escaped backslash), and what

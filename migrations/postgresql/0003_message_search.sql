@@ -7,9 +7,22 @@
 -- PostgreSQL refuses a tsvector over 1 MB, and a 1.5 MB tool output must
 -- still insert. Substrings of three or more characters (CJK above all) go
 -- through pg_trgm's GIN index on the whole text, which the bound does not cut.
--- pg_trgm is a trusted extension: a database owner may create it.
+-- pg_trgm is a trusted extension: a role with CREATE on the database may create
+-- it. Where it cannot be created (not installed on the server, not allowed by a
+-- managed service, or a role without that privilege) the store is made without
+-- the trigram index: the same searches find the same messages by scanning them
+-- (ILIKE needs no extension), and the store says so when opened. A store made
+-- with pg_trgm keeps it; `hermes-models doctor --fix` adds it later.
 
-CREATE EXTENSION IF NOT EXISTS pg_trgm;
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+EXCEPTION
+    WHEN insufficient_privilege OR undefined_file OR undefined_object
+        OR feature_not_supported OR raise_exception THEN
+        RAISE NOTICE 'pg_trgm cannot be created (%): substring searches will scan messages', SQLERRM;
+END
+$$;
 
 -- Words are split where FTS5's unicode61 splits them: at every punctuation
 -- character, not only where PostgreSQL's parser would (which keeps
@@ -34,5 +47,22 @@ ALTER TABLE messages ADD COLUMN IF NOT EXISTS search_tsv tsvector
     ) STORED;
 
 CREATE INDEX IF NOT EXISTS idx_messages_search_tsv ON messages USING gin (search_tsv);
-CREATE INDEX IF NOT EXISTS idx_messages_search_trgm
-    ON messages USING gin (hermes_search_text(content, tool_name, tool_calls) gin_trgm_ops);
+-- The operator class named in the schema pg_trgm lives in, wherever that is (a
+-- managed server's `extensions` schema, another profile's schema); a schema this
+-- role may not use leaves the index out, as a missing extension does.
+DO $$
+DECLARE
+    home text := (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm');
+BEGIN
+    IF home IS NOT NULL THEN
+        EXECUTE format(
+            'CREATE INDEX IF NOT EXISTS idx_messages_search_trgm ON messages'
+            ' USING gin (hermes_search_text(content, tool_name, tool_calls) %s.gin_trgm_ops)',
+            home
+        );
+    END IF;
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RAISE NOTICE 'pg_trgm cannot be used (%): substring searches will scan messages', SQLERRM;
+END
+$$;
