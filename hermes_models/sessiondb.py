@@ -951,7 +951,9 @@ class SessionDB:
         return maintenance.delete_sessions(ids, sessions_dir=sessions_dir)
 
     @_api
-    def erase_sessions(self, session_ids: Iterable[Any], sessions_dir: Any = None) -> dict[str, Any]:
+    def erase_sessions(
+        self, session_ids: Iterable[Any], sessions_dir: Any = None
+    ) -> dict[str, Any]:
         """Delete sessions as :meth:`delete_sessions` does and leave none of their text in
         the store (search indexes merged, the WAL emptied unless a reader blocks it);
         returns the report as a dict (see
