@@ -19,8 +19,6 @@ import contextlib
 import itertools
 import json
 import random
-import secrets
-
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -269,7 +267,7 @@ def writer_beside(path: Path, session_id: str) -> Iterator[list[int]]:
                 if stop.is_set():
                     return
                 time.sleep(0.001)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test below
+        except BaseException as exc:
             errors.append(exc)
             started.set()
 

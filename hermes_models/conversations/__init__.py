@@ -35,8 +35,8 @@ from .transcript import append_message, counter_totals, recount, restore_rewound
 
 __all__ = [
     "INTERNAL_SOURCES",
-    "EraseReport",
     "META_FIELDS",
+    "EraseReport",
     "append_message",
     "branch",
     "compress",
