@@ -32,11 +32,11 @@ from ..checks import INT64_MAX, expand_user
 from ..conversations import (
     INTERNAL_SOURCES,
     describe,
-    sessions_to_erase,
     history,
     ids_starting_with,
     plan_delete,
     plan_prune,
+    sessions_to_erase,
 )
 from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from ..health import doctor as check
