@@ -1612,7 +1612,6 @@ def prune(
     short_help="Delete sessions and leave no trace of their text in the store.",
     epilog=examples(
         "hermes-models erase demo-asyncio --dry-run",
-        "hermes-models erase --yes 20260105_0900",
         "hermes-models erase --source telegram --older-than 90d --dry-run",
         "hermes-models erase --title 'secret*' --yes --json",
     ),
