@@ -36,6 +36,7 @@ from ..conversations import (
     ids_starting_with,
     plan_delete,
     plan_prune,
+    sessions_to_erase,
 )
 from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
 from ..health import doctor as check
@@ -1447,6 +1448,7 @@ def _plan_report(
     *,
     ask: bool,
     dry_run: bool,
+    verb: str = "delete",
 ) -> list[dict[str, Any]]:
     """The sessions a deletion plan touches, as records; shown on stderr before the
     question when ``ask``, on stdout for a dry run (without ``--json`` & co.)."""
@@ -1459,7 +1461,7 @@ def _plan_report(
     out = terminal.console(stderr=ask)
     kept = f"; {views.children(len(plan.orphaned), 'stay')}" if plan.orphaned else ""
     heading = (
-        f"{'delete' if ask else 'would delete'} {views.plural(len(plan.deleted), 'session')} "
+        f"{verb if ask else 'would ' + verb} {views.plural(len(plan.deleted), 'session')} "
         f"({views.plural(plan.messages, 'message')}){kept}:"
     )
     terminal.emit(out, Text(heading))
@@ -1632,6 +1634,126 @@ def prune(
             sessions_dir=sessions_dir,
         )
     _deletion_done(plan, rows, fmt, "pruned", db_path)
+
+
+@cli.command(
+    short_help="Delete sessions and leave no trace of their text in the store.",
+    epilog=examples(
+        "hermes-models erase demo-asyncio --dry-run",
+        "hermes-models erase --source telegram --older-than 90d --dry-run",
+        "hermes-models erase --title 'secret*' --yes --json",
+    ),
+)
+@db_option
+@click.argument(
+    "session_ids",
+    nargs=-1,
+    metavar="[SESSION_ID...]",
+    shell_complete=complete_session_ids,
+)
+@click.option(
+    "--source", default=None, help="Select sessions from this source.", callback=_check_source
+)
+@click.option(
+    "--older-than",
+    "older_than",
+    metavar="WHEN",
+    help="Select sessions started before WHEN (30d, 2026-01-31; as --since reads it).",
+)
+@click.option(
+    "--title",
+    metavar="PATTERN",
+    help="Select sessions whose title holds PATTERN (a glob with * ? [ ]; no case).",
+)
+@sessions_dir_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would be erased; change nothing.")
+@utc_option
+@format_options
+@click.pass_context
+def erase(
+    ctx: click.Context,
+    db_path: str | None,
+    session_ids: tuple[str, ...],
+    source: str | None,
+    older_than: str | None,
+    title: str | None,
+    sessions_dir: str | None,
+    yes: bool,
+    dry_run: bool,
+    utc: bool,
+    fmt: str | None,
+) -> None:
+    """Delete sessions as `delete` does (their messages and the subagent runs tagged
+    under them go; every other child stays as a root) and leave none of their text in
+    the store: the search indexes are merged so that no segment keeps an erased term,
+    freed pages are overwritten, and the WAL is emptied unless a reader blocks it
+    (said when one does). Give session ids, or select sessions by --source,
+    --older-than and --title (ended sessions only)."""
+    filtered = source is not None or older_than is not None or title is not None
+    if session_ids and filtered:
+        raise click.UsageError("give session ids or --source/--older-than/--title, not both")
+    if not session_ids and not filtered:
+        raise click.UsageError("give session ids, or select with --source/--older-than/--title")
+    cutoff = None
+    if older_than is not None:
+        try:
+            cutoff = parse_when(older_than, utc=_clock(ctx, utc).utc, now=time.time())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param_hint="'--older-than'") from None
+    if not (yes or dry_run or sys.stdin.isatty()):
+        raise click.ClickException("erase asks before it erases: not a terminal, pass --yes")
+    with open_store(ctx, db_path, writes=not dry_run) as store:
+        with using(store.database):
+            if filtered:
+                chosen = sessions_to_erase(source=source, older_than=cutoff, title=title)
+            else:
+                chosen = [_resolve(store, session_id) for session_id in session_ids]
+            plan = plan_delete(chosen)
+        if not plan.deleted:
+            if fmt:
+                terminal.write_records([], fmt)
+            else:
+                terminal.say("nothing to erase")
+            return
+        rows = _plan_report(
+            ctx, store, plan, utc, fmt, ask=not (dry_run or yes), dry_run=dry_run, verb="erase"
+        )
+        if dry_run:
+            if fmt:
+                terminal.write_records(rows, fmt)
+            return
+        if not yes:
+            question = (
+                f"Erase {views.plural(len(plan.deleted), 'session')} "
+                f"({views.plural(plan.messages, 'message')})?"
+            )
+            try:
+                agreed = click.confirm(question, err=True)
+            except click.exceptions.Abort as exc:
+                if _was_interrupted(exc):
+                    raise Interrupted("interrupted; nothing was erased", end_line=True) from None
+                agreed = False
+            if not agreed:
+                raise click.ClickException("not confirmed; nothing was erased")
+        report = store.erase_sessions(plan.targets, sessions_dir=sessions_dir)
+        where = str(store.database.path)
+    if fmt:
+        terminal.write_records([{"path": where, **report}], fmt)
+        return
+    kept = f"; {views.children(len(report['orphaned']), 'kept')}" if report["orphaned"] else ""
+    terminal.say(
+        f"erased {views.plural(len(report['sessions']), 'session')} "
+        f"({views.plural(report['messages'], 'message')}){kept}: {' '.join(report['sessions'])}"
+    )
+    if report["indexes_merged"]:
+        terminal.say(f"search indexes merged: {', '.join(report['indexes_merged'])}")
+    if report["vacuumed"]:
+        terminal.say(f"tables vacuumed: {', '.join(report['vacuumed'])}")
+    if report["wal_truncated"]:
+        terminal.say("WAL checkpointed and emptied")
+    for note in report["notes"]:
+        terminal.say(f"note: {note}", err=True)
 
 
 def _file_size(path: Path) -> int:

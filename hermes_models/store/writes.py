@@ -178,6 +178,46 @@ def checkpoint(db: SqliteFile, mode: str = "PASSIVE") -> None:
         logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
 
 
+#: How long the checkpoint that ends an erase keeps trying while readers still read
+#: older frames of the WAL (or another checkpoint runs) before it reports them as
+#: blocking it; each try waits up to :data:`ERASE_CHECKPOINT_TRY_S` (holding the
+#: write lock meanwhile, so other writers wait at most that long).
+ERASE_CHECKPOINT_WAIT_S = 5.0
+ERASE_CHECKPOINT_TRY_S = 0.2
+
+
+def truncate_wal(db: SqliteFile, wait_s: float = ERASE_CHECKPOINT_WAIT_S) -> tuple[bool, bool]:
+    """Checkpoint every frame of the WAL into the file and empty the ``-wal`` file
+    (``wal_checkpoint(TRUNCATE)``), trying for at most about ``wait_s`` while readers
+    still read older frames; returns ``(truncated, blocked)``.
+
+    ``truncated``: every frame written before the call is in the file and the ``-wal``
+    file was emptied (others may have written new frames since). ``blocked``: a reader
+    or another checkpoint kept it from finishing; the WAL then still holds frames
+    until the next checkpoint that finishes. A file not in WAL mode has no WAL to
+    empty: ``(False, False)``. Never raises for a lock.
+    """
+    if db.read_only or db.journal != "wal":
+        return False, False
+    conn = db.connection()
+    give_up_at = time.monotonic() + wait_s
+    conn.execute(sqlite_sql.set_busy_timeout(int(ERASE_CHECKPOINT_TRY_S * 1000)))
+    try:
+        while True:
+            try:
+                row = conn.execute(sqlite_sql.WAL_CHECKPOINT_TRUNCATE).fetchone()
+                if row is not None and int(row[0]) == 0:
+                    return True, False
+            except sqlite3.OperationalError as exc:
+                if not is_lock_error(exc):
+                    raise
+            if time.monotonic() >= give_up_at:
+                return False, True
+            _jitter()
+    finally:
+        conn.execute(sqlite_sql.set_busy_timeout(int(BUSY_TIMEOUT_S * 1000)))
+
+
 class Checkpoints:
     """When one handle checkpoints its file after a write, and empties its ``-wal`` file."""
 
