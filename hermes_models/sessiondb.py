@@ -951,6 +951,15 @@ class SessionDB:
         return maintenance.delete_sessions(ids, sessions_dir=sessions_dir)
 
     @_api
+    def erase_sessions(self, session_ids: Iterable[Any], sessions_dir: Any = None) -> dict[str, Any]:
+        """Delete sessions as :meth:`delete_sessions` does and leave none of their text in
+        the store (search indexes merged, the WAL emptied unless a reader blocks it);
+        returns the report as a dict (see
+        :class:`hermes_models.conversations.EraseReport`). Not in Hermes' store."""
+        ids = check_id_list(session_ids, "session_ids")
+        return maintenance.erase_sessions(ids, sessions_dir=sessions_dir).as_dict()
+
+    @_api
     def prune_sessions(
         self, older_than_days: float = 90, source: str | None = None, sessions_dir: Any = None
     ) -> int:

@@ -22,12 +22,20 @@ from .children import (
     new_session_id,
 )
 from .listing import INTERNAL_SOURCES, ids_starting_with
-from .maintenance import describe, plan_delete, plan_prune
+from .maintenance import (
+    EraseReport,
+    describe,
+    erase_sessions,
+    plan_delete,
+    plan_prune,
+    sessions_to_erase,
+)
 from .sessions import META_FIELDS
 from .transcript import append_message, counter_totals, recount, restore_rewound, rewind_to_message
 
 __all__ = [
     "INTERNAL_SOURCES",
+    "EraseReport",
     "META_FIELDS",
     "append_message",
     "branch",
@@ -35,6 +43,7 @@ __all__ = [
     "counter_totals",
     "delegate",
     "describe",
+    "erase_sessions",
     "finalize_orphaned_compression_sessions",
     "handoff",
     "history",
@@ -48,6 +57,7 @@ __all__ = [
     "restore_rewound",
     "rewind_to_message",
     "sessions",
+    "sessions_to_erase",
     "telegram",
     "timings",
     "titles",

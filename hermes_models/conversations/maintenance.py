@@ -16,24 +16,31 @@ removed after the commit.
 What a deletion would do can be asked first (:func:`plan_delete`,
 :func:`plan_prune`): the plans are built from the same selections and the
 same cascade the deletions use.
+
+Erasing (:func:`erase_sessions`) is a deletion by the same rules that also
+leaves none of the deleted text behind in the store: in the search indexes'
+older segments, in the file's free pages, in its WAL (see
+:meth:`hermes_models.store.Backend.erase_traces`). :func:`sessions_to_erase`
+picks the sessions to ask for by source, age and title.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, cast
 
 import peewee
 from peewee import SQL, fn
 
-from ..checks import check_days, check_folder, check_text
+from ..checks import check_days, check_flag, check_folder, check_text, check_timestamp
 from ..driver import sqlite3
 from ..errors import ReadOnlyDatabaseError
-from ..models import AUTO_PRUNE_KEY, CompressionLock, Message, Session, marker
+from ..models import AUTO_PRUNE_KEY, CompressionLock, Message, Session, marker, parse_when
 from ..store import (
     Prepared,
     current,
@@ -419,6 +426,161 @@ def ghost_sessions() -> Any:
 def prune_empty_ghost_sessions(*, sessions_dir: Any = None) -> int:
     """Delete :func:`ghost_sessions`, orphaning their children; returns how many."""
     return _delete_matching(ghost_sessions(), sessions_dir)
+
+
+# -- erasing: a deletion that leaves no trace of the text ------------------------------------
+
+
+@dataclass(frozen=True)
+class EraseReport:
+    """What :func:`erase_sessions` did.
+
+    ``sessions``: every session erased, the given ones that existed (in the order
+    given) then their subagent runs (breadth first, as the deletion finds them);
+    ``requested``: those of the given ids that existed; ``orphaned``: children that
+    stayed, as roots (branches, continuations: never erased with their parent);
+    ``messages``: how many messages went; ``indexes_merged``: the search indexes merged
+    so that no segment still holds an erased term; ``wal_truncated``: the file's
+    ``-wal`` is empty; ``wal_blocked``: a reader kept the checkpoint from finishing
+    (the erased text may stay in the WAL until the next checkpoint that finishes);
+    ``vacuumed``: the server's tables vacuumed (PostgreSQL); ``notes``: what could not
+    be done, as sentences; ``seconds``: how long it took.
+    """
+
+    sessions: tuple[str, ...]
+    messages: int
+    indexes_merged: tuple[str, ...]
+    wal_truncated: bool
+    wal_blocked: bool
+    seconds: float
+    requested: tuple[str, ...] = ()
+    orphaned: tuple[str, ...] = ()
+    vacuumed: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as a dict of plain values (tuples as lists)."""
+        return {
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in asdict(self).items()
+        }
+
+
+def erase_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> EraseReport:
+    """Delete sessions with their subagent runs, by the rules of :func:`delete_sessions`
+    (one transaction; every other child orphaned; never by timestamps), and leave none
+    of their text in the store.
+
+    On a SQLite file the deletion overwrites what it frees (``secure_delete``, on every
+    connection of the package); then the gram index takes out what it holds of every
+    deleted or changed message, each full-text index (words, trigrams, grams) is merged
+    into one segment so that no older one still holds an erased term, and the WAL is
+    checkpointed and emptied (``wal_checkpoint(TRUNCATE)``) unless a reader blocks it:
+    ``wal_blocked`` then says so. On PostgreSQL the rows and their index entries go and
+    the two tables are vacuumed when the role may (docs/postgresql.md says what the
+    server still keeps). With ``sessions_dir``, the transcript files of every erased
+    session are removed after the commit.
+
+    The merge and the checkpoint also run when none of the ids exists (an erase run
+    again finishes what a blocked one left). Entries that are not non-empty strings are
+    skipped; no entry at all touches nothing.
+
+    Raises:
+        ReadOnlyDatabaseError: the handle cannot write.
+        SchemaTooNewError: the file is newer than the v16 schema this package writes.
+    """
+    started = time.monotonic()
+    wanted = _wanted(session_ids)
+    folder = sessions_folder(sessions_dir)
+    if not wanted:
+        return EraseReport((), 0, (), False, False, time.monotonic() - started)
+    db = current()
+    db.refuse_writes()
+
+    def run() -> tuple[list[str], list[str], DeletionPlan | None]:
+        present = _existing(wanted)
+        if not present:
+            return [], [], None
+        doomed = present + delegate_descendants(present)
+        plan = _plan(present, doomed)
+        _delete_rows(doomed)
+        _after_commit_remove(folder, doomed)
+        return present, doomed, plan
+
+    present, doomed, plan = write(run)
+    traces = db.erase_traces()
+    return EraseReport(
+        sessions=tuple(doomed),
+        messages=plan.messages if plan else 0,
+        indexes_merged=tuple(traces["indexes_merged"]),
+        wal_truncated=bool(traces["wal_truncated"]),
+        wal_blocked=bool(traces["wal_blocked"]),
+        seconds=time.monotonic() - started,
+        requested=tuple(present),
+        orphaned=tuple(plan.orphaned) if plan else (),
+        vacuumed=tuple(traces["vacuumed"]),
+        notes=tuple(traces["notes"]),
+    )
+
+
+#: Characters that make a title pattern a glob rather than a piece of the title.
+GLOB_CHARACTERS = frozenset("*?[")
+
+
+def title_matches(pattern: str) -> Callable[[str | None], bool]:
+    """The test :func:`sessions_to_erase` applies to titles: ``pattern`` holding ``*``,
+    ``?`` or ``[`` is a glob the whole title must match, any other a piece of the
+    title; both without case (``casefold``). A session without a title never matches."""
+    folded = pattern.casefold()
+    if GLOB_CHARACTERS.intersection(folded):
+        return lambda title: title is not None and fnmatch.fnmatchcase(title.casefold(), folded)
+    return lambda title: title is not None and folded in title.casefold()
+
+
+def _cutoff(older_than: Any) -> float:
+    if isinstance(older_than, str):
+        return parse_when(older_than, utc=False, now=time.time())
+    return check_timestamp(older_than, "older_than")
+
+
+def sessions_to_erase(
+    *,
+    source: str | None = None,
+    older_than: Any = None,
+    title: str | None = None,
+    ended_only: bool = True,
+) -> list[str]:
+    """The ids of the sessions a selection by source, age and title picks, oldest first
+    (by ``started_at``, then id): the sessions to ask :func:`erase_sessions` for.
+
+    ``source``: that source only. ``older_than``: started before that moment - a
+    ``datetime``, seconds since the epoch, or text as ``--since`` reads it (``30d``,
+    ``2026-01-31``: :func:`hermes_models.models.parse_when`, local time). ``title``: see
+    :func:`title_matches`. ``ended_only``: only sessions that ended (a running one is
+    left alone, as prune leaves it). Age only chooses which sessions are asked for:
+    what the erase then takes with them follows the lineage rules, never a timestamp.
+    No filter at all selects every (ended) session.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong type or an unreadable time.
+    """
+    if source is not None:
+        check_text(source, "source")
+    if title is not None:
+        check_text(title, "title")
+    ended = check_flag(ended_only, "ended_only")
+    query = Session.select(Session.id, Session.title).order_by(Session.started_at, Session.id)
+    if ended:
+        query = query.where(Session.ended_at.is_null(False))
+    if source is not None:
+        query = query.where(Session.source == source)
+    if older_than is not None:
+        query = query.where(Session.started_at < _cutoff(older_than))
+    if title is not None:
+        query = query.where(Session.title.is_null(False))
+    matches = title_matches(title) if title is not None else None
+    rows = cast("Iterable[Any]", query.tuples())
+    return [str(sid) for sid, name in rows if matches is None or matches(name)]
 
 
 # -- compacting ----------------------------------------------------------------------------

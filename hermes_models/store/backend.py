@@ -190,6 +190,13 @@ class Backend(Protocol):
         """Give back the space deleted rows left (after the indexes are optimized)."""
         ...
 
+    def erase_traces(self) -> dict[str, Any]:
+        """After a deletion, leave none of the deleted text in the search indexes and
+        shorten what the backend keeps of it (a file's WAL, a server's dead rows);
+        returns ``indexes_merged``, ``wal_truncated``, ``wal_blocked``, ``vacuumed``
+        and ``notes``."""
+        ...
+
 
 @runtime_checkable
 class SqliteFile(Backend, Protocol):

@@ -579,8 +579,57 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
             models = present_indexes()
             self.write(lambda: [model.optimize() for model in models])
             if gram_index_ready():
+                # What others changed or deleted is indexed again first: a merged index
+                # holds the grams of the messages as they are, never a deleted one's.
+                grams.catch_up(self)
                 grams.merge(self)
         return len(models)
+
+    def erase_traces(self) -> dict[str, Any]:
+        """After a deletion: leave none of the deleted text in the file's indexes or
+        its WAL. The gram index takes out what it holds of every message deleted or
+        changed (by anyone) since it was indexed; each full-text index (words,
+        trigrams, grams) is merged into one segment, so no older segment still
+        holds a deleted term (the pages they leave are zeroed: ``secure_delete``);
+        then the WAL is checkpointed and emptied unless a reader blocks it
+        (:func:`hermes_models.store.writes.truncate_wal`).
+
+        Returns ``indexes_merged`` (the tables, in that order), ``wal_truncated``,
+        ``wal_blocked``, ``vacuumed`` (always empty here: see :meth:`compact`) and
+        ``notes`` (what could not be done, as sentences).
+
+        Raises:
+            ReadOnlyDatabaseError: the handle cannot write.
+        """
+        self.refuse_writes()
+        merged: list[str] = []
+        notes: list[str] = []
+        with using(self):
+            ready = gram_index_ready()
+            if ready:
+                grams.catch_up(self)
+            for model in present_indexes():
+                self.write(model.optimize)
+                merged.append(str(model._meta.table_name))
+            if ready:
+                grams.merge(self)
+                merged.append(sqlite_sql.GRAM_TABLE)
+        truncated, blocked = writes.truncate_wal(self)
+        if blocked:
+            notes.append(
+                "a reader kept the WAL checkpoint from finishing: erased text may remain in "
+                f"{self.file}-wal until the next checkpoint that finishes (run erase again "
+                "once no process reads the store)"
+            )
+        elif self.journal != "wal":
+            notes.append(f"the file is in {self.journal} journal mode: no WAL to empty")
+        return {
+            "indexes_merged": merged,
+            "wal_truncated": truncated,
+            "wal_blocked": blocked,
+            "vacuumed": [],
+            "notes": notes,
+        }
 
     def update_grams(
         self, *, rebuild: bool | None = None, progress: Callable[[int, int], None] | None = None

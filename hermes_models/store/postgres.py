@@ -896,6 +896,49 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
         """``VACUUM (ANALYZE)`` the store's tables."""
         self.execute_sql(postgres_sql.VACUUM_ANALYZE)
 
+    def erase_traces(self) -> dict[str, Any]:
+        """After a deletion: the entries waiting in each search index's pending list are
+        merged into it, then ``sessions`` and ``messages`` are vacuumed (outside a
+        transaction) when the role may, so that the deleted rows and their index
+        entries are removed now rather than by autovacuum later. What the server
+        keeps anyway (its WAL and archives, replicas, pages not yet overwritten) is
+        in docs/postgresql.md.
+
+        Returns ``indexes_merged`` (the GIN indexes), ``wal_truncated`` and
+        ``wal_blocked`` (False: the server's WAL is its own), ``vacuumed`` (the
+        tables) and ``notes`` (what could not be done).
+        """
+        self.refuse_writes()
+        notes: list[str] = []
+        merged: list[str] = []
+        for index in (*postgres_sql.SEARCH_INDEXES, postgres_sql.GRAM_INDEX):
+            try:
+                self.execute_sql(postgres_sql.GIN_CLEAN_PENDING, (index,))
+                merged.append(index)
+            except peewee.PeeweeException as exc:
+                notes.append(f"could not merge the pending entries of {index}: {exc}")
+        vacuumed: list[str] = []
+        for table in postgres_sql.ERASED_TABLES:
+            try:
+                row = self.execute_sql(postgres_sql.MAY_VACUUM, (table,)).fetchone()
+                if not (row and row[0]):
+                    notes.append(
+                        f"this role may not VACUUM {table} (not its owner): the deleted rows "
+                        "stay as dead tuples until autovacuum or the owner vacuums it"
+                    )
+                    continue
+                self.execute_sql(postgres_sql.vacuum_table(table))
+                vacuumed.append(table)
+            except peewee.PeeweeException as exc:
+                notes.append(f"VACUUM {table} failed: {exc}")
+        return {
+            "indexes_merged": merged,
+            "wal_truncated": False,
+            "wal_blocked": False,
+            "vacuumed": vacuumed,
+            "notes": notes,
+        }
+
 
 class _ThreadToken:
     """Lives as long as one thread holds a connection (see PostgresDatabase._connect)."""

@@ -504,6 +504,23 @@ def reindex(index: str) -> str:
 #: Reclaim dead rows and refresh the planner's statistics of the store's tables.
 VACUUM_ANALYZE = "VACUUM (ANALYZE) sessions, messages, state_meta, compression_locks"
 
+#: The tables an erase deletes text from (their TOAST tables and indexes go with them).
+ERASED_TABLES = ("sessions", "messages")
+#: Whether the current role may VACUUM a table (parameter: its name): its owner's
+#: member, or a superuser (anyone else's VACUUM skips the table with a warning).
+MAY_VACUUM = (
+    "SELECT pg_has_role(current_user, c.relowner, 'USAGE')"
+    " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+    " FROM pg_class AS c WHERE c.oid = %s::regclass"
+)
+
+
+def vacuum_table(table: str) -> str:
+    """``VACUUM`` of one of the store's tables (one of :data:`ERASED_TABLES`): dead rows
+    and their index entries removed, outside any transaction."""
+    return f"VACUUM {quote(table)}"
+
+
 #: Refresh the planner's statistics of the store's tables after a bulk load: until
 #: autovacuum does, the server plans with what it knew before (an empty table, or the
 #: count an ANALYZE made while the load's transaction was still open).

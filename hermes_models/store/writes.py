@@ -178,6 +178,42 @@ def checkpoint(db: SqliteFile, mode: str = "PASSIVE") -> None:
         logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
 
 
+#: How long the checkpoint that ends an erase waits for readers to leave the WAL before
+#: it reports them as blocking it (it holds the write lock meanwhile).
+ERASE_CHECKPOINT_WAIT_S = 2.0
+
+
+def truncate_wal(db: SqliteFile, wait_s: float = ERASE_CHECKPOINT_WAIT_S) -> tuple[bool, bool]:
+    """Checkpoint every frame of the WAL into the file and empty the ``-wal`` file
+    (``wal_checkpoint(TRUNCATE)``), waiting at most ``wait_s`` for readers that still
+    read older frames; returns ``(truncated, blocked)``.
+
+    ``truncated``: the ``-wal`` file is now empty (or absent). ``blocked``: a reader
+    (or another writer) kept the checkpoint from finishing; the WAL then still holds
+    frames until the next checkpoint that finishes. A file not in WAL mode has no WAL
+    to empty: ``(False, False)``. Never raises for a lock.
+    """
+    if db.read_only or db.journal != "wal":
+        return False, False
+    conn = db.connection()
+    blocked = False
+    conn.execute(sqlite_sql.set_busy_timeout(int(wait_s * 1000)))
+    try:
+        row = conn.execute(sqlite_sql.WAL_CHECKPOINT_TRUNCATE).fetchone()
+        blocked = row is None or int(row[0]) != 0
+    except sqlite3.OperationalError as exc:
+        if not is_lock_error(exc):
+            raise
+        blocked = True
+    finally:
+        conn.execute(sqlite_sql.set_busy_timeout(int(BUSY_TIMEOUT_S * 1000)))
+    try:
+        empty = os.path.getsize(f"{db.file}-wal") == 0
+    except OSError:
+        empty = True  # no -wal file: nothing of it to keep
+    return empty and not blocked, blocked
+
+
 class Checkpoints:
     """When one handle checkpoints its file after a write, and empties its ``-wal`` file."""
 
