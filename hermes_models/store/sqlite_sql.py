@@ -62,6 +62,9 @@ SCHEMA_COOKIE = "PRAGMA schema_version"
 #: connection's own commits: see ``sqlite3.Connection.total_changes``).
 DATA_VERSION = "PRAGMA data_version"
 PAGE_COUNT = "PRAGMA page_count"
+PAGE_SIZE = "PRAGMA page_size"
+#: Pages of the file that hold nothing (reused by later writes, returned by VACUUM).
+FREELIST_COUNT = "PRAGMA freelist_count"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
 FOREIGN_KEY_CHECK = "PRAGMA foreign_key_check"
