@@ -18,6 +18,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, cast
 import peewee
 
 from .checks import (
+    check_days,
     check_flag,
     check_id_list,
     check_int64,
@@ -40,6 +42,7 @@ from .conversations import (
     listing,
     maintenance,
     new_session_id,
+    retention,
     sessions,
     telegram,
     timings,
@@ -968,6 +971,67 @@ class SessionDB:
         """Delete ended sessions started more than ``older_than_days`` ago, orphaning their
         children; returns how many were deleted."""
         return maintenance.prune(older_than_days, source, sessions_dir=sessions_dir)
+
+    def _retention_policy(
+        self,
+        older_than_days: float | None,
+        max_bytes: int | None,
+        sources: Iterable[str] | None,
+        archived_only: bool,
+    ) -> retention.RetentionPolicy:
+        cutoff = None
+        if older_than_days is not None:
+            cutoff = time.time() - check_days(older_than_days, "older_than_days") * 86400.0
+        if isinstance(sources, str):
+            raise ValueError(f"sources must be a list of source names, not {sources!r}")
+        return retention.RetentionPolicy(
+            started_before=cutoff,
+            max_bytes=max_bytes,
+            sources=tuple(sources or ()),
+            archived_only=archived_only,
+        )
+
+    @_api
+    def plan_retention(
+        self,
+        older_than_days: float | None = None,
+        max_bytes: int | None = None,
+        sources: Iterable[str] | None = None,
+        archived_only: bool = False,
+    ) -> dict[str, Any]:
+        """What :meth:`retain_sessions` would erase now with the same policy: ``sessions``
+        (age first, then the oldest the size limit is estimated to take), ``by_age``,
+        ``by_size``, the file's ``used_bytes`` and the ``estimated_bytes`` after."""
+        plan = retention.plan_retention(
+            self._retention_policy(older_than_days, max_bytes, sources, archived_only)
+        )
+        return {
+            "sessions": plan.targets,
+            "by_age": plan.by_age,
+            "by_size": plan.by_size,
+            "used_bytes": plan.used_bytes,
+            "estimated_bytes": plan.estimated_bytes,
+        }
+
+    @_api
+    def retain_sessions(
+        self,
+        older_than_days: float | None = None,
+        max_bytes: int | None = None,
+        sources: Iterable[str] | None = None,
+        archived_only: bool = False,
+        batch_size: int = retention.BATCH_SIZE,
+        sessions_dir: Any = None,
+    ) -> dict[str, Any]:
+        """Erase what a retention policy lets go, ``batch_size`` sessions per short write:
+        ended, unpinned sessions started more than ``older_than_days`` ago and/or the
+        oldest while the file's used size is over ``max_bytes``, of ``sources`` /
+        archived only; subagent runs go with them (see :meth:`erase_sessions`).
+        Returns the report (``erased``, ``messages``, ``batches``, ``used_bytes_before``,
+        ``used_bytes_after``, ``wal_blocked``, ``seconds``)."""
+        policy = self._retention_policy(older_than_days, max_bytes, sources, archived_only)
+        report = retention.retain(policy, batch_size=batch_size, sessions_dir=sessions_dir)
+        return report.as_dict()
 
     @_api
     def count_empty_sessions(self) -> int:

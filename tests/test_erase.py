@@ -154,8 +154,8 @@ def test_the_script_erases_selects_asks_and_refuses(
     dry = run("erase", *db, "--source", "telegram", "--dry-run", "--json", cwd=tmp_path, env=env)
     assert dry.returncode == 0, dry.stderr
     assert [(r["id"], r["effect"]) for r in json.loads(dry.stdout)] == [
-        ("new_tg", "deleted"),
-        ("old_tg", "deleted"),
+        ("new_tg", "erased"),
+        ("old_tg", "erased"),
     ]
 
     refused = run("erase", *db, "old_tg", cwd=tmp_path, env=env)

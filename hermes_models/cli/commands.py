@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -36,6 +37,8 @@ from ..conversations import (
     ids_starting_with,
     plan_delete,
     plan_prune,
+    plan_retention,
+    retention,
     sessions_to_erase,
 )
 from ..errors import HermesModelsError, ReadOnlyDatabaseError, UnsafeFileError
@@ -1454,7 +1457,10 @@ def _plan_report(
     question when ``ask``, on stdout for a dry run (without ``--json`` & co.)."""
     with using(store.database):
         rows = views.plan_rows(
-            describe([*plan.deleted, *plan.orphaned]), set(plan.targets), set(plan.orphaned)
+            describe([*plan.deleted, *plan.orphaned]),
+            set(plan.targets),
+            set(plan.orphaned),
+            f"{verb}d",
         )
     if not plan.deleted or not (ask or (dry_run and fmt is None)):
         return rows
@@ -1470,24 +1476,24 @@ def _plan_report(
     return rows
 
 
-def _confirm(yes: bool, plan: Any) -> None:
+def _confirm(yes: bool, plan: Any, verb: str = "delete") -> None:
     """Ask before deleting; anything but yes (no, end of input, Ctrl-C) deletes nothing."""
     if yes:
         return
     question = (
-        f"Delete {views.plural(len(plan.deleted), 'session')} and "
+        f"{verb.capitalize()} {views.plural(len(plan.deleted), 'session')} and "
         f"{views.plural(plan.messages, 'message')}?"
     )
     try:
         agreed = click.confirm(question, err=True)
     except click.exceptions.Abort as exc:
         if _was_interrupted(exc):
-            raise Interrupted("interrupted; nothing was deleted", end_line=True) from None
+            raise Interrupted(f"interrupted; nothing was {verb}d", end_line=True) from None
         agreed = False
     if not agreed:
         if not sys.stdin.isatty():
             click.echo(err=True)  # the answer was not echoed: end the question's line
-        raise click.ClickException("not confirmed; nothing was deleted")
+        raise click.ClickException(f"not confirmed; nothing was {verb}d")
 
 
 def _vacuum_hint(plan: Any, db_path: str | None) -> None:
@@ -1723,19 +1729,7 @@ def erase(
             if fmt:
                 terminal.write_records(rows, fmt)
             return
-        if not yes:
-            question = (
-                f"Erase {views.plural(len(plan.deleted), 'session')} "
-                f"({views.plural(plan.messages, 'message')})?"
-            )
-            try:
-                agreed = click.confirm(question, err=True)
-            except click.exceptions.Abort as exc:
-                if _was_interrupted(exc):
-                    raise Interrupted("interrupted; nothing was erased", end_line=True) from None
-                agreed = False
-            if not agreed:
-                raise click.ClickException("not confirmed; nothing was erased")
+        _confirm(yes, plan, "erase")
         report = store.erase_sessions(plan.targets, sessions_dir=sessions_dir)
         where = str(store.database.path)
     if fmt:
@@ -1754,6 +1748,186 @@ def erase(
         terminal.say("WAL checkpointed and emptied")
     for note in report["notes"]:
         terminal.say(f"note: {note}", err=True)
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def _byte_size(ctx: click.Context, param: click.Parameter, value: Any) -> int | None:
+    """A size in bytes: ``500MB``, ``2G``, ``1.5GiB``, ``4096`` (kB, MB, GB: powers of
+    1000; KiB, MiB, GiB: of 1024)."""
+    if value is None or ctx.resilient_parsing:
+        return None
+    text = str(value).strip().lower().replace(" ", "")
+    match = re.fullmatch(r"([0-9.e+-]*)([a-z]*)", text)
+    number, unit = (match.group(1), match.group(2)) if match else (text, "?")
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = math.nan
+    if unit not in _SIZE_UNITS or not math.isfinite(amount) or amount < 0:
+        raise click.BadParameter(
+            f"{value!r} is no size: use bytes or a unit, as in 500MB, 2GB, 1.5GiB"
+        )
+    total = int(amount * _SIZE_UNITS[unit])
+    if total > INT64_MAX:
+        raise click.BadParameter(f"{value!r} is too large")
+    return total
+
+
+@cli.command(
+    short_help="Erase old sessions by a retention policy (safe from cron).",
+    epilog=examples(
+        "hermes-models retain --older-than 90d --dry-run",
+        "hermes-models retain --older-than 30d --source cron --yes",
+        "hermes-models retain --max-size 2GB --yes",
+        "hermes-models retain --archived --yes",
+    ),
+)
+@db_option
+@click.option(
+    "--older-than",
+    "older_than",
+    default=None,
+    metavar="WHEN",
+    help="Erase ended sessions started before WHEN: 90d, 12w, 2026-01-01, yesterday.",
+)
+@click.option(
+    "--max-size",
+    "max_size",
+    callback=_byte_size,
+    default=None,
+    metavar="SIZE",
+    help="Erase the oldest ended sessions while the file's used size is over SIZE "
+    "(500MB, 2GB, 1.5GiB; SQLite files only).",
+)
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    callback=_check_source,
+    help="Only sessions from this source (repeat for more).",
+)
+@click.option("--archived", is_flag=True, help="Only archived sessions.")
+@click.option(
+    "--batch",
+    "batch_size",
+    type=click.IntRange(1, 100_000),
+    default=200,
+    show_default=True,
+    metavar="N",
+    help="Sessions per erase: each batch is one short write beside a gateway.",
+)
+@sessions_dir_option
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (cron).")
+@click.option("--dry-run", is_flag=True, help="Show what would be erased; change nothing.")
+@utc_option
+@format_options
+@click.pass_context
+def retain(
+    ctx: click.Context,
+    db_path: str | None,
+    older_than: str | None,
+    max_size: int | None,
+    sources: tuple[str, ...],
+    archived: bool,
+    batch_size: int,
+    sessions_dir: str | None,
+    yes: bool,
+    dry_run: bool,
+    utc: bool,
+    fmt: str | None,
+) -> None:
+    """Erase what a retention policy lets go: ended sessions started before --older-than,
+    or the oldest while the file is over --max-size, of --source / --archived only;
+    never a live or pinned session. Subagent runs go with their session; other
+    children stay as roots. Each batch is a short write, so it can run beside a
+    gateway; the erased text is scrubbed from the file and its search indexes."""
+    cutoff: float | None = None
+    if older_than is not None:
+        try:
+            cutoff = parse_when(older_than, utc=_clock(ctx, utc).utc, now=time.time())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param_hint="'--older-than'") from None
+    if cutoff is None and max_size is None and not sources and not archived:
+        raise click.UsageError(
+            "retain needs a policy: --older-than, --max-size, --source or --archived", ctx
+        )
+    if max_size is not None and _server(db_path) is not None:
+        raise click.UsageError("--max-size applies to a SQLite file; on a server use --older-than")
+    policy = retention.RetentionPolicy(
+        started_before=cutoff, max_bytes=max_size, sources=sources, archived_only=archived
+    )
+    with open_store(ctx, db_path, writes=not dry_run) as store:
+        with using(store.database):
+            planned = plan_retention(policy)
+            plan = plan_delete(planned.targets)
+        rows = _plan_report(
+            ctx, store, plan, utc, fmt, ask=not (dry_run or yes), dry_run=dry_run, verb="erase"
+        )
+        fits = ""
+        if max_size is not None and planned.used_bytes is not None:
+            fits = (
+                f" (the file uses {views.size(planned.used_bytes)}, within {views.size(max_size)})"
+            )
+        if not plan.deleted:
+            if fmt and dry_run:
+                terminal.write_records(rows, fmt)
+            elif not fmt:
+                terminal.say(f"nothing to erase{fits}")
+            return
+        if dry_run:
+            if fmt:
+                terminal.write_records(rows, fmt)
+            elif planned.by_size and planned.estimated_bytes is not None:
+                terminal.say(
+                    f"the file uses {views.size(planned.used_bytes or 0)}; about "
+                    f"{views.size(planned.estimated_bytes)} after (estimated from the text "
+                    "each session holds; the run measures)"
+                )
+            return
+        _confirm(yes, plan, "erase")
+        with using(store.database):
+            report = retention.retain(policy, batch_size=batch_size, sessions_dir=sessions_dir)
+    if fmt:
+        terminal.write_records([report.as_dict()], fmt)
+        return
+    line = (
+        f"erased {views.plural(len(report.erased), 'session')} "
+        f"({views.plural(report.messages, 'message')}) in "
+        f"{views.plural(report.batches, 'batch', 'batches')}"
+    )
+    before, after = report.used_bytes_before, report.used_bytes_after
+    if max_size is not None and before is not None and after is not None:
+        line += f"; the file uses {views.size(after)} (was {views.size(before)})"
+    terminal.say(line)
+    if max_size is not None and after is not None and after > max_size:
+        terminal.say(
+            f"warning: still over {views.size(max_size)}: the policy leaves no other ended, "
+            "unpinned session to erase",
+            err=True,
+        )
+    if report.wal_blocked:
+        terminal.say(
+            "warning: a reader kept the WAL from being truncated; the erased text stays in "
+            "it until the next checkpoint (the next write after that reader ends)",
+            err=True,
+        )
 
 
 def _file_size(path: Path) -> int:

@@ -328,18 +328,19 @@ def session_hits(rows: list[dict[str, Any]], clock: Clock, colour: bool) -> Rend
 
 
 def plan_rows(
-    rows: list[dict[str, Any]], targets: set[str], orphaned: set[str]
+    rows: list[dict[str, Any]], targets: set[str], orphaned: set[str], gone: str = "deleted"
 ) -> list[dict[str, Any]]:
     """Sessions a deletion touches, each with its ``effect``: ``deleted`` (asked for or
-    matched), ``deleted with its parent`` (a subagent run) or ``kept as a root``."""
+    matched), ``deleted with its parent`` (a subagent run) or ``kept as a root``
+    (``erased`` for ``deleted`` with ``gone="erased"``)."""
     out = []
     for row in rows:
         if row["id"] in orphaned:
             effect = "kept as a root"
         elif row["id"] in targets:
-            effect = "deleted"
+            effect = gone
         else:
-            effect = "deleted with its parent"
+            effect = f"{gone} with its parent"
         keys = ("id", "title", "source", "message_count", "started_at", "ended_at")
         out.append({**{key: row.get(key) for key in keys}, "effect": effect})
     return out

@@ -8,6 +8,7 @@ from . import (
     history,
     listing,
     maintenance,
+    retention,
     sessions,
     telegram,
     timings,
@@ -30,6 +31,7 @@ from .maintenance import (
     plan_prune,
     sessions_to_erase,
 )
+from .retention import RetentionPolicy, plan_retention
 from .sessions import META_FIELDS
 from .transcript import append_message, counter_totals, recount, restore_rewound, rewind_to_message
 
@@ -37,6 +39,7 @@ __all__ = [
     "INTERNAL_SOURCES",
     "META_FIELDS",
     "EraseReport",
+    "RetentionPolicy",
     "append_message",
     "branch",
     "compress",
@@ -53,8 +56,10 @@ __all__ = [
     "new_session_id",
     "plan_delete",
     "plan_prune",
+    "plan_retention",
     "recount",
     "restore_rewound",
+    "retention",
     "rewind_to_message",
     "sessions",
     "sessions_to_erase",

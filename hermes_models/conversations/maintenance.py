@@ -496,7 +496,9 @@ class EraseReport:
         }
 
 
-def erase_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> EraseReport:
+def erase_sessions(
+    session_ids: Iterable[Any], *, sessions_dir: Any = None, scrub: bool = True
+) -> EraseReport:
     """Delete sessions with their subagent runs, by the rules of :func:`delete_sessions`
     (one transaction; every other child orphaned; never by timestamps), and leave none
     of their text in the store.
@@ -513,7 +515,8 @@ def erase_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> E
 
     The merge and the checkpoint also run when none of the ids exists (an erase run
     again finishes what a blocked one left). Entries that are not non-empty strings are
-    skipped; no entry at all touches nothing.
+    skipped; no entry at all touches nothing. ``scrub=False`` leaves the merge and the
+    checkpoint to the caller (:func:`scrub_deleted`), for several erases in a row.
 
     Raises:
         ReadOnlyDatabaseError: the handle cannot write.
@@ -538,7 +541,7 @@ def erase_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> E
         return present, doomed, plan
 
     present, doomed, plan = write(run)
-    traces = db.erase_traces()
+    traces = db.erase_traces() if scrub else _UNSCRUBBED
     return EraseReport(
         sessions=tuple(doomed),
         messages=plan.messages if plan else 0,
@@ -551,6 +554,28 @@ def erase_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> E
         vacuumed=tuple(traces["vacuumed"]),
         notes=tuple(traces["notes"]),
     )
+
+
+#: What :func:`erase_sessions` reports of the scrub it was told to leave out.
+_UNSCRUBBED: dict[str, Any] = {
+    "indexes_merged": [],
+    "wal_truncated": False,
+    "wal_blocked": False,
+    "vacuumed": [],
+    "notes": [],
+}
+
+
+def scrub_deleted() -> dict[str, Any]:
+    """Leave no text of deleted rows in the store: what :func:`erase_sessions` runs after
+    its deletion (merged indexes, the WAL emptied unless a reader blocks it; on a server,
+    the pending index entries merged and the tables vacuumed). Returns
+    ``indexes_merged``, ``wal_truncated``, ``wal_blocked``, ``vacuumed`` and ``notes``.
+
+    Raises:
+        ReadOnlyDatabaseError: the handle cannot write.
+    """
+    return current().erase_traces()
 
 
 #: Characters that make a title pattern a glob rather than a piece of the title.

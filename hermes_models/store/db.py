@@ -608,12 +608,12 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
             ready = gram_index_ready()
             if ready:
                 grams.catch_up(self)
-            for model in present_indexes():
-                self.write(model.optimize)
-                merged.append(str(model._meta.table_name))
-            if ready:
-                grams.merge(self)
-                merged.append(sqlite_sql.GRAM_TABLE)
+            # Merged a step at a time (a short write each), so a gateway writing beside
+            # an erase waits for one step, not for a whole index to be rewritten.
+            tables = [str(model._meta.table_name) for model in present_indexes()]
+            for table in [*tables, *([sqlite_sql.GRAM_TABLE] if ready else [])]:
+                grams.merge_in_steps(self, table)
+                merged.append(table)
         truncated, blocked = writes.truncate_wal(self)
         if blocked:
             notes.append(

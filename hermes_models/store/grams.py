@@ -438,11 +438,25 @@ def merge(db: SqliteFile, *, pages: int = MERGE_PAGES) -> int:
     Raises:
         ReadOnlyDatabaseError: the handle cannot write.
     """
+    return merge_in_steps(db, sqlite_sql.GRAM_TABLE, pages=pages)
+
+
+def merge_in_steps(db: SqliteFile, table: str, *, pages: int = MERGE_PAGES) -> int:
+    """Merge the segments of the FTS5 index ``table`` into one, ``pages`` leaf pages per
+    write transaction, so a writer beside it waits for one step at most; the number of
+    steps that merged something. Merged into one segment, the index keeps no entry of
+    a deleted row (those live on in older segments until their merge).
+
+    Raises:
+        ReadOnlyDatabaseError: the handle cannot write.
+    """
     if pages < 1:
         raise ValueError(f"pages must be a positive number of pages, got {pages!r}")
     db.refuse_writes()
-    if segments(db) < MERGE_FROM:
+    count = sqlite_sql.fts_segments(table)
+    if int(db.connection().execute(count).fetchone()[0]) < MERGE_FROM:
         return 0
+    statement = sqlite_sql.fts_merge(table)
     steps = 0
     while steps < MERGE_STEPS_MAX:
         # The first step starts a merge of every segment (a negative amount); the
@@ -452,7 +466,7 @@ def merge(db: SqliteFile, *, pages: int = MERGE_PAGES) -> int:
         def step(amount: int = amount) -> int:
             conn = db.connection()
             before = conn.total_changes
-            conn.execute(sqlite_sql.GRAM_MERGE, (amount,))
+            conn.execute(statement, (amount,))
             return int(conn.total_changes - before)
 
         if db.write(step) < 2:

@@ -62,6 +62,9 @@ SCHEMA_COOKIE = "PRAGMA schema_version"
 #: connection's own commits: see ``sqlite3.Connection.total_changes``).
 DATA_VERSION = "PRAGMA data_version"
 PAGE_COUNT = "PRAGMA page_count"
+PAGE_SIZE = "PRAGMA page_size"
+#: Pages of the file that hold nothing (reused by later writes, returned by VACUUM).
+FREELIST_COUNT = "PRAGMA freelist_count"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 INTEGRITY_CHECK = "PRAGMA integrity_check"
 FOREIGN_KEY_CHECK = "PRAGMA foreign_key_check"
@@ -541,11 +544,21 @@ CLEAR_CHANGED = f"DELETE FROM {GRAM_CHANGED_TABLE} WHERE id IN (SELECT value FRO
 CLEAR_CHANGED_ONE = f"DELETE FROM {GRAM_CHANGED_TABLE} WHERE id = ?"
 #: Ids listed as changed again (a divergence ``doctor --fix`` found), from a JSON list.
 MARK_CHANGED = f"INSERT OR IGNORE INTO {GRAM_CHANGED_TABLE}(id) SELECT value FROM json_each(?)"
-#: How many segments the gram index is in (each lookup searches every one).
-GRAM_SEGMENTS = f"SELECT count(DISTINCT segid) FROM {GRAM_TABLE}_idx"
-#: FTS5's incremental merge of the gram index: up to |?| leaf pages written; a negative
-#: amount merges every segment into one (its later steps take a positive amount).
-GRAM_MERGE = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rank) VALUES ('merge', ?)"
+
+
+def fts_segments(table: str) -> str:
+    """How many segments the FTS5 index ``table`` is in (each lookup searches every one)."""
+    return f"SELECT count(DISTINCT segid) FROM {table}_idx"
+
+
+def fts_merge(table: str) -> str:
+    """FTS5's incremental merge of the index ``table``: up to |?| leaf pages written; a
+    negative amount merges every segment into one (its later steps take a positive amount)."""
+    return f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)"
+
+
+GRAM_SEGMENTS = fts_segments(GRAM_TABLE)
+GRAM_MERGE = fts_merge(GRAM_TABLE)
 #: FTS5's check that the index holds exactly what its content table (the held grams)
 #: says (rank 1: the content is compared too); run on a scratch copy by ``doctor``.
 GRAM_INTEGRITY = f"INSERT INTO {GRAM_TABLE}({GRAM_TABLE}, rank) VALUES ('integrity-check', 1)"
