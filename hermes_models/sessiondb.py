@@ -63,6 +63,7 @@ from .store import (
     Backend,
     NewerFileConnection,
     QmarkConnection,
+    Redactor,
     SqliteFile,
     bind_current,
     claim_repair_attempt,
@@ -70,6 +71,7 @@ from .store import (
     constraint_message,
     is_decode_error,
     is_postgres_url,
+    redaction,
     repair_state_db_schema,
     resolve_file,
     unbind_current,
@@ -156,7 +158,11 @@ class SessionDB:
     (``"wal"``, ``"delete"``) and ``synchronous`` (``"off"``, ``"normal"``,
     ``"full"``, ``"extra"``, 0-3) are the journal settings of
     :mod:`hermes_models.store.journal` (None: ``HERMES_MODELS_JOURNAL_MODE``,
-    ``HERMES_MODELS_SYNCHRONOUS``, else the policy's defaults). A writable open
+    ``HERMES_MODELS_SYNCHRONOUS``, else the policy's defaults). ``redact=True``
+    (or a :class:`~hermes_models.store.redaction.Redactor`) replaces secrets in every
+    message, tool call and title it writes with ``[REDACTED:<pattern>]``
+    (None: ``HERMES_MODELS_REDACT``, off unless set; see :mod:`hermes_models.store.redaction`).
+    A writable open
     of a file whose schema SQLite cannot parse repairs it once per process
     (:func:`hermes_models.store.repair.repair_state_db_schema`, a copy first) and
     opens it again, as Hermes does.
@@ -172,6 +178,7 @@ class SessionDB:
         *,
         journal_mode: str | None = None,
         synchronous: str | int | None = None,
+        redact: bool | Redactor | None = None,
     ) -> None:
         #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
@@ -180,6 +187,8 @@ class SessionDB:
         self._read_only = check_flag(read_only, "read_only")
         #: The journal settings, checked (a bad value is a ValueError before any open).
         self._journal = journal_settings(journal_mode, synchronous)
+        #: The redaction of what this store writes (None: off), checked before any open.
+        self._redactor = redaction.settings(redact)
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
@@ -235,6 +244,7 @@ class SessionDB:
             read_only=self._read_only,
             journal_mode=self._journal.mode,
             synchronous=self._journal.synchronous,
+            redact=self._redactor or False,
         )
 
     # -- handle ------------------------------------------------------------------
