@@ -40,6 +40,7 @@ from .conversations import (
     listing,
     maintenance,
     new_session_id,
+    redact,
     sessions,
     telegram,
     timings,
@@ -1128,13 +1129,16 @@ class SessionDB:
         overwrite: bool = False,
         since: Any = None,
         until: Any = None,
+        redact: bool | Redactor = False,
     ) -> dict[str, int]:
         """Write the lossless JSONL bundle to a path or text stream (see :mod:`.bundle`).
 
         ``session_id`` exports that session's lineage, ``source`` the sessions
         of one source, ``since``/``until`` the sessions started in that window;
         ancestors come along. An existing file is replaced only with
-        ``overwrite=True``. Returns the session and message counts.
+        ``overwrite=True``. ``redact=True`` (or a ``Redactor``) writes messages, tool
+        calls and titles with their secrets redacted; the store is unchanged.
+        Returns the session and message counts.
         """
 
         return export_bundle(
@@ -1145,6 +1149,7 @@ class SessionDB:
             overwrite=overwrite,
             since=since,
             until=until,
+            redact=redact,
         )
 
     @_api
@@ -1158,10 +1163,11 @@ class SessionDB:
         overwrite: bool = False,
         since: Any = None,
         until: Any = None,
+        redact: bool | Redactor = False,
     ) -> int:
         """Write the sessions as readable Markdown; returns how many sessions (an
         existing file is replaced only with ``overwrite=True``; ``since``/``until`` as
-        :meth:`export_bundle` takes them)."""
+        :meth:`export_bundle` takes them; ``redact`` as :meth:`export_bundle` takes it)."""
 
         return export_markdown(
             target,
@@ -1171,7 +1177,25 @@ class SessionDB:
             overwrite=overwrite,
             since=since,
             until=until,
+            redact=redact,
         )
+
+    @_api
+    def redact_secrets(
+        self,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Redact the secrets the stored messages (content, tool calls, tool output,
+        reasoning) and session titles hold, a batch per short write, then merge the
+        search indexes and truncate the WAL so the old text is gone from the file
+        (:func:`hermes_models.conversations.redact.redact_store`). Uses this store's
+        redaction patterns, else the maintained ones. ``dry_run`` only counts.
+        Returns what was found and changed (counts, ``by_pattern``)."""
+        return redact.redact_store(
+            self.database.redactor, dry_run=dry_run, progress=progress
+        ).as_dict()
 
     @_api
     def import_bundle(

@@ -344,6 +344,15 @@ def settings(redact: Any = None) -> Redactor | None:
     return default_redactor()
 
 
+def asked(redact: Any, argument: str = "redact") -> Redactor | None:
+    """The redaction one call asks for, the environment aside (an export's ``redact``):
+    a :class:`Redactor` as given, True the maintained patterns (and the file's),
+    False or None none."""
+    if isinstance(redact, Redactor):
+        return redact
+    return default_redactor() if check_redact(redact, argument) else None
+
+
 _default: dict[str | None, Redactor] = {}
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import IO, Any
 
 from ..models import Session, clock, decode_content, decode_json, kind_of
-from ..store import current
+from ..store import Redactor, current, redaction
 from .bundle import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -94,6 +94,7 @@ def _render(
     progress: Progress | None,
     shown: list[int],
     window: tuple[Any, Any] = (None, None),
+    redactor: Redactor | None = None,
 ) -> Generator[str, None, None]:
     """The document, read in one snapshot one session at a time (memory does not grow
     with the store); ``shown`` gets how many sessions it shows."""
@@ -102,12 +103,16 @@ def _render(
         total = session_total(ids)
         shown.append(total)
         yield "# Hermes sessions\n"
-        for done, row in enumerate(session_rows(ids), 1):
+        for done, stored in enumerate(session_rows(ids), 1):
+            row = stored if redactor is None else redactor.row(SESSION_COLUMNS, stored)
             session = dict(zip(SESSION_COLUMNS, row))
             yield "\n"
             for line in _session_lines(session):
                 yield line + "\n"
-            for values in message_rows([session["id"]]):
+            messages: Iterable[Sequence[Any]] = message_rows([session["id"]])
+            if redactor is not None:
+                messages = redactor.rows(MESSAGE_COLUMNS, messages)
+            for values in messages:
                 for line in _message_lines(dict(zip(MESSAGE_COLUMNS, values))):
                     yield line + "\n"
             if progress is not None:
@@ -123,15 +128,19 @@ def export_markdown(
     overwrite: bool = False,
     since: Any = None,
     until: Any = None,
+    redact: bool | Redactor = False,
 ) -> int:
     """Write Markdown to a path or text stream; returns how many sessions it shows
     (``since``/``until`` as :func:`hermes_models.transfer.bundle.export_bundle` takes them).
 
     An existing file is replaced only with ``overwrite=True``
-    (see :func:`hermes_models.transfer.output.open_output`).
+    (see :func:`hermes_models.transfer.output.open_output`). ``redact`` as
+    :func:`~hermes_models.transfer.bundle.export_bundle` takes it.
     """
     shown: list[int] = []
-    with closing(_render(session_id, source, progress, shown, (since, until))) as lines:
+    redactor = redaction.asked(redact)
+    render = _render(session_id, source, progress, shown, (since, until), redactor)
+    with closing(render) as lines:
         first = next(lines)  # the selection is checked before the output is opened
         with open_output(target, overwrite=overwrite) as out:
             out.write(first)
