@@ -86,6 +86,8 @@ NEAR_MISSES = [
     "The token_count column counts tokens; tokens_used=512",
     "password: ''",
     "KEY=value",
+    'AUTO_PRUNE_KEY = "last_auto_prune"',
+    'LEASE_KEY = "hermes_models.import"',
 ]
 
 

@@ -49,6 +49,7 @@ _FALSE = ("", "0", "false", "no", "off")
 # letters alone is a word, not a key.
 _TOK = r"[A-Za-z0-9_-]"
 _HAS_DIGIT = r"(?=[A-Za-z0-9_-]*[0-9])"
+_IDENTIFIER = r"[a-z]+(?:[._][a-z]+)+"
 _SECRET_NAME = (
     r"[A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|"
     r"key|token|secret|password|passwd|passphrase|credentials?|Key|Token|Secret|Password)"
@@ -102,8 +103,12 @@ PATTERNS: tuple[tuple[str, str], ...] = (
         # KEY=value (no spaces), or KEY = "value" / KEY: 'value' quoted. Values that
         # are references or placeholders ($VAR, <...>, {...}, paths) are left alone.
         rf"\b{_SECRET_NAME}\b(?:"
-        r"=(?P<secret>[A-Za-z0-9_\-.+=:@!%^&*~]{8,})(?=[\s;,'\"]|$)"
-        r"|\s*[:=]\s*(?P<q>[\"'])(?P<quoted>[^\"'\s$<{/~\[\\][^\"'\n\\]{7,})(?P=q))",
+        # A value that is a lowercase dotted or snake_case name (``"hermes_models.import"``,
+        # a constant named ``..._KEY``) is an identifier, not a secret.
+        rf"=(?!{_IDENTIFIER}(?=[\s;,'\"]|$))"
+        r"(?P<secret>[A-Za-z0-9_\-.+=:@!%^&*~]{8,})(?=[\s;,'\"]|$)"
+        rf"|\s*[:=]\s*(?P<q>[\"'])(?!{_IDENTIFIER}(?P=q))"
+        r"(?P<quoted>[^\"'\s$<{/~\[\\][^\"'\n\\]{7,})(?P=q))",
     ),
 )
 
