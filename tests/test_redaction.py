@@ -409,3 +409,37 @@ def test_the_cli_redacts_imports_exports_and_says_what_it_removed(tmp_path: Path
     )
     assert bad.returncode == 1
     assert bad.stderr.startswith("Error: ") and "HERMES_MODELS_REDACT='maybe'" in bad.stderr
+
+
+@pytest.mark.backends("sqlite", "postgresql")
+def test_both_backends_redact_writes_imports_and_existing_rows(
+    backend: str, tmp_path: Path, migrated_template: Path, request: pytest.FixtureRequest
+) -> None:
+    from conftest import fresh_store_file
+
+    def target(name: str) -> object:
+        if backend == "postgresql":
+            return request.getfixturevalue("pg").new_database()
+        return fresh_store_file(migrated_template, tmp_path / name)
+
+    with SessionDB(tmp_path / "plain.db") as plain:
+        plain.create_session("b", "cli")
+        plain.set_session_title("b", f"t {GITHUB}")
+        plain.append_message("b", "user", f"k {OPENAI}")
+        plain.export_bundle(tmp_path / "b.jsonl")
+    with SessionDB(target("red.db"), redact=True) as red:
+        red.create_session("s", "cli")
+        red.append_message("s", "tool", f"out {AWS}")
+        red.import_bundle(tmp_path / "b.jsonl")
+        assert red.get_messages("s")[0]["content"] == "out [REDACTED:aws-access-key]"
+        assert red.get_messages("b")[0]["content"] == "k [REDACTED:openai-key]"
+        assert red.get_session("b")["title"] == "t [REDACTED:github-token]"
+    existing = target("old.db")
+    with SessionDB(existing) as old:
+        old.create_session("s", "cli")
+        old.append_message("s", "user", f"k {OPENAI}")
+        report = old.redact_secrets()
+        assert (report["messages_changed"], report["by_pattern"]) == (1, {"openai-key": 1})
+        assert report["wal_truncated"] is (None if backend == "postgresql" else True)
+        assert old.get_messages("s")[0]["content"] == "k [REDACTED:openai-key]"
+        assert old.search_messages("REDACTED")[0]["session_id"] == "s"
