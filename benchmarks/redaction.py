@@ -12,6 +12,9 @@
    is the kind's), and precision over the mixed set of 2 and 3.
 4. ``append_message`` with ``redact=True`` against without, one message per
    transaction, interleaved (ratio: redacting / plain).
+5. The slowest pattern on 200 KB adversarial texts (a unit repeated: ``sk-``, ``a.``,
+   ``-----BEGIN PRIVATE KEY-----`` without an END, ...): each pattern is linear in
+   the text, so none should take more than a fraction of a second.
 
 Run: python benchmarks/redaction.py [--messages N] [--fakes N] [--appends N]
 """
@@ -118,10 +121,55 @@ def main() -> None:
                 times[name].append(time.perf_counter() - started)
         plain.close()
         red.close()
+    adversarial(redactor)
     p50 = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     print(
         f"append_message p50: plain {p50['plain']:.0f} µs, redacting {p50['redact']:.0f} µs "
         f"(ratio {p50['redact'] / p50['plain']:.2f})"
+    )
+
+
+ADVERSARIAL = (
+    "a.",
+    "a",
+    "a_",
+    "KEY",
+    "1",
+    "sk-",
+    " ",
+    "-----BEGIN PRIVATE KEY-----\n",
+    "eyJ",
+    "a:",
+    "http://",
+    "http://a:",
+    "bearer ",
+    "KEY=",
+    'KEY = "',
+    "ghp_",
+    "xoxb-",
+    "AIza",
+    "Authorization: Basic ",
+    "aws_secret_access_key=",
+    "-",
+    "AKIA",
+    "sk-ant-api03-",
+    "eyJa.eyJb.",
+    "https://hooks.slack.com/services/",
+    "SECRET_TOKEN",
+)
+
+
+def adversarial(redactor: redaction.Redactor) -> None:
+    worst = (0.0, "", "")
+    for unit in ADVERSARIAL:
+        text = unit * (200_000 // len(unit))
+        for name, regex in redactor.patterns:
+            one = redaction.Redactor([(name, regex)])
+            started = time.perf_counter()
+            one.text(text)
+            worst = max(worst, (time.perf_counter() - started, name, unit))
+    print(
+        f"slowest pattern on 200 KB adversarial text: {worst[1]} on {worst[2]!r}, {worst[0]:.3f} s"
     )
 
 

@@ -48,7 +48,7 @@ _FALSE = ("", "0", "false", "no", "off")
 # A token's characters, and a look-ahead that wants a digit among them: a run of
 # letters alone is a word, not a key.
 _TOK = r"[A-Za-z0-9_-]"
-_HAS_DIGIT = r"(?=[A-Za-z0-9_-]*[0-9])"
+_HAS_DIGIT = r"(?=[A-Za-z0-9_-]{0,255}[0-9])"
 _IDENTIFIER = r"[a-z]+(?:[._][a-z]+)+"
 _SECRET_NAME = (
     r"[A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|"
@@ -59,8 +59,11 @@ _SECRET_NAME = (
 PATTERNS: tuple[tuple[str, str], ...] = (
     (
         "private-key-block",
+        # The body stops at the next run of five dashes: the END line, or another
+        # BEGIN (a block cut off runs to the end of its base64). Linear in the text.
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s\\]*)",
+        r"(?:(?:[^-]|-(?!----))*-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"|[A-Za-z0-9+/=\s\\]*)",
     ),
     ("anthropic-key", rf"\bsk-ant-(?:api|admin|oat|sid)[0-9]{{2}}-{_TOK}{{20,}}"),
     ("openai-key", rf"\bsk-(?:proj-|svcacct-|admin-|None-)?{_HAS_DIGIT}{_TOK}{{32,}}"),
@@ -88,7 +91,7 @@ PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "bearer-token",
-        r"(?i:\bbearer)\s+(?P<secret>(?=[A-Za-z0-9._~+/=-]*[0-9])[A-Za-z0-9._~+/-]{16,}=*)",
+        r"(?i:\bbearer)\s+(?P<secret>(?=[A-Za-z0-9._~+/=-]{0,255}[0-9])[A-Za-z0-9._~+/-]{16,}=*)",
     ),
     (
         "basic-auth",
@@ -96,7 +99,9 @@ PATTERNS: tuple[tuple[str, str], ...] = (
     ),
     (
         "url-password",
-        r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@\"'<>]+:(?P<secret>[^\s@/\"'<>\[\]]{3,})@",
+        # Bounded parts: a long run of letters and dots is never scanned again and again.
+        r"\b[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s:/@\"'<>]{1,128}:"
+        r"(?P<secret>[^\s@/\"'<>\[\]]{3,128})@",
     ),
     (
         "env-assignment",
