@@ -205,8 +205,9 @@ def erase_old_text(db: Any, report: RedactReport) -> None:
     ``secure_delete`` is on for every connection of the package, so the pages the
     old rows and segments freed are zeroed as they are freed.
     """
-    # TODO(erase): once the `erase` branch lands, call its scrub step here instead
-    # (FTS5 merge + gram index cleanup + WAL checkpoint/truncate), so both share one.
+    # When the ``erase`` branch is merged, its ``db.erase_traces()`` does this and more
+    # (the gram index caught up before its merge, the WAL truncated with a reader's
+    # block told apart): call it here and take ``wal_truncated`` from its result.
     report.indexes_optimized = db.optimize_indexes()
     if isinstance(db, SqliteFile):
         try:
