@@ -42,6 +42,7 @@ from .conversations import (
     listing,
     maintenance,
     new_session_id,
+    redact,
     retention,
     sessions,
     telegram,
@@ -66,6 +67,7 @@ from .store import (
     Backend,
     NewerFileConnection,
     QmarkConnection,
+    Redactor,
     SqliteFile,
     bind_current,
     claim_repair_attempt,
@@ -73,6 +75,7 @@ from .store import (
     constraint_message,
     is_decode_error,
     is_postgres_url,
+    redaction,
     repair_state_db_schema,
     resolve_file,
     unbind_current,
@@ -159,7 +162,11 @@ class SessionDB:
     (``"wal"``, ``"delete"``) and ``synchronous`` (``"off"``, ``"normal"``,
     ``"full"``, ``"extra"``, 0-3) are the journal settings of
     :mod:`hermes_models.store.journal` (None: ``HERMES_MODELS_JOURNAL_MODE``,
-    ``HERMES_MODELS_SYNCHRONOUS``, else the policy's defaults). A writable open
+    ``HERMES_MODELS_SYNCHRONOUS``, else the policy's defaults). ``redact=True``
+    (or a :class:`~hermes_models.store.redaction.Redactor`) replaces secrets in every
+    message, tool call and title it writes with ``[REDACTED:<pattern>]``
+    (None: ``HERMES_MODELS_REDACT``, off unless set; see :mod:`hermes_models.store.redaction`).
+    A writable open
     of a file whose schema SQLite cannot parse repairs it once per process
     (:func:`hermes_models.store.repair.repair_state_db_schema`, a copy first) and
     opens it again, as Hermes does.
@@ -175,6 +182,7 @@ class SessionDB:
         *,
         journal_mode: str | None = None,
         synchronous: str | int | None = None,
+        redact: bool | Redactor | None = None,
     ) -> None:
         #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
@@ -183,6 +191,8 @@ class SessionDB:
         self._read_only = check_flag(read_only, "read_only")
         #: The journal settings, checked (a bad value is a ValueError before any open).
         self._journal = journal_settings(journal_mode, synchronous)
+        #: The redaction of what this store writes (None: off), checked before any open.
+        self._redactor = redaction.settings(redact)
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
@@ -238,6 +248,7 @@ class SessionDB:
             read_only=self._read_only,
             journal_mode=self._journal.mode,
             synchronous=self._journal.synchronous,
+            redact=self._redactor or False,
         )
 
     # -- handle ------------------------------------------------------------------
@@ -1194,13 +1205,16 @@ class SessionDB:
         overwrite: bool = False,
         since: Any = None,
         until: Any = None,
+        redact: bool | Redactor = False,
     ) -> dict[str, int]:
         """Write the lossless JSONL bundle to a path or text stream (see :mod:`.bundle`).
 
         ``session_id`` exports that session's lineage, ``source`` the sessions
         of one source, ``since``/``until`` the sessions started in that window;
         ancestors come along. An existing file is replaced only with
-        ``overwrite=True``. Returns the session and message counts.
+        ``overwrite=True``. ``redact=True`` (or a ``Redactor``) writes messages, tool
+        calls and titles with their secrets redacted; the store is unchanged.
+        Returns the session and message counts.
         """
 
         return export_bundle(
@@ -1211,6 +1225,7 @@ class SessionDB:
             overwrite=overwrite,
             since=since,
             until=until,
+            redact=redact,
         )
 
     @_api
@@ -1224,10 +1239,11 @@ class SessionDB:
         overwrite: bool = False,
         since: Any = None,
         until: Any = None,
+        redact: bool | Redactor = False,
     ) -> int:
         """Write the sessions as readable Markdown; returns how many sessions (an
         existing file is replaced only with ``overwrite=True``; ``since``/``until`` as
-        :meth:`export_bundle` takes them)."""
+        :meth:`export_bundle` takes them; ``redact`` as :meth:`export_bundle` takes it)."""
 
         return export_markdown(
             target,
@@ -1237,7 +1253,25 @@ class SessionDB:
             overwrite=overwrite,
             since=since,
             until=until,
+            redact=redact,
         )
+
+    @_api
+    def redact_secrets(
+        self,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:
+        """Redact the secrets the stored messages (content, tool calls, tool output,
+        reasoning) and session titles hold, a batch per short write, then merge the
+        search indexes and truncate the WAL so the old text is gone from the file
+        (:func:`hermes_models.conversations.redact.redact_store`). Uses this store's
+        redaction patterns, else the maintained ones. ``dry_run`` only counts.
+        Returns what was found and changed (counts, ``by_pattern``)."""
+        return redact.redact_store(
+            self.database.redactor, dry_run=dry_run, progress=progress
+        ).as_dict()
 
     @_api
     def import_bundle(

@@ -40,6 +40,8 @@ COMMANDS = {
     "delete": (["delete", "demo-retries", "--yes"], True),
     "vacuum": (["vacuum"], True),
     "optimize": (["optimize"], True),
+    "redact --dry-run": (["redact", "--dry-run"], False),
+    "redact": (["redact"], True),
     "import": (["import", "bundle.jsonl"], True),
     "export": (["export", "-o", "out.jsonl"], True),
     "backup": (["backup", "copies/"], True),

@@ -462,10 +462,15 @@ def _read_only(ctx: click.Context) -> bool:
 
 
 def _journal(ctx: click.Context) -> dict[str, Any]:
-    """``--journal-mode`` and ``--synchronous``, as SessionDB and connect() take them (None:
-    the library reads HERMES_MODELS_JOURNAL_MODE and HERMES_MODELS_SYNCHRONOUS)."""
+    """``--journal-mode``, ``--synchronous`` and ``--redact``, as SessionDB and connect()
+    take them (None: the library reads HERMES_MODELS_JOURNAL_MODE,
+    HERMES_MODELS_SYNCHRONOUS and HERMES_MODELS_REDACT)."""
     root = _root(ctx)
-    return {"journal_mode": root.get("journal_mode"), "synchronous": root.get("synchronous")}
+    return {
+        "journal_mode": root.get("journal_mode"),
+        "synchronous": root.get("synchronous"),
+        "redact": root.get("redact"),
+    }
 
 
 def _refuse_read_only(ctx: click.Context) -> None:
@@ -622,6 +627,14 @@ def session_argument(command: F) -> F:
     "SQLite build's). "
     "Env: HERMES_MODELS_SYNCHRONOUS.",
 )
+@click.option(
+    "--redact/--no-redact",
+    default=None,
+    help="Replace secrets (API keys, tokens, private keys, KEY=value settings) with "
+    "[REDACTED:<pattern>] in every message, tool call and title a command writes: "
+    "imports, copies (default: off). Env: HERMES_MODELS_REDACT; extra patterns: "
+    "HERMES_MODELS_REDACT_PATTERNS.",
+)
 @click.version_option(__version__, prog_name="hermes-models")
 @click.pass_context
 def cli(
@@ -631,6 +644,7 @@ def cli(
     utc: bool,
     journal_mode: str | None,
     synchronous: str | None,
+    redact: bool | None,
 ) -> None:
     """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
@@ -660,7 +674,8 @@ def migrate(ctx: click.Context, db_path: str | None) -> None:
         terminal.say(f"{_label(url)}: schema up to date")
         return
     path = resolve_path(db_path)
-    for migration_id in apply_migrations(path, **_journal(ctx)):
+    journal = {key: value for key, value in _journal(ctx).items() if key != "redact"}
+    for migration_id in apply_migrations(path, **journal):
         terminal.say(f"applied {migration_id}")
     terminal.say(f"{path}: schema up to date")
 
@@ -1116,6 +1131,13 @@ def _output(path: str | None) -> Iterator[Any]:
     help="File to write (default or '-': standard output). FIFOs and devices are written as is.",
 )
 @click.option("--force", is_flag=True, help="Replace the output file if it exists.")
+@click.option(
+    "--redact",
+    "redact_output",
+    is_flag=True,
+    help="Write messages, tool calls and titles with their secrets replaced by "
+    "[REDACTED:<pattern>], for sharing (the store is unchanged).",
+)
 @window_options("sessions started")
 @format_options
 @click.pass_context
@@ -1127,6 +1149,7 @@ def export(
     data_format: str,
     output: str | None,
     force: bool,
+    redact_output: bool,
     since: str | None,
     until: str | None,
     fmt: str | None,
@@ -1152,6 +1175,7 @@ def export(
         with _output(output) as target, terminal.progress("exporting", unit) as progress:
             chosen: dict[str, Any] = {"session_id": session_id, "source": source}
             chosen.update(since=window[0], until=window[1], progress=progress, overwrite=force)
+            chosen["redact"] = redact_output
             if data_format == "jsonl":
                 counts = store.export_bundle(target, **chosen)
             else:
@@ -1966,6 +1990,53 @@ def vacuum(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 
 
 @cli.command(
+    short_help="Redact secrets the stored messages and titles hold.",
+    epilog=examples(
+        "hermes-models redact --dry-run",
+        "hermes-models redact",
+        "hermes-models redact --db ~/.hermes/state.db --json",
+    ),
+)
+@db_option
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Count what would be redacted, by pattern; change nothing.",
+)
+@format_options
+@click.pass_context
+def redact(ctx: click.Context, db_path: str | None, dry_run: bool, fmt: str | None) -> None:
+    """Replace the secrets stored messages (content, tool calls, tool output,
+    reasoning) and session titles hold with [REDACTED:<pattern>], a batch per short
+    transaction (a gateway writing meanwhile waits at most one batch), then merge the
+    search indexes and truncate the WAL, so the old text leaves the file. Patterns:
+    the maintained set, plus those of the file HERMES_MODELS_REDACT_PATTERNS names.
+    """
+    with open_store(ctx, db_path, writes=not dry_run) as store:
+        with terminal.working("reading" if dry_run else "redacting"):
+            report = store.redact_secrets(dry_run=dry_run)
+        where = str(store.database.path)
+    if fmt:
+        terminal.write_records([{"path": where, **report}], fmt)
+        return
+    verb = "would redact" if dry_run else "redacted"
+    found = sum(report["by_pattern"].values())
+    terminal.say(
+        f"{verb} {views.plural(found, 'secret')} in "
+        f"{views.plural(report['messages_changed'], 'message')} and "
+        f"{views.plural(report['titles_changed'], 'title')} "
+        f"(of {report['messages_scanned']} messages, {report['sessions_scanned']} sessions)"
+    )
+    for name, count in sorted(report["by_pattern"].items()):
+        terminal.say(f"  {name}: {count}")
+    if report["wal_truncated"] is False and not dry_run and found:
+        terminal.say(
+            "a reader still holds the WAL: its older frames may keep the old text until "
+            "it is checkpointed; run 'hermes-models redact' again once it has gone"
+        )
+
+
+@cli.command(
     short_help="Index messages for one- and two-character CJK search.",
     epilog=examples(
         "hermes-models optimize",
@@ -2101,7 +2172,13 @@ def copy_(ctx: click.Context, source: str, target: str, merge: bool, fmt: str | 
     _refuse_read_only(ctx)
     # Each row counts twice: as it is copied, and as the copy is checked.
     with terminal.progress("copying and checking", "rows") as progress:
-        report = copy_store(source, target, merge=merge, progress=None if fmt else progress)
+        report = copy_store(
+            source,
+            target,
+            merge=merge,
+            progress=None if fmt else progress,
+            redact=_root(ctx).get("redact"),
+        )
     if fmt:
         terminal.write_records([report.as_dict()], fmt)
         return

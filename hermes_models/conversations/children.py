@@ -26,7 +26,7 @@ from ..models import (
     encode_json,
 )
 from ..store import local_holder, write
-from .titles import next_title_in_lineage, sanitize_title
+from .titles import next_title_in_lineage, stored_title
 from .transcript import copy_messages as copy_transcript
 from .transcript import insert_messages, normalise_messages, recount
 
@@ -85,7 +85,7 @@ def branch(
     had already ended)."""
     model = type(session)
     child_id = _child_id(session_id)
-    clean_title = sanitize_title(title)
+    clean_title = stored_title(title)
     copy = check_flag(copy_messages, "copy_messages")
     moment = _moment(at)
 
@@ -136,7 +136,7 @@ def compress(
         check_text(holder, "holder", empty=False)
     me = holder or local_holder()
     child_id = _child_id(session_id)
-    new_title = sanitize_title(title)
+    new_title = stored_title(title)
     moment = _moment(at)
     if not CompressionLock.acquire(session.id, me, ttl=ttl):
         other = CompressionLock.holder(session.id)

@@ -55,6 +55,16 @@ def sanitize_title(title: str | None) -> str | None:
     return clean
 
 
+def stored_title(title: str | None) -> str | None:
+    """``title`` as it is stored: :func:`sanitize_title`, then the secrets in it
+    redacted when the store redacts (:mod:`hermes_models.store.redaction`)."""
+    clean = sanitize_title(title)
+    redactor = current().redactor
+    if clean is None or redactor is None:
+        return clean
+    return redactor.text(clean)
+
+
 def split_title(title: str) -> tuple[str, int]:
     """``"t #3"`` -> ``("t", 3)``; an unnumbered title counts as number 1."""
     match = _NUMBERED.match(title)
@@ -135,7 +145,7 @@ def set_title(session_id: str, title: str | None) -> bool:
         ValueError: another session already has the title, or it is too long.
     """
     check_session_id(session_id)
-    clean = sanitize_title(title)
+    clean = stored_title(title)
 
     def run() -> bool:
         if clean is not None:

@@ -160,6 +160,8 @@ def append_message(session_id: str, role: str, content: Any = None, **fields: An
     row = message_row(session_id, role, content, **fields)
     calls = tool_call_total(role, fields.get("tool_calls"))
     db = current()
+    if db.redactor is not None:
+        row = db.redactor.row(MESSAGE_FIELDS, row)
 
     def run() -> int:
         conn = cast("sqlite3.Connection", db.connection())
@@ -225,6 +227,8 @@ def insert_messages(
         rows.append(row)
         clock = max(clock + 1e-6, row[_TIMESTAMP] + 1e-6)
     db = current()
+    if db.redactor is not None:
+        rows = [db.redactor.row(MESSAGE_FIELDS, row) for row in rows]
     for offset in range(0, len(rows), CHUNK_ROWS):
         chunk = rows[offset : offset + CHUNK_ROWS]
         sql = many_rows(_INSERT.render(db), len(chunk))

@@ -3,7 +3,7 @@ journal policy and migrations, and the one write path."""
 
 from __future__ import annotations
 
-from . import ddl, grams, postgres, postgres_sql, sqlite_sql
+from . import ddl, grams, postgres, postgres_sql, redaction, sqlite_sql
 from .backend import Backend, SqliteFile
 from .binding import (
     bind_current,
@@ -95,6 +95,7 @@ from .journal import WAL_INCOMPAT_MARKERS, apply_wal_with_fallback, settings
 from .migration_names import migration_hash, migration_ids
 from .postgres import PostgresDatabase, QmarkConnection, constraint_message, parse_url
 from .postgres import migrate as migrate_server
+from .redaction import RedactionPatternError, Redactor
 from .repair import claim_repair_attempt, health_problem, repair_state_db_schema
 from .schema import TELEGRAM_TOPICS, migrate, migrate_optional
 from .shape import TRIGRAM_COMPLETE, TRIGRAM_NO_TOOLS_OR_RUNS, FileShape, probe
@@ -143,6 +144,8 @@ __all__ = [
     "PostgresDatabase",
     "Prepared",
     "QmarkConnection",
+    "RedactionPatternError",
+    "Redactor",
     "SqliteFile",
     "Statement",
     "among",
@@ -202,6 +205,7 @@ __all__ = [
     "probe",
     "quoted",
     "read_only_params",
+    "redaction",
     "refuse_newer_schema",
     "refuse_planted",
     "render",

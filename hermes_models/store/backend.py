@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from .redaction import Redactor
     from .shape import FileShape
 
 T = TypeVar("T")
@@ -35,6 +36,9 @@ class Backend(Protocol):
     pooled: bool
     #: True when the store was opened to read only.
     read_only: bool
+    #: The redaction applied to what this handle writes (:mod:`hermes_models.store.redaction`);
+    #: None: off.
+    redactor: Redactor | None
     #: What the store holds (tables, columns, indexes; its dialect), probed at open.
     shape: FileShape | None
     #: The placeholder its driver takes (``?`` or ``%s``).

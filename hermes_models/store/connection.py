@@ -22,7 +22,7 @@ import peewee
 from ..checks import check_flag
 from ..driver import sqlite3
 from ..errors import NotADatabaseError
-from . import journal, postgres, schema, sqlite_sql
+from . import journal, postgres, redaction, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .db import HermesDatabase, record_init_error
@@ -40,6 +40,7 @@ from .files import (
     secure_files,
     writable_sidecars,
 )
+from .redaction import Redactor
 from .shape import FileShape, probe
 from .writes import retry_locked
 
@@ -60,7 +61,7 @@ logger = logging.getLogger("hermes_models")
 #: Open handles by file, mode and journal settings, while something holds them (a
 #: SessionDB, the models' binding).
 _databases: weakref.WeakValueDictionary[
-    tuple[str, bool, journal.JournalSettings], HermesDatabase
+    tuple[str, bool, journal.JournalSettings, Redactor | None], HermesDatabase
 ] = weakref.WeakValueDictionary()
 #: Files this process migrated (forgetting one only costs a check that nothing is pending).
 _migrated: BoundedSet[str] = BoundedSet("migrated files", 1024)
@@ -85,6 +86,7 @@ def connect(
     read_only: bool = False,
     journal_mode: str | None = None,
     synchronous: str | int | None = None,
+    redact: bool | Redactor | None = None,
 ) -> HermesDatabase:  # a PostgresDatabase for a postgresql:// URL: the same interface
     """Open the Hermes database ``target`` and bind every model to it.
 
@@ -97,7 +99,11 @@ def connect(
     ``journal_mode`` (``"wal"``, ``"delete"``) and ``synchronous`` (``"off"``,
     ``"normal"``, ``"full"``, ``"extra"``, 0-3) are the journal settings of
     :mod:`hermes_models.store.journal`; None reads ``HERMES_MODELS_JOURNAL_MODE`` and
-    ``HERMES_MODELS_SYNCHRONOUS``.
+    ``HERMES_MODELS_SYNCHRONOUS``. ``redact`` (True, False, or a
+    :class:`~hermes_models.store.redaction.Redactor`) redacts secrets from every
+    message, tool call and title the handle writes
+    (:mod:`hermes_models.store.redaction`); None reads ``HERMES_MODELS_REDACT``
+    (off unless set). Handles with other redaction are other handles.
 
     A file newer than the v16 schema this package writes (a later Hermes, or
     a fork: see :mod:`hermes_models.store.shape`) is always opened read-only, with
@@ -109,17 +115,20 @@ def connect(
         FileNotFoundError: ``read_only=True`` and the file does not exist.
         TypeError: ``migrate`` or ``read_only`` is not a bool (``"false"`` would be
             read as true).
-        ValueError: ``journal_mode`` or ``synchronous`` (or its environment
-            variable) is not a value accepted.
+        ValueError: ``journal_mode``, ``synchronous`` or ``redact`` (or its
+            environment variable) is not a value accepted; a redaction pattern is bad.
     """
     migrate = check_flag(migrate, "migrate")
     read_only = check_flag(read_only, "read_only")
     chosen = journal.settings(journal_mode, synchronous)
+    redactor = redaction.settings(redact)
     if is_postgres_url(target):
-        return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
+        return _connect_postgres(
+            str(target), migrate=migrate, read_only=read_only, redactor=redactor
+        )
     try:
         path = resolve_file(target)
-        key = (path, read_only, chosen)
+        key = (path, read_only, chosen, redactor)
         with _open_lock:
             db = _databases.get(key)
             if db is not None and not os.path.exists(path):
@@ -141,6 +150,7 @@ def connect(
                     db.shape = shape
             if db is None:
                 db = _open(path, read_only=read_only, migrate=migrate, chosen=chosen)
+                db.redactor = redactor
                 _databases[key] = db
             elif migrate and not db.read_only and path not in _migrated:
                 _apply_migrations(path, chosen)
@@ -155,19 +165,21 @@ def connect(
 
 
 #: Open PostgreSQL handles by URL and mode, while something holds them.
-_servers: weakref.WeakValueDictionary[tuple[str, bool], PostgresDatabase] = (
+_servers: weakref.WeakValueDictionary[tuple[str, bool, Redactor | None], PostgresDatabase] = (
     weakref.WeakValueDictionary()
 )
 #: PostgreSQL stores this process migrated.
 _migrated_servers: BoundedSet[str] = BoundedSet("migrated PostgreSQL stores", 1024)
 
 
-def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesDatabase:
+def _connect_postgres(
+    url: str, *, migrate: bool, read_only: bool, redactor: Redactor | None = None
+) -> HermesDatabase:
     """:func:`connect` for a ``postgresql://`` URL."""
 
     try:
         target = postgres.parse_url(url, argument="target")
-        key = (target.key(), read_only)
+        key = (target.key(), read_only, redactor)
         with _open_lock:
             db = _servers.get(key)
             if db is None:
@@ -175,6 +187,7 @@ def _connect_postgres(url: str, *, migrate: bool, read_only: bool) -> HermesData
                     postgres.migrate(url)
                     _migrated_servers.add(key[0])
                 db = postgres.open_database(url, migrate_first=False, read_only=read_only)
+                db.redactor = redactor
                 db.connect(reuse_if_open=True)  # the server answers (and the store's shape)
                 db.release()
                 _servers[key] = db

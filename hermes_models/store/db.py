@@ -38,6 +38,7 @@ from .dialect import SqliteDialect
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
 from .fts import gram_index_ready, present_indexes
 from .journal import WAL_INCOMPAT_MARKERS, JournalSettings
+from .redaction import Redactor
 from .shape import FileShape
 from .writes import WRITE_PATIENCE_S  # named here by earlier docs: still importable from here
 
@@ -248,6 +249,8 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         self.journal: str | None = None
         #: The journal settings every connection follows (:mod:`hermes_models.store.journal`).
         self.journal_settings = journal_settings or JournalSettings()
+        #: The redaction applied to what this handle writes (None: off; set by connect()).
+        self.redactor: Redactor | None = None
         #: The structure of the file (set by :func:`hermes_models.connect`; None until then).
         self.shape: FileShape | None = None
         #: Which full-text tables this SQLite build runs (set on first use).

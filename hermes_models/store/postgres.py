@@ -50,6 +50,7 @@ from .caches import BoundedSet
 from .dialect import PostgresDialect
 from .files import SCHEMES, is_postgres_url
 from .migration_names import migration_hash, migration_ids
+from .redaction import Redactor
 from .shape import PROBED, FileShape
 
 logger = logging.getLogger("hermes_models")
@@ -599,6 +600,8 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
     def __init__(self, target: ServerTarget, *, read_only: bool = False) -> None:
         self.target = target
         self.read_only = read_only
+        #: The redaction applied to what this handle writes (None: off; set by connect()).
+        self.redactor: Redactor | None = None
         self._search_path = None
         #: What the store holds, read at the first connection (the models select
         #: the columns it has, as they do for a file).

@@ -40,7 +40,15 @@ from ..checks import check_window, expand_user
 from ..driver import sqlite3
 from ..errors import BundleError
 from ..models import Message, Session, stored_fields, walk_sessions
-from ..store import SCHEMA_VERSION, among, current, rows_read_leniently, sqlite_sql
+from ..store import (
+    SCHEMA_VERSION,
+    Redactor,
+    among,
+    current,
+    redaction,
+    rows_read_leniently,
+    sqlite_sql,
+)
 from . import jsonl
 from .output import open_output
 
@@ -309,8 +317,9 @@ def _records(
     source: str | None,
     progress: Progress | None,
     window: tuple[Any, Any] = (None, None),
+    redactor: Redactor | None = None,
 ) -> Iterator[tuple[str, str]]:
-    """``(kind, line)`` pairs of a bundle, read in one snapshot."""
+    """``(kind, line)`` pairs of a bundle, read in one snapshot (redacted by ``redactor``)."""
     with current().atomic():
         ids = selection(session_id, source, *window)
         total = _message_total(ids)
@@ -339,11 +348,13 @@ def _records(
             header["tables"] = {table: len(rows) for table, (_, rows) in added.items()}
         yield "header", dumps(header) + "\n"
         session_columns, message_columns = file_columns(Session), file_columns(Message)
-        for row in session_rows(ids):
+        stored = session_rows(ids)
+        for row in stored if redactor is None else redactor.rows(session_columns, stored):
             record = {"type": "session", **dict(zip(session_columns, map(_encode, row)))}
             yield "session", dumps(record) + "\n"
         done = 0
-        for row in message_rows(ids):
+        messages = message_rows(ids)
+        for row in messages if redactor is None else redactor.rows(message_columns, messages):
             record = {"type": "message", **dict(zip(message_columns, map(_encode, row)))}
             yield "message", dumps(record) + "\n"
             done += 1
@@ -364,16 +375,20 @@ def export_bundle(
     overwrite: bool = False,
     since: Any = None,
     until: Any = None,
+    redact: bool | Redactor = False,
 ) -> dict[str, int]:
     """Write a bundle to a path or text stream; returns how many sessions and messages.
     ``since``/``until``: the sessions started in that window (see :func:`selection`).
+    ``redact`` (True, or a :class:`~hermes_models.store.redaction.Redactor`) writes
+    messages, tool calls and titles with their secrets redacted (the store is unchanged).
 
     A path is written as :func:`hermes_models.transfer.output.open_output` describes:
     an existing file is replaced only with ``overwrite=True``.
     """
     counts = {"sessions": 0, "messages": 0}
+    redactor = redaction.asked(redact)
     with open_output(target, overwrite=overwrite) as out:
-        for kind, line in _records(session_id, source, progress, (since, until)):
+        for kind, line in _records(session_id, source, progress, (since, until), redactor):
             out.write(line)
             if kind in ("session", "message"):
                 counts[kind + "s"] += 1

@@ -68,11 +68,13 @@ from ..errors import CopyError, TargetNotEmptyError, VerificationError
 from ..models import order_sessions
 from ..store import (
     SCHEMA_VERSION,
+    Redactor,
     connect,
     database,
     grams,
     postgres,
     postgres_sql,
+    redaction,
     resolve_path,
     sqlite_sql,
     using,
@@ -129,9 +131,27 @@ class _Side:
     #: Whether a write transaction here makes every other writer wait (a file's
     #: write lock), so that the copy writes in short, paced batches.
     paced: bool
+    #: What a source's rows are redacted with as they are read (``copy --redact``):
+    #: the copy writes, and its check compares, the redacted rows. None: as stored.
+    redactor: Redactor | None = None
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def read_sessions(self, ids: list[str]) -> list[tuple[Any, ...]]:
+        """:meth:`session_rows`, titles redacted when the side redacts."""
+        rows = self.session_rows(ids)
+        if self.redactor is None:
+            return rows
+        return [tuple(self.redactor.row(SESSION_COLUMNS, row)) for row in rows]
+
+    def read_messages(self, ids: list[str], columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """:meth:`message_rows`, text and tool calls redacted when the side redacts."""
+        rows = self.message_rows(ids, columns)
+        if self.redactor is None:
+            return rows
+        redactor = self.redactor
+        return (tuple(redactor.row(columns, row)) for row in rows)
 
     def index_grams(self) -> None:
         """Index what the copy wrote in the file's gram index (a server keeps its own)."""
@@ -726,7 +746,7 @@ class _Copy:
         new = [s for s in candidates if s not in taken]
         if not new:
             return new, (0, 0)
-        by_id = {row[0]: row for row in self.src.session_rows(new)}
+        by_id = {row[0]: row for row in self.src.read_sessions(new)}
         dangling = {p for s in new if (p := self.parents[s]) is not None and p not in self.parents}
         known = self.dst.present("sessions", sorted(dangling)) if dangling else set()
         rows = []
@@ -783,7 +803,7 @@ class _Copy:
     ) -> Iterator[tuple[Any, ...]]:
         """The message rows of ``new``; those of ``moved`` take the ids ``fresh``, in order."""
         check_blobs = isinstance(self.dst, _PostgresSide)
-        for row in self.src.message_rows(new, MESSAGE_COLUMNS):
+        for row in self.src.read_messages(new, MESSAGE_COLUMNS):
             if row[_SESSION_OF] in moved:
                 if state["renumbered"] == len(fresh):  # the counts come from the same snapshot
                     raise CopyError(f"{self.src.label}: more messages than counted; nothing kept")
@@ -964,7 +984,7 @@ class _Verifier:
                 self.differ(f"{table}: the row of {named}{key!r}", key, strict=False)
 
     def sessions(self, ids: list[str], parents: dict[str, str | None]) -> None:
-        mine = {row[0]: row for row in self.src.session_rows(ids)}
+        mine = {row[0]: row for row in self.src.read_sessions(ids)}
         theirs = {row[0]: row for row in self.dst.session_rows(ids)}
         dangling = sorted({p for s in ids if (p := parents[s]) is not None and p not in parents})
         known = self.dst.present("sessions", dangling) if dangling else set()
@@ -984,7 +1004,7 @@ class _Verifier:
                     session_id,
                     strict=session_id in self.added,
                 )
-        source = _digests(self.src.message_rows(ids, MESSAGE_COLUMNS))
+        source = _digests(self.src.read_messages(ids, MESSAGE_COLUMNS))
         target = _digests(self.dst.message_rows(ids, MESSAGE_COLUMNS))
         for session_id in ids:
             want = source.get(session_id, (0, "", ""))
@@ -1026,13 +1046,17 @@ def copy_store(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    redact: bool | Redactor | None = None,
 ) -> CopyReport:
     """Copy the store ``source`` into ``target`` and check the result.
 
     Each is an SQLite path (or ``sqlite:///`` URL) or a ``postgresql://`` URL
     (``?schema=`` for a profile). The source is read in one snapshot and never
     written; the target is created or migrated first. ``progress(done,
-    total)`` is called as rows are copied and then verified.
+    total)`` is called as rows are copied and then verified. ``redact`` (True or a
+    :class:`~hermes_models.store.redaction.Redactor`; None: ``HERMES_MODELS_REDACT``)
+    writes the source's messages, tool calls and titles with their secrets redacted,
+    and checks the target against the redacted rows.
 
     Raises:
         TargetNotEmptyError: ``target`` holds rows, ``merge`` is not given, and it
@@ -1042,7 +1066,9 @@ def copy_store(
             the two are the same store; a value cannot be stored in the target.
     """
     saved = database.obj
+    redactor = redaction.settings(redact)
     src, dst = _sides(source, target, write=True)
+    src.redactor = redactor
     try:
         _check_target(dst)
         return _Copy(src, dst, merge, progress).run()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import IO, Any
 
 from ..models import Session, clock, decode_content, decode_json, kind_expr
-from ..store import among, current
+from ..store import Redactor, among, current, redaction
 from .bundle import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -100,6 +100,7 @@ def _render(
     progress: Progress | None,
     shown: list[int],
     window: tuple[Any, Any] = (None, None),
+    redactor: Redactor | None = None,
 ) -> Generator[str, None, None]:
     """The document, read in one snapshot one session at a time (memory does not grow
     with the store); ``shown`` gets how many sessions it shows."""
@@ -112,9 +113,13 @@ def _render(
         # Two statements whatever the selection: the sessions, and their messages in
         # the same order (each session's follow it), read side by side.
         owner = MESSAGE_COLUMNS.index("session_id")
-        messages = message_rows_by_session(ids)
+        stored: Iterable[Sequence[Any]] = message_rows_by_session(ids)
+        if redactor is not None:
+            stored = redactor.rows(MESSAGE_COLUMNS, stored)
+        messages = iter(stored)
         pending = next(messages, None)
-        for done, row in enumerate(session_rows(ids), 1):
+        for done, kept in enumerate(session_rows(ids), 1):
+            row = kept if redactor is None else redactor.row(SESSION_COLUMNS, kept)
             session = dict(zip(SESSION_COLUMNS, row))
             yield "\n"
             for line in _session_lines(session, kinds.get(str(session["id"]), "root")):
@@ -136,15 +141,19 @@ def export_markdown(
     overwrite: bool = False,
     since: Any = None,
     until: Any = None,
+    redact: bool | Redactor = False,
 ) -> int:
     """Write Markdown to a path or text stream; returns how many sessions it shows
     (``since``/``until`` as :func:`hermes_models.transfer.bundle.export_bundle` takes them).
 
     An existing file is replaced only with ``overwrite=True``
-    (see :func:`hermes_models.transfer.output.open_output`).
+    (see :func:`hermes_models.transfer.output.open_output`). ``redact`` as
+    :func:`~hermes_models.transfer.bundle.export_bundle` takes it.
     """
     shown: list[int] = []
-    with closing(_render(session_id, source, progress, shown, (since, until))) as lines:
+    redactor = redaction.asked(redact)
+    render = _render(session_id, source, progress, shown, (since, until), redactor)
+    with closing(render) as lines:
         first = next(lines)  # the selection is checked before the output is opened
         with open_output(target, overwrite=overwrite) as out:
             out.write(first)

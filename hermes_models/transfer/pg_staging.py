@@ -60,6 +60,8 @@ from .staging import (
     BATCH_ROWS,
     SESSION_ROWS,
     SessionSource,
+    redact_rows,
+    redact_source,
     refuse_present,
     statement_sizes,
     title_changes,
@@ -264,6 +266,7 @@ class ServerStaging:
         if self._columns and list(columns) != self._columns:
             raise ValueError("every message row of one import has the same columns")
         self._columns = list(columns)
+        rows = redact_rows(self.db, columns, rows)
         batch: list[Sequence[Any]] = []
         size, total = 0, 0
 
@@ -291,6 +294,7 @@ class ServerStaging:
         """Add the sessions and their staged messages in one transaction (see the module
         text); returns how many titles changed."""
         source = sessions if isinstance(sessions, SessionSource) else SessionSource.of(sessions)
+        source = redact_source(self.db, source)
         changed, self.renumbered = self._write(
             lambda: _add_sessions(source, self.session_ids, self._columns, rename_titles)
         )
@@ -354,8 +358,9 @@ def write_at_once_server(
         raw(postgres_sql.DROP_STAGED_MESSAGES)
         raw(postgres_sql.create_staged_messages(STAGED_COLUMNS, at_commit_drop=True))
         raw(postgres_sql.ADD_STAGED_ORDER)
-        stage_rows(columns, rows())
+        stage_rows(columns, list(redact_rows(db, columns, rows())))
         ids = [values["id"] for values in sessions]
-        return _add_sessions(SessionSource.of(sessions), ids, columns, rename_titles)
+        source = redact_source(db, SessionSource.of(sessions))
+        return _add_sessions(source, ids, columns, rename_titles)
 
     return _write(db, run)

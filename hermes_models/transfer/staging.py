@@ -153,6 +153,33 @@ class SessionSource:
         return cls([(s["id"], s.get("title")) for s in sessions], lambda: sessions)
 
 
+def redact_source(db: Backend, source: SessionSource) -> SessionSource:
+    """``source`` with its titles redacted when ``db`` redacts what it stores
+    (:mod:`hermes_models.store.redaction`): before titles are settled, so a redacted
+    title is numbered as any other."""
+    redactor = db.redactor
+    if redactor is None:
+        return source
+
+    def title(value: Any) -> Any:
+        return redactor.text(value) if isinstance(value, str) else value
+
+    def rows() -> Iterable[dict[str, Any]]:
+        for row in source.rows():
+            yield {**row, "title": title(row["title"])} if "title" in row else row
+
+    return SessionSource([(i, title(t)) for i, t in source.titles], rows)
+
+
+def redact_rows(
+    db: Backend, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> Iterable[Sequence[Any]]:
+    """Message rows (``columns`` of them) with their text, tool calls and reasoning
+    redacted when ``db`` redacts what it stores; as they are otherwise."""
+    redactor = db.redactor
+    return rows if redactor is None else redactor.rows(columns, rows)
+
+
 def refuse_server(db: Backend) -> None:
     """Refuse to run the steps above on a PostgreSQL store: they are SQLite's (its id
     sequence, foreign keys off, ``PRAGMA``s); :mod:`hermes_models.transfer.pg_staging` is the
@@ -318,6 +345,7 @@ class Staging:
     ) -> int:
         """Insert message rows (``session_id`` among ``columns``) in paced transactions."""
         at = list(columns).index("session_id")
+        rows = redact_rows(self.db, columns, rows)
         batch: list[Sequence[Any]] = []
         size, limit, total = 0, min(1000, BATCH_ROWS), 0
         self._foreign_keys_off()
@@ -392,6 +420,7 @@ class Staging:
         many titles changed.
         """
         source = sessions if isinstance(sessions, SessionSource) else SessionSource.of(sessions)
+        source = redact_source(self.db, source)
         counters = self._counters()
         self._foreign_keys_back()
 
@@ -510,6 +539,7 @@ def write_at_once(
     """
     refuse_server(db)
     ids = [values["id"] for values in sessions]
+    sessions = list(redact_source(db, SessionSource.of(sessions)).rows())
 
     def run() -> int | None:
         raw(sqlite_sql.DEFER_FOREIGN_KEYS_ON)
@@ -531,7 +561,7 @@ def write_at_once(
             values["message_count"] = values["tool_call_count"] = 0
         names = list(settled[0])
         insert_rows(_SESSIONS, names, [[values[c] for c in names] for values in settled])
-        insert_rows(_MESSAGES, columns, rows())
+        insert_rows(_MESSAGES, columns, list(redact_rows(db, columns, rows())))
         for chunk in chunks(ids, 5000):
             totals = raw(counter_totals().where(among(Message.session, chunk))).fetchall()
             for session_id, messages, calls in totals:
