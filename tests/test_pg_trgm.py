@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 from console_script import environment, run
-from pg_server import Server
+from pg_server import Server, connect
 from test_pg_search import fill
 
 from hermes_models import Message, SessionDB, health
@@ -109,7 +108,7 @@ def app_role(pg: Server) -> Iterator[tuple[str, str]]:
     role = f"hermes_app_{os.getpid()}_{next(_roles)}"
     pg.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with connect(admin, autocommit=True) as conn:
             conn.execute(f'GRANT USAGE, CREATE ON SCHEMA public TO "{role}"')
             has = conn.execute(
                 "SELECT has_database_privilege(%s, current_database(), 'CREATE')", (role,)
@@ -127,7 +126,7 @@ def allow_list(pg: Server) -> str:
     superusers included, with ``feature_not_supported`` (a managed service's
     allow-list, by an event trigger)."""
     url = pg.new_database(migrated=False)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, autocommit=True) as conn:
         conn.execute(
             "CREATE FUNCTION refuse_extensions() RETURNS event_trigger LANGUAGE plpgsql AS $$"
             " BEGIN RAISE EXCEPTION 'extension is not allow-listed on this server'"
@@ -141,7 +140,7 @@ def allow_list(pg: Server) -> str:
 
 
 def _extensions(url: str) -> list[str]:
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(url, autocommit=True) as conn:
         return [row[0] for row in conn.execute("SELECT extname FROM pg_extension ORDER BY 1")]
 
 
@@ -253,7 +252,7 @@ def test_pg_trgm_made_beforehand_in_a_schema_of_its_own_is_used_where_it_is(
     # As a managed server keeps extensions in an `extensions` schema, outside the
     # store's search path (the role may use it, or not).
     url, admin = app_role
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with connect(admin, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA extensions")
         conn.execute("CREATE EXTENSION pg_trgm SCHEMA extensions")
         if usable:
@@ -346,7 +345,7 @@ def test_doctor_says_what_is_slower_and_fix_adds_the_index_once_allowed(
 def test_fix_replaces_a_half_built_trigram_index(pg_url: str) -> None:
     # CREATE INDEX CONCURRENTLY that fails leaves an invalid index behind; the server
     # never uses it, so it counts as missing and --fix builds it again.
-    with psycopg.connect(pg_url, autocommit=True) as conn:
+    with connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE pg_index SET indisvalid = false"
                      " WHERE indexrelid = 'idx_messages_search_trgm'::regclass")  # fmt: skip
     db = open_database(pg_url, migrate_first=False)

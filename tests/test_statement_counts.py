@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from statement_count import counting
 
 from hermes_models import SessionDB
 from hermes_models.models import Message, Session
 from hermes_models.store import using
-from tests.statement_count import counting
 
 pytestmark = pytest.mark.backends("sqlite", "postgresql")
 

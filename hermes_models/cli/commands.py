@@ -1820,7 +1820,6 @@ def _byte_size(ctx: click.Context, param: click.Parameter, value: Any) -> int | 
         "hermes-models retain --older-than 90d --dry-run",
         "hermes-models retain --older-than 30d --source cron --yes",
         "hermes-models retain --max-size 2GB --yes",
-        "hermes-models retain --archived --yes",
     ),
 )
 @db_option
