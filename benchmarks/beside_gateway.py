@@ -16,10 +16,16 @@ each call. Meanwhile this process runs the phases below, one after the other:
    message, triggers, indexes);
 4. ``ours``: ``append_message``, ``get_messages``, ``search_messages`` through
    ``SessionDB``, ``--rounds`` times;
-5. ``hermes-models vacuum``: the console script, as a person runs it (its start
+5. ``hermes-models retain``: the console script erasing by a retention policy
+   (``--older-than 24h --yes``: the ended sessions of the fill started over a day
+   ago, each with its text scrubbed from the file, its WAL and its indexes), in
+   batches of ``--batch`` sessions; the fill's sessions are first marked ended;
+6. ``plain DELETE``: the simplest correct SQL deleting the next ~600 sessions
+   with their messages in one transaction (no scrub: what erase adds to it);
+7. ``hermes-models vacuum``: the console script, as a person runs it (its start
    included; optimize the full-text indexes, ``VACUUM``, checkpoints);
-6. ``SessionDB.vacuum()``: the same in this process, on the file just compacted;
-7. ``plain VACUUM``: ``VACUUM`` on a plain connection, on the same file.
+8. ``SessionDB.vacuum()``: the same in this process, on the file just compacted;
+9. ``plain VACUUM``: ``VACUUM`` on a plain connection, on the same file.
 
 Printed per phase: how long it took, Hermes' appends in it, the errors Hermes
 raised, the median and slowest of its appends, and the slowest call of this side;
@@ -27,12 +33,13 @@ then whether every message either side wrote is in the file once, and what
 ``hermes-models doctor`` says. Ratios compare ours with plain.
 
 Run: python benchmarks/beside_gateway.py [--sessions 2000] [--messages 20] [--pause 20]
-[--rounds 200]
+[--rounds 200] [--batch 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -130,6 +137,51 @@ def run(args: argparse.Namespace) -> None:
             timed(p.reads, lambda: db.get_messages("ours"))
             timed(p.reads, lambda: db.search_messages("asyncio", limit=20))
 
+    def retain(p: Phase) -> None:
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        # The fill's sessions end (a gateway ends a conversation when the user leaves).
+        conn.execute(
+            "UPDATE sessions SET ended_at = started_at + 600, end_reason = 'user_exit'"
+            " WHERE id LIKE 'old-%'"
+        )
+        conn.close()
+        done = timed(
+            p.writes,
+            lambda: subprocess.run(
+                [
+                    *(str(SCRIPT), "retain", "--db", str(path), "--older-than", "24h"),
+                    *("--yes", "--batch", str(args.batch), "--json"),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            ),
+        )
+        if done.returncode != 0:
+            print("hermes-models retain failed:", done.stderr.strip())
+        else:
+            record = json.loads(done.stdout)[0]
+            print(
+                f"retain erased {len(record['erased'])} sessions ({record['messages']} messages)"
+                f" in {record['batches']} batches; WAL blocked: {record['wal_blocked']}"
+            )
+
+    def plain_delete(p: Phase) -> None:
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        cutoff = time.time() - 14 * 3600
+        doomed = "SELECT id FROM sessions WHERE id LIKE 'old-%' AND started_at < ?"
+        count = conn.execute(f"SELECT count(*) FROM ({doomed})", (cutoff,)).fetchone()[0]
+
+        def delete() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"DELETE FROM messages WHERE session_id IN ({doomed})", (cutoff,))
+            conn.execute(f"DELETE FROM sessions WHERE id IN ({doomed})", (cutoff,))
+            conn.execute("COMMIT")
+
+        timed(p.writes, delete)
+        conn.close()
+        print(f"plain DELETE removed {count} sessions")
+
     def library_vacuum(p: Phase) -> None:
         timed(p.writes, store[0].vacuum)
         store[0].close()
@@ -158,6 +210,10 @@ def run(args: argparse.Namespace) -> None:
             ("plain writes", plain),
             ("adopt", adopt),
             ("ours", ours),
+            ("settle", alone),
+            ("hermes-models retain", retain),
+            ("settle", alone),
+            ("plain DELETE", plain_delete),
             ("settle", alone),
             ("hermes-models vacuum", vacuum),
             ("settle", alone),
@@ -224,6 +280,11 @@ def report(
         f" {vac[1] / plain_vac[1]:.2f}"
     )
     print(f"SessionDB.vacuum() took / plain VACUUM: {vac[2] / plain_vac[2]:.2f}")
+    kept, dropped = rows["hermes-models retain"], rows["plain DELETE"]
+    print(
+        "Hermes' slowest append during hermes-models retain / plain DELETE:"
+        f" {kept[1] / dropped[1]:.2f}"
+    )
     errors = [a.error for a in appends if a.error]
     print(f"errors Hermes raised: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     with SessionDB(path, read_only=True) as store:
@@ -247,6 +308,7 @@ def main() -> None:
     parser.add_argument("--pause", type=int, default=20, help="ms between Hermes' appends")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--settle", type=float, default=1.0, help="s between phases")
+    parser.add_argument("--batch", type=int, default=200, help="sessions per retain batch")
     run(parser.parse_args())
 
 
