@@ -172,6 +172,7 @@ class SessionDB:
         *,
         journal_mode: str | None = None,
         synchronous: str | int | None = None,
+        key: str | None = None,
     ) -> None:
         #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
@@ -180,6 +181,8 @@ class SessionDB:
         self._read_only = check_flag(read_only, "read_only")
         #: The journal settings, checked (a bad value is a ValueError before any open).
         self._journal = journal_settings(journal_mode, synchronous)
+        #: The encryption key given (None: the environment's, if any).
+        self._key = key
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
@@ -235,6 +238,7 @@ class SessionDB:
             read_only=self._read_only,
             journal_mode=self._journal.mode,
             synchronous=self._journal.synchronous,
+            key=self._key,
         )
 
     # -- handle ------------------------------------------------------------------

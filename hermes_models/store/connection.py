@@ -25,6 +25,7 @@ from ..errors import NotADatabaseError
 from . import journal, postgres, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
+from .cipher import not_a_database, set_key
 from .db import HermesDatabase, record_init_error
 from .files import (
     SCHEMA_VERSION,
@@ -85,6 +86,7 @@ def connect(
     read_only: bool = False,
     journal_mode: str | None = None,
     synchronous: str | int | None = None,
+    key: str | None = None,
 ) -> HermesDatabase:  # a PostgresDatabase for a postgresql:// URL: the same interface
     """Open the Hermes database ``target`` and bind every model to it.
 
@@ -99,6 +101,13 @@ def connect(
     :mod:`hermes_models.store.journal`; None reads ``HERMES_MODELS_JOURNAL_MODE`` and
     ``HERMES_MODELS_SYNCHRONOUS``.
 
+    ``key`` is the file's encryption key (SQLCipher, the ``encryption`` extra: see
+    :mod:`hermes_models.store.cipher`), used by every connection this process opens
+    to the file from now on; None uses ``HERMES_MODELS_KEY`` or
+    ``HERMES_MODELS_KEY_FILE`` where set. A new file opened with a key is created
+    encrypted; an existing plain one is opened plain (``hermes-models encrypt``
+    converts it).
+
     A file newer than the v16 schema this package writes (a later Hermes, or
     a fork: see :mod:`hermes_models.store.shape`) is always opened read-only, with
     one warning in the log; nothing in it is changed, and every write raises
@@ -106,6 +115,8 @@ def connect(
 
     Raises:
         NotADatabaseError: the file is not an SQLite database.
+        EncryptedStoreError: the file is encrypted and no key given opens it.
+        MissingDriverError: a key is given and sqlcipher3 is not installed.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
         TypeError: ``migrate`` or ``read_only`` is not a bool (``"false"`` would be
             read as true).
@@ -115,15 +126,19 @@ def connect(
     migrate = check_flag(migrate, "migrate")
     read_only = check_flag(read_only, "read_only")
     chosen = journal.settings(journal_mode, synchronous)
+    if key is not None and is_postgres_url(target):
+        raise ValueError("key: encryption is for SQLite files; a PostgreSQL server encrypts its own")
     if is_postgres_url(target):
         return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:
         path = resolve_file(target)
-        key = (path, read_only, chosen)
+        if key is not None:
+            set_key(path, key)
+        slot = (path, read_only, chosen)
         with _open_lock:
-            db = _databases.get(key)
+            db = _databases.get(slot)
             if db is not None and not os.path.exists(path):
-                _databases.pop(key, None)
+                _databases.pop(slot, None)
                 _migrated.discard(path)
                 db = None
             if db is not None and not db.read_only:
@@ -132,7 +147,7 @@ def connect(
                 shape = retry_locked(lambda: probe(cached.connection()))
                 if shape.newer:
                     db.shape = shape
-                    _databases.pop(key, None)
+                    _databases.pop(slot, None)
                     db.close()
                     db = None
                 elif shape != db.shape:
@@ -141,7 +156,7 @@ def connect(
                     db.shape = shape
             if db is None:
                 db = _open(path, read_only=read_only, migrate=migrate, chosen=chosen)
-                _databases[key] = db
+                _databases[slot] = db
             elif migrate and not db.read_only and path not in _migrated:
                 _apply_migrations(path, chosen)
             if migrate and not db.read_only:
@@ -281,7 +296,7 @@ def _open_probed(
         retry_locked(open_checked)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+            raise not_a_database(path) from exc
         raise
     return db
 
