@@ -3,7 +3,7 @@ journal policy and migrations, and the one write path."""
 
 from __future__ import annotations
 
-from . import ddl, grams, postgres, postgres_sql, sqlite_sql
+from . import cipher, ddl, grams, postgres, postgres_sql, sqlite_sql
 from .backend import Backend, SqliteFile
 from .binding import (
     bind_current,
@@ -16,7 +16,8 @@ from .binding import (
     using,
     write,
 )
-from .connection import connect
+from .cipher import is_open_encrypted, open_file, opened_key
+from .connection import connect, decrypt_store, encrypt_store, rekey_store
 from .content import (
     CONTENT_JSON_PREFIX,
     FUNCTION_ERROR,
@@ -154,6 +155,7 @@ __all__ = [
     "check_file_kind",
     "check_header",
     "check_index",
+    "cipher",
     "claim_repair_attempt",
     "connect",
     "constraint_message",
@@ -162,6 +164,8 @@ __all__ = [
     "database",
     "ddl",
     "decode_content",
+    "decrypt_store",
+    "encrypt_store",
     "exact",
     "exposure",
     "fetch_dicts",
@@ -177,6 +181,7 @@ __all__ = [
     "health_problem",
     "holder_is_gone",
     "is_decode_error",
+    "is_open_encrypted",
     "is_postgres_url",
     "json_array_length",
     "json_text",
@@ -194,6 +199,8 @@ __all__ = [
     "migration_ids",
     "newer_file",
     "newer_schema_error",
+    "open_file",
+    "opened_key",
     "parse_url",
     "position",
     "postgres",
@@ -204,6 +211,7 @@ __all__ = [
     "read_only_params",
     "refuse_newer_schema",
     "refuse_planted",
+    "rekey_store",
     "render",
     "repair_state_db_schema",
     "resolve_file",

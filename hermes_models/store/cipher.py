@@ -50,6 +50,9 @@ logger = logging.getLogger("hermes_models")
 KEY_VARIABLE = "HERMES_MODELS_KEY"
 #: The environment variable naming a file that holds the key (its first line).
 KEY_FILE_VARIABLE = "HERMES_MODELS_KEY_FILE"
+#: The two for the key ``encrypt`` and ``rekey`` encrypt a file under.
+NEW_KEY_VARIABLE = "HERMES_MODELS_NEW_KEY"
+NEW_KEY_FILE_VARIABLE = "HERMES_MODELS_NEW_KEY_FILE"
 
 #: What a plain SQLite file starts with.
 _MAGIC = b"SQLite format 3\x00"
@@ -58,6 +61,8 @@ _MAGIC = b"SQLite format 3\x00"
 _given: dict[str, str] = {}
 #: Files opened plain although a key was given (said once each).
 _plain_despite_key: set[str] = set()
+#: Files a connection of this process opened with a key: the key, by absolute path.
+_opened_with: dict[str, str] = {}
 _lock = threading.Lock()
 
 
@@ -110,7 +115,7 @@ def require_encryption(path: str) -> None:
         )
 
 
-def read_key_file(name: str) -> str:
+def read_key_file(name: str, variable: str = KEY_FILE_VARIABLE) -> str:
     """The key in the file ``name``: its first line, without the line break.
 
     Raises:
@@ -121,34 +126,38 @@ def read_key_file(name: str) -> str:
     """
     info = os.stat(name)
     if not stat.S_ISREG(info.st_mode):
-        raise UnsafeFileError(f"{KEY_FILE_VARIABLE}: {name} is not a regular file")
+        raise UnsafeFileError(f"{variable}: {name} is not a regular file")
     if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise UnsafeFileError(f"{KEY_FILE_VARIABLE}: {name} belongs to another user")
+        raise UnsafeFileError(f"{variable}: {name} belongs to another user")
     if info.st_mode & 0o077:
         raise UnsafeFileError(
-            f"{KEY_FILE_VARIABLE}: {name} can be read by others (mode"
+            f"{variable}: {name} can be read by others (mode"
             f" {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
         )
     with open(name, encoding="utf-8") as file:
         first = file.readline().rstrip("\r\n")
     if not first:
-        raise ValueError(f"{KEY_FILE_VARIABLE}: {name} holds no key (its first line is empty)")
-    return check_key(first, KEY_FILE_VARIABLE)
+        raise ValueError(f"{variable}: {name} holds no key (its first line is empty)")
+    return check_key(first, variable)
 
 
-def environment_key() -> tuple[str, str] | None:
+def environment_key(*, new: bool = False) -> tuple[str, str] | None:
     """The key the environment gives, and where from (``"HERMES_MODELS_KEY"`` or the
-    key file's variable); None when neither is set.
+    key file's variable); None when neither is set. With ``new``, the key a file is
+    to be encrypted under (:data:`NEW_KEY_VARIABLE`, :data:`NEW_KEY_FILE_VARIABLE`).
 
     Raises:
         UnsafeFileError, ValueError, OSError: see :func:`read_key_file`.
     """
-    value = os.environ.get(KEY_VARIABLE)
+    variable, file_variable = (
+        (NEW_KEY_VARIABLE, NEW_KEY_FILE_VARIABLE) if new else (KEY_VARIABLE, KEY_FILE_VARIABLE)
+    )
+    value = os.environ.get(variable)
     if value:
-        return check_key(value, KEY_VARIABLE), KEY_VARIABLE
-    name = os.environ.get(KEY_FILE_VARIABLE)
+        return check_key(value, variable), variable
+    name = os.environ.get(file_variable)
     if name:
-        return read_key_file(name), f"{KEY_FILE_VARIABLE} ({name})"
+        return read_key_file(name, file_variable), f"{file_variable} ({name})"
     return None
 
 
@@ -271,7 +280,21 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
     except BaseException:
         conn.close()
         raise
+    with _lock:
+        _opened_with[path] = found[0]
     return conn
+
+
+def opened_key(path: str) -> str | None:
+    """The key a connection of this process opened the file ``path`` with; None when
+    its connections opened it plain (or none has opened it yet)."""
+    with _lock:
+        return None if path in _plain_despite_key else _opened_with.get(path)
+
+
+def is_open_encrypted(path: str) -> bool:
+    """True when this process opened the file ``path`` with a key (it is encrypted)."""
+    return opened_key(path) is not None
 
 
 def is_encrypted(path: str) -> bool:
@@ -365,6 +388,7 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
             raise encrypted_error(path, key_source=None)
         # Out of WAL: SQLite allows it only to the one connection that has the file
         # open, so a store a gateway holds is refused here; the -wal is merged and goes.
+        was = str(conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()[0]).lower()
         try:
             mode = str(conn.execute(sqlite_sql.JOURNAL_MODE_DELETE).fetchone()[0]).lower()
         except sqlite3.OperationalError as exc:
@@ -383,7 +407,7 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
         version = int(conn.execute(sqlite_sql.CONVERTED_USER_VERSION).fetchone()[0])
         label = "encrypt" if old_key is None else "decrypt" if new_key is None else "rekey"
         with _private_temporary(path, label) as temporary:
-            conn.execute(sqlite_sql.attach_converted(new_key), (temporary,))
+            conn.execute(sqlite_sql.ATTACH_CONVERTED, (temporary, new_key or ""))
             try:
                 conn.execute(sqlite_sql.EXPORT_CONVERTED).fetchone()
                 conn.execute(sqlite_sql.set_converted_user_version(version))
@@ -405,11 +429,18 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
             _sync(os.path.dirname(path) or ".")
     finally:
         conn.close()
+    if was == "wal":  # the converted file keeps the journal mode the original had
+        again = open_file(path, key=new_key, isolation_level=None)
+        try:
+            again.execute(sqlite_sql.JOURNAL_MODE_WAL).fetchone()
+        finally:
+            again.close()
     for sidecar in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
         with contextlib.suppress(FileNotFoundError):
             os.remove(sidecar)
     with _lock:
         _plain_despite_key.discard(path)
+        _opened_with.pop(path, None)
         if new_key is None:
             _given.pop(path, None)
         elif path in _given:
@@ -420,6 +451,8 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
 __all__ = [
     "KEY_FILE_VARIABLE",
     "KEY_VARIABLE",
+    "NEW_KEY_FILE_VARIABLE",
+    "NEW_KEY_VARIABLE",
     "check_key",
     "cipher_version",
     "convert",
@@ -427,10 +460,12 @@ __all__ = [
     "environment_key",
     "file_path",
     "is_encrypted",
+    "is_open_encrypted",
     "key_for",
     "looks_encrypted",
     "not_a_database",
     "open_file",
+    "opened_key",
     "read_key_file",
     "require_encryption",
     "set_key",

@@ -22,7 +22,7 @@ import peewee
 from ..checks import check_flag
 from ..driver import sqlite3
 from ..errors import NotADatabaseError
-from . import journal, postgres, schema, sqlite_sql
+from . import cipher, journal, postgres, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
 from .cipher import not_a_database, set_key
@@ -45,6 +45,8 @@ from .shape import FileShape, probe
 from .writes import retry_locked
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .backend import Backend, SqliteFile
     from .postgres import PostgresDatabase
 
@@ -127,7 +129,9 @@ def connect(
     read_only = check_flag(read_only, "read_only")
     chosen = journal.settings(journal_mode, synchronous)
     if key is not None and is_postgres_url(target):
-        raise ValueError("key: encryption is for SQLite files; a PostgreSQL server encrypts its own")
+        raise ValueError(
+            "key: encryption is for SQLite files; a PostgreSQL server encrypts its own"
+        )
     if is_postgres_url(target):
         return _connect_postgres(str(target), migrate=migrate, read_only=read_only)
     try:
@@ -310,6 +314,64 @@ def _require_store(db: HermesDatabase) -> None:
             f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "
             "open it once without read_only=True to create the schema"
         )
+
+
+def _convert(
+    target: str | os.PathLike[str] | None, old_key: str | None, new_key: str | None
+) -> dict[str, Any]:
+    path = resolve_file(target)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    check_file_kind(path)
+    refuse_planted(path)
+    check_ownership(path, read_only=False)
+    with _open_lock:
+        for (file, _, _), db in list(_databases.items()):
+            if file == path and not db.is_closed():
+                raise sqlite3.OperationalError(
+                    f"{path} is open in this process; close it (SessionDB.close()) first"
+                )
+        result = cipher.convert(path, old_key=old_key, new_key=new_key)
+        # The file is another one now: the next open starts afresh.
+        for slot in [slot for slot in list(_databases.keys()) if slot[0] == path]:
+            _databases.pop(slot, None)
+        _migrated.discard(path)
+    return {"path": path, **result}
+
+
+def encrypt_store(target: str | os.PathLike[str] | None, key: str) -> dict[str, Any]:
+    """Encrypt the plain store ``target`` in place under ``key`` (see
+    :func:`hermes_models.store.cipher.convert`: a verified copy renamed over the
+    file, which no other process may hold open); returns ``path``, ``tables`` (rows
+    by table), ``pages`` and ``bytes``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        EncryptedStoreError: the file is encrypted already.
+        MissingDriverError: sqlcipher3 is not installed.
+        sqlite3.OperationalError: another connection holds the file.
+    """
+    return _convert(target, None, cipher.check_key(key))
+
+
+def decrypt_store(target: str | os.PathLike[str] | None, key: str) -> dict[str, Any]:
+    """Write the encrypted store ``target`` back as a plain SQLite file, in place, as
+    :func:`encrypt_store` does (the result alike).
+
+    Raises:
+        EncryptedStoreError: ``key`` does not open the file.
+    """
+    return _convert(target, cipher.check_key(key), None)
+
+
+def rekey_store(target: str | os.PathLike[str] | None, key: str, new_key: str) -> dict[str, Any]:
+    """Encrypt the store ``target`` under ``new_key`` instead of ``key``, in place, as
+    :func:`encrypt_store` does (the result alike).
+
+    Raises:
+        EncryptedStoreError: ``key`` does not open the file.
+    """
+    return _convert(target, cipher.check_key(key), cipher.check_key(new_key, "new_key"))
 
 
 def _after_fork_in_child() -> None:

@@ -291,6 +291,8 @@ INDEXED_TEXT = (
     "COALESCE(m.tool_calls, '')"
 )
 ATTACH_SOURCE = "ATTACH DATABASE ? AS source"
+#: The same for an encrypted store: the file, then its key (SQLCipher).
+ATTACH_SOURCE_WITH_KEY = "ATTACH DATABASE ? AS source KEY ?"
 DETACH_SOURCE = "DETACH DATABASE source"
 
 
@@ -706,14 +708,8 @@ def set_key(key: str) -> str:
     return f"PRAGMA key = {quote_key(key)}"
 
 
-def set_rekey(key: str) -> str:
-    """Encrypt the file again under ``key`` (SQLCipher's rekey)."""
-    return f"PRAGMA rekey = {quote_key(key)}"
-
-
-def attach_converted(key: str | None) -> str:
-    """Attach the bound file as ``converted``, encrypted under ``key`` (None: plain)."""
-    return f"ATTACH DATABASE ? AS converted KEY {quote_key(key or '')}"
+#: Attach the bound file as ``converted``, encrypted under the bound key ('': plain).
+ATTACH_CONVERTED = "ATTACH DATABASE ? AS converted KEY ?"
 
 
 def set_converted_user_version(version: int) -> str:
