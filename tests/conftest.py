@@ -22,6 +22,24 @@ from hermes_models.store.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES
 
+#: The test-suite option: with ``HERMES_TEST_ENCRYPTED=1`` (and the encryption extra)
+#: every store the tests create is encrypted: the key is set for this process and
+#: every process it starts. A test whose store must stay plain (it reads the file
+#: with the standard library's sqlite3, as Hermes does, or reads its bytes) is marked
+#: ``plaintext_file``: it runs all the same, on a plain store.
+ENCRYPTED_RUN = os.environ.get("HERMES_TEST_ENCRYPTED") == "1"
+SUITE_KEY = "hermes-test-suite-key"
+if ENCRYPTED_RUN:
+    os.environ["HERMES_MODELS_KEY"] = SUITE_KEY
+
+
+@pytest.fixture(autouse=True)
+def _plaintext_file(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``HERMES_TEST_ENCRYPTED``, a test marked ``plaintext_file`` gets no key."""
+    if ENCRYPTED_RUN and request.node.get_closest_marker("plaintext_file") is not None:
+        monkeypatch.delenv("HERMES_MODELS_KEY", raising=False)
+
+
 #: Whether this is the full run (tox on Python 3.13 sets ``HERMES_TEST_FULL=1``).
 FULL_RUN = os.environ.get("HERMES_TEST_FULL") == "1"
 

@@ -28,6 +28,7 @@ encrypts, decrypts or re-keys a file in place.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import stat
@@ -56,6 +57,12 @@ NEW_KEY_FILE_VARIABLE = "HERMES_MODELS_NEW_KEY_FILE"
 
 #: What a plain SQLite file starts with.
 _MAGIC = b"SQLite format 3\x00"
+#: SQLCipher 4's key derivation (its defaults): PBKDF2-HMAC-SHA512, these rounds, 32 bytes.
+KDF_ROUNDS = 256_000
+#: A raw key that opens nothing: a connection given it reads the file's salt.
+_ANY_RAW_KEY = "00" * 32
+#: Keys derived from a passphrase and a file's salt (each derivation costs ~0.1 s).
+_derived: dict[tuple[str, str], str] = {}
 
 #: Keys given by library callers, by the file's absolute path.
 _given: dict[str, str] = {}
@@ -255,7 +262,11 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
     try:
         require_encryption(path)
         conn.execute(sqlite_sql.CIPHER_LOG_NONE).fetchall()
-        conn.execute(sqlite_sql.set_key(found[0]))
+        raw = _raw_key(database, kwargs, path, found[0])
+        if raw == "":  # the file is plain: opened as it is
+            _plain_despite(path, found[1], key is _KEEP)
+            return conn
+        conn.execute(sqlite_sql.set_key(found[0]) if raw is None else sqlite_sql.set_raw_key(raw))
         conn.execute(sqlite_sql.READ_FIRST_PAGE).fetchone()
     except sqlite3.DatabaseError as exc:
         conn.close()
@@ -264,17 +275,7 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
         if looks_encrypted(path):
             raise encrypted_error(path, key_source=found[1]) from None
         # A plain file: opened as it is.
-        if key is _KEEP:
-            with _lock:
-                first = path not in _plain_despite_key
-                _plain_despite_key.add(path)
-            if first:
-                logger.warning(
-                    "%s is not encrypted: opened without the key from %s"
-                    " (hermes-models encrypt converts it)",
-                    path,
-                    found[1],
-                )
+        _plain_despite(path, found[1], key is _KEEP)
         plain: sqlite3.Connection = sqlite3.connect(database, **kwargs)
         return plain
     except BaseException:
@@ -283,6 +284,57 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
     with _lock:
         _opened_with[path] = found[0]
     return conn
+
+
+def _plain_despite(path: str, source: str, remember: bool) -> None:
+    """Note that the plain file ``path`` is opened without the key from ``source``."""
+    if not remember:
+        return
+    with _lock:
+        first = path not in _plain_despite_key
+        _plain_despite_key.add(path)
+    if first:
+        logger.warning(
+            "%s is not encrypted: opened without the key from %s"
+            " (hermes-models encrypt converts it)",
+            path,
+            source,
+        )
+
+
+def _raw_key(database: str, kwargs: dict[str, Any], path: str, passphrase: str) -> str | None:
+    """The raw key (key and salt, hex) that opens the existing file ``path`` under
+    ``passphrase``, derived once per process and salt: a connection given the
+    passphrase itself derives it again (~0.1 s, and a store's open makes several).
+    ``""`` when the file is plain; None for a new file, or when the salt cannot be
+    read (the passphrase is used then)."""
+    try:
+        if os.path.getsize(path) == 0:
+            return None
+    except OSError:
+        return None
+    probe = sqlite3.connect(database, **kwargs)
+    try:
+        probe.execute(sqlite_sql.set_raw_key(_ANY_RAW_KEY))
+        row = probe.execute(sqlite_sql.CIPHER_SALT).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        probe.close()
+    salt = "" if row is None or row[0] is None else str(row[0]).lower()
+    if len(salt) != 32:
+        return None
+    if bytes.fromhex(salt) == _MAGIC:
+        return ""
+    with _lock:
+        derived = _derived.get((passphrase, salt))
+    if derived is None:
+        derived = hashlib.pbkdf2_hmac(
+            "sha512", passphrase.encode("utf-8"), bytes.fromhex(salt), KDF_ROUNDS, 32
+        ).hex()
+        with _lock:
+            _derived[(passphrase, salt)] = derived
+    return derived + salt
 
 
 def opened_key(path: str) -> str | None:

@@ -288,6 +288,11 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         )
         try:
             self._add_conn_hooks(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "not a database" in str(exc):  # encrypted (no key opens it), or not SQLite
+                raise cipher.not_a_database(self.file) from exc
+            raise
         except Exception:
             conn.close()
             raise

@@ -708,6 +708,18 @@ def set_key(key: str) -> str:
     return f"PRAGMA key = {quote_key(key)}"
 
 
+def set_raw_key(hex_key: str) -> str:
+    """Give a connection a raw key (hex digits: the key, then the file's salt), which
+    SQLCipher uses without deriving it from a passphrase."""
+    if not hex_key or any(c not in "0123456789abcdef" for c in hex_key):
+        raise ValueError("a raw key is lower-case hex digits")
+    return f"PRAGMA key = \"x'{hex_key}'\""
+
+
+#: The salt of the file (the first 16 bytes, as hex): read under any raw key.
+CIPHER_SALT = "PRAGMA cipher_salt"
+
+
 #: Attach the bound file as ``converted``, encrypted under the bound key ('': plain).
 ATTACH_CONVERTED = "ATTACH DATABASE ? AS converted KEY ?"
 
