@@ -1883,7 +1883,10 @@ def encrypt(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 
 @cli.command(
     short_help="Write an encrypted database back as a plain SQLite file.",
-    epilog=examples("HERMES_MODELS_KEY_FILE=~/.hermes/key hermes-models decrypt"),
+    epilog=examples(
+        "HERMES_MODELS_KEY_FILE=~/.hermes/key hermes-models decrypt",
+        "hermes-models decrypt --db ~/.hermes/state.db --json",
+    ),
 )
 @db_option
 @format_options
@@ -1902,7 +1905,8 @@ def decrypt(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 @cli.command(
     short_help="Encrypt the database under a new key.",
     epilog=examples(
-        "HERMES_MODELS_KEY_FILE=old.key HERMES_MODELS_NEW_KEY_FILE=new.key hermes-models rekey"
+        "HERMES_MODELS_KEY_FILE=old.key HERMES_MODELS_NEW_KEY_FILE=new.key hermes-models rekey",
+        "hermes-models rekey --db ~/.hermes/state.db",
     ),
 )
 @db_option

@@ -39,7 +39,13 @@ from urllib.parse import unquote_to_bytes
 
 from .. import driver
 from ..driver import sqlite3
-from ..errors import EncryptedStoreError, MissingDriverError, NotADatabaseError, UnsafeFileError
+from ..errors import (
+    EncryptedStoreError,
+    MissingDriverError,
+    NotADatabaseError,
+    UnsafeFileError,
+    VerificationError,
+)
 from . import sqlite_sql
 
 if TYPE_CHECKING:
@@ -421,8 +427,6 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
         OperationalError: another connection has the file open or locked.
         VerificationError: the converted copy did not check out (the original stays).
     """
-    from ..errors import VerificationError
-
     if old_key is None and new_key is None:
         raise ValueError("nothing to do: neither an old nor a new key")
     require_encryption(path)
