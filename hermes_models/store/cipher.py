@@ -35,7 +35,7 @@ import stat
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import quote, unquote_to_bytes
 
 from .. import driver
 from ..driver import sqlite3
@@ -268,7 +268,7 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
     try:
         require_encryption(path)
         conn.execute(sqlite_sql.CIPHER_LOG_NONE).fetchall()
-        raw = _raw_key(database, kwargs, path, found[0])
+        raw = _raw_key(path, found[0])
         if raw == "":  # the file is plain: opened as it is
             _plain_despite(path, found[1], key is _KEEP)
             return conn
@@ -308,7 +308,7 @@ def _plain_despite(path: str, source: str, remember: bool) -> None:
         )
 
 
-def _raw_key(database: str, kwargs: dict[str, Any], path: str, passphrase: str) -> str | None:
+def _raw_key(path: str, passphrase: str) -> str | None:
     """The raw key (key and salt, hex) that opens the existing file ``path`` under
     ``passphrase``, derived once per process and salt: a connection given the
     passphrase itself derives it again (~0.1 s, and a store's open makes several).
@@ -319,7 +319,8 @@ def _raw_key(database: str, kwargs: dict[str, Any], path: str, passphrase: str) 
             return None
     except OSError:
         return None
-    probe = sqlite3.connect(database, **kwargs)
+    # A connection of its own (never one of a shared cache, as yoyo's are), read-only.
+    probe = sqlite3.connect(f"file:{quote(os.fsencode(path), safe='/')}?mode=ro", uri=True)
     try:
         probe.execute(sqlite_sql.set_raw_key(_ANY_RAW_KEY))
         row = probe.execute(sqlite_sql.CIPHER_SALT).fetchone()
