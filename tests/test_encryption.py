@@ -97,8 +97,8 @@ def test_no_key_or_a_wrong_key_is_an_error_naming_the_file_and_changes_nothing(
     with pytest.raises(EncryptedStoreError) as missing:
         SessionDB(path)
     assert str(missing.value) == (
-        f"{path} is encrypted; set HERMES_MODELS_KEY or HERMES_MODELS_KEY_FILE"
-        " (or --key-prompt on the command line, key= in Python)"
+        f"{path} is encrypted, or not an SQLite database; set HERMES_MODELS_KEY or"
+        " HERMES_MODELS_KEY_FILE (or --key-prompt on the command line, key= in Python)"
     )
     with pytest.raises(EncryptedStoreError) as wrong:
         SessionDB(path, key="wrong")
@@ -264,8 +264,8 @@ def test_the_commands_encrypt_read_back_up_refuse_export_and_decrypt(tmp_path: P
     done = run("--db", str(path), "sessions", cwd=tmp_path, env=env)
     assert (done.returncode, done.stderr) == (
         1,
-        f"Error: {path} is encrypted; set HERMES_MODELS_KEY or HERMES_MODELS_KEY_FILE"
-        " (or --key-prompt on the command line, key= in Python)\n",
+        f"Error: {path} is encrypted, or not an SQLite database; set HERMES_MODELS_KEY or"
+        " HERMES_MODELS_KEY_FILE (or --key-prompt on the command line, key= in Python)\n",
     )
     keyed = {**env, "HERMES_MODELS_KEY": "k1"}
     done = run("--db", str(path), "search", "事件", "--json", cwd=tmp_path, env=keyed)

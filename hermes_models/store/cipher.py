@@ -77,6 +77,8 @@ _plain_despite_key: set[str] = set()
 #: Files a connection of this process opened with a key: the key, by absolute path.
 _opened_with: dict[str, str] = {}
 _lock = threading.Lock()
+#: The module's connect, as it was when the package was imported.
+_connect = sqlite3.connect
 
 
 def check_key(key: object, argument: str = "key") -> str:
@@ -209,21 +211,22 @@ def looks_encrypted(path: str) -> bool:
             head = file.read(len(_MAGIC))
     except OSError:
         return False
-    return size >= 512 and size % 512 == 0 and head != _MAGIC
+    return size >= 512 and size % 512 == 0 and head != _MAGIC and head.strip(b"\x00") != b""
 
 
 def encrypted_error(path: str, *, key_source: str | None) -> EncryptedStoreError:
-    """The error for an encrypted file no key given opens."""
+    """The error for a file that looks encrypted (its first bytes are not SQLite's) and
+    that no key given opens: a random file looks the same, so the words say both."""
     if not driver.ENCRYPTION:
         return EncryptedStoreError(
-            f"{path} is encrypted (SQLCipher); install the encryption extra"
-            " (pip install 'hermes_models[encryption]') and set"
-            f" {KEY_VARIABLE} or {KEY_FILE_VARIABLE}"
+            f"{path} is not an SQLite database, or is encrypted (then install the"
+            " encryption extra, pip install 'hermes_models[encryption]', and set"
+            f" {KEY_VARIABLE} or {KEY_FILE_VARIABLE})"
         )
     if key_source is None:
         return EncryptedStoreError(
-            f"{path} is encrypted; set {KEY_VARIABLE} or {KEY_FILE_VARIABLE}"
-            " (or --key-prompt on the command line, key= in Python)"
+            f"{path} is encrypted, or not an SQLite database; set {KEY_VARIABLE} or"
+            f" {KEY_FILE_VARIABLE} (or --key-prompt on the command line, key= in Python)"
         )
     return EncryptedStoreError(f"{path} is encrypted and {key_source} does not open it")
 
@@ -261,7 +264,7 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
         found = None if path is None or path in _plain_despite_key else key_for(path)
     else:
         found = None if key is None else (check_key(key), "the key given")
-    conn: sqlite3.Connection = sqlite3.connect(database, **kwargs)
+    conn: sqlite3.Connection = _connect(database, **kwargs)
     if found is None:
         return conn
     assert path is not None
@@ -282,7 +285,7 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
             raise encrypted_error(path, key_source=found[1]) from None
         # A plain file: opened as it is.
         _plain_despite(path, found[1], key is _KEEP)
-        plain: sqlite3.Connection = sqlite3.connect(database, **kwargs)
+        plain: sqlite3.Connection = _connect(database, **kwargs)
         return plain
     except BaseException:
         conn.close()
@@ -320,7 +323,7 @@ def _raw_key(path: str, passphrase: str) -> str | None:
     except OSError:
         return None
     # A connection of its own (never one of a shared cache, as yoyo's are), read-only.
-    probe = sqlite3.connect(f"file:{quote(os.fsencode(path), safe='/')}?mode=ro", uri=True)
+    probe = _connect(f"file:{quote(os.fsencode(path), safe='/')}?mode=ro", uri=True)
     try:
         probe.execute(sqlite_sql.set_raw_key(_ANY_RAW_KEY))
         row = probe.execute(sqlite_sql.CIPHER_SALT).fetchone()
@@ -364,7 +367,7 @@ def is_encrypted(path: str) -> bool:
 
 def cipher_version() -> str | None:
     """The SQLCipher release connections run (``"4.19.0 community"``); None without it."""
-    conn = sqlite3.connect(":memory:")
+    conn = _connect(":memory:")
     try:
         row = conn.execute(sqlite_sql.CIPHER_VERSION).fetchone()
     finally:
