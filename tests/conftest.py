@@ -32,6 +32,9 @@ from factories import ALL_FACTORIES
 #: is marked ``plaintext_file``: it runs all the same, on plain stores.
 ENCRYPTED_RUN = os.environ.get("HERMES_TEST_ENCRYPTED") == "1"
 SUITE_KEY = "hermes-test-suite-key"
+#: What an export of a test store adds on the command line: under the option the
+#: store is encrypted, and exporting it to plain text asks for --plaintext.
+EXPORT_FLAGS = ["--plaintext"] if ENCRYPTED_RUN else []
 if ENCRYPTED_RUN:
     from hermes_models.store import cipher as _cipher
 
@@ -158,12 +161,35 @@ def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     one costs a millisecond. Tests of migrating itself open their own files.
     """
     path = tmp_path_factory.mktemp("template") / "state.db"
-    hermes_models.connect(path).close()
+    if not ENCRYPTED_RUN:
+        hermes_models.connect(path).close()
+        return path
+    # Under HERMES_TEST_ENCRYPTED an encrypted template, and a plain twin for the
+    # tests marked plaintext_file (fresh_store_file picks by the key in force).
+    saved = os.environ.get("HERMES_MODELS_KEY")
+    try:
+        os.environ["HERMES_MODELS_KEY"] = SUITE_KEY
+        hermes_models.connect(path).close()
+        os.environ.pop("HERMES_MODELS_KEY")
+        _plain_twin(path).parent.mkdir()
+        hermes_models.connect(_plain_twin(path)).close()
+    finally:
+        if saved is None:
+            os.environ.pop("HERMES_MODELS_KEY", None)
+        else:
+            os.environ["HERMES_MODELS_KEY"] = saved
     return path
 
 
+def _plain_twin(template: Path) -> Path:
+    return template.parent / "plain" / template.name
+
+
 def fresh_store_file(template: Path, db_path: Path) -> Path:
-    """A copy of the migrated template at ``db_path`` (its mode bits included)."""
+    """A copy of the migrated template at ``db_path`` (its mode bits included); under
+    HERMES_TEST_ENCRYPTED, of its plain twin when the test runs without the key."""
+    if ENCRYPTED_RUN and "HERMES_MODELS_KEY" not in os.environ:
+        template = _plain_twin(template)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(template, db_path)
     return db_path

@@ -102,7 +102,10 @@ def test_no_key_or_a_wrong_key_is_an_error_naming_the_file_and_changes_nothing(
     )
     with pytest.raises(EncryptedStoreError) as wrong:
         SessionDB(path, key="wrong")
-    assert str(wrong.value) == f"{path} is encrypted and the key given does not open it"
+    assert (
+        str(wrong.value)
+        == f"{path} is encrypted and the key given does not open it, or is not an SQLite database"
+    )
     assert isinstance(wrong.value, hermes_models.NotADatabaseError)
     assert path.read_bytes() == before
 
@@ -293,7 +296,8 @@ def test_the_commands_encrypt_read_back_up_refuse_export_and_decrypt(tmp_path: P
     done = run("--db", str(path), "decrypt", cwd=tmp_path, env=keyed)
     assert (done.returncode, done.stderr) == (
         1,
-        f"Error: {path} is encrypted and the key given does not open it\n",
+        f"Error: {path} is encrypted and the key given does not open it,"
+        " or is not an SQLite database\n",
     )
     done = run("--db", str(path), "decrypt", cwd=tmp_path, env={**env, "HERMES_MODELS_KEY": "k2"})
     assert done.returncode == 0, done.stderr

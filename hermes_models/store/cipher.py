@@ -228,7 +228,19 @@ def encrypted_error(path: str, *, key_source: str | None) -> EncryptedStoreError
             f"{path} is encrypted, or not an SQLite database; set {KEY_VARIABLE} or"
             f" {KEY_FILE_VARIABLE} (or --key-prompt on the command line, key= in Python)"
         )
-    return EncryptedStoreError(f"{path} is encrypted and {key_source} does not open it")
+    return EncryptedStoreError(
+        f"{path} is encrypted and {key_source} does not open it, or is not an SQLite database"
+    )
+
+
+def _starts_as_sqlite(path: str) -> bool:
+    """True when the file ``path`` begins as a plain SQLite file does (read directly:
+    see :func:`looks_encrypted` for where that is safe)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
 
 
 def not_a_database(path: str) -> NotADatabaseError:
@@ -276,15 +288,23 @@ def open_file(database: str, key: Any = _KEEP, **kwargs: Any) -> sqlite3.Connect
             _plain_despite(path, found[1], key is _KEEP)
             return conn
         conn.execute(sqlite_sql.set_key(found[0]) if raw is None else sqlite_sql.set_raw_key(raw))
-        conn.execute(sqlite_sql.READ_FIRST_PAGE).fetchone()
+        try:
+            conn.execute(sqlite_sql.READ_FIRST_PAGE).fetchone()
+        except sqlite3.DatabaseError as exc:
+            # The key opened the first page and its schema does not parse: a file to
+            # repair (repair_state_db_schema edits sqlite_master on this connection).
+            if "malformed database schema" not in str(exc).lower():
+                raise
     except sqlite3.DatabaseError as exc:
         conn.close()
         if not _is_not_a_database(exc):
             raise
         if looks_encrypted(path):
             raise encrypted_error(path, key_source=found[1]) from None
-        # A plain file: opened as it is.
-        _plain_despite(path, found[1], key is _KEEP)
+        # A plain file: opened as it is (one that is not SQLite at all is refused by
+        # the first read, without a word about keys; read as looks_encrypted reads).
+        if _starts_as_sqlite(path):
+            _plain_despite(path, found[1], key is _KEEP)
         plain: sqlite3.Connection = _connect(database, **kwargs)
         return plain
     except BaseException:
