@@ -7,12 +7,21 @@ build. The ``pysqlite3`` wheel, an install requirement where a wheel exists,
 bundles a fixed SQLite behind the standard :mod:`sqlite3` interface.
 
 :data:`sqlite3` is the module the package uses for every connection it opens
-(peewee's, yoyo's, backups', the checks', the quick path's): the first of
-``pysqlite3`` and the standard library's :mod:`sqlite3` whose SQLite lacks the
-bug, else the newer of the two. ``HERMES_MODELS_SQLITE`` chooses instead
-(``pysqlite3`` or ``sqlite3``; ``auto`` or unset: the rule above). A module is
-named ``sqlite3`` in this package whichever it is; this module is the only one
-that imports either.
+(peewee's, yoyo's, backups', the checks', the quick path's): ``sqlcipher3``
+where it is installed (the ``encryption`` extra) and its SQLite lacks the bug,
+else the first of ``pysqlite3`` and the standard library's :mod:`sqlite3` whose
+SQLite lacks the bug, else the newer of the two. ``HERMES_MODELS_SQLITE``
+chooses instead (``sqlcipher3``, ``pysqlite3`` or ``sqlite3``; ``auto`` or
+unset: the rule above). A module is named ``sqlite3`` in this package whichever
+it is; this module is the only one that imports any of them.
+
+``sqlcipher3`` bundles SQLCipher, an SQLite (3.53.4 in its 0.6.4 wheels, with
+FTS5 and the trigram tokenizer) that encrypts a file whose connections are given
+a key (:mod:`hermes_models.store.cipher`); a connection given none reads and
+writes plain files as any SQLite does. It is the process's one module rather
+than a module for encrypted files alone: the package's cursors, rows and
+exception classes are those of one module, and a connection of another module
+would not take them.
 
 Code written against the standard library catches its exception classes. The
 ``pysqlite3`` module's are its own, so when it is chosen each of its classes
@@ -38,6 +47,14 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
+_cipher: ModuleType | None
+try:
+    from sqlcipher3 import dbapi2 as _cipher_dbapi2  # type: ignore[import-not-found,import-untyped,unused-ignore]
+except ImportError:  # the encryption extra is not installed
+    _cipher = None
+else:
+    _cipher = _cipher_dbapi2
+
 _bundled: ModuleType | None
 try:
     from pysqlite3 import dbapi2 as _dbapi2  # type: ignore[import-untyped]
@@ -49,9 +66,10 @@ else:
 #: The SQLite build's source id (its exact version and check-in).
 SOURCE_ID = "SELECT sqlite_source_id()"
 
-#: The environment variable that chooses the module: ``auto``, ``pysqlite3`` or ``sqlite3``.
+#: The environment variable that chooses the module: ``auto``, ``sqlcipher3``,
+#: ``pysqlite3`` or ``sqlite3``.
 MODULE_VARIABLE = "HERMES_MODELS_SQLITE"
-_CHOICES = ("auto", "pysqlite3", "sqlite3")
+_CHOICES = ("auto", "sqlcipher3", "pysqlite3", "sqlite3")
 
 #: The DB-API exception classes below ``Error``, parents before children.
 _JOINABLE = (
@@ -92,7 +110,7 @@ def join_exceptions(module: ModuleType) -> bool:
 
 
 def _candidates() -> list[ModuleType]:
-    return [_standard] if _bundled is None else [_bundled, _standard]
+    return [m for m in (_cipher, _bundled, _standard) if m is not None]
 
 
 def choose(setting: str | None = None) -> ModuleType:
@@ -109,12 +127,23 @@ def choose(setting: str | None = None) -> ModuleType:
         raise ImportError(f"{MODULE_VARIABLE}={raw!r}: expected one of {', '.join(_CHOICES)}")
     if choice == "sqlite3":
         return _standard
+    if choice == "sqlcipher3":
+        if _cipher is None:
+            raise ImportError(
+                f"{MODULE_VARIABLE}=sqlcipher3, but sqlcipher3 is not installed"
+                " (pip install 'hermes_models[encryption]')"
+            )
+        return _cipher
     if choice == "pysqlite3":
         if _bundled is None:
             raise ImportError(f"{MODULE_VARIABLE}=pysqlite3, but pysqlite3 is not installed")
         return _bundled
     fixed = [m for m in _candidates() if not has_wal_reset_bug(m.sqlite_version_info)]
-    pool = fixed or _candidates()
+    if _cipher is not None and _cipher in fixed:
+        # Installed only with the encryption extra: asked for, and it opens a plain
+        # file as any SQLite does (see the module's docstring).
+        return _cipher
+    pool = [m for m in (fixed or _candidates()) if m is not _cipher] or _candidates()
     # The newest; the standard library's on a tie (nothing more to load or trust).
     newest: ModuleType = max(reversed(pool), key=lambda m: m.sqlite_version_info)
     return newest
@@ -144,8 +173,10 @@ SQLITE_VERSION_INFO: tuple[int, int, int] = sqlite3.sqlite_version_info
 #: Whether that SQLite has the WAL-reset bug (the journal policy of
 #: :mod:`hermes_models.store.journal` then keeps files out of WAL).
 WAL_RESET_BUG: bool = has_wal_reset_bug(SQLITE_VERSION_INFO)
-#: The module's import name: ``"pysqlite3.dbapi2"`` or ``"sqlite3"``.
+#: The module's import name: ``"sqlcipher3.dbapi2"``, ``"pysqlite3.dbapi2"`` or ``"sqlite3"``.
 MODULE_NAME: str = sqlite3.__name__
+#: Whether connections can open and write encrypted files (the module is sqlcipher3).
+ENCRYPTION: bool = _cipher is not None and sqlite3 is _cipher
 
 _joined: dict[type[BaseException], type[BaseException]] = {}
 
@@ -325,6 +356,7 @@ def sqlite_info() -> dict[str, object]:
 
 
 __all__ = [
+    "ENCRYPTION",
     "MODULE_NAME",
     "MODULE_VARIABLE",
     "SQLITE_VERSION",

@@ -15,6 +15,11 @@ class NotADatabaseError(HermesModelsError):
     """The file exists but is not an SQLite database."""
 
 
+class EncryptedStoreError(NotADatabaseError):
+    """The file is encrypted (SQLCipher) and no key given opens it, or this install
+    cannot decrypt (the ``encryption`` extra is missing)."""
+
+
 class MigrationError(HermesModelsError):
     """Migrations could not be found, locked or applied."""
 
@@ -127,6 +132,7 @@ __all__ = [
     "BundleError",
     "CompressionInProgressError",
     "CopyError",
+    "EncryptedStoreError",
     "HermesModelsError",
     "ImportConflictError",
     "MigrationError",

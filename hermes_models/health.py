@@ -43,6 +43,8 @@ from .store import (
     exposure,
     grams,
     header_journal_mode,
+    open_file,
+    opened_key,
     postgres,
     postgres_sql,
     present_indexes,
@@ -331,15 +333,25 @@ def _content_tables(tables: list[str]) -> list[str]:
 _SHADOWS = ("data", "idx", "content", "docsize", "config")
 
 
+def _scratch_key(db: Backend) -> str | None:
+    """The key of ``db``'s file (None: plain): the scratch copy of its indexes is
+    encrypted as the store is (and attaches the store with that key)."""
+    return opened_key(str(db.path)) if isinstance(db, SqliteFile) else None
+
+
 def _copy_indexes(db: Backend, tables: list[str], scratch: Path) -> None:
     """Copy the tables of the search indexes ``tables`` into ``scratch``, from one snapshot."""
-    conn = sqlite3.connect(str(scratch), isolation_level=None)
+    key = _scratch_key(db)
+    conn = open_file(str(scratch), key, isolation_level=None)
     try:
         conn.execute(sqlite_sql.JOURNAL_MODE_OFF)
         conn.execute(sqlite_sql.SYNCHRONOUS_OFF)
         for table in (*_content_tables(tables), *tables):
             conn.execute(_one(db, sqlite_sql.table_sql(table)))
-        conn.execute(sqlite_sql.ATTACH_SOURCE, (_source_uri(db),))
+        if key is None:
+            conn.execute(sqlite_sql.ATTACH_SOURCE, (_source_uri(db),))
+        else:
+            conn.execute(sqlite_sql.ATTACH_SOURCE_WITH_KEY, (_source_uri(db), key))
         conn.execute(sqlite_sql.BEGIN)
         for content in _content_tables(tables):
             conn.execute(sqlite_sql.copy_from_source(content))
@@ -362,7 +374,7 @@ def _fts_integrity(db: Backend, tables: list[str]) -> list[dict[str, Any]]:
             _copy_indexes(db, tables, scratch)
         except sqlite3.Error as exc:
             return [_check(name, False, f"cannot read the index: {exc}") for name in names]
-        conn = sqlite3.connect(str(scratch), isolation_level=None)
+        conn = open_file(str(scratch), _scratch_key(db), isolation_level=None)
         checks = []
         try:
             for name, table in zip(names, tables):

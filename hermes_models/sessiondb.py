@@ -183,6 +183,7 @@ class SessionDB:
         journal_mode: str | None = None,
         synchronous: str | int | None = None,
         redact: bool | Redactor | None = None,
+        key: str | None = None,
     ) -> None:
         #: The file this store opened (or the server's URL); ``db_path`` gives it back.
         self._target = self._resolve(db_path)
@@ -193,6 +194,8 @@ class SessionDB:
         self._journal = journal_settings(journal_mode, synchronous)
         #: The redaction of what this store writes (None: off), checked before any open.
         self._redactor = redaction.settings(redact)
+        #: The encryption key given (None: the environment's, if any).
+        self._key = key
         #: Hermes callers that reach past the methods take this lock around raw
         #: ``_conn`` reads. The store's own methods do not need it: every thread
         #: has its own connection and writes are serialised by SQLite.
@@ -249,6 +252,7 @@ class SessionDB:
             journal_mode=self._journal.mode,
             synchronous=self._journal.synchronous,
             redact=self._redactor or False,
+            key=self._key,
         )
 
     # -- handle ------------------------------------------------------------------

@@ -22,6 +22,48 @@ from hermes_models.store.postgres import PostgresDatabase, open_database
 
 from factories import ALL_FACTORIES
 
+#: The test-suite option: with ``HERMES_TEST_ENCRYPTED=1`` (and the encryption extra)
+#: every store the tests create is encrypted: the key is set for this process and
+#: every process it starts, and the tests' own connections through the package's
+#: SQLite module (``hermes_models.driver.sqlite3.connect``: a Hermes-style writer of
+#: plain SQL, a look at a table) open a file with the key where it applies, as
+#: another program given the key would. A test whose store must stay plain (it reads
+#: the file with the standard library's sqlite3, as Hermes does, or reads its bytes)
+#: is marked ``plaintext_file``: it runs all the same, on plain stores.
+ENCRYPTED_RUN = os.environ.get("HERMES_TEST_ENCRYPTED") == "1"
+SUITE_KEY = "hermes-test-suite-key"
+#: What an export of a test store adds on the command line: under the option the
+#: store is encrypted, and exporting it to plain text asks for --plaintext.
+EXPORT_FLAGS = ["--plaintext"] if ENCRYPTED_RUN else []
+if ENCRYPTED_RUN:
+    from hermes_models.store import cipher as _cipher
+
+    if not hermes_models.driver.ENCRYPTION:
+        raise pytest.UsageError("HERMES_TEST_ENCRYPTED=1 needs the encryption extra")
+    os.environ[_cipher.KEY_VARIABLE] = SUITE_KEY
+    _plain_connect = sqlite3.connect
+
+    def _keyed_connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or not isinstance(database, str):
+            database = os.fspath(database)
+            if args:
+                return _plain_connect(database, *args, **kwargs)
+        return _cipher.open_file(database, **kwargs)
+
+    sqlite3.connect = _keyed_connect
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under ``HERMES_TEST_ENCRYPTED``, a test marked ``plaintext_file`` (and the fixtures
+    set up for it, a module's too) gets no key; every other test the suite's key."""
+    if not ENCRYPTED_RUN:
+        return
+    if item.get_closest_marker("plaintext_file") is not None:
+        os.environ.pop("HERMES_MODELS_KEY", None)
+    else:
+        os.environ["HERMES_MODELS_KEY"] = SUITE_KEY
+
+
 #: Whether this is the full run (tox on Python 3.13 sets ``HERMES_TEST_FULL=1``).
 FULL_RUN = os.environ.get("HERMES_TEST_FULL") == "1"
 
@@ -119,12 +161,35 @@ def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     one costs a millisecond. Tests of migrating itself open their own files.
     """
     path = tmp_path_factory.mktemp("template") / "state.db"
-    hermes_models.connect(path).close()
+    if not ENCRYPTED_RUN:
+        hermes_models.connect(path).close()
+        return path
+    # Under HERMES_TEST_ENCRYPTED an encrypted template, and a plain twin for the
+    # tests marked plaintext_file (fresh_store_file picks by the key in force).
+    saved = os.environ.get("HERMES_MODELS_KEY")
+    try:
+        os.environ["HERMES_MODELS_KEY"] = SUITE_KEY
+        hermes_models.connect(path).close()
+        os.environ.pop("HERMES_MODELS_KEY")
+        _plain_twin(path).parent.mkdir()
+        hermes_models.connect(_plain_twin(path)).close()
+    finally:
+        if saved is None:
+            os.environ.pop("HERMES_MODELS_KEY", None)
+        else:
+            os.environ["HERMES_MODELS_KEY"] = saved
     return path
 
 
+def _plain_twin(template: Path) -> Path:
+    return template.parent / "plain" / template.name
+
+
 def fresh_store_file(template: Path, db_path: Path) -> Path:
-    """A copy of the migrated template at ``db_path`` (its mode bits included)."""
+    """A copy of the migrated template at ``db_path`` (its mode bits included); under
+    HERMES_TEST_ENCRYPTED, of its plain twin when the test runs without the key."""
+    if ENCRYPTED_RUN and "HERMES_MODELS_KEY" not in os.environ:
+        template = _plain_twin(template)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(template, db_path)
     return db_path

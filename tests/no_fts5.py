@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_models.driver import sqlite3
+from hermes_models.store import cipher as _cipher
 
 _connect = sqlite3.connect
 _TOUCH = (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
@@ -45,3 +46,6 @@ def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
 
 
 sqlite3.connect = connect  # type: ignore[assignment]
+# The package opens every connection to a file through store.cipher, which kept the
+# module's connect when it was imported (before this module ran).
+_cipher.__dict__["_connect"] = connect

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from yoyo import get_backend, read_migrations
 
 import hermes_models
@@ -193,6 +194,7 @@ def apply_only_0004(path: Path, tmp_path: Path) -> None:
     backend.connection.close()
 
 
+@pytest.mark.plaintext_file  # yoyo's backend reads the file with the standard library's sqlite3
 def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> None:
     path = old_file(tmp_path)
     apply_only_0004(path, tmp_path)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import EXPORT_FLAGS
 
 import hermes_models
 from hermes_models import BundleError, SessionDB
@@ -782,9 +783,9 @@ def test_a_transcript_without_messages_or_meta_is_refused_and_adds_no_session(
 def test_cli_export_then_import_round_trips(source_db: Path, tmp_path: Path, target: Any) -> None:
     runner = CliRunner()
     out = tmp_path / "all.jsonl"
-    result = runner.invoke(cli, ["export", "--db", str(source_db), "-o", str(out)])
+    result = runner.invoke(cli, ["export", "--db", str(source_db), *EXPORT_FLAGS, "-o", str(out)])
     assert (result.exit_code, result.output) == (0, f"wrote 8 sessions and 18 messages to {out}\n")
-    stdout = runner.invoke(cli, ["export", "--db", str(source_db)])
+    stdout = runner.invoke(cli, ["export", "--db", str(source_db), *EXPORT_FLAGS])
     assert stdout.stdout_bytes == out.read_bytes()
     result = runner.invoke(cli, ["import", "--db", str(target), str(out)])
     assert (result.exit_code, result.output) == (
@@ -792,7 +793,7 @@ def test_cli_export_then_import_round_trips(source_db: Path, tmp_path: Path, tar
         "imported 8 sessions and 18 messages (0 sessions already present,"
         " 0 messages given new ids)\n",
     )
-    again = runner.invoke(cli, ["export", "--db", str(target)])
+    again = runner.invoke(cli, ["export", "--db", str(target), *EXPORT_FLAGS])
     assert again.stdout_bytes == out.read_bytes()
 
 
@@ -818,7 +819,17 @@ def test_messages_of_no_session_are_left_out_of_an_export_that_then_imports(
 
 def test_cli_exports_one_session_as_markdown(source_db: Path) -> None:
     result = CliRunner().invoke(
-        cli, ["export", "--db", str(source_db), "--session", "事件循环讨论", "--format", "md"]
+        cli,
+        [
+            "export",
+            "--db",
+            str(source_db),
+            *EXPORT_FLAGS,
+            "--session",
+            "事件循环讨论",
+            "--format",
+            "md",
+        ],
     )
     assert result.exit_code == 0, result.output
     headings = [line for line in result.output.splitlines() if line.startswith("## ")]

@@ -25,6 +25,13 @@ from hermes_models.transfer.copy import copy_store
 
 T0 = 1_700_000_000.0
 
+try:  # the encryption extra: then the module every connection runs on
+    from sqlcipher3 import dbapi2 as sqlcipher3_dbapi2
+except ImportError:
+    sqlcipher3_dbapi2 = None
+#: What the rule (``auto``) chooses on this install.
+CHOSEN: Any = sqlcipher3_dbapi2 or pysqlite3.dbapi2
+
 # -- the version gate --------------------------------------------------------------------------
 
 
@@ -57,13 +64,15 @@ def test_the_version_gate_knows_the_fixed_and_backported_releases(
 
 
 def test_this_install_runs_every_connection_on_the_bundled_sqlite() -> None:
-    # What `pip install .` gives on this machine (a manylinux wheel of pysqlite3).
-    assert driver.sqlite3 is pysqlite3.dbapi2
+    # What `pip install .` gives on this machine (a manylinux wheel of pysqlite3), or
+    # with the encryption extra, sqlcipher3's wheel.
+    assert driver.sqlite3 is CHOSEN
+    assert driver.ENCRYPTION is (CHOSEN is sqlcipher3_dbapi2)
     assert driver.SQLITE_VERSION_INFO >= (3, 51, 3)
     info = hermes_models.sqlite_info()
     assert info == {
-        "module": "pysqlite3.dbapi2",
-        "version": pysqlite3.dbapi2.sqlite_version,
+        "module": CHOSEN.__name__,
+        "version": CHOSEN.sqlite_version,
         "source_id": info["source_id"],
         "wal_reset_bug": False,
         "standard_version": standard.sqlite_version,
@@ -73,12 +82,21 @@ def test_this_install_runs_every_connection_on_the_bundled_sqlite() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "module"),
-    [("sqlite3", standard), ("pysqlite3", pysqlite3.dbapi2), ("auto", pysqlite3.dbapi2)],
+    [("sqlite3", standard), ("pysqlite3", pysqlite3.dbapi2), ("auto", CHOSEN)]
+    + ([("sqlcipher3", sqlcipher3_dbapi2)] if sqlcipher3_dbapi2 is not None else []),
 )
 def test_the_setting_chooses_the_module(setting: str, module: Any) -> None:
     assert driver.choose(setting) is module
     assert driver.choose(setting.upper() + " ") is module
-    assert driver.choose("") is pysqlite3.dbapi2  # unset: the rule
+    assert driver.choose("") is CHOSEN  # unset: the rule
+
+
+def test_sqlcipher3_is_chosen_where_installed_and_otherwise_an_error_saying_how_to_get_it() -> None:
+    if sqlcipher3_dbapi2 is not None:
+        assert driver.choose("sqlcipher3") is sqlcipher3_dbapi2
+    else:
+        with pytest.raises(ImportError, match=r"sqlcipher3 is not installed \(pip install"):
+            driver.choose("sqlcipher3")
 
 
 def test_an_unknown_setting_is_an_error_naming_the_variable() -> None:
@@ -115,10 +133,11 @@ def test_a_process_told_to_use_the_standard_module_uses_it_for_everything(
 
 @pytest.mark.slow  # a new Python process
 def test_without_pysqlite3_the_standard_module_runs_everything(tmp_path: Path) -> None:
-    # A platform without a wheel: pysqlite3 cannot be imported.
+    # A platform without a wheel: pysqlite3 (nor sqlcipher3) cannot be imported.
     program = (
         "import sys\n"
         "sys.modules['pysqlite3'] = sys.modules['pysqlite3.dbapi2'] = None\n"
+        "sys.modules['sqlcipher3'] = sys.modules['sqlcipher3.dbapi2'] = None\n"
         "import json, sqlite3\n"
         "from hermes_models import SessionDB, driver\n"
         "try:\n"
@@ -364,11 +383,11 @@ def test_the_console_script_reports_the_sqlite_it_runs_on(tmp_path: Path) -> Non
     done = run("stats", "--db", str(path), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (report,) = json.loads(done.stdout)
-    assert report["sqlite"]["module"] == "pysqlite3.dbapi2"
-    assert report["sqlite"]["version"] == pysqlite3.dbapi2.sqlite_version
+    assert report["sqlite"]["module"] == CHOSEN.__name__
+    assert report["sqlite"]["version"] == CHOSEN.sqlite_version
     assert report["exposed"] is False
     shown = run("stats", "--db", str(path), cwd=tmp_path)
-    version = pysqlite3.dbapi2.sqlite_version
-    assert f"SQLite                {version} (pysqlite3.dbapi2), without the WAL-reset bug\n" in (
+    version, name = CHOSEN.sqlite_version, CHOSEN.__name__
+    assert f"SQLite                {version} ({name}), without the WAL-reset bug\n" in (
         shown.stdout
     )

@@ -37,6 +37,7 @@ from hermes_models import (
     Session,
     SessionDB,
     WriteConflictError,
+    driver,
 )
 from hermes_models.cli.commands import main
 from hermes_models.driver import sqlite3
@@ -103,6 +104,9 @@ NOT_DATABASES = {
 }
 
 
+# Plain stores under HERMES_TEST_ENCRYPTED: with a key set, random bytes read as a file the key
+# does not open (tests/test_encryption.py).
+@pytest.mark.plaintext_file
 @pytest.mark.parametrize("name", sorted(NOT_DATABASES))
 def test_a_file_that_is_not_sqlite_is_refused_and_left_byte_identical(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
@@ -111,6 +115,16 @@ def test_a_file_that_is_not_sqlite_is_refused_and_left_byte_identical(
     content = NOT_DATABASES[name]
     path.write_bytes(content)
     os.chmod(path, 0o644)
+    refused = f"{path} is not an SQLite database"
+    if name == "random bytes":  # what an encrypted file (SQLCipher) looks like, too
+        refused = (
+            f"{path} is encrypted, or not an SQLite database; set HERMES_MODELS_KEY or"
+            " HERMES_MODELS_KEY_FILE (or --key-prompt on the command line, key= in Python)"
+            if driver.ENCRYPTION
+            else f"{path} is not an SQLite database, or is encrypted (then install the"
+            " encryption extra, pip install 'hermes_models[encryption]', and set"
+            " HERMES_MODELS_KEY or HERMES_MODELS_KEY_FILE)"
+        )
     for open_it in (
         lambda: SessionDB(path),
         lambda: SessionDB(path, read_only=True),
@@ -119,11 +133,11 @@ def test_a_file_that_is_not_sqlite_is_refused_and_left_byte_identical(
     ):
         with pytest.raises(NotADatabaseError) as caught:
             open_it()
-        assert str(caught.value) == f"{path} is not an SQLite database"
+        assert str(caught.value) == refused
     for command in (["migrate"], ["sessions"], ["show", "s1"], ["lineage", "s1"], ["resume", "s1"]):
         assert main([*command, "--db", str(path)]) == 1
         out, err = capsys.readouterr()
-        assert (out, err) == ("", f"Error: {path} is not an SQLite database\n")
+        assert (out, err) == ("", f"Error: {refused}\n")
     assert path.read_bytes() == content
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert sorted(os.listdir(tmp_path)) == ["state.db"]

@@ -32,6 +32,9 @@ from hermes_models import Session, SessionDB, using
 from hermes_models.driver import sqlite3
 from hermes_models.store import grams
 
+# the proof reads every file's bytes
+pytestmark = pytest.mark.plaintext_file
+
 #: Words of the other messages: no digits, so no trigram of a canary's digits is theirs.
 WORDS = (
     "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone "

@@ -171,6 +171,9 @@ def test_sidecars_that_are_links_are_refused(tmp_path: Path) -> None:
     assert elsewhere.read_bytes() == b""
 
 
+# Plain stores under HERMES_TEST_ENCRYPTED: SQLCipher's SQLite makes an empty -wal 0600 itself
+# when it opens one; the refusal checked is the package's.
+@pytest.mark.plaintext_file
 def test_a_sidecar_that_cannot_be_made_private_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -502,6 +502,7 @@ def test_a_build_without_fts5_writes_and_deletes_and_the_next_open_stays_exact(
         assert _found(store, "数据") == {kept, int(added)}
 
 
+@pytest.mark.plaintext_file  # runs an SQLite module without a cipher
 def test_a_store_created_without_fts5_gets_the_index_at_the_next_open_with_it(
     tmp_path: Path,
 ) -> None:
@@ -750,6 +751,7 @@ def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
         assert sum('"messages_cjk" MATCH' in sql for sql in ran) == 1
 
 
+@pytest.mark.plaintext_file  # runs named SQLite modules without a cipher
 def test_repeated_searches_reuse_the_statements_sqlite_prepared(tmp_path: Path) -> None:
     # Defining or removing an SQL function expires every statement the connection
     # has prepared. A search's scan and rank functions are defined once per

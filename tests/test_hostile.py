@@ -19,7 +19,7 @@ from typing import Any
 
 import peewee
 import pytest
-from conftest import examples, target_of
+from conftest import EXPORT_FLAGS, examples, target_of
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -1205,7 +1205,8 @@ def test_cli_answers_bad_input_in_one_line_with_a_failure_status(
     path = str(target_of(seeded.database))
     before = snapshot(seeded)
     seeded.close()
-    code = main([*args[:1], "--db", path, *args[1:]])
+    extra = EXPORT_FLAGS if args[:1] == ["export"] else []
+    code = main([*args[:1], "--db", path, *extra, *args[1:]])
     out, err = capsys.readouterr()
     assert (code, out) == (status, "")
     assert err.count("\n") == 1 and err.startswith("Error: "), err

@@ -242,6 +242,7 @@ def test_migrate_after_yoyo_cli_has_nothing_to_do(tmp_path: Path) -> None:
     assert _schema(path) == before
 
 
+@pytest.mark.plaintext_file  # yoyo's own command runs the standard library's sqlite3
 def test_yoyo_cli_after_migrate_applies_nothing(migrated: Path) -> None:
     log = _query(migrated, "SELECT migration_id, operation FROM _yoyo_log ORDER BY created_at_utc")
     _yoyo_apply(migrated)

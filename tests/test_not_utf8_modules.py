@@ -21,6 +21,9 @@ from console_script import environment, run
 from hermes_models import SessionDB
 from hermes_models.driver import sqlite3
 
+# each test runs a named SQLite module without a cipher
+pytestmark = pytest.mark.plaintext_file
+
 T0 = 1_700_000_000.0
 MODULES = ("pysqlite3", "sqlite3")
 #: Where the damaged message goes: neither first nor last, so rows on both sides count.

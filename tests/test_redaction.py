@@ -379,6 +379,7 @@ def test_redact_beside_a_writer(tmp_path: Path) -> None:
 # -- the command line -----------------------------------------------------------------------
 
 
+@pytest.mark.plaintext_file  # export of an encrypted store asks for --plaintext
 def test_the_cli_redacts_imports_exports_and_says_what_it_removed(tmp_path: Path) -> None:
     with SessionDB(tmp_path / "plain.db") as plain:
         plain.create_session("s", "cli")

@@ -292,6 +292,7 @@ def test_retention_beside_a_writer_loses_no_append(store: SessionDB, tmp_path: P
     assert sorted(parents(store)) == ["live"]
 
 
+@pytest.mark.plaintext_file  # reads the file's bytes
 @pytest.mark.backends("sqlite")  # the bytes of a file
 def test_what_retention_erased_is_nowhere_in_the_file(store: SessionDB, tmp_path: Path) -> None:
     canaries = {"old": "qzxcanaryoldword", "keep": "qzxcanarykeptword"}

@@ -665,6 +665,7 @@ def test_long_boolean_queries_of_every_route_are_exact(
     assert checked > 60
 
 
+@pytest.mark.plaintext_file  # writes with the standard library's sqlite3, as Hermes does
 def test_merged_trigram_groups_find_what_their_index_cannot_read(tmp_path: Path) -> None:
     # Content stored as JSON (multimodal parts) sits behind a NUL, which the trigram
     # index of a row written by SQLite 3.40 (Hermes on the system's Python) does not

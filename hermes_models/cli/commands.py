@@ -48,12 +48,17 @@ from ..health import stats as store_stats
 from ..models import Session, kind_expr, kind_of, parse_when
 from ..sessiondb import SessionDB
 from ..store import (
+    cipher,
     connect,
+    decrypt_store,
+    encrypt_store,
+    is_open_encrypted,
     is_postgres_url,
     make_store_private,
     migrate_server,
     newer_schema_error,
     parse_url,
+    rekey_store,
     resolve_path,
     using,
 )
@@ -312,8 +317,44 @@ def _inherit_db(ctx: click.Context, param: click.Parameter, value: str | None) -
     """A command's ``--db``, else the one given before the command name (or the env var)."""
     if value is None and ctx.parent is not None:
         inherited: str | None = ctx.find_root().params.get("db_path")
+        _ask_key_if_encrypted(inherited)
         return inherited
-    return _check_db(ctx, param, value)
+    checked = _check_db(ctx, param, value)
+    _ask_key_if_encrypted(checked)
+    return checked
+
+
+def _on_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _prompt_key(what: str, *, confirm: bool = False) -> str:
+    """A key typed on the terminal (not echoed), checked; asked twice with ``confirm``."""
+    typed = click.prompt(what, hide_input=True, confirmation_prompt=confirm, err=True)
+    try:
+        return cipher.check_key(typed)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _set_key_variable(key: str) -> None:
+    # The process's own environment: not shown by ps (only to this user, in /proc).
+    os.environ[cipher.KEY_VARIABLE] = key
+
+
+def _ask_key_if_encrypted(db_path: str | None) -> None:
+    """On a terminal, ask for the key of an encrypted file when none is given. Read
+    before this process opens the file (its header, directly: no lock of ours to lose)."""
+    if _server(db_path) is not None or not _on_terminal():
+        return
+    if os.environ.get(cipher.KEY_VARIABLE) or os.environ.get(cipher.KEY_FILE_VARIABLE):
+        return
+    try:
+        path = resolve_path(db_path)
+    except (TypeError, ValueError):
+        return
+    if cipher.looks_encrypted(str(path)):
+        _set_key_variable(_prompt_key(f"Key for {path}"))
 
 
 def db_option(command: F) -> F:
@@ -635,6 +676,13 @@ def session_argument(command: F) -> F:
     "imports, copies (default: off). Env: HERMES_MODELS_REDACT; extra patterns: "
     "HERMES_MODELS_REDACT_PATTERNS.",
 )
+@click.option(
+    "--key-prompt",
+    is_flag=True,
+    help="Ask for the key of an encrypted database on the terminal (asked anyway on a "
+    "terminal when the file is encrypted and no key is set). "
+    "Env: HERMES_MODELS_KEY, HERMES_MODELS_KEY_FILE.",
+)
 @click.version_option(__version__, prog_name="hermes-models")
 @click.pass_context
 def cli(
@@ -645,8 +693,11 @@ def cli(
     journal_mode: str | None,
     synchronous: str | None,
     redact: bool | None,
+    key_prompt: bool,
 ) -> None:
     """The Hermes session store: sessions, messages, lineage and search in one SQLite file."""
+    if key_prompt and ctx.invoked_subcommand not in ("encrypt", "rekey"):
+        _set_key_variable(_prompt_key("Key"))
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
         handler = _StderrHandler(logging.WARNING)
         logger.addHandler(handler)
@@ -1138,6 +1189,11 @@ def _output(path: str | None) -> Iterator[Any]:
     help="Write messages, tool calls and titles with their secrets replaced by "
     "[REDACTED:<pattern>], for sharing (the store is unchanged).",
 )
+@click.option(
+    "--plaintext",
+    is_flag=True,
+    help="Export an encrypted database all the same: the export is plain text.",
+)
 @window_options("sessions started")
 @format_options
 @click.pass_context
@@ -1150,6 +1206,7 @@ def export(
     output: str | None,
     force: bool,
     redact_output: bool,
+    plaintext: bool,
     since: str | None,
     until: str | None,
     fmt: str | None,
@@ -1168,6 +1225,12 @@ def export(
     if session_id is not None and window != (None, None):
         raise click.UsageError("--since/--until choose sessions; not with --session", ctx)
     with open_store(ctx, db_path, writes=False) as store:
+        file = getattr(store.database, "file", None)
+        if file is not None and is_open_encrypted(file) and not plaintext:
+            raise click.ClickException(
+                f"{file} is encrypted and an export is plain text; add --plaintext to"
+                " write it anyway (backup keeps a copy encrypted)"
+            )
         if session_id is not None:
             session_id = _resolve(store, session_id)
         # The bundle counts messages as it writes them, Markdown whole sessions.
@@ -2136,6 +2199,123 @@ def backup(
         terminal.say(f"removed old copy {old}")
     for leftover in result["leftovers"]:
         terminal.say(f"removed {leftover} (left by a killed backup)")
+
+
+def _new_key(ctx: click.Context) -> str:
+    """The key a file is to be encrypted under: ``HERMES_MODELS_NEW_KEY``,
+    ``HERMES_MODELS_NEW_KEY_FILE``, else typed twice on a terminal."""
+    try:
+        found = cipher.environment_key(new=True)
+    except (OSError, ValueError, UnsafeFileError) as exc:
+        raise click.ClickException(_one_line(exc)) from None
+    if found is not None:
+        return found[0]
+    if not _on_terminal():
+        raise click.ClickException(
+            f"no new key: set {cipher.NEW_KEY_VARIABLE} or {cipher.NEW_KEY_FILE_VARIABLE}"
+            " (or run on a terminal to type it)"
+        )
+    return _prompt_key("New key", confirm=True)
+
+
+def _current_key(ctx: click.Context, path: Path) -> str:
+    """The key the encrypted file ``path`` opens with: the environment's, else typed."""
+    try:
+        found = cipher.environment_key()
+    except (OSError, ValueError, UnsafeFileError) as exc:
+        raise click.ClickException(_one_line(exc)) from None
+    if found is not None:
+        return found[0]
+    if not _on_terminal():
+        raise click.ClickException(str(cipher.encrypted_error(str(path), key_source=None)))
+    return _prompt_key(f"Key for {path}")
+
+
+def _converted(result: dict[str, Any], fmt: str | None, done: str) -> None:
+    record = {"path": result["path"], "pages": result["pages"], "bytes": result["bytes"]}
+    record["rows"] = sum(result["tables"].values())
+    if fmt:
+        terminal.write_records([record], fmt)
+        return
+    terminal.say(
+        f"{done} {record['path']} ({views.size(record['bytes'])}, "
+        f"{views.plural(record['rows'], 'row')} checked)"
+    )
+
+
+def _convertible(ctx: click.Context, db_path: str | None, what: str) -> Path:
+    _refuse_read_only(ctx)
+    _file_only(db_path, f"{what} is for SQLite files; a server encrypts its own storage")
+    path = resolve_path(db_path)
+    if not path.exists():
+        raise click.ClickException(f"{path} does not exist")
+    return path
+
+
+@cli.command(
+    short_help="Encrypt the database in place (SQLCipher).",
+    epilog=examples(
+        "HERMES_MODELS_NEW_KEY_FILE=~/.hermes/key hermes-models encrypt",
+        "hermes-models encrypt --db ~/.hermes/state.db",
+    ),
+)
+@db_option
+@format_options
+@click.pass_context
+def encrypt(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
+    """Encrypt a plain database in place under a new key: a checked encrypted copy
+    replaces the file (no plain copy is left beside it). Stop the programs using it
+    first. The key: HERMES_MODELS_NEW_KEY, HERMES_MODELS_NEW_KEY_FILE, or typed
+    twice on a terminal; later opens read HERMES_MODELS_KEY or HERMES_MODELS_KEY_FILE.
+    """
+    path = _convertible(ctx, db_path, "encryption")
+    if cipher.looks_encrypted(str(path)):
+        raise click.ClickException(f"{path} is encrypted already (rekey changes its key)")
+    result = encrypt_store(path, _new_key(ctx))
+    _converted(result, fmt, "encrypted")
+
+
+@cli.command(
+    short_help="Write an encrypted database back as a plain SQLite file.",
+    epilog=examples(
+        "HERMES_MODELS_KEY_FILE=~/.hermes/key hermes-models decrypt",
+        "hermes-models decrypt --db ~/.hermes/state.db --json",
+    ),
+)
+@db_option
+@format_options
+@click.pass_context
+def decrypt(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
+    """Decrypt an encrypted database in place: a checked plain copy replaces the file.
+    Stop the programs using it first. The key: HERMES_MODELS_KEY,
+    HERMES_MODELS_KEY_FILE, or typed on a terminal."""
+    path = _convertible(ctx, db_path, "decryption")
+    if not cipher.looks_encrypted(str(path)):
+        raise click.ClickException(f"{path} is not encrypted")
+    result = decrypt_store(path, _current_key(ctx, path))
+    _converted(result, fmt, "decrypted")
+
+
+@cli.command(
+    short_help="Encrypt the database under a new key.",
+    epilog=examples(
+        "HERMES_MODELS_KEY_FILE=old.key HERMES_MODELS_NEW_KEY_FILE=new.key hermes-models rekey",
+        "hermes-models rekey --db ~/.hermes/state.db",
+    ),
+)
+@db_option
+@format_options
+@click.pass_context
+def rekey(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
+    """Encrypt an encrypted database under a new key, in place (a checked copy replaces
+    the file). The old key: HERMES_MODELS_KEY, HERMES_MODELS_KEY_FILE or typed; the
+    new: HERMES_MODELS_NEW_KEY, HERMES_MODELS_NEW_KEY_FILE or typed twice."""
+    path = _convertible(ctx, db_path, "rekey")
+    if not cipher.looks_encrypted(str(path)):
+        raise click.ClickException(f"{path} is not encrypted (encrypt gives it a key)")
+    old = _current_key(ctx, path)
+    result = rekey_store(path, old, _new_key(ctx))
+    _converted(result, fmt, "rekeyed")
 
 
 @cli.command(

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from .. import hermes_state
 from ..driver import sqlite3
 from ..errors import HermesModelsError
-from ..store import FileShape, probe, read_only_params, resolve_path, sqlite_uri
+from ..store import FileShape, open_file, probe, read_only_params, resolve_path, sqlite_uri
 from .hook import hermes_models_hook as hook
 
 if TYPE_CHECKING:
@@ -151,12 +151,12 @@ def newer_store(path: Path) -> FileShape | None:
     if not path.is_file():
         return None
     try:
-        conn = sqlite3.connect(sqlite_uri(path, **read_only_params(path)), uri=True)
+        conn = open_file(sqlite_uri(path, **read_only_params(path)), uri=True)
         try:
             shape = probe(conn)
         finally:
             conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, HermesModelsError, OSError, ValueError):  # encrypted, no key
         return None
     return shape if shape.newer else None
 

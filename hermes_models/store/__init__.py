@@ -3,7 +3,7 @@ journal policy and migrations, and the one write path."""
 
 from __future__ import annotations
 
-from . import ddl, grams, postgres, postgres_sql, redaction, sqlite_sql
+from . import cipher, ddl, grams, postgres, postgres_sql, redaction, sqlite_sql
 from .backend import Backend, SqliteFile
 from .binding import (
     bind_current,
@@ -16,7 +16,8 @@ from .binding import (
     using,
     write,
 )
-from .connection import connect
+from .cipher import is_open_encrypted, open_file, opened_key
+from .connection import connect, decrypt_store, encrypt_store, rekey_store
 from .content import (
     CONTENT_JSON_PREFIX,
     FUNCTION_ERROR,
@@ -157,6 +158,7 @@ __all__ = [
     "check_file_kind",
     "check_header",
     "check_index",
+    "cipher",
     "claim_repair_attempt",
     "connect",
     "constraint_message",
@@ -165,6 +167,8 @@ __all__ = [
     "database",
     "ddl",
     "decode_content",
+    "decrypt_store",
+    "encrypt_store",
     "exact",
     "exposure",
     "fetch_dicts",
@@ -180,6 +184,7 @@ __all__ = [
     "health_problem",
     "holder_is_gone",
     "is_decode_error",
+    "is_open_encrypted",
     "is_postgres_url",
     "json_array_length",
     "json_text",
@@ -197,6 +202,8 @@ __all__ = [
     "migration_ids",
     "newer_file",
     "newer_schema_error",
+    "open_file",
+    "opened_key",
     "parse_url",
     "position",
     "postgres",
@@ -208,6 +215,7 @@ __all__ = [
     "redaction",
     "refuse_newer_schema",
     "refuse_planted",
+    "rekey_store",
     "render",
     "repair_state_db_schema",
     "resolve_file",

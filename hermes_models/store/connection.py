@@ -22,9 +22,10 @@ import peewee
 from ..checks import check_flag
 from ..driver import sqlite3
 from ..errors import NotADatabaseError
-from . import journal, postgres, redaction, schema, sqlite_sql
+from . import cipher, journal, postgres, redaction, schema, sqlite_sql
 from .binding import database
 from .caches import BoundedSet
+from .cipher import not_a_database, set_key
 from .db import HermesDatabase, record_init_error
 from .files import (
     SCHEMA_VERSION,
@@ -45,6 +46,8 @@ from .shape import FileShape, probe
 from .writes import retry_locked
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .backend import Backend, SqliteFile
     from .postgres import PostgresDatabase
 
@@ -87,6 +90,7 @@ def connect(
     journal_mode: str | None = None,
     synchronous: str | int | None = None,
     redact: bool | Redactor | None = None,
+    key: str | None = None,
 ) -> HermesDatabase:  # a PostgresDatabase for a postgresql:// URL: the same interface
     """Open the Hermes database ``target`` and bind every model to it.
 
@@ -105,6 +109,13 @@ def connect(
     (:mod:`hermes_models.store.redaction`); None reads ``HERMES_MODELS_REDACT``
     (off unless set). Handles with other redaction are other handles.
 
+    ``key`` is the file's encryption key (SQLCipher, the ``encryption`` extra: see
+    :mod:`hermes_models.store.cipher`), used by every connection this process opens
+    to the file from now on; None uses ``HERMES_MODELS_KEY`` or
+    ``HERMES_MODELS_KEY_FILE`` where set. A new file opened with a key is created
+    encrypted; an existing plain one is opened plain (``hermes-models encrypt``
+    converts it).
+
     A file newer than the v16 schema this package writes (a later Hermes, or
     a fork: see :mod:`hermes_models.store.shape`) is always opened read-only, with
     one warning in the log; nothing in it is changed, and every write raises
@@ -112,6 +123,8 @@ def connect(
 
     Raises:
         NotADatabaseError: the file is not an SQLite database.
+        EncryptedStoreError: the file is encrypted and no key given opens it.
+        MissingDriverError: a key is given and sqlcipher3 is not installed.
         FileNotFoundError: ``read_only=True`` and the file does not exist.
         TypeError: ``migrate`` or ``read_only`` is not a bool (``"false"`` would be
             read as true).
@@ -121,6 +134,10 @@ def connect(
     migrate = check_flag(migrate, "migrate")
     read_only = check_flag(read_only, "read_only")
     chosen = journal.settings(journal_mode, synchronous)
+    if key is not None and is_postgres_url(target):
+        raise ValueError(
+            "key: encryption is for SQLite files; a PostgreSQL server encrypts its own"
+        )
     redactor = redaction.settings(redact)
     if is_postgres_url(target):
         return _connect_postgres(
@@ -128,11 +145,13 @@ def connect(
         )
     try:
         path = resolve_file(target)
-        key = (path, read_only, chosen, redactor)
+        if key is not None:
+            set_key(path, key)
+        slot = (path, read_only, chosen, redactor)
         with _open_lock:
-            db = _databases.get(key)
+            db = _databases.get(slot)
             if db is not None and not os.path.exists(path):
-                _databases.pop(key, None)
+                _databases.pop(slot, None)
                 _migrated.discard(path)
                 db = None
             if db is not None and not db.read_only:
@@ -141,7 +160,7 @@ def connect(
                 shape = retry_locked(lambda: probe(cached.connection()))
                 if shape.newer:
                     db.shape = shape
-                    _databases.pop(key, None)
+                    _databases.pop(slot, None)
                     db.close()
                     db = None
                 elif shape != db.shape:
@@ -151,7 +170,7 @@ def connect(
             if db is None:
                 db = _open(path, read_only=read_only, migrate=migrate, chosen=chosen)
                 db.redactor = redactor
-                _databases[key] = db
+                _databases[slot] = db
             elif migrate and not db.read_only and path not in _migrated:
                 _apply_migrations(path, chosen)
             if migrate and not db.read_only:
@@ -294,7 +313,7 @@ def _open_probed(
         retry_locked(open_checked)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+            raise not_a_database(path) from exc
         raise
     return db
 
@@ -308,6 +327,64 @@ def _require_store(db: HermesDatabase) -> None:
             f"{db.path} holds no Hermes session store yet (no sessions/messages tables); "
             "open it once without read_only=True to create the schema"
         )
+
+
+def _convert(
+    target: str | os.PathLike[str] | None, old_key: str | None, new_key: str | None
+) -> dict[str, Any]:
+    path = resolve_file(target)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    check_file_kind(path)
+    refuse_planted(path)
+    check_ownership(path, read_only=False)
+    with _open_lock:
+        for (file, *_), db in list(_databases.items()):
+            if file == path and not db.is_closed():
+                raise sqlite3.OperationalError(
+                    f"{path} is open in this process; close it (SessionDB.close()) first"
+                )
+        result = cipher.convert(path, old_key=old_key, new_key=new_key)
+        # The file is another one now: the next open starts afresh.
+        for slot in [slot for slot in list(_databases.keys()) if slot[0] == path]:
+            _databases.pop(slot, None)
+        _migrated.discard(path)
+    return {"path": path, **result}
+
+
+def encrypt_store(target: str | os.PathLike[str] | None, key: str) -> dict[str, Any]:
+    """Encrypt the plain store ``target`` in place under ``key`` (see
+    :func:`hermes_models.store.cipher.convert`: a verified copy renamed over the
+    file, which no other process may hold open); returns ``path``, ``tables`` (rows
+    by table), ``pages`` and ``bytes``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        EncryptedStoreError: the file is encrypted already.
+        MissingDriverError: sqlcipher3 is not installed.
+        sqlite3.OperationalError: another connection holds the file.
+    """
+    return _convert(target, None, cipher.check_key(key))
+
+
+def decrypt_store(target: str | os.PathLike[str] | None, key: str) -> dict[str, Any]:
+    """Write the encrypted store ``target`` back as a plain SQLite file, in place, as
+    :func:`encrypt_store` does (the result alike).
+
+    Raises:
+        EncryptedStoreError: ``key`` does not open the file.
+    """
+    return _convert(target, cipher.check_key(key), None)
+
+
+def rekey_store(target: str | os.PathLike[str] | None, key: str, new_key: str) -> dict[str, Any]:
+    """Encrypt the store ``target`` under ``new_key`` instead of ``key``, in place, as
+    :func:`encrypt_store` does (the result alike).
+
+    Raises:
+        EncryptedStoreError: ``key`` does not open the file.
+    """
+    return _convert(target, cipher.check_key(key), cipher.check_key(new_key, "new_key"))
 
 
 def _after_fork_in_child() -> None:

@@ -32,7 +32,7 @@ import peewee
 from .. import driver
 from ..driver import sqlite3
 from ..errors import ReadOnlyDatabaseError, is_lock_error, is_read_only_error
-from . import content, grams, journal, sqlite_sql, writes
+from . import cipher, content, grams, journal, sqlite_sql, writes
 from .binding import using
 from .dialect import SqliteDialect
 from .files import check_ownership, newer_schema_error, refuse_newer_schema, sqlite_uri
@@ -282,7 +282,7 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
     def _connect(self) -> sqlite3.Connection:
         # The module driver chose, which need not be the one peewee chose.
         handle: Any = self  # peewee's attributes, untyped
-        conn = sqlite3.connect(
+        conn = cipher.open_file(
             self.database,
             timeout=handle._timeout,
             isolation_level=None,
@@ -291,6 +291,11 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         )
         try:
             self._add_conn_hooks(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "not a database" in str(exc):  # encrypted (no key opens it), or not SQLite
+                raise cipher.not_a_database(self.file) from exc
+            raise
         except Exception:
             conn.close()
             raise

@@ -34,6 +34,7 @@ from ..errors import (
 )
 from . import sqlite_sql
 from .caches import BoundedSet
+from .cipher import not_a_database, open_file
 from .shape import WRITES_VERSION, FileShape, probe
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def check_header(path: StrPath) -> None:
     if not check_file_kind(path):
         return
     try:
-        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=0)
+        conn = open_file(sqlite_uri(path, mode="ro"), uri=True, timeout=0)
     except sqlite3.Error:
         return  # unreadable here: the caller's own open reports why
     try:
@@ -236,7 +237,7 @@ def check_pages(path: StrPath, conn: sqlite3.Connection) -> None:
         pages = conn.execute(sqlite_sql.PAGE_COUNT).fetchone()[0]
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+            raise not_a_database(os.fspath(path)) from exc
         return  # locked, or a read-only folder: not a question of what the file is
     if not pages:
         # SQLite reads a few stray bytes as an empty database, and would overwrite them.
@@ -608,7 +609,7 @@ def probe_file_held(
     if not _has_content(path):
         return None, None
     try:
-        conn = sqlite3.connect(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
+        conn = open_file(sqlite_uri(path, **(params or {"mode": "ro"})), uri=True)
     except sqlite3.OperationalError:
         return None, None
     held = False
@@ -620,7 +621,7 @@ def probe_file_held(
         return shape, (conn if held else None)
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
-            raise NotADatabaseError(f"{path} is not an SQLite database") from exc
+            raise not_a_database(os.fspath(path)) from exc
         if is_read_only_error(exc):
             raise read_only_file_error(path) from exc
         raise
@@ -651,7 +652,7 @@ def check_writable(path: StrPath) -> None:
     """
     if not os.path.isfile(path) or not _has_content(path):
         return
-    conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
+    conn = open_file(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
     try:
         # Changing a page is what SQLite refuses on a read-only file; rolled back,
         # the change never reaches the file.
@@ -676,7 +677,7 @@ def roll_back_hot_journal(path: StrPath) -> None:
     work is not hot; SQLite leaves it alone."""
     if not _has_content(f"{path}-journal"):
         return
-    conn = sqlite3.connect(sqlite_uri(path), uri=True, timeout=5.0, isolation_level=None)
+    conn = open_file(sqlite_uri(path), uri=True, timeout=5.0, isolation_level=None)
     try:
         conn.execute(sqlite_sql.READ_SCHEMA).fetchone()
     except sqlite3.Error:
@@ -700,7 +701,7 @@ def read_only_params(path: StrPath) -> dict[str, str]:
     params = {"mode": "ro"}
     error: sqlite3.Error
     try:
-        conn = sqlite3.connect(sqlite_uri(path, **params), uri=True)
+        conn = open_file(sqlite_uri(path, **params), uri=True)
     except sqlite3.Error as exc:
         error = exc
     else:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ..driver import sqlite3
 from ..errors import MALFORMED_MARKERS, UnsafeFileError, is_malformed_db_error
 from . import sqlite_sql
+from .cipher import open_file
 from .ddl import SEARCH_MIGRATION, migration_module
 from .files import check_ownership
 
@@ -71,7 +72,7 @@ def _backup(path: Path) -> Path:
 
 def health_problem(db_path: Path) -> str | None:
     """Why ``db_path`` does not open cleanly on a fresh connection; None when it does."""
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    conn = open_file(str(db_path), isolation_level=None)
     try:
         conn.execute(sqlite_sql.JOURNAL_MODE).fetchone()
         problems = [str(row[0]) for row in conn.execute(sqlite_sql.INTEGRITY_CHECK)]
@@ -87,7 +88,7 @@ def health_problem(db_path: Path) -> str | None:
 
 def _edit_schema(db_path: Path, statement: str) -> None:
     """Run ``statement`` on ``sqlite_master`` itself, in one write, with the schema writable."""
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    conn = open_file(str(db_path), isolation_level=None)
     try:
         conn.execute(sqlite_sql.WRITABLE_SCHEMA_ON)
         conn.execute(sqlite_sql.BEGIN_IMMEDIATE)
@@ -105,7 +106,7 @@ def _dedup_schema(db_path: Path) -> None:
 def _drop_and_rebuild_fts(db_path: Path) -> None:
 
     _edit_schema(db_path, sqlite_sql.FORGET_SEARCH_SCHEMA)
-    conn = sqlite3.connect(str(db_path), isolation_level=None)
+    conn = open_file(str(db_path), isolation_level=None)
     try:
         conn.execute(sqlite_sql.VACUUM)
         conn.execute(sqlite_sql.BEGIN_IMMEDIATE)

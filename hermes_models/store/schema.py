@@ -31,6 +31,7 @@ from ..driver import sqlite3
 from ..errors import MigrationError, is_lock_error
 from . import grams, journal, postgres, sqlite_sql
 from .caches import BoundedCache
+from .cipher import open_file
 from .db import HermesDatabase
 from .files import (
     SCHEMA_VERSION,
@@ -315,7 +316,7 @@ def _up_to_date(path: StrPath, folder: StrPath) -> bool:
     except OSError:
         return False
     try:
-        conn = sqlite3.connect(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)
+        conn = open_file(sqlite_uri(path, mode="ro"), uri=True, timeout=5.0)
     except sqlite3.Error:
         return False
     try:
@@ -334,7 +335,21 @@ def _backend_class() -> Any:
     own imports the standard library's :mod:`sqlite3`)."""
     from yoyo.backends.core.sqlite3 import SQLiteBackend  # only when there is migrating to do
 
-    return type("SQLiteBackend", (SQLiteBackend,), {"driver_module": sqlite3.__name__})
+    def connect(self: Any, dburi: Any) -> Any:
+        # yoyo's own, through open_file: the file's key, where it has one.
+        conn = open_file(
+            f"file:{dburi.database}?cache=shared",
+            uri=True,
+            detect_types=self.driver.PARSE_DECLTYPES,
+        )
+        conn.isolation_level = None
+        return conn
+
+    return type(
+        "SQLiteBackend",
+        (SQLiteBackend,),
+        {"driver_module": sqlite3.__name__, "connect": connect},
+    )
 
 
 @contextlib.contextmanager

@@ -294,6 +294,8 @@ INDEXED_TEXT = (
     "COALESCE(m.tool_calls, '')"
 )
 ATTACH_SOURCE = "ATTACH DATABASE ? AS source"
+#: The same for an encrypted store: the file, then its key (SQLCipher).
+ATTACH_SOURCE_WITH_KEY = "ATTACH DATABASE ? AS source KEY ?"
 DETACH_SOURCE = "DETACH DATABASE source"
 
 
@@ -684,3 +686,63 @@ def prefix_bounds(prefix: str) -> tuple[str, str] | None:
             return low, head[:-1] + chr(following)
         head = head[:-1]
     return None
+
+
+# -- encryption (SQLCipher: store.cipher) ---------------------------------------------
+
+#: A read that fails with "file is not a database" when a connection's key does not
+#: open the file (SQLCipher reads the first page at the first statement).
+READ_FIRST_PAGE = "SELECT count(*) FROM sqlite_master"
+#: SQLCipher logs a failed decryption to stderr unless told not to (the package raises).
+CIPHER_LOG_NONE = "PRAGMA cipher_log_level = NONE"
+#: The SQLCipher release, an empty result on an SQLite without it.
+CIPHER_VERSION = "PRAGMA cipher_version"
+#: Every table of the main database (for the row counts a conversion compares).
+TABLES_TO_COUNT = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+)
+#: Keep every lock a connection takes until it closes (a conversion holds its file so).
+LOCKING_MODE_EXCLUSIVE = "PRAGMA locking_mode = EXCLUSIVE"
+#: Take the write lock (and, in exclusive locking mode, keep it).
+BEGIN_EXCLUSIVE = "BEGIN EXCLUSIVE"
+#: A whole copy of the main database into the attached ``converted`` (SQLCipher's).
+EXPORT_CONVERTED = "SELECT sqlcipher_export('converted')"
+DETACH_CONVERTED = "DETACH DATABASE converted"
+CONVERTED_USER_VERSION = "PRAGMA main.user_version"
+
+
+def quote_key(key: str) -> str:
+    """``key`` as an SQL string literal (a PRAGMA takes no bound value)."""
+    return "'" + key.replace("'", "''") + "'"
+
+
+def set_key(key: str) -> str:
+    """Give a connection the key of its file, before its first read."""
+    return f"PRAGMA key = {quote_key(key)}"
+
+
+def set_raw_key(hex_key: str) -> str:
+    """Give a connection a raw key (hex digits: the key, then the file's salt), which
+    SQLCipher uses without deriving it from a passphrase."""
+    if not hex_key or any(c not in "0123456789abcdef" for c in hex_key):
+        raise ValueError("a raw key is lower-case hex digits")
+    return f"PRAGMA key = \"x'{hex_key}'\""
+
+
+#: The salt of the file (the first 16 bytes, as hex): read under any raw key.
+CIPHER_SALT = "PRAGMA cipher_salt"
+
+
+#: Attach the bound file as ``converted``, encrypted under the bound key ('': plain).
+ATTACH_CONVERTED = "ATTACH DATABASE ? AS converted KEY ?"
+
+
+def set_converted_user_version(version: int) -> str:
+    """Carry ``user_version`` over to the converted copy (sqlcipher_export leaves it)."""
+    return f"PRAGMA converted.user_version = {int(version)}"
+
+
+def count_table_rows(table: str) -> str:
+    """How many rows ``table`` holds (a name read from sqlite_master, quoted)."""
+    quoted = '"' + table.replace('"', '""') + '"'
+    return f"SELECT count(*) FROM {quoted}"

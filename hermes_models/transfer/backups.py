@@ -45,6 +45,8 @@ from ..store import (
     check_header,
     check_index,
     is_postgres_url,
+    open_file,
+    opened_key,
     read_only_params,
     refuse_planted,
     resolve_file,
@@ -164,15 +166,19 @@ def _fts_tables(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(str(row[0]), str(row[1])) for row in rows]
 
 
-def verify(path: Path, label: str | None = None) -> None:
+def verify(path: Path, label: str | None = None, *, key: str | None = None) -> None:
     """Run ``PRAGMA integrity_check`` and each FTS5 ``integrity-check`` on the file ``path``
-    (named ``label`` in errors).
+    (named ``label`` in errors), encrypted under ``key`` (None: the key
+    :func:`hermes_models.store.cipher.key_for` finds, if any).
 
     Raises:
         BackupError: a check found a problem.
     """
     label = label or str(path)
-    conn = sqlite3.connect(sqlite_uri(path), uri=True, isolation_level=None)
+    if key is None:
+        conn = open_file(sqlite_uri(path), uri=True, isolation_level=None)
+    else:
+        conn = open_file(sqlite_uri(path), key, uri=True, isolation_level=None)
     try:
         tables = _fts_tables(conn)
         found = [str(row[0]) for row in conn.execute(sqlite_sql.INTEGRITY_CHECK)]
@@ -200,12 +206,15 @@ def verify(path: Path, label: str | None = None) -> None:
         conn.close()
 
 
-def _copy(source: Path, target: Path, progress: Progress | None) -> int:
-    """Copy ``source`` into the empty file ``target`` from one read snapshot; the page count."""
+def _copy(source: Path, target: Path, progress: Progress | None) -> tuple[int, str | None]:
+    """Copy ``source`` into the empty file ``target`` from one read snapshot; the page
+    count, and the key both are encrypted under (None: plain): an encrypted store's
+    copy is encrypted under the same key."""
     params = read_only_params(source)
-    src = sqlite3.connect(sqlite_uri(source, **params), uri=True, isolation_level=None)
+    src = open_file(sqlite_uri(source, **params), uri=True, isolation_level=None)
     try:
-        dst = sqlite3.connect(sqlite_uri(target), uri=True, isolation_level=None)
+        key = opened_key(str(source))
+        dst = open_file(sqlite_uri(target), key, uri=True, isolation_level=None)
         try:
             # One read transaction for every step: each step reads the same snapshot.
             src.execute(sqlite_sql.BEGIN)
@@ -224,7 +233,7 @@ def _copy(source: Path, target: Path, progress: Progress | None) -> int:
             dst.close()
     finally:
         src.close()
-    return pages[0]
+    return pages[0], key
 
 
 def _sync(path: Path) -> None:
@@ -387,8 +396,8 @@ def backup(
     except OSError as exc:  # named after the copy asked for, not the temporary file
         raise failure_naming(exc, target, "write") from None
     try:
-        pages = _copy(path, temporary, progress)
-        verify(temporary, f"the copy of {path}")
+        pages, key = _copy(path, temporary, progress)
+        verify(temporary, f"the copy of {path}", key=key)
         _sync(temporary)
         _publish(temporary, target)
     finally:
