@@ -438,8 +438,9 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
     file in the same folder while this connection holds the file's write lock, synced,
     checked (``integrity_check``, and every table's rows counted against the
     original's), then renamed over the original; the ``-wal`` and ``-shm`` of the
-    original go. The original's bytes are not overwritten: the file system may keep
-    its old blocks (see docs/encryption.md). A failure leaves the original as it was.
+    original go just before the rename. The original's bytes are not overwritten:
+    the file system may keep its old blocks (see docs/encryption.md). A failure
+    leaves the original as it was.
 
     It needs the file alone: a store another connection holds open (a gateway)
     is refused, since that process would go on writing into the replaced file.
@@ -505,6 +506,12 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
                 raise VerificationError(f"{path}: the converted copy failed: {found[:5]}")
             if after != before:
                 raise VerificationError(f"{path}: the converted copy's rows differ")
+            # The original's sidecars go while this connection still holds it (out of
+            # WAL there is no -wal; a -shm of its WAL days may be left). Never after the
+            # rename: a process that opens the new file at once owns its sidecars then.
+            for sidecar in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(sidecar)
             os.replace(temporary, path)
             _sync(os.path.dirname(path) or ".")
     finally:
@@ -515,9 +522,6 @@ def convert(path: str, *, old_key: str | None, new_key: str | None) -> dict[str,
             again.execute(sqlite_sql.JOURNAL_MODE_WAL).fetchone()
         finally:
             again.close()
-    for sidecar in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(sidecar)
     with _lock:
         _plain_despite_key.discard(path)
         _opened_with.pop(path, None)
