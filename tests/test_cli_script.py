@@ -192,6 +192,16 @@ CASES = [
     ("stats: report", ["stats", "--db", "demo.db"], "", 0, "messages_fts"),
     ("stats: no file", ["stats", "--db", "missing.db"], "", 1, "does not exist"),
     ("stats: bad option", ["stats", "--db", "demo.db", "--bogus"], "", 2, "--bogus"),
+    # With or without the encryption extra, these three refuse the same way (their
+    # successes: tests/test_encryption.py, tox env encrypted).
+    ("encrypt: no new key", ["encrypt", "--db", "demo.db"], "", 1, "Error: no new key: set"),
+    ("decrypt: a plain file", ["decrypt", "--db", "demo.db"], "", 1, "demo.db is not encrypted"),
+    ("rekey: a plain file", ["rekey", "--db", "demo.db"], "", 1, "not encrypted (encrypt gives"),
+    ("encrypt: no file", ["encrypt", "--db", "missing.db"], "", 1, "does not exist"),
+    ("erase: unknown id", ["erase", "--db", "demo.db", "-y", "nope"], "", 1, "no session"),
+    ("erase: off a terminal", ["erase", "--db", "demo.db", "demo-chinese"], "n\n", 1, "pass --yes"),
+    ("retain: no policy", ["retain", "--db", "demo.db", "-y"], "", 2, "retain needs a policy"),
+    ("retain: bad size", ["retain", "--db", "demo.db", "--max-size", "big"], "", 2, "--max-size"),
     ("doctor: healthy", ["doctor", "--db", "demo.db"], "", 0, "healthy"),
     ("doctor: a check fails", ["doctor", "--db", "unhealthy.db"], "", 1, "1 of 17 checks failed"),
     ("doctor: no file", ["doctor", "--db", "missing.db"], "", 1, "no database"),

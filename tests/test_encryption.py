@@ -5,6 +5,8 @@ environment or a private file, and clear errors for a missing or wrong key."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 import sqlite3 as stdlib_sqlite3
@@ -304,3 +306,50 @@ def test_the_commands_encrypt_read_back_up_refuse_export_and_decrypt(tmp_path: P
     assert done.stdout.startswith(f"decrypted {path} (")
     assert stdlib_reads(path) == "3"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("state")) == ["state.db"]
+
+
+def test_encrypt_rekey_and_decrypt_print_the_same_record_in_the_four_formats(
+    tmp_path: Path,
+) -> None:
+    template = tmp_path / "template.db"
+    fill(template)
+    env = environment(tmp_path)
+    steps = (
+        ("encrypt", {"HERMES_MODELS_NEW_KEY": "k1"}),
+        ("rekey", {"HERMES_MODELS_KEY": "k1", "HERMES_MODELS_NEW_KEY": "k2"}),
+        ("decrypt", {"HERMES_MODELS_KEY": "k2"}),
+    )
+    found: dict[str, list[list[dict[str, Any]]]] = {}
+    for flag in ("--json", "--nl", "--csv", "--tsv"):
+        path = tmp_path / flag.strip("-") / "state.db"
+        path.parent.mkdir()
+        path.write_bytes(template.read_bytes())
+        path.chmod(0o600)
+        found[flag] = []
+        for command, keys in steps:
+            done = run("--db", str(path), command, flag, cwd=path.parent, env={**env, **keys})
+            assert (done.returncode, done.stderr) == (0, ""), command
+            text = done.stdout
+            if flag == "--json":
+                rows = json.loads(text)
+            elif flag == "--nl":
+                rows = [json.loads(line) for line in text.splitlines()]
+            else:
+                dialect = "excel-tab" if flag == "--tsv" else "excel"
+                rows = list(csv.DictReader(io.StringIO(text), dialect=dialect))
+            # The records name their own copy of the store.
+            found[flag].append([{**row, "path": Path(row["path"]).parent.name} for row in rows])
+    as_json = found["--json"]
+    assert [[row["path"] for row in rows] for rows in as_json] == [["json"]] * 3
+    assert [[sorted(row) for row in rows] for rows in as_json] == [
+        [["bytes", "pages", "path", "rows"]]
+    ] * 3
+    assert all(rows[0]["rows"] > 6 for rows in as_json)
+    for flag in ("--nl", "--csv", "--tsv"):
+        expected = [[{**row, "path": flag.strip("-")} for row in rows] for rows in as_json]
+        if flag in ("--csv", "--tsv"):
+            expected = [
+                [{key: str(value) for key, value in row.items()} for row in rows]
+                for rows in expected
+            ]
+        assert found[flag] == expected, flag

@@ -2299,7 +2299,7 @@ def decrypt(ctx: click.Context, db_path: str | None, fmt: str | None) -> None:
 @cli.command(
     short_help="Encrypt the database under a new key.",
     epilog=examples(
-        "HERMES_MODELS_KEY_FILE=old.key HERMES_MODELS_NEW_KEY_FILE=new.key hermes-models rekey",
+        "HERMES_MODELS_NEW_KEY_FILE=new.key hermes-models rekey",
         "hermes-models rekey --db ~/.hermes/state.db",
     ),
 )
