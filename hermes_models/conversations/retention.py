@@ -19,6 +19,7 @@ gateway beside it waits for one batch at most.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -29,7 +30,7 @@ from peewee import fn
 
 from ..checks import check_text
 from ..models import Message, Session
-from ..store import SqliteFile, current, file_has, sqlite_sql
+from ..store import Pacer, SqliteFile, current, file_has, sqlite_sql
 from .maintenance import EraseReport, erase_sessions, scrub_deleted
 
 #: Sessions per erase when :func:`retain` is not told otherwise.
@@ -227,7 +228,8 @@ def retain(
 ) -> RetentionReport:
     """Erase what ``policy`` lets go, ``batch_size`` sessions per erase.
 
-    Each batch is one deletion (its own short write: a gateway beside it waits for
+    Each batch is one deletion (its own short write, then a pause of
+    :data:`~hermes_models.store.writes.YIELD_PAUSE_S`: a gateway beside it waits for
     one batch at most); then the text of them all is scrubbed from the indexes and
     the WAL once, in short steps (:func:`~.maintenance.scrub_deleted`). With a size
     limit the file is measured after the planned sessions are erased and, while it
@@ -244,12 +246,21 @@ def retain(
     messages = 0
     batches = 0
 
+    # A pause after every batch (each holds the lock for about a quarter of a second):
+    # a gateway waiting for the lock gets it between two batches, not after several.
+    handle = current()
+    pacer = Pacer(after_s=0.0, db=handle if isinstance(handle, SqliteFile) else None)
+
     def run(ids: Sequence[str]) -> None:
         nonlocal messages, batches
         for offset in range(0, len(ids), batch_size):
-            report: EraseReport = erase_sessions(
-                ids[offset : offset + batch_size], sessions_dir=sessions_dir, scrub=False
+            erase = functools.partial(
+                erase_sessions,
+                ids[offset : offset + batch_size],
+                sessions_dir=sessions_dir,
+                scrub=False,
             )
+            report: EraseReport = pacer.run(erase)
             erased.extend(report.sessions)
             messages += report.messages
             batches += 1

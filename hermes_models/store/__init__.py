@@ -112,6 +112,7 @@ from .statements import (
     render,
     slot,
 )
+from .writes import Pacer
 
 __all__ = [
     "CJK_RANGES",
@@ -142,6 +143,7 @@ __all__ = [
     "MessageIndex",
     "MessageTrigramIndex",
     "NewerFileConnection",
+    "Pacer",
     "PostgresDatabase",
     "Prepared",
     "QmarkConnection",

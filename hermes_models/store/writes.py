@@ -178,6 +178,45 @@ def checkpoint(db: SqliteFile, mode: str = "PASSIVE") -> None:
         logger.debug("wal_checkpoint(%s) failed: %s", mode, exc)
 
 
+#: A loop of short writes made beside other writers (an index merged in steps,
+#: retention's batches) pauses for :data:`YIELD_PAUSE_S` each time it has held the
+#: write lock for :data:`YIELD_AFTER_S` in all: longer than the longest sleep of
+#: SQLite's busy handler (100 ms), so a writer waiting for the lock gets it between
+#: two steps (back to back, the next step would take it again first).
+YIELD_AFTER_S = 0.25
+YIELD_PAUSE_S = 0.12
+
+
+class Pacer:
+    """Counts how long a loop of writes held the lock, and pauses it (see
+    :data:`YIELD_AFTER_S`)."""
+
+    __slots__ = ("after_s", "db", "held")
+
+    def __init__(self, after_s: float = YIELD_AFTER_S, db: SqliteFile | None = None) -> None:
+        #: The lock held this long in all, the loop pauses (0: after every write).
+        self.after_s = after_s
+        #: A file whose WAL each pause checkpoints (PASSIVE: without the write lock),
+        #: so the frames the loop wrote are not left for another process's commit to
+        #: copy (SQLite's automatic checkpoint runs in whichever commit passes it).
+        self.db = db
+        self.held = 0.0
+
+    def run(self, write: Callable[[], T]) -> T:
+        """``write()``, timed; a pause after it when the loop held the lock long enough."""
+        started = time.monotonic()
+        try:
+            return write()
+        finally:
+            self.held += time.monotonic() - started
+            if self.held >= self.after_s:
+                paused = time.monotonic()
+                if self.db is not None:
+                    checkpoint(self.db, "PASSIVE")
+                time.sleep(max(0.0, YIELD_PAUSE_S - (time.monotonic() - paused)))
+                self.held = 0.0
+
+
 #: How long the checkpoint that ends an erase keeps trying while readers still read
 #: older frames of the WAL (or another checkpoint runs) before it reports them as
 #: blocking it; each try waits up to :data:`ERASE_CHECKPOINT_TRY_S` (holding the
@@ -203,6 +242,13 @@ def truncate_wal(db: SqliteFile, wait_s: float = ERASE_CHECKPOINT_WAIT_S) -> tup
     give_up_at = time.monotonic() + wait_s
     conn.execute(sqlite_sql.set_busy_timeout(int(ERASE_CHECKPOINT_TRY_S * 1000)))
     try:
+        # Most frames first without the write lock (writers go on meanwhile), so the
+        # TRUNCATE that follows, which holds it, has little left to copy.
+        try:
+            conn.execute(sqlite_sql.WAL_CHECKPOINT_PASSIVE).fetchone()
+        except sqlite3.OperationalError as exc:
+            if not is_lock_error(exc):
+                raise
         while True:
             try:
                 row = conn.execute(sqlite_sql.WAL_CHECKPOINT_TRUNCATE).fetchone()
