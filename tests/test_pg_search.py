@@ -278,8 +278,8 @@ def test_a_session_search_groups_the_newest_hits(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
     # 30 messages over 4 sessions, "数据" in 12 of them: the sessions and their
-    # hit counts are those of the `window` newest hits.
-    monkeypatch.setattr(pg_search, "SESSION_WINDOW", window)
+    # hit counts are those of the `window` newest hits (rank_window); without
+    # rank_window, of every hit.
     with using(pg_db):
         for n in range(4):
             Session.create(id=f"s{n}", source="cli", started_at=float(n))
@@ -294,8 +294,12 @@ def test_a_session_search_groups_the_newest_hits(
         assert len(hits) == 12
         newest = sorted(hits, key=lambda m: (-m.timestamp, -m.id))[:window]
         want = Counter(m.session_id for m in newest)
-        rows = search_sessions("数据", limit=None)
+        rows = search_sessions("数据", limit=None, rank_window=window)
         assert {row["id"]: row["hits"] for row in rows} == dict(want)
+        every = search_sessions("数据", limit=None)
+        assert {row["id"]: row["hits"] for row in every} == dict(
+            Counter(m.session_id for m in hits)
+        )
 
 
 def test_sessions_by_root_are_the_same_rows_on_both_backends(both: tuple[Any, Any]) -> None:
@@ -316,7 +320,6 @@ def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
     # 70,000 sessions with a hit each, a tenth of them continuations: the climb
     # and the page read more ids than one statement may bind (65,535), as one array.
     n = 70_000
-    monkeypatch.setattr(pg_search, "SESSION_WINDOW", 100_000)  # every hit counted
     sessions = [
         {
             "id": f"s{i:05d}",
@@ -637,9 +640,9 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
     # 300 messages, "docker" in 120 of them, once to four times (ts_rank
-    # differs); the page is the best of the newest `window` hits by the
-    # server's own ts_rank, ties newest first, whatever the window.
-    monkeypatch.setattr(pg_search, "RANK_WINDOW", window)
+    # differs); with rank_window the page is the best of the newest `window`
+    # hits by the server's own rank, ties newest first, whatever the window;
+    # without it, the best of every hit.
     rng = random.Random(window)
     rows = [
         {
@@ -664,11 +667,12 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
         for offset, limit in ((0, 10), (15, 10), (25, 10), (110, 20)):
             kept = newest[: max(window, offset + limit)]
             want = [r[0] for r in sorted(kept, key=lambda r: (r[2], -r[1], -r[0]))]
-            got = search_messages("docker", limit=limit, offset=offset)
+            got = search_messages("docker", limit=limit, offset=offset, rank_window=window)
             assert [h["id"] for h in got] == want[offset : offset + limit], (offset, limit)
-        # Every hit wanted: every hit ranked.
+        # Every hit wanted, or no rank_window: every hit ranked.
         every = [r[0] for r in sorted(scored, key=lambda r: (r[2], -r[1], -r[0]))]
         assert [h["id"] for h in search_messages("docker", limit=None)] == every
+        assert [h["id"] for h in search_messages("docker", limit=15, offset=5)] == every[5:20]
 
 
 @pytest.mark.parametrize("walk", [0, 40, 200, 10_000])

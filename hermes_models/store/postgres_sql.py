@@ -226,16 +226,18 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     )
 
 
-def hits_by_session(where: str, rank: str, window: int) -> str:
-    """For each session with hits among the ``window`` newest hits (active messages
-    matching ``where``; its parameters come first, then those of ``rank``):
+def hits_by_session(where: str, rank: str, window: int | None) -> str:
+    """For each session with hits (among the ``window`` newest hits when given; active
+    messages matching ``where``; its parameters come first, then those of ``rank``):
     session_id, its best hit's id, timestamp and rank (rank, then newest), its
-    number of hits and its latest hit's timestamp. ``rank`` is computed for the
-    window's hits only."""
+    number of hits and its latest hit's timestamp. With ``window``, ``rank`` is
+    computed for the window's hits only."""
+    newest = (
+        "" if window is None else f' ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}'
+    )
     return (
         'WITH recent AS MATERIALIZED (SELECT m.id, m.session_id, m."timestamp",'
-        f" m.search_tsv FROM messages m WHERE {where} AND {ACTIVE}"
-        f' ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
+        f" m.search_tsv FROM messages m WHERE {where} AND {ACTIVE}{newest}),"
         f' hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank FROM recent m)'
         ' SELECT DISTINCT ON (session_id) session_id, id, "timestamp", rank,'
         " count(*) OVER (PARTITION BY session_id),"
