@@ -185,7 +185,8 @@ def test_hits_are_those_of_sqlite(
     if "offset" in options:
         want = run(lite, search_messages, query, limit=2, **options)
     if "sort" not in options:
-        # Ranks differ (BM25, ts_rank): the same hits, in an order of its own.
+        # Ranks may differ (the index's words are split a little differently): the same
+        # hits, in an order of its own.
         assert sorted(h["id"] for h in got) == sorted(h["id"] for h in want)
         by_id = {h["id"]: h for h in want}
         want = [by_id[h["id"]] for h in got]
@@ -233,11 +234,11 @@ def test_a_hit_has_the_keys_snippet_and_context_of_sqlite(both: tuple[Any, Any])
     ]
 
 
-def test_ranked_words_come_first_and_score_by_ts_rank(both: tuple[Any, Any]) -> None:
+def test_ranked_words_come_first_and_score_by_bm25(both: tuple[Any, Any]) -> None:
     _, pg = both
     hits = run(pg, search_messages, "docker OR 数据", include_inactive=True)
     ids = [h["id"] for h in hits]
-    # Word hits by ts_rank ("docker" three times first), then the others newest first.
+    # Word hits by BM25 ("docker" three times first), then the others newest first.
     assert ids == [11, 7, 2, 1, 22, 19, 18, 17, 16, 13, 12]
     assert [h["id"] for h in run(pg, search_messages, "docker OR 数据")][:3] == [7, 2, 1]
 
@@ -626,7 +627,7 @@ def test_a_walk_reads_messages_in_time_order(
 
 def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDatabase) -> None:
     with using(small):
-        assert len(search_sql("docker", limit=20)) == 1  # ranked by ts_rank
+        assert len(search_sql("docker", limit=20)) == 1  # ranked by BM25
         assert len(search_sql("docker", sort="newest", limit=20)) == 2
         assert len(search_sql("docker OR 数据", sort="newest", limit=20)) == 2
         assert len(search_sql("数据", sort="newest", limit=None)) == 1  # every hit
@@ -639,7 +640,7 @@ def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDataba
 def test_a_ranked_page_is_the_best_of_the_newest_hits(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
-    # 300 messages, "docker" in 120 of them, once to four times (ts_rank
+    # 300 messages, "docker" in 120 of them, once to four times (BM25
     # differs); with rank_window the page is the best of the newest `window`
     # hits by the server's own rank, ties newest first, whatever the window;
     # without it, the best of every hit.
@@ -659,7 +660,8 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
         Session.create(id="s", source="cli", started_at=0.0)
         Message.insert_many(rows).execute()
         scored = pg_db.execute_sql(
-            "SELECT id, \"timestamp\", -ts_rank(search_tsv, phraseto_tsquery('simple', 'docker'))"
+            'SELECT id, "timestamp", hermes_bm25(search_tsv, search_len,'
+            " hermes_bm25_terms(ARRAY['docker'], ARRAY[false]))"
             " FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', 'docker')"
         ).fetchall()
         assert len(scored) == 120

@@ -22,8 +22,9 @@ serve it (migration 0003 and 0007 of ``migrations/postgresql``):
   and adjacent pairs, ``@>``), then the substring itself.
 
 ``AND``, ``OR`` and ``NOT`` combine the terms' conditions in SQL; every
-value a user typed is a parameter. Hits are ranked by ``ts_rank`` of their
-word terms (hits no word term found come after, newest first), snippets are
+value a user typed is a parameter. Hits are ranked by FTS5's BM25 of their
+word terms, computed from the same statistics (``hermes_bm25``, migration 0011;
+hits no word term found come after, newest first), snippets are
 made in Python (:func:`hermes_models.search.present.hits`), and ``search_sessions``
 counts hits per lineage root (:mod:`hermes_models.search.by_root`).
 """
@@ -180,19 +181,41 @@ def matching(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
     return sql.any_of(alternatives), params
 
 
+def ranked_by_words(groups: tuple[RoutedGroup, ...]) -> bool:
+    """Whether a positive word term ranks the hits (:func:`ranking` is not 0)."""
+    return any(r.route == PG_WORDS for group in groups for r in group.include)
+
+
 def ranking(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
-    """The rank of a hit (lower is better): minus ``ts_rank`` of the query's positive
-    word terms for hits they match, 0 for the others."""
+    """The rank of a hit (lower is better): FTS5's BM25 over the query's positive word
+    terms, each phrase text a phrase as FTS5 reads the query, computed from the same
+    statistics (migration 0011), for hits they match; 0 for the others. Reads the
+    query's statistics first (one statement: each phrase's idf, the average length)."""
     tsqueries, params = [], []
+    texts: list[str] = []
+    prefixes: list[bool] = []
     for group in groups:
         for routed in group.include:
             if routed.route == PG_WORDS:
                 tsquery, values = routed.tsquery()
                 tsqueries.append(tsquery)
                 params += values
+                texts += routed.variants
+                prefixes += [routed.term.prefix] * len(routed.variants)
     if not tsqueries:
         return sql.NO_RANK, []
-    return sql.word_rank("(" + " || ".join(tsqueries) + ")"), params + params
+    phrases, idf, avgdl, expansions = execute(sql.BM25_TERMS, [texts, prefixes]).fetchone()
+    by_lexemes: list[bool] = []
+    for words, prefix, weight, expansion in zip(phrases, prefixes, idf, expansions):
+        lexemes = words.split(" ") if words else [""]
+        if len(lexemes) == 1:
+            # One word, or a prefix of one: the lexemes it starts among its messages.
+            by_lexemes.append(True)
+            params += [expansion.split(" ") if prefix else lexemes, weight, avgdl]
+        else:
+            by_lexemes.append(False)
+            params += [lexemes, prefix, weight, avgdl]
+    return sql.word_rank("(" + " || ".join(tsqueries) + ")", by_lexemes), params
 
 
 def filtering(filters: Filters) -> tuple[list[str], list[Any]]:
@@ -265,7 +288,7 @@ def walk_first(
     page deeper than the walk)."""
     if limit is None or limit <= 0 or offset + limit > WALK_FIRST // 10:
         return None
-    if order == "rank" and ranking(groups)[0] != sql.NO_RANK:
+    if order == "rank" and ranked_by_words(groups):
         return None
     return WALK_FIRST
 

@@ -40,6 +40,9 @@ READ_ONLY_SESSION = "SET default_transaction_read_only = on"
 
 #: A column of ``messages`` that is PostgreSQL's word index, not part of the store.
 SEARCH_VECTOR_COLUMN = "search_tsv"
+#: Columns of ``messages`` the server's search keeps, not part of the store: the word
+#: index and each message's length in tokens (BM25, migration 0011).
+SEARCH_COLUMNS = frozenset({SEARCH_VECTOR_COLUMN, "search_len"})
 
 
 def create_schema(name: str) -> str:
@@ -138,12 +141,37 @@ def any_of(conditions: list[str]) -> str:
     return "(" + " OR ".join(conditions) + ")"
 
 
-def word_rank(tsquery: str) -> str:
-    """Minus ``ts_rank`` for messages matching ``tsquery`` (lower is better, as BM25 on
-    SQLite), 0 for the others; ``tsquery``'s parameters are bound twice."""
+#: What a query's BM25 needs (``hermes_bm25_terms``, migration 0011; ``%s``: the
+#: phrase texts, ``text[]``, and whether each ends in a prefix, ``boolean[]``): each
+#: phrase's lexemes (space-separated), its idf (its messages counted through the
+#: GIN index), the average length of a message, and for a prefix of one word the
+#: lexemes it starts among its messages (space-separated).
+BM25_TERMS = (
+    "SELECT (t).phrases, (t).idf, (t).avgdl, (t).expansions"
+    " FROM (SELECT hermes_bm25_terms(%s, %s) AS t) q"
+)
+
+
+def word_rank(tsquery: str, phrases: list[bool]) -> str:
+    """FTS5's BM25 (lower is better, as on SQLite) for messages matching ``tsquery``,
+    0 for the others: minus the sum of each phrase's part (``hermes_bm25_term``), its
+    occurrences counted by ``hermes_lexeme_hits`` (one word or a prefix of one,
+    ``%s``: the lexemes, ``text[]``) or ``hermes_phrase_hits`` (several words, ``%s``:
+    the lexemes, ``text[]``, and ``%s``: whether the last is a prefix), then ``%s``
+    its idf and ``%s`` the average length, per item of ``phrases`` (True: counted by
+    lexemes). ``tsquery``'s parameters come first. The server inlines every function
+    but ``hermes_phrase_hits``."""
+    parts = []
+    for by_lexemes in phrases:
+        hits = (
+            "hermes_lexeme_hits(m.search_tsv, %s::text[])"
+            if by_lexemes
+            else "hermes_phrase_hits(m.search_tsv, %s::text[], %s)"
+        )
+        parts.append(f"hermes_bm25_term(({hits})::float8, m.search_len::float8, %s, %s)")
     return (
-        f"(CASE WHEN m.search_tsv @@ {tsquery}"
-        f" THEN -ts_rank(m.search_tsv, {tsquery})::float8 ELSE 0.0::float8 END)"
+        f"(CASE WHEN m.search_tsv @@ {tsquery} THEN -({' + '.join(parts)})::float8"
+        " ELSE 0.0::float8 END)"
     )
 
 
@@ -214,7 +242,7 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     bounds that work for a word most messages hold."""
     inner, outer = HIT_ORDERS["rank"]
     return (
-        'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv'
+        'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv, m.search_len'
         " FROM messages m JOIN sessions s ON s.id = m.session_id"
         f' WHERE {where} ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
         f' page AS (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
@@ -237,7 +265,7 @@ def hits_by_session(where: str, rank: str, window: int | None) -> str:
     )
     return (
         'WITH recent AS MATERIALIZED (SELECT m.id, m.session_id, m."timestamp",'
-        f" m.search_tsv FROM messages m WHERE {where} AND {ACTIVE}{newest}),"
+        f" m.search_tsv, m.search_len FROM messages m WHERE {where} AND {ACTIVE}{newest}),"
         f' hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank FROM recent m)'
         ' SELECT DISTINCT ON (session_id) session_id, id, "timestamp", rank,'
         " count(*) OVER (PARTITION BY session_id),"
