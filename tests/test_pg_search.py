@@ -238,9 +238,10 @@ def test_ranked_words_come_first_and_score_by_bm25(both: tuple[Any, Any]) -> Non
     _, pg = both
     hits = run(pg, search_messages, "docker OR 数据", include_inactive=True)
     ids = [h["id"] for h in hits]
-    # Word hits by BM25 ("docker" three times first), then the others newest first.
-    assert ids == [11, 7, 2, 1, 22, 19, 18, 17, 16, 13, 12]
-    assert [h["id"] for h in run(pg, search_messages, "docker OR 数据")][:3] == [7, 2, 1]
+    # Word hits by BM25 ("docker" three times first; 1 and 2, of as many words, tie:
+    # in id order, as FTS5 hands ties over), then the others newest first.
+    assert ids == [11, 7, 1, 2, 22, 19, 18, 17, 16, 13, 12]
+    assert [h["id"] for h in run(pg, search_messages, "docker OR 数据")][:3] == [7, 1, 2]
 
 
 @pytest.mark.parametrize("query", ["数据", "deploy", "数据库迁移", "docker OR 서버", "数"])
@@ -642,8 +643,8 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
 ) -> None:
     # 300 messages, "docker" in 120 of them, once to four times (BM25
     # differs); with rank_window the page is the best of the newest `window`
-    # hits by the server's own rank, ties newest first, whatever the window;
-    # without it, the best of every hit.
+    # hits by the server's own rank, ties in id order (as FTS5's ORDER BY rank),
+    # whatever the window; without it, the best of every hit.
     rng = random.Random(window)
     rows = [
         {
@@ -661,18 +662,18 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
         Message.insert_many(rows).execute()
         scored = pg_db.execute_sql(
             'SELECT id, "timestamp", hermes_bm25(search_tsv, search_len,'
-            " hermes_bm25_terms(ARRAY['docker'], ARRAY[false]))"
+            " (SELECT hermes_bm25_terms(ARRAY['docker'], ARRAY[false])))"
             " FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', 'docker')"
         ).fetchall()
         assert len(scored) == 120
         newest = sorted(scored, key=lambda r: (-r[1], -r[0]))
         for offset, limit in ((0, 10), (15, 10), (25, 10), (110, 20)):
             kept = newest[: max(window, offset + limit)]
-            want = [r[0] for r in sorted(kept, key=lambda r: (r[2], -r[1], -r[0]))]
+            want = [r[0] for r in sorted(kept, key=lambda r: (r[2], r[0]))]
             got = search_messages("docker", limit=limit, offset=offset, rank_window=window)
             assert [h["id"] for h in got] == want[offset : offset + limit], (offset, limit)
         # Every hit wanted, or no rank_window: every hit ranked.
-        every = [r[0] for r in sorted(scored, key=lambda r: (r[2], -r[1], -r[0]))]
+        every = [r[0] for r in sorted(scored, key=lambda r: (r[2], r[0]))]
         assert [h["id"] for h in search_messages("docker", limit=None)] == every
         assert [h["id"] for h in search_messages("docker", limit=15, offset=5)] == every[5:20]
 

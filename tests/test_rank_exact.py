@@ -5,8 +5,8 @@ The store: the best matches of ``docker`` are the OLDEST messages (the word many
 in a short message), and far more than the window of newer, weaker matches follow (the
 word once in a long message). The exact answer is every match ranked by BM25 as FTS5
 computes it (computed in Python from the words of every message, and checked against
-FTS5's ``bm25`` in plain SQL on SQLite), best first, ties newest first: on PostgreSQL
-the server computes the same BM25."""
+FTS5's ``bm25`` in plain SQL on SQLite), best first, ties in id order (as FTS5 hands
+them over): on PostgreSQL the server computes the same BM25."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ OLD, NEW, OTHER = 6, 60, 20
 WINDOW = 10
 
 #: Every active match of ``docker`` ranked by FTS5's own ``bm25`` (plain SQL on the file),
-#: best first, ties newest first.
+#: best first, ties in id order (as FTS5 hands them over).
 SQLITE_BM25 = (
     "SELECT m.id FROM messages_fts f JOIN messages m ON m.id = f.rowid"
     " WHERE messages_fts MATCH '\"docker\"' AND m.active = 1"
-    " ORDER BY bm25(messages_fts), m.timestamp DESC, m.id DESC"
+    " ORDER BY bm25(messages_fts), m.id"
 )
 
 
@@ -40,7 +40,7 @@ def bm25_ranked(rows: list[tuple[Any, ...]], word: str) -> list[tuple[Any, ...]]
     """FTS5's BM25 of ``word`` computed in Python from the messages' words (k1 1.2,
     b 0.75; N, the average length and the word's document frequency over every
     message, soft-deleted ones too): the active matches ``(id, timestamp,
-    session_id)``, best first, ties newest first."""
+    session_id)``, best first, ties in id order (as FTS5 hands them over)."""
     words = {row[0]: str(row[3]).split() for row in rows}
     n = len(rows)
     avgdl = sum(len(w) for w in words.values()) / n
@@ -52,7 +52,7 @@ def bm25_ranked(rows: list[tuple[Any, ...]], word: str) -> list[tuple[Any, ...]]
         return -idf * f * 2.2 / (f + 1.2 * (1 - 0.75 + 0.75 * dl / avgdl))
 
     hits = [row for row in rows if row[4] and word in words[row[0]]]
-    return [row[:3] for row in sorted(hits, key=lambda r: (score(r), -r[1], -r[0]))]
+    return [row[:3] for row in sorted(hits, key=lambda r: (score(r), r[0]))]
 
 
 @pytest.fixture

@@ -146,9 +146,8 @@ def any_of(conditions: list[str]) -> str:
 #: phrase's lexemes (space-separated), its idf (its messages counted through the
 #: GIN index), the average length of a message, and for a prefix of one word the
 #: lexemes it starts among its messages (space-separated).
-BM25_TERMS = (
-    "SELECT (t).phrases, (t).idf, (t).avgdl, (t).expansions"
-    " FROM (SELECT hermes_bm25_terms(%s, %s) AS t) q"
+BM25_TERMS = (  # in FROM: called once (``(f()).x`` would call it for each field)
+    "SELECT t.phrases, t.idf, t.avgdl, t.expansions FROM hermes_bm25_terms(%s, %s) AS t"
 )
 
 
@@ -198,6 +197,16 @@ HIT_ORDERS = {
 }
 
 
+#: ORDER BY of a page ranked by words, inside (over the fenced ranked rows ``r``) and
+#: outside its ``page`` CTE: best first; hits of equal rank in id order (oldest
+#: first), as FTS5's ``ORDER BY rank`` hands them over on SQLite; hits no word ranks
+#: (rank 0) newest first.
+WORD_RANK_ORDERS = (
+    'r.rank, (CASE WHEN r.rank < 0 THEN r.id END), r."timestamp" DESC, r.id DESC',
+    'page.rank, (CASE WHEN page.rank < 0 THEN page.id END), page."timestamp" DESC, page.id DESC',
+)
+
+
 #: The newest (or oldest) messages a walk passes at most, in time order, read
 #: lazily: the walk stops as soon as its page is full.
 _RECENT = {
@@ -224,10 +233,18 @@ def hits_page(
     if not by_time_index:
         inner = inner.replace('m."timestamp"', '(m."timestamp" + 0)')
     source = "messages" if walk is None else _RECENT[sort].format(n=int(walk))
+    hits = (
+        f'SELECT m.id, m."timestamp", {rank} AS rank'
+        f" FROM {source} m JOIN sessions s ON s.id = m.session_id WHERE {where}"
+    )
+    if sort == "rank" and rank != NO_RANK:
+        # The rank computed once a hit (OFFSET 0 keeps the subquery whole), then sorted.
+        inner, outer = WORD_RANK_ORDERS
+        page = f"SELECT * FROM ({hits} OFFSET 0) r ORDER BY {inner} LIMIT %s OFFSET %s"
+    else:
+        page = f"{hits} ORDER BY {inner} LIMIT %s OFFSET %s"
     return (
-        f'WITH page AS (SELECT m.id, m."timestamp", {rank} AS rank'
-        f" FROM {source} m JOIN sessions s ON s.id = m.session_id"
-        f" WHERE {where} ORDER BY {inner} LIMIT %s OFFSET %s)"
+        f"WITH page AS ({page})"
         ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
         " m.tool_calls, s.source, s.model, s.started_at, page.rank"
         " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
@@ -240,13 +257,13 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     %s`` after the parameters of ``where``, then of ``rank``); the columns of
     :func:`hits_page`. Ranking reads each ranked hit's tsvector: the window
     bounds that work for a word most messages hold."""
-    inner, outer = HIT_ORDERS["rank"]
+    inner, outer = WORD_RANK_ORDERS
     return (
         'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv, m.search_len'
         " FROM messages m JOIN sessions s ON s.id = m.session_id"
         f' WHERE {where} ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
-        f' page AS (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
-        f" ORDER BY {inner} LIMIT %s OFFSET %s)"
+        f' page AS (SELECT * FROM (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
+        f" OFFSET 0) r ORDER BY {inner} LIMIT %s OFFSET %s)"
         ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
         " m.tool_calls, s.source, s.model, s.started_at, page.rank"
         " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
