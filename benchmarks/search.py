@@ -181,7 +181,7 @@ def plain_search(
     # Gram index lookups, the state of the gram index and its counts (whether a
     # short CJK term is common) and the one-pass scan come first (LIKE-routed
     # terms), and the count that decides whether a word query is ranked within its
-    # newest hits (hermes_models.search.plan.RANK_WINDOW); then the page.
+    # newest hits (a search given rank_window); then the page.
     leading = (GRAM_IDS_SQL, GRAM_STATE, GRAM_STATE_COUNT, GRAM_COUNT, WORD_MATCHES_BEYOND)
     while statements[0][0] in leading or (SCAN_FUNCTION in statements[0][0]):
         conn.execute(*statements[0]).fetchall()

@@ -194,6 +194,16 @@ def check_optional_count(value: Any, argument: str) -> int | None:
     return check_int64(value, argument, minimum=0)
 
 
+def check_rank_window(value: Any, argument: str = "rank_window") -> int | None:
+    """``value`` if it is None (every match ranked) or a positive 64-bit int (only the
+    newest that many matches ranked)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be a positive int or None, not {type(value).__name__}")
+    return check_int64(value, argument, minimum=1)
+
+
 def check_amount(value: Any, argument: str) -> float | None:
     """An amount of money: None, or a finite number that is not negative."""
     if value is None:
@@ -356,6 +366,7 @@ __all__ = [
     "check_optional_str",
     "check_page",
     "check_platform_id",
+    "check_rank_window",
     "check_session_id",
     "check_sources",
     "check_text",

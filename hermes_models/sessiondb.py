@@ -1125,10 +1125,12 @@ class SessionDB:
         time_budget: Any = ...,
         since: Any = None,
         until: Any = None,
+        rank_window: int | None = None,
     ) -> list[dict[str, Any]]:
         """Messages matching ``query`` with ``>>>``/``<<<`` snippets and context; never
         raises for any query text (see :func:`hermes_models.search.pipeline.search_messages`,
-        which also explains ``time_budget`` and the ``since``/``until`` window)."""
+        which also explains ``time_budget``, the ``since``/``until`` window and
+        ``rank_window``: None ranks every hit, ``N`` only the newest ``N``)."""
 
         return search_messages(
             query,
@@ -1142,6 +1144,7 @@ class SessionDB:
             time_budget=time_budget,
             since=since,
             until=until,
+            rank_window=rank_window,
         )
 
     @_api
@@ -1156,10 +1159,12 @@ class SessionDB:
         time_budget: Any = ...,
         since: Any = None,
         until: Any = None,
+        rank_window: int | None = None,
     ) -> list[dict[str, Any]]:
         """One row per lineage root whose messages match ``query`` (``hits``, ``score``,
         ``best_snippet``, ``matched_session_id``); without a query, every session.
-        ``since``/``until`` (ours) keep roots started in that window."""
+        ``since``/``until`` (ours) keep roots started in that window; ``rank_window``
+        (ours) ranks and counts only the newest that many hits (None: every hit)."""
 
         return search_sessions(
             query,
@@ -1170,6 +1175,7 @@ class SessionDB:
             time_budget=time_budget,
             since=since,
             until=until,
+            rank_window=rank_window,
         )
 
     # -- export and import (bundle.py) ----------------------------------------------------

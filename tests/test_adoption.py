@@ -483,6 +483,7 @@ def test_v16_file_is_adopted_without_any_change(tmp_path: Path) -> None:
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
         "0010_parallel_labels",
+        "0011_search_bm25",
     ]
     assert legacy.dump(path) == before
     assert sorted(r[0] for r in _query(path, "SELECT migration_id FROM _yoyo_migration")) == sorted(

@@ -211,6 +211,7 @@ def test_a_file_upgraded_by_0004_alone_loses_the_wrong_tags(tmp_path: Path) -> N
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
         "0010_parallel_labels",
+        "0011_search_bm25",
     ]
     assert configs(path) == expected_tags()
     with SessionDB(path) as store:
@@ -296,6 +297,7 @@ def test_a_file_created_fresh_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
         "0010_parallel_labels",
+        "0011_search_bm25",
     ]
     assert configs(path) == before
 
@@ -326,5 +328,6 @@ def test_a_hermes_v16_file_keeps_every_tag_it_holds(tmp_path: Path) -> None:
         "0008_time_order_indexes",
         "0009_cjk_gram_changes",
         "0010_parallel_labels",
+        "0011_search_bm25",
     ]
     assert configs(path) == before

@@ -40,6 +40,7 @@ MIGRATIONS = [
     "0008_time_order_indexes",
     "0009_cjk_gram_changes",
     "0010_parallel_labels",
+    "0011_search_bm25",
 ]
 
 

@@ -688,12 +688,11 @@ def test_a_first_walk_over_the_newest_messages_pages_exactly_or_gives_way(
 def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
     store: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A session search of one- and two-character CJK terms alone counts its newest
-    ``RANK_WINDOW`` hits; they are read from the gram index newest first (one
+    """A session search of one- and two-character CJK terms alone given ``rank_window``
+    counts its newest that many hits; they are read from the gram index newest first (one
     expression for the whole query, no id list per term), with the rows it does not
     cover (rows others wrote, deleted or changed since) decided by the scan. Sessions
     and counts are exactly those of a Python scan's newest hits."""
-    monkeypatch.setattr(hermes_models.search.plan, "RANK_WINDOW", 40)
     rng = random.Random(47)
     path = store.db_path
     for s in range(6):
@@ -745,7 +744,7 @@ def test_a_windowed_session_search_reads_its_newest_hits_from_the_index(
     ran = _statements_run(monkeypatch)
     for query, test in queries.items():
         ran.clear()
-        rows = store.search_sessions(query, limit=100, time_budget=None)
+        rows = store.search_sessions(query, limit=100, time_budget=None, rank_window=40)
         assert [(row["id"], row["hits"]) for row in rows] == expected(test), query
         assert grams.GRAM_IDS_SQL not in ran  # no id list per term
         assert sum('"messages_cjk" MATCH' in sql for sql in ran) == 1

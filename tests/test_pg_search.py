@@ -185,7 +185,8 @@ def test_hits_are_those_of_sqlite(
     if "offset" in options:
         want = run(lite, search_messages, query, limit=2, **options)
     if "sort" not in options:
-        # Ranks differ (BM25, ts_rank): the same hits, in an order of its own.
+        # Ranks may differ (the index's words are split a little differently): the same
+        # hits, in an order of its own.
         assert sorted(h["id"] for h in got) == sorted(h["id"] for h in want)
         by_id = {h["id"]: h for h in want}
         want = [by_id[h["id"]] for h in got]
@@ -233,13 +234,14 @@ def test_a_hit_has_the_keys_snippet_and_context_of_sqlite(both: tuple[Any, Any])
     ]
 
 
-def test_ranked_words_come_first_and_score_by_ts_rank(both: tuple[Any, Any]) -> None:
+def test_ranked_words_come_first_and_score_by_bm25(both: tuple[Any, Any]) -> None:
     _, pg = both
     hits = run(pg, search_messages, "docker OR 数据", include_inactive=True)
     ids = [h["id"] for h in hits]
-    # Word hits by ts_rank ("docker" three times first), then the others newest first.
-    assert ids == [11, 7, 2, 1, 22, 19, 18, 17, 16, 13, 12]
-    assert [h["id"] for h in run(pg, search_messages, "docker OR 数据")][:3] == [7, 2, 1]
+    # Word hits by BM25 ("docker" three times first; 1 and 2, of as many words, tie:
+    # in id order, as FTS5 hands ties over), then the others newest first.
+    assert ids == [11, 7, 1, 2, 22, 19, 18, 17, 16, 13, 12]
+    assert [h["id"] for h in run(pg, search_messages, "docker OR 数据")][:3] == [7, 1, 2]
 
 
 @pytest.mark.parametrize("query", ["数据", "deploy", "数据库迁移", "docker OR 서버", "数"])
@@ -278,8 +280,8 @@ def test_a_session_search_groups_the_newest_hits(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
     # 30 messages over 4 sessions, "数据" in 12 of them: the sessions and their
-    # hit counts are those of the `window` newest hits.
-    monkeypatch.setattr(pg_search, "SESSION_WINDOW", window)
+    # hit counts are those of the `window` newest hits (rank_window); without
+    # rank_window, of every hit.
     with using(pg_db):
         for n in range(4):
             Session.create(id=f"s{n}", source="cli", started_at=float(n))
@@ -294,8 +296,12 @@ def test_a_session_search_groups_the_newest_hits(
         assert len(hits) == 12
         newest = sorted(hits, key=lambda m: (-m.timestamp, -m.id))[:window]
         want = Counter(m.session_id for m in newest)
-        rows = search_sessions("数据", limit=None)
+        rows = search_sessions("数据", limit=None, rank_window=window)
         assert {row["id"]: row["hits"] for row in rows} == dict(want)
+        every = search_sessions("数据", limit=None)
+        assert {row["id"]: row["hits"] for row in every} == dict(
+            Counter(m.session_id for m in hits)
+        )
 
 
 def test_sessions_by_root_are_the_same_rows_on_both_backends(both: tuple[Any, Any]) -> None:
@@ -316,7 +322,6 @@ def test_a_word_in_more_sessions_than_a_statement_takes_parameters(
     # 70,000 sessions with a hit each, a tenth of them continuations: the climb
     # and the page read more ids than one statement may bind (65,535), as one array.
     n = 70_000
-    monkeypatch.setattr(pg_search, "SESSION_WINDOW", 100_000)  # every hit counted
     sessions = [
         {
             "id": f"s{i:05d}",
@@ -623,7 +628,7 @@ def test_a_walk_reads_messages_in_time_order(
 
 def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDatabase) -> None:
     with using(small):
-        assert len(search_sql("docker", limit=20)) == 1  # ranked by ts_rank
+        assert len(search_sql("docker", limit=20)) == 1  # ranked by BM25
         assert len(search_sql("docker", sort="newest", limit=20)) == 2
         assert len(search_sql("docker OR 数据", sort="newest", limit=20)) == 2
         assert len(search_sql("数据", sort="newest", limit=None)) == 1  # every hit
@@ -636,10 +641,10 @@ def test_ranked_words_and_whole_result_sets_are_not_walked(small: PostgresDataba
 def test_a_ranked_page_is_the_best_of_the_newest_hits(
     pg_db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
-    # 300 messages, "docker" in 120 of them, once to four times (ts_rank
-    # differs); the page is the best of the newest `window` hits by the
-    # server's own ts_rank, ties newest first, whatever the window.
-    monkeypatch.setattr(pg_search, "RANK_WINDOW", window)
+    # 300 messages, "docker" in 120 of them, once to four times (BM25
+    # differs); with rank_window the page is the best of the newest `window`
+    # hits by the server's own rank, ties in id order (as FTS5's ORDER BY rank),
+    # whatever the window; without it, the best of every hit.
     rng = random.Random(window)
     rows = [
         {
@@ -656,19 +661,21 @@ def test_a_ranked_page_is_the_best_of_the_newest_hits(
         Session.create(id="s", source="cli", started_at=0.0)
         Message.insert_many(rows).execute()
         scored = pg_db.execute_sql(
-            "SELECT id, \"timestamp\", -ts_rank(search_tsv, phraseto_tsquery('simple', 'docker'))"
+            'SELECT id, "timestamp", hermes_bm25(search_tsv, search_len,'
+            " (SELECT hermes_bm25_terms(ARRAY['docker'], ARRAY[false])))"
             " FROM messages WHERE search_tsv @@ phraseto_tsquery('simple', 'docker')"
         ).fetchall()
         assert len(scored) == 120
         newest = sorted(scored, key=lambda r: (-r[1], -r[0]))
         for offset, limit in ((0, 10), (15, 10), (25, 10), (110, 20)):
             kept = newest[: max(window, offset + limit)]
-            want = [r[0] for r in sorted(kept, key=lambda r: (r[2], -r[1], -r[0]))]
-            got = search_messages("docker", limit=limit, offset=offset)
+            want = [r[0] for r in sorted(kept, key=lambda r: (r[2], r[0]))]
+            got = search_messages("docker", limit=limit, offset=offset, rank_window=window)
             assert [h["id"] for h in got] == want[offset : offset + limit], (offset, limit)
-        # Every hit wanted: every hit ranked.
-        every = [r[0] for r in sorted(scored, key=lambda r: (r[2], -r[1], -r[0]))]
+        # Every hit wanted, or no rank_window: every hit ranked.
+        every = [r[0] for r in sorted(scored, key=lambda r: (r[2], r[0]))]
         assert [h["id"] for h in search_messages("docker", limit=None)] == every
+        assert [h["id"] for h in search_messages("docker", limit=15, offset=5)] == every[5:20]
 
 
 @pytest.mark.parametrize("walk", [0, 40, 200, 10_000])

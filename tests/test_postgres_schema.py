@@ -160,7 +160,7 @@ def test_bad_urls_are_refused_by_name(url: str, message: str) -> None:
 def test_both_dialects_have_the_same_migration_ids() -> None:
     sqlite_ids = migration_ids(sqlite_migrations_dir())
     assert migration_ids(migrations_dir()) == sqlite_ids
-    assert len(sqlite_ids) == 10
+    assert len(sqlite_ids) == 11
 
 
 def _sqlite_layout(tmp_path: Path) -> tuple[dict[str, list[str]], set[str]]:
@@ -201,14 +201,17 @@ def test_the_schema_matches_sqlite_table_for_table(pg_url: str, tmp_path: Path) 
                 table,
             )
         ]
-        extra = ["search_tsv"] if table == "messages" else []
+        extra = ["search_tsv", "search_len"] if table == "messages" else []
         assert got == columns + extra, table
     pg_indexes = {
         row[0]
         for row in rows(pg_url, "SELECT indexname FROM pg_indexes WHERE schemaname = 'public'")
     }
     search = {"idx_messages_search_tsv", "idx_messages_search_trgm", "idx_messages_cjk_grams"}
-    primary = {f"{t}_pkey" for t in ("sessions", "messages", "state_meta", "compression_locks")}
+    primary = {
+        f"{t}_pkey"
+        for t in ("sessions", "messages", "state_meta", "compression_locks", "hermes_search_stats")
+    }
     # (session_id, id): SQLite's indexes end with the rowid already.
     by_session = {"idx_messages_session_id"}
     assert pg_indexes == indexes | search | primary | by_session | {
@@ -227,7 +230,7 @@ def test_migrating_again_applies_nothing(pg_url: str) -> None:
 def test_a_new_database_gets_every_migration(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     assert migrate(url) == migration_ids(migrations_dir())
-    assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(10,)]
+    assert rows(url, "SELECT count(*) FROM _yoyo_migration") == [(11,)]
 
 
 def test_the_package_migrate_takes_a_server_url_too(pg: Server) -> None:
@@ -288,8 +291,8 @@ def test_eight_processes_opening_a_new_database_apply_each_migration_once(pg: Se
 def test_profiles_keep_their_tables_in_their_own_schemas(pg: Server) -> None:
     url = pg.new_database(migrated=False)
     work, home = f"{url}?schema=work", f"{url}?schema=home"
-    assert len(migrate(work)) == 10
-    assert len(migrate(home)) == 10
+    assert len(migrate(work)) == 11
+    assert len(migrate(home)) == 11
     for profile, sid in ((work, "w1"), (home, "h1")):
         db = open_database(profile, migrate_first=False)
         with using(db):

@@ -59,7 +59,8 @@ def test_search_cjk_role_source_and_limit(filled: str) -> None:
         "search", "--db", filled, "事件循环 OR asyncio", "--source", "cli", "--limit", "1"
     ).output
     if filled.startswith("postgresql://"):
-        # Ranked by ts_rank, where both match once: newest first (docs/postgresql.md).
+        # 事件循环 is a substring there (unranked): BM25 of asyncio ranks the shorter
+        # message first (docs/postgresql.md).
         assert best == (
             "en assistant #2 2026-01-05 09:00 UTC cli\n"
             "  Run [bold]>>>asyncio<<<[/bold].run(main()). Done.\n"

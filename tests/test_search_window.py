@@ -1,6 +1,7 @@
-"""A query the word index ranks and that matches more than ``plan.RANK_WINDOW`` messages
-has only its newest hits ranked: the page is exactly the best-ranked among them, and a
-query with fewer hits ranks exactly as every hit ranked.
+"""A search given ``rank_window=N``, whose words the word index ranks and match more than
+``WINDOW_FROM x N`` messages, has only its newest ``N`` hits ranked: the page is exactly
+the best-ranked among them, and a query with fewer hits ranks exactly as every hit
+ranked. Without ``rank_window`` every hit is ranked.
 
 Before counting its hits, a query of words tries its whole ranking within the steps
 ranking ``WINDOW_FROM x window`` hits takes at the least (``search.SORTER_STEPS_PER_HIT``
@@ -79,8 +80,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[st
 def window(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> int:
     """The window, with (``tried first``) or without a try of the whole ranking first:
     SQLite's steps counted 10 at a time leave it room below ``WINDOW_FROM x WINDOW``
-    hits (by default, 10,000 at a time, a window this small leaves none)."""
-    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
+    hits (by default, 10,000 at a time, a window this small leaves none). Each test
+    passes it as ``rank_window``."""
     if request.param is not None:
         monkeypatch.setattr(search, "_CLOCK_STEPS", request.param)
     return WINDOW
@@ -124,9 +125,12 @@ def test_many_hits_rank_only_the_newest_window(corpus: Any, window: int) -> None
     # The window changes the answer: the best of all hits are not all among the newest.
     assert expected[:10] != _best(hits, ranks)[:10]
     with SessionDB(path, read_only=True) as store:
-        assert _ids(store.search_messages("alpha", limit=10)) == expected[:10]
-        assert _ids(store.search_messages("alpha", limit=window)) == expected
-        assert _ids(store.search_messages("alpha", limit=10, offset=30)) == expected[30:40]
+        assert _ids(store.search_messages("alpha", limit=10, rank_window=window)) == expected[:10]
+        assert _ids(store.search_messages("alpha", limit=window, rank_window=window)) == expected
+        assert (
+            _ids(store.search_messages("alpha", limit=10, offset=30, rank_window=window))
+            == expected[30:40]
+        )
 
 
 def test_a_page_beyond_the_window_widens_it(corpus: Any, window: int) -> None:
@@ -136,7 +140,7 @@ def test_a_page_beyond_the_window_widens_it(corpus: Any, window: int) -> None:
     # Widened to 60, the window still holds fewer than half the hits (WINDOW_FROM).
     assert len(hits) > plan.WINDOW_FROM * (window + 10)
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alpha", limit=5, offset=window + 5)
+        found = store.search_messages("alpha", limit=5, offset=window + 5, rank_window=window)
     assert _ids(found) == _best(hits[: window + 10], ranks)[window + 5 :]
 
 
@@ -146,39 +150,45 @@ def test_the_window_counts_hits_the_filters_let_through(corpus: Any, window: int
     ranks = _ranks(path, '"alpha"')
     assert len(hits) > window
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alpha", source_filter="telegram", limit=window)
+        found = store.search_messages(
+            "alpha", source_filter="telegram", limit=window, rank_window=window
+        )
     assert _ids(found) == _best(hits[:window], ranks)
 
 
-def test_few_hits_rank_as_every_hit_ranked(
-    corpus: Any, window: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_few_hits_rank_as_every_hit_ranked(corpus: Any, window: int) -> None:
     path, written = corpus
     hits = _hits(written, "beta")
     assert 0 < len(hits) < window
     expected = _best(hits, _ranks(path, '"beta"'))
     with SessionDB(path, read_only=True) as store:
-        windowed = store.search_messages("beta", limit=100)
-        monkeypatch.setattr(plan, "RANK_WINDOW", None)
+        windowed = store.search_messages("beta", limit=100, rank_window=window)
         every = store.search_messages("beta", limit=100)
     assert _ids(windowed) == expected
     assert windowed == every
 
 
-def test_without_a_window_every_hit_is_ranked(corpus: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_window_every_hit_is_ranked(corpus: Any) -> None:
+    """The default: every hit ranked, also for a word with many more hits than
+    ``plan.RANK_WINDOW`` would allow (the suggestion is not applied unless passed)."""
     path, written = corpus
-    monkeypatch.setattr(plan, "RANK_WINDOW", None)
     with SessionDB(path, read_only=True) as store:
         found = store.search_messages("alpha", limit=10)
-    assert _ids(found) == _best(_hits(written, "alpha"), _ranks(path, '"alpha"'))[:10]
+        rows = store.search_sessions("alpha", limit=100)
+    ranks = _ranks(path, '"alpha"')
+    hits = _hits(written, "alpha")
+    assert _ids(found) == _best(hits, ranks)[:10]
+    assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == _session_rows(
+        hits, ranks, written
+    )
 
 
 def test_newest_and_oldest_pages_are_never_windowed(corpus: Any, window: int) -> None:
     path, written = corpus
     hits = _hits(written, "alpha")
     with SessionDB(path, read_only=True) as store:
-        oldest = store.search_messages("alpha", sort="oldest", limit=5)
-        every = store.search_messages("alpha", limit=None)
+        oldest = store.search_messages("alpha", sort="oldest", limit=5, rank_window=window)
+        every = store.search_messages("alpha", limit=None, rank_window=window)
     assert _ids(oldest) == sorted(hits)[:5]
     assert _ids(every) == _best(hits, _ranks(path, '"alpha"'))
 
@@ -192,8 +202,8 @@ def test_mixed_query_ranks_the_newest_hits_of_its_word_groups(corpus: Any, windo
     assert cjk and not set(cjk) & set(words)
     expected = _best(words[:window], _ranks(path, '"alpha"'))
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alpha OR 数据", limit=20, offset=20)
-        every = store.search_messages("alpha OR 数据", limit=None)
+        found = store.search_messages("alpha OR 数据", limit=20, offset=20, rank_window=window)
+        every = store.search_messages("alpha OR 数据", limit=None, rank_window=window)
     assert _ids(found) == expected[20:40]
     assert sorted(_ids(every)) == sorted(words + cjk)
 
@@ -201,8 +211,8 @@ def test_mixed_query_ranks_the_newest_hits_of_its_word_groups(corpus: Any, windo
 def test_search_sql_runs_the_same_window_in_plain_sqlite(corpus: Any, window: int) -> None:
     path, _ = corpus
     with SessionDB(path, read_only=True) as store, using(store.database):
-        found = _ids(search.search_messages("alpha OR beta", limit=15))
-        statements = search.search_sql("alpha OR beta", limit=15)
+        found = _ids(search.search_messages("alpha OR beta", limit=15, rank_window=window))
+        statements = search.search_sql("alpha OR beta", limit=15, rank_window=window)
     with closing(sqlite3.connect(path)) as conn:
         for sql, params in statements:
             rows = conn.execute(sql, params).fetchall()
@@ -238,23 +248,22 @@ def test_sessions_count_and_rank_the_newest_window(corpus: Any, window: int) -> 
     hits = _hits(written, "alpha")[:window]
     expected = _session_rows(hits, _ranks(path, '"alpha"'), written)
     with SessionDB(path, read_only=True) as store:
-        rows = store.search_sessions("alpha", limit=100)
+        rows = store.search_sessions("alpha", limit=100, rank_window=window)
     assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == expected
 
 
-def test_sessions_of_a_scanned_query_count_the_newest_hits(
-    corpus: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sessions_of_a_scanned_query_count_the_newest_hits(corpus: Any) -> None:
     path, written = corpus
-    monkeypatch.setattr(plan, "RANK_WINDOW", 8)
     hits = sorted((m["id"] for m in written if m["active"] and "数据" in m["text"]), reverse=True)
     assert len(hits) > 8
     expected = _session_rows(hits[:8], dict.fromkeys(hits, 0.0), written)
     with SessionDB(path, read_only=True) as store:
-        rows = store.search_sessions("数据", limit=100)
-        every = store.search_sessions("数据", limit=None)
+        rows = store.search_sessions("数据", limit=100, rank_window=8)
+        every = store.search_sessions("数据", limit=None, rank_window=8)
+        exact = store.search_sessions("数据", limit=100)
     assert [(r["id"], r["hits"], r["matched_session_id"]) for r in rows] == expected
     assert sum(r["hits"] for r in every) == len(hits)
+    assert sum(r["hits"] for r in exact) == len(hits)
 
 
 def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, window: int) -> None:
@@ -262,7 +271,7 @@ def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, w
     hits = _hits(written, "alpha")
     expected = _best(hits[:window], _ranks(path, '"alph"*'))[:5]
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alph*", limit=5)
+        found = store.search_messages("alph*", limit=5, rank_window=window)
     assert _ids(found) == expected
     assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
         1 + (i - 1) % 3 for i in expected
@@ -270,42 +279,38 @@ def test_a_prefix_query_ranks_the_newest_window_with_its_snippets(corpus: Any, w
 
 
 @pytest.mark.parametrize(("query", "fts"), [("alpha", '"alpha"'), ("alph*", '"alph"*')])
-def test_hits_fewer_than_twice_the_window_are_all_ranked(
-    corpus: Any, monkeypatch: pytest.MonkeyPatch, query: str, fts: str
-) -> None:
+def test_hits_fewer_than_twice_the_window_are_all_ranked(corpus: Any, query: str, fts: str) -> None:
     """Between the window and WINDOW_FROM times it, ranking every hit costs less than
     ranking the window's (benchmarks/search_scale.py: ``migrat*``), and is exact."""
     path, written = corpus
     hits = _hits(written, "alpha")
     ranks = _ranks(path, fts)  # every message the index matches, soft-deleted ones too
     window = len(ranks) // 2 + 1
-    monkeypatch.setattr(plan, "RANK_WINDOW", window)
     assert window < len(hits) <= len(ranks) < plan.WINDOW_FROM * window
     # Ranking only the newest would give another page.
     assert _best(hits[:window], ranks)[:10] != _best(hits, ranks)[:10]
     with SessionDB(path, read_only=True) as store:
-        assert _ids(store.search_messages(query, limit=10)) == _best(hits, ranks)[:10]
+        found = store.search_messages(query, limit=10, rank_window=window)
+    assert _ids(found) == _best(hits, ranks)[:10]
 
 
-def test_a_prefix_of_two_letters_is_windowed_without_counting(
-    corpus: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_prefix_of_two_letters_is_windowed_without_counting(corpus: Any) -> None:
     """``al*`` starts every word of a large store's vocabulary: counting its hits costs
     as much as ranking the window, so it is windowed whatever its count."""
     path, written = corpus
     hits = _hits(written, "alpha")  # no other word starts with "al"
     ranks = _ranks(path, '"al"*')
     window = len(ranks) // 2 + 1
-    monkeypatch.setattr(plan, "RANK_WINDOW", window)
     with SessionDB(path, read_only=True) as store:
-        assert _ids(store.search_messages("al*", limit=10)) == _best(hits[:window], ranks)[:10]
+        found = store.search_messages("al*", limit=10, rank_window=window)
+    assert _ids(found) == _best(hits[:window], ranks)[:10]
 
 
 def test_snippets_of_a_windowed_page_mark_every_match(corpus: Any, window: int) -> None:
     path, written = corpus
     expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alpha"'))[:5]
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alpha", limit=5)
+        found = store.search_messages("alpha", limit=5, rank_window=window)
     assert _ids(found) == expected
     assert [row["snippet"].count(">>>alpha<<<") for row in found] == [
         1 + (i - 1) % 3 for i in expected
@@ -316,7 +321,7 @@ def test_mixed_query_with_a_prefix_term_ranks_the_newest_window(corpus: Any, win
     path, written = corpus
     expected = _best(_hits(written, "alpha")[:window], _ranks(path, '"alph"*'))
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("alph* OR 数据", limit=10, offset=40)
+        found = store.search_messages("alph* OR 数据", limit=10, offset=40, rank_window=window)
     assert _ids(found) == expected[40:50]
 
 
@@ -328,7 +333,6 @@ def test_a_windowed_prefix_page_makes_its_snippets_in_its_one_pass(
     a second statement that would merge the prefix's words again. Pages, ties in rank
     included (many messages alike, times not in id order), and their snippets are
     those of plain SQL."""
-    monkeypatch.setattr(plan, "RANK_WINDOW", 60)
     texts = ["alpha beta", "alphabet soup alpha", "betamax", "alpha " * 3 + "x", "gamma alp"]
     path = tmp_path / "state.db"
     with SessionDB(path) as store:
@@ -372,7 +376,9 @@ def test_a_windowed_prefix_page_makes_its_snippets_in_its_one_pass(
         # (9, 13): the page ends inside a run of equal ranks, with times out of id order.
         for limit, offset in ((20, 0), (6, 0), (9, 13), (20, 50)):
             ran.clear()
-            found = store.search_messages("alp* OR bet*", limit=limit, offset=offset)
+            found = store.search_messages(
+                "alp* OR bet*", limit=limit, offset=offset, rank_window=60
+            )
             # A page ending beyond the window widens it to its end.
             want = best(max(60, offset + limit))[offset : offset + limit]
             assert [(h["id"], h["snippet"]) for h in found] == [(i, snippets[i]) for i in want]
@@ -398,7 +404,10 @@ def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
     with SessionDB(path) as store:
         ran: list[str] = []
         store._conn.set_trace_callback(ran.append)
-        pages = [_ids(store.search_messages("beta", limit=5, offset=k)) for k in (0, 5, 0)]
+        pages = [
+            _ids(store.search_messages("beta", limit=5, offset=k, rank_window=window))
+            for k in (0, 5, 0)
+        ]
         expected = _best(hits, _ranks(path, '"beta"'))
         assert pages == [expected[:5], expected[5:10], expected[:5]]
         tried = search._CLOCK_STEPS < 10_000
@@ -422,8 +431,8 @@ def test_a_search_counts_its_hits_once_while_the_file_stays_as_it_is(
         newest = sorted(_ranks(path, '"beta"'), reverse=True)[:window]
         assert min(newest) > MESSAGES  # the window holds the new messages only
         windowed = _best(newest, _ranks(path, '"beta"'))[:5]
-        assert _ids(store.search_messages("beta", limit=5)) == windowed
-        assert _ids(store.search_messages("beta", limit=5)) == windowed
+        assert _ids(store.search_messages("beta", limit=5, rank_window=window)) == windowed
+        assert _ids(store.search_messages("beta", limit=5, rank_window=window)) == windowed
         assert len([sql for sql in ran if sql.startswith(COUNT_SQL)]) == 1
         store._conn.set_trace_callback(None)
 
@@ -434,17 +443,16 @@ def test_a_try_that_finishes_ranks_every_hit_and_counts_nothing(
     """A query of fewer hits than the try has room for is answered by its one ranked
     statement; one with more is stopped, counted, and windowed, as without a try."""
     path, written = corpus
-    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
     monkeypatch.setattr(search, "_CLOCK_STEPS", 10)
     beta, alpha = _hits(written, "beta"), _hits(written, "alpha")
     assert len(beta) < WINDOW < plan.WINDOW_FROM * WINDOW < len(alpha)
     with SessionDB(path, read_only=True) as store:
         ran: list[str] = []
         store._conn.set_trace_callback(ran.append)
-        few = store.search_messages("beta", limit=10)
+        few = store.search_messages("beta", limit=10, rank_window=WINDOW)
         counted_few = [sql for sql in ran if sql.startswith(COUNT_SQL)]
         ran.clear()
-        many = store.search_messages("alpha", limit=10)
+        many = store.search_messages("alpha", limit=10, rank_window=WINDOW)
         counted_many = [sql for sql in ran if sql.startswith(COUNT_SQL)]
         store._conn.set_trace_callback(None)
     assert _ids(few) == _best(beta, _ranks(path, '"beta"'))[:10]
@@ -459,12 +467,11 @@ def test_a_try_stopped_by_the_time_budget_returns_what_it_found(
     """The try runs under the search's time budget: a budget spent while it ranks ends
     the search with no hit and a warning, not an error."""
     path, _ = corpus
-    monkeypatch.setattr(plan, "RANK_WINDOW", WINDOW)
     monkeypatch.setattr(search, "_CLOCK_STEPS", 10)
     clock = iter([0.0] + [100.0] * 1000)  # the deadline is set at 0.0 + budget, then passed
     monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
     with SessionDB(path, read_only=True) as store:
-        found = store.search_messages("beta", limit=10, time_budget=1.0)
+        found = store.search_messages("beta", limit=10, time_budget=1.0, rank_window=WINDOW)
     assert found == []
     assert "stopped after its time budget of 1.0 s" in caplog.text
 
@@ -509,3 +516,43 @@ def test_fts5_takes_at_least_the_assumed_steps_for_each_hit_it_ranks(corpus: Any
     (many, many_steps), (few, few_steps) = measured['"alpha"'], measured['"beta"']
     # Each hit more, the same statement: the steps a hit adds, without the fixed ones.
     assert per_hit <= (many_steps - few_steps) / (many - few) < per_hit + 1
+
+
+@pytest.mark.parametrize("sessions", [False, True], ids=["messages", "sessions"])
+def test_an_exact_search_out_of_time_returns_no_hit_and_warns(
+    corpus: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sessions: bool
+) -> None:
+    """Ranking every hit runs under the time budget as a bounded search does: spent, the
+    search returns what it found (here nothing) with a warning, and never raises."""
+    path, _ = corpus
+    clock = iter([0.0] + [100.0] * 1000)  # the deadline is set at 0.0 + budget, then passed
+    monkeypatch.setattr(search.time, "monotonic", lambda: next(clock))
+    with SessionDB(path, read_only=True) as store:
+        if sessions:
+            found = store.search_sessions("alpha", limit=10, time_budget=1.0)
+        else:
+            found = store.search_messages("alpha", limit=10, time_budget=1.0)
+    assert found == []
+    assert "stopped after its time budget of 1.0 s" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "rank_window must be at least 1, got 0"),
+        (-5, ValueError, "rank_window must be at least 1, got -5"),
+        (True, TypeError, "rank_window must be a positive int or None, not bool"),
+        (2.5, TypeError, "rank_window must be a positive int or None, not float"),
+        ("10", TypeError, "rank_window must be a positive int or None, not str"),
+        (2**63, ValueError, "rank_window must be at most"),
+    ],
+)
+def test_a_wrong_rank_window_raises_naming_it(
+    corpus: Any, value: Any, error: type[Exception], message: str
+) -> None:
+    path, _ = corpus
+    with SessionDB(path, read_only=True) as store:
+        for call in (store.search_messages, store.search_sessions):
+            with pytest.raises(error) as raised:
+                call("alpha", rank_window=value)
+            assert str(raised.value).startswith(message)

@@ -1074,6 +1074,14 @@ _SESSION_SORTS = {"rank": None, "newest": "recent"}
 @window_options("messages sent (--sessions: sessions started)")
 @limit_option(20)
 @offset_option
+@click.option(
+    "--rank-window",
+    "rank_window",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Rank only the newest N matches (faster for very common words; default: all).",
+)
 @utc_option
 @format_options
 @click.pass_context
@@ -1089,6 +1097,7 @@ def search(
     until: str | None,
     limit: int | None,
     offset: int,
+    rank_window: int | None,
     utc: bool,
     fmt: str | None,
 ) -> None:
@@ -1114,6 +1123,7 @@ def search(
                 offset=offset,
                 since=window[0],
                 until=window[1],
+                rank_window=rank_window,
             )
         else:
             rows = store.search_messages(
@@ -1125,6 +1135,7 @@ def search(
                 sort=_SORTS[sort],
                 since=window[0],
                 until=window[1],
+                rank_window=rank_window,
             )
     if fmt:
         terminal.write_records(rows, fmt)

@@ -34,7 +34,7 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
-from ..checks import INT64_MAX, check_flag, check_page, check_window
+from ..checks import INT64_MAX, check_flag, check_page, check_rank_window, check_window
 from ..driver import sqlite3
 from ..models import Message, readable, resolve_prompts_of
 from ..store import (
@@ -382,7 +382,9 @@ def _walk_newest(plan: MessagePlan, deadline: float | None) -> list[tuple[Any, .
     """
     budget = max(WALK_BUDGET_MIN, WALK_BUDGET // max(1, len(plan.query.terms())))
     shape = plan.shape.unscanned()._replace(walk=True)
-    walk = MessagePlan(plan.query, shape, plan.filters, "newest", plan.limit, plan.offset)
+    walk = MessagePlan(
+        plan.query, shape, plan.filters, "newest", plan.limit, plan.offset, plan.rank_window
+    )
     statement = walk.statement
     values = {**walk.values(None), "budget": budget}
     rows = fetch_within(statement.sql, statement.bind(values), deadline)[1]
@@ -514,13 +516,16 @@ def ranked_within(
     scanned: bool = False,
     widen: bool = True,
     attempt: Callable[[Shape], object] | None = None,
+    rank_window: int | None = None,
 ) -> Shape:
-    """``shape`` ranking only the newest hits (:func:`hermes_models.search.plan.windowed`) when
+    """``shape`` ranking only the newest ``rank_window`` hits
+    (:func:`hermes_models.search.plan.windowed`) when the caller bounds the ranking and
     that pays: once the index matches the groups it decides alone more than
     :data:`~hermes_models.search.plan.WINDOW_FROM` times as often as the window holds (a quick
     count, oldest first); with fewer hits, ranking them all costs less and is exact. A
     query of words alone with a short prefix term
     (:data:`~hermes_models.search.plan.COUNT_PREFIX_CHARS`) is windowed without counting.
+    ``rank_window`` None (the default): ``shape`` as it is, every hit ranked.
 
     ``page``: ``(limit, offset)``; ``scanned`` as in :func:`~hermes_models.search.plan.windowed`;
     ``widen``: whether a page ending beyond the window widens it (a page of messages
@@ -536,14 +541,14 @@ def ranked_within(
         _OutOfTime: the deadline passed while counting (or in ``attempt``).
     """
     limit, offset = page
-    bounded = windowed(shape, query, order, limit, scanned=scanned)
+    bounded = windowed(shape, query, order, limit, scanned=scanned, rank_window=rank_window)
     if not bounded.window or bounded.all_like:
         return bounded
     if bounded.single == WORDS and bounded.prefixes and _short_prefix(query, bounded):
         # A short prefix costs FTS5 a merge of every word it starts on each lookup:
         # one pass over the newest hits costs less than a count, then a ranking.
         return bounded
-    values = window_values(query, bounded, (limit or 0) + offset if widen else 0)
+    values = window_values(query, bounded, (limit or 0) + offset if widen else 0, rank_window)
     beyond = min(values["window"] * WINDOW_FROM, INT64_MAX)  # a page without end: 2**63-1
     params = [values["wq"], beyond]
     steps = beyond * SORTER_STEPS_PER_HIT - _CLOCK_STEPS
@@ -708,6 +713,7 @@ def search_messages(
     time_budget: Any = ...,
     since: Any = None,
     until: Any = None,
+    rank_window: int | None = None,
 ) -> list[dict[str, Any]]:
     """Messages matching ``query``; never raises for any query text.
 
@@ -719,13 +725,18 @@ def search_messages(
     ``time_budget`` seconds (default :data:`TIME_BUDGET_S`; None: no limit)
     stops and returns the hits found by then, with a warning in the log. ``since`` and
     ``until`` (epoch seconds or ``datetime``; ours) keep the messages sent at or after
-    ``since`` and before ``until``.
+    ``since`` and before ``until``. A ranked page is the best of every hit; with
+    ``rank_window=N`` (ours; a positive int) it is the best of the newest ``N`` hits
+    only when there are many more (:data:`~hermes_models.search.plan.WINDOW_FROM` x
+    ``N``; a page ending beyond ``N`` widens it): faster for very common words,
+    not exact (:data:`~hermes_models.search.plan.RANK_WINDOW` is a suggested value).
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
     """
     budget = check_budget(time_budget)
     deadline = deadline_of(budget)
+    window = check_rank_window(rank_window)
     request = _message_request(
         query,
         source_filter,
@@ -742,7 +753,7 @@ def search_messages(
         return []
     parsed, filters, order, limit, offset = request
     if current().dialect == POSTGRESQL:  # the server's execute stage
-        return pg_search.search_messages(parsed, filters, order, limit, offset, budget)
+        return pg_search.search_messages(parsed, filters, order, limit, offset, budget, window)
 
     def page(shape: Shape) -> tuple[MessagePlan, list[tuple[Any, ...]]]:
         """The plan of ``shape`` (windowed or not) and the rows of its page.
@@ -751,14 +762,16 @@ def search_messages(
             _OutOfTime: with the plan's rows found by then (``_OutOfTime.plan``).
         """
         shape = shape.snipped(parsed, order)
-        plan = MessagePlan(parsed, shape, filters, order, limit, offset)
+        plan = MessagePlan(parsed, shape, filters, order, limit, offset, window)
         try:
             with _reading_no_hits():
                 common = _common(plan, deadline)
             rows: list[tuple[Any, ...]] | None = None
             if common:
                 # Hits are many: walking messages newest first finds a page sooner.
-                plan = MessagePlan(parsed, shape.unscanned(), filters, "newest", limit, offset)
+                plan = MessagePlan(
+                    parsed, shape.unscanned(), filters, "newest", limit, offset, window
+                )
             elif common is None:
                 rows = _walk_newest(plan, deadline)
             if rows is None:
@@ -780,6 +793,7 @@ def search_messages(
                 (limit, offset),
                 deadline,
                 attempt=lambda s: tried.append(page(s)),
+                rank_window=window,
             )
             plan, rows = tried[0] if tried and decided is shape else page(decided)
         except _OutOfTime as exc:
@@ -819,6 +833,8 @@ def search_sql(
     offset: int = 0,
     sort: str | None = None,
     include_inactive: bool = False,
+    *,
+    rank_window: int | None = None,
 ) -> list[tuple[str, list[Any]]]:
     """The SQL and parameters that find the hits of :func:`search_messages` with the
     same arguments, on the open file, as ``[(sql, params), ...]`` to run in order
@@ -827,11 +843,13 @@ def search_sql(
     Terms the search finds with its one-pass scan (three or more LIKE-routed
     terms, or terms the gram index narrows) are written as the ``LIKE`` they
     stand for, so plain SQLite runs the statements alone; the hits are the
-    same. A search then reads the snippets and context of those hits.
+    same. A search then reads the snippets and context of those hits. ``rank_window``
+    as in :func:`search_messages`.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
     """
+    window = check_rank_window(rank_window)
     request = _message_request(
         query, source_filter, exclude_sources, role_filter, limit, offset, sort, include_inactive
     )
@@ -839,12 +857,12 @@ def search_sql(
         return []
     parsed, filters, order, limit, offset = request
     if current().dialect == POSTGRESQL:  # the server's execute stage
-        return pg_search.search_sql(parsed, filters, order, limit, offset)
+        return pg_search.search_sql(parsed, filters, order, limit, offset, window)
     shape = Shape.of(parsed, available_routes())
     if _reads_tool_rows(filters):
         shape = shape.degraded()
-    shape = ranked_within(parsed, shape, order, (limit, offset), None)
-    return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset))]
+    shape = ranked_within(parsed, shape, order, (limit, offset), None, rank_window=window)
+    return [written_out(MessagePlan(parsed, shape, filters, order, limit, offset, window))]
 
 
 def matching(query: str | None, *, include_inactive: bool = False) -> peewee.ModelSelect[Message]:
@@ -885,6 +903,7 @@ def search_sessions(
     time_budget: Any = ...,
     since: Any = None,
     until: Any = None,
+    rank_window: int | None = None,
 ) -> list[dict[str, Any]]:
     """Sessions whose messages match ``query``, one row per lineage root.
 
@@ -895,7 +914,9 @@ def search_sessions(
     Without a query (``None`` or blank): every session, newest activity
     first, with ``last_active``. ``time_budget`` as in :func:`search_messages`.
     ``since``/``until`` (ours) keep the roots started at or after ``since`` and
-    before ``until``.
+    before ``until``. Every hit is ranked and counted; with ``rank_window=N`` (ours)
+    only the newest ``N`` hits are, when there are many more (as in
+    :func:`search_messages`): ``hits`` then counts those.
 
     Raises:
         TypeError, ValueError: an argument other than the query text is wrong.
@@ -903,6 +924,7 @@ def search_sessions(
     budget = check_budget(time_budget)
     deadline = deadline_of(budget)
     limit, offset = check_page(limit, offset)
+    window = check_rank_window(rank_window)
     if rank_mode is not None and not isinstance(rank_mode, str):
         raise TypeError(f"rank_mode must be a string or None, not {type(rank_mode).__name__}")
     if rank_mode not in RANK_MODES:
@@ -919,14 +941,23 @@ def search_sessions(
     if not parsed or limit == 0 or sources == ():
         return []
     if current().dialect == POSTGRESQL:  # the server's execute stage
-        return pg_search.search_sessions(parsed, sources, rank_mode, limit, offset, budget, started)
+        return pg_search.search_sessions(
+            parsed, sources, rank_mode, limit, offset, budget, started, window
+        )
 
     def run(shape: Shape) -> list[dict[str, Any]]:
         try:
             shape = ranked_within(
-                parsed, shape, "rank", (limit, 0), deadline, scanned=True, widen=False
+                parsed,
+                shape,
+                "rank",
+                (limit, 0),
+                deadline,
+                scanned=True,
+                widen=False,
+                rank_window=window,
             )
-            plan = SessionPlan(parsed, shape)
+            plan = SessionPlan(parsed, shape, window)
             _, found = _run(plan, deadline)
         except _OutOfTime:
             _ran_out(parsed, budget, 0)  # sessions come out only once all are ranked

@@ -18,8 +18,9 @@ Every term is one lookup: a word in ``messages_fts``, a substring in
 ``messages_fts_trigram`` (plus the rows stored behind a NUL, which that index
 cannot read), or a NUL-safe ``LIKE`` over content, tool name and tool calls.
 A query on one index alone is one ``MATCH`` ordered by rank instead. A
-ranked query whose word-only groups match more than :data:`RANK_WINDOW`
-messages ranks only their newest hits (:attr:`Shape.window`).
+ranked query ranks every hit unless its caller bounds it (``rank_window``): then,
+when its word-only groups match more than :data:`WINDOW_FROM` times that many
+messages, it ranks only their newest ``rank_window`` hits (:attr:`Shape.window`).
 :func:`written_out` plans a search whose scanned terms are each written as
 the ``LIKE`` they stand for, so plain SQLite can run it (``search_sql``).
 """
@@ -82,10 +83,12 @@ LIKE_PATTERN_BYTES = 50_000
 SCAN_FROM = 3
 #: Groups up to which a scan first tries SQLite's own LIKE (one term per group).
 PREFILTER_GROUPS = 2
-#: Hits of a query ranked by the word index beyond which only the newest are ranked
-#: (:attr:`Shape.window`; None: every hit is ranked). BM25 scores every hit before
-#: the best come out: a word found in most of 500,000 messages took seconds.
-RANK_WINDOW: int | None = 20_000
+#: A suggested ``rank_window`` for callers who want speed over an exact ranking (the
+#: value the benchmarks use): a search given ``rank_window=N`` ranks only the newest
+#: ``N`` hits of a query ranked by the word index (:attr:`Shape.window`). A search
+#: without it ranks every hit: BM25 scores every hit before the best come out, and a
+#: word found in most of 500,000 messages takes seconds. Not applied unless asked.
+RANK_WINDOW: int = 20_000
 #: A ranked page is windowed only once its word groups match more than this many
 #: times the window. Ranking every hit costs about half as much a hit as ranking the
 #: window's (those are joined and kept before they are sorted), so up to about twice
@@ -257,7 +260,7 @@ class Shape(NamedTuple):
     @property
     def windowable(self) -> bool:
         """True when the word index ranks the query and decides a group alone, so that
-        the newest :data:`RANK_WINDOW` hits of those groups can be told from it."""
+        the newest ``rank_window`` hits of those groups can be told from it."""
         return self.rank_route == WORDS and bool(self.word_groups)
 
     @property
@@ -688,13 +691,19 @@ def _rowids(index: type[FTS5Model], value: Any, window: bool = False) -> Any:
 
 
 def windowed(
-    shape: Shape, query: SearchQuery, order: str, limit: int | None, *, scanned: bool = False
+    shape: Shape,
+    query: SearchQuery,
+    order: str,
+    limit: int | None,
+    *,
+    scanned: bool = False,
+    rank_window: int | None = None,
 ) -> Shape:
-    """``shape``, ranking only the newest hits (:attr:`Shape.window`) when it is ranked
-    by the word index and a page of it is wanted (``limit`` not None); with
-    ``scanned``, also when its scan decides it alone (a session search counts every
-    hit it reads)."""
-    if RANK_WINDOW is None or order != "rank" or limit is None or limit < 0:
+    """``shape``, ranking only the newest hits (:attr:`Shape.window`) when the caller
+    bounds the ranking (``rank_window`` not None), it is ranked by the word index and
+    a page of it is wanted (``limit`` not None); with ``scanned``, also when its scan
+    decides it alone (a session search counts every hit it reads)."""
+    if rank_window is None or order != "rank" or limit is None or limit < 0:
         return shape
     if not (shape.windowable or (scanned and shape.all_like)):
         return shape
@@ -705,16 +714,18 @@ def windowed(
     return shape._replace(window=True, prefixes=prefixes, decides=decides)
 
 
-def window_values(query: SearchQuery, shape: Shape, upto: int) -> dict[str, Any]:
+def window_values(
+    query: SearchQuery, shape: Shape, upto: int, rank_window: int | None
+) -> dict[str, Any]:
     """The slots of the ``newest`` CTE: ``wq``, the groups the word index decides alone,
-    and ``window``, how many of their newest hits are ranked (at least ``upto``, the
-    end of the page)."""
+    and ``window``, how many of their newest hits are ranked (``rank_window``, at least
+    ``upto``, the end of the page)."""
     if not shape.window:
         return {}
     groups = [query.groups[i] for i in shape.word_groups]
     return {
         "wq": " OR ".join(f"({group.fts()})" for group in groups) or '""',
-        "window": max(RANK_WINDOW or 0, upto),
+        "window": max(rank_window or 0, upto),
     }
 
 
@@ -1146,6 +1157,8 @@ class MessagePlan:
     order: str
     limit: int | None
     offset: int
+    #: How many of the newest hits a windowed shape ranks (:func:`windowed`).
+    rank_window: int | None = None
 
     @property
     def statement(self) -> Statement:
@@ -1166,7 +1179,7 @@ class MessagePlan:
             "upto": min(upto, INT64_MAX),
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
-            **window_values(self.query, self.shape, max(upto, 0)),
+            **window_values(self.query, self.shape, max(upto, 0), self.rank_window),
         }
 
     def snippets(self, ids: list[int]) -> tuple[Statement, dict[str, Any]] | None:
@@ -1185,6 +1198,8 @@ class SessionPlan:
 
     query: SearchQuery
     shape: Shape
+    #: How many of the newest hits a windowed shape counts (:func:`windowed`).
+    rank_window: int | None = None
 
     @property
     def statement(self) -> Statement:
@@ -1200,7 +1215,7 @@ class SessionPlan:
         return {
             **term_values(self.query, self.shape),
             **scanned_values(self.shape, scanned),
-            **window_values(self.query, self.shape, 0),
+            **window_values(self.query, self.shape, 0, self.rank_window),
         }
 
 

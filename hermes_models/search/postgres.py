@@ -22,8 +22,9 @@ serve it (migration 0003 and 0007 of ``migrations/postgresql``):
   and adjacent pairs, ``@>``), then the substring itself.
 
 ``AND``, ``OR`` and ``NOT`` combine the terms' conditions in SQL; every
-value a user typed is a parameter. Hits are ranked by ``ts_rank`` of their
-word terms (hits no word term found come after, newest first), snippets are
+value a user typed is a parameter. Hits are ranked by FTS5's BM25 of their
+word terms, computed from the same statistics (``hermes_bm25``, migration 0011;
+hits no word term found come after, newest first), snippets are
 made in Python (:func:`hermes_models.search.present.hits`), and ``search_sessions``
 counts hits per lineage root (:mod:`hermes_models.search.by_root`).
 """
@@ -180,19 +181,41 @@ def matching(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
     return sql.any_of(alternatives), params
 
 
+def ranked_by_words(groups: tuple[RoutedGroup, ...]) -> bool:
+    """Whether a positive word term ranks the hits (:func:`ranking` is not 0)."""
+    return any(r.route == PG_WORDS for group in groups for r in group.include)
+
+
 def ranking(groups: tuple[RoutedGroup, ...]) -> tuple[str, list[Any]]:
-    """The rank of a hit (lower is better): minus ``ts_rank`` of the query's positive
-    word terms for hits they match, 0 for the others."""
+    """The rank of a hit (lower is better): FTS5's BM25 over the query's positive word
+    terms, each phrase text a phrase as FTS5 reads the query, computed from the same
+    statistics (migration 0011), for hits they match; 0 for the others. Reads the
+    query's statistics first (one statement: each phrase's idf, the average length)."""
     tsqueries, params = [], []
+    texts: list[str] = []
+    prefixes: list[bool] = []
     for group in groups:
         for routed in group.include:
             if routed.route == PG_WORDS:
                 tsquery, values = routed.tsquery()
                 tsqueries.append(tsquery)
                 params += values
+                texts += routed.variants
+                prefixes += [routed.term.prefix] * len(routed.variants)
     if not tsqueries:
         return sql.NO_RANK, []
-    return sql.word_rank("(" + " || ".join(tsqueries) + ")"), params + params
+    phrases, idf, avgdl, expansions = execute(sql.BM25_TERMS, [texts, prefixes]).fetchone()
+    by_lexemes: list[bool] = []
+    for words, prefix, weight, expansion in zip(phrases, prefixes, idf, expansions):
+        lexemes = words.split(" ") if words else [""]
+        if len(lexemes) == 1:
+            # One word, or a prefix of one: the lexemes it starts among its messages.
+            by_lexemes.append(True)
+            params += [expansion.split(" ") if prefix else lexemes, weight, avgdl]
+        else:
+            by_lexemes.append(False)
+            params += [lexemes, prefix, weight, avgdl]
+    return sql.word_rank("(" + " || ".join(tsqueries) + ")", by_lexemes), params
 
 
 def filtering(filters: Filters) -> tuple[list[str], list[Any]]:
@@ -218,10 +241,15 @@ def filtering(filters: Filters) -> tuple[list[str], list[Any]]:
 
 
 def message_statement(
-    query: SearchQuery, filters: Filters, order: str, limit: int | None, offset: int
+    query: SearchQuery,
+    filters: Filters,
+    order: str,
+    limit: int | None,
+    offset: int,
+    rank_window: int | None = None,
 ) -> tuple[str, list[Any]]:
     """The SQL and parameters of one page of hits (``limit`` -1: every hit)."""
-    return page_statement(route(query), filters, order, limit, offset)
+    return page_statement(route(query), filters, order, limit, offset, rank_window=rank_window)
 
 
 #: How many of the newest messages a search walks first, in time order, for a
@@ -234,19 +262,21 @@ def message_statement(
 WALK_FIRST = 10_000
 
 
-#: How many of the newest hits a ranked page is chosen from. ``ts_rank`` reads
-#: each ranked hit's tsvector from the table: for a word in 35,000 of a million
-#: messages that took 120-180 ms, for one in most of them 350 ms; ranking the
-#: newest 1,000 takes 10-40 ms. A query with fewer hits is ranked whole, as before;
-#: ``limit=None`` ranks every hit.
+#: A suggested ``rank_window`` for a ranked page on the server (the value the
+#: benchmarks use; not applied unless asked): with ``rank_window=N`` a ranked page is
+#: chosen from the newest ``N`` hits. Ranking reads each ranked hit's tsvector from
+#: the table: for a word in 35,000 of a million messages that took 120-180 ms, for
+#: one in most of them 350 ms; ranking the newest 1,000 takes 10-40 ms. Without
+#: ``rank_window`` every hit is ranked.
 RANK_WINDOW = 1_000
 
 
-#: How many of the newest hits a session search groups (as on SQLite,
-#: :data:`hermes_models.search.plan.RANK_WINDOW`): a word most messages hold has
-#: hundreds of thousands, each read from the table to be ranked and counted
-#: (``the`` on a million messages: 4.9 s). ``hits`` counts a conversation's
-#: hits within the window; a query with fewer hits counts every one.
+#: A suggested ``rank_window`` for a session search on the server (as on SQLite,
+#: :data:`hermes_models.search.plan.RANK_WINDOW`; not applied unless asked): with
+#: ``rank_window=N`` only the newest ``N`` hits are grouped. A word most messages
+#: hold has hundreds of thousands, each read from the table to be ranked and
+#: counted (``the`` on a million messages: 4.9 s); ``hits`` then counts a
+#: conversation's hits within the window.
 SESSION_WINDOW = 20_000
 
 
@@ -258,7 +288,7 @@ def walk_first(
     page deeper than the walk)."""
     if limit is None or limit <= 0 or offset + limit > WALK_FIRST // 10:
         return None
-    if order == "rank" and ranking(groups)[0] != sql.NO_RANK:
+    if order == "rank" and ranked_by_words(groups):
         return None
     return WALK_FIRST
 
@@ -271,18 +301,20 @@ def page_statement(
     offset: int,
     walk: int | None = None,
     after_walk: bool = False,
+    rank_window: int | None = None,
 ) -> tuple[str, list[Any]]:
     """The SQL and parameters of one page of hits of routed ``groups`` (among the
     ``walk`` messages first in time order when given: :func:`walk_first`; found
     through the search indexes, not the time index, ``after_walk`` that did not
-    fill the page)."""
+    fill the page). A ranked page is the best of every hit, or with ``rank_window``
+    of the newest ``rank_window`` hits (a deeper page widens it to its end)."""
     condition, params = matching(groups)
     rank, rank_params = ranking(groups) if order == "rank" else (sql.NO_RANK, [])
     where, filter_params = filtering(filters)
     page = [None if limit is None or limit < 0 else limit, offset]
-    if rank != sql.NO_RANK and page[0] is not None:
-        # Ranked among the newest hits only (RANK_WINDOW; a deeper page widens it).
-        window = max(RANK_WINDOW, offset + page[0])
+    if rank != sql.NO_RANK and page[0] is not None and rank_window is not None:
+        # Ranked among the newest hits only (the caller's bound; a deeper page widens it).
+        window = max(rank_window, offset + page[0])
         statement = sql.ranked_window_page(sql.all_of([condition, *where]), rank, window)
         return statement, [*params, *filter_params, *rank_params, *page]
     sort = order if walk is None or order != "rank" else "newest"
@@ -293,14 +325,19 @@ def page_statement(
 
 
 def page_statements(
-    groups: tuple[RoutedGroup, ...], filters: Filters, order: str, limit: int | None, offset: int
+    groups: tuple[RoutedGroup, ...],
+    filters: Filters,
+    order: str,
+    limit: int | None,
+    offset: int,
+    rank_window: int | None = None,
 ) -> list[tuple[str, list[Any]]]:
     """The statements that find a page, in the order they run: a walk over the
     newest messages when one can answer (its page is the answer when full), then
     the statement over every message."""
     walk = walk_first(groups, order, limit, offset)
     if walk is None:
-        return [page_statement(groups, filters, order, limit, offset)]
+        return [page_statement(groups, filters, order, limit, offset, rank_window=rank_window)]
     # A walk that does not fill the page says the hits are rare (fewer than
     # the page in the newest WALK_FIRST messages): the search indexes then find
     # them all and they are sorted, never walked for in time order again (the
@@ -398,12 +435,15 @@ def search_messages(
     limit: int | None,
     offset: int,
     budget: float | None,
+    rank_window: int | None = None,
 ) -> list[dict[str, Any]]:
     """Messages matching ``query`` (arguments checked by
     :func:`hermes_models.search.pipeline.search_messages`); never raises for query text."""
 
     def page(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
-        *walks, (statement, params) = page_statements(groups, filters, order, limit, offset)
+        *walks, (statement, params) = page_statements(
+            groups, filters, order, limit, offset, rank_window
+        )
         for walk, walk_params in walks:
             rows = list(execute(walk, walk_params).fetchall())
             if len(rows) == limit:  # a full page of the first messages in time order
@@ -427,11 +467,16 @@ def search_messages(
 
 
 def search_sql(
-    query: SearchQuery, filters: Filters, order: str, limit: int | None, offset: int
+    query: SearchQuery,
+    filters: Filters,
+    order: str,
+    limit: int | None,
+    offset: int,
+    rank_window: int | None = None,
 ) -> list[tuple[str, list[Any]]]:
     """The SQL and parameters that find the hits of :func:`search_messages`, in the
     order they run (:func:`page_statements`)."""
-    return page_statements(route(query), filters, order, limit, offset)
+    return page_statements(route(query), filters, order, limit, offset, rank_window)
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -445,14 +490,16 @@ def search_sessions(
     offset: int,
     budget: float | None,
     started: tuple[float | None, float | None] = (None, None),
+    rank_window: int | None = None,
 ) -> list[dict[str, Any]]:
     """Sessions whose messages match ``query``, one row per lineage root (arguments
-    checked by :func:`hermes_models.search.pipeline.search_sessions`)."""
+    checked by :func:`hermes_models.search.pipeline.search_sessions`): every hit
+    grouped, or with ``rank_window`` the newest that many."""
 
     def per_session(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
         condition, params = matching(groups)
         rank, rank_params = ranking(groups)
-        statement = sql.hits_by_session(condition, rank, SESSION_WINDOW)
+        statement = sql.hits_by_session(condition, rank, rank_window)
         return list(execute(statement, [*params, *rank_params]).fetchall())
 
     try:

@@ -1093,7 +1093,7 @@ def _probe(conn: Any) -> FileShape:
     """The shape of the store in the connection's current schema."""
     columns: dict[str, list[str]] = {table: [] for table in PROBED}
     for table, column in conn.execute(postgres_sql.COLUMNS, (list(PROBED),)):
-        if column != postgres_sql.SEARCH_VECTOR_COLUMN:
+        if column not in postgres_sql.SEARCH_COLUMNS:
             columns[table].append(column)
     tables = frozenset(row[0] for row in conn.execute(postgres_sql.TABLES))
     version = None

@@ -40,6 +40,9 @@ READ_ONLY_SESSION = "SET default_transaction_read_only = on"
 
 #: A column of ``messages`` that is PostgreSQL's word index, not part of the store.
 SEARCH_VECTOR_COLUMN = "search_tsv"
+#: Columns of ``messages`` the server's search keeps, not part of the store: the word
+#: index and each message's length in tokens (BM25, migration 0011).
+SEARCH_COLUMNS = frozenset({SEARCH_VECTOR_COLUMN, "search_len"})
 
 
 def create_schema(name: str) -> str:
@@ -138,12 +141,36 @@ def any_of(conditions: list[str]) -> str:
     return "(" + " OR ".join(conditions) + ")"
 
 
-def word_rank(tsquery: str) -> str:
-    """Minus ``ts_rank`` for messages matching ``tsquery`` (lower is better, as BM25 on
-    SQLite), 0 for the others; ``tsquery``'s parameters are bound twice."""
+#: What a query's BM25 needs (``hermes_bm25_terms``, migration 0011; ``%s``: the
+#: phrase texts, ``text[]``, and whether each ends in a prefix, ``boolean[]``): each
+#: phrase's lexemes (space-separated), its idf (its messages counted through the
+#: GIN index), the average length of a message, and for a prefix of one word the
+#: lexemes it starts among its messages (space-separated).
+BM25_TERMS = (  # in FROM: called once (``(f()).x`` would call it for each field)
+    "SELECT t.phrases, t.idf, t.avgdl, t.expansions FROM hermes_bm25_terms(%s, %s) AS t"
+)
+
+
+def word_rank(tsquery: str, phrases: list[bool]) -> str:
+    """FTS5's BM25 (lower is better, as on SQLite) for messages matching ``tsquery``,
+    0 for the others: minus the sum of each phrase's part (``hermes_bm25_term``), its
+    occurrences counted by ``hermes_lexeme_hits`` (one word or a prefix of one,
+    ``%s``: the lexemes, ``text[]``) or ``hermes_phrase_hits`` (several words, ``%s``:
+    the lexemes, ``text[]``, and ``%s``: whether the last is a prefix), then ``%s``
+    its idf and ``%s`` the average length, per item of ``phrases`` (True: counted by
+    lexemes). ``tsquery``'s parameters come first. The server inlines every function
+    but ``hermes_phrase_hits``."""
+    parts = []
+    for by_lexemes in phrases:
+        hits = (
+            "hermes_lexeme_hits(m.search_tsv, %s::text[])"
+            if by_lexemes
+            else "hermes_phrase_hits(m.search_tsv, %s::text[], %s)"
+        )
+        parts.append(f"hermes_bm25_term(({hits})::float8, m.search_len::float8, %s, %s)")
     return (
-        f"(CASE WHEN m.search_tsv @@ {tsquery}"
-        f" THEN -ts_rank(m.search_tsv, {tsquery})::float8 ELSE 0.0::float8 END)"
+        f"(CASE WHEN m.search_tsv @@ {tsquery} THEN -({' + '.join(parts)})::float8"
+        " ELSE 0.0::float8 END)"
     )
 
 
@@ -168,6 +195,16 @@ HIT_ORDERS = {
     "newest": ('m."timestamp" DESC, m.id DESC', 'page."timestamp" DESC, page.id DESC'),
     "oldest": ('m."timestamp", m.id', 'page."timestamp", page.id'),
 }
+
+
+#: ORDER BY of a page ranked by words, inside (over the fenced ranked rows ``r``) and
+#: outside its ``page`` CTE: best first; hits of equal rank in id order (oldest
+#: first), as FTS5's ``ORDER BY rank`` hands them over on SQLite; hits no word ranks
+#: (rank 0) newest first.
+WORD_RANK_ORDERS = (
+    'r.rank, (CASE WHEN r.rank < 0 THEN r.id END), r."timestamp" DESC, r.id DESC',
+    'page.rank, (CASE WHEN page.rank < 0 THEN page.id END), page."timestamp" DESC, page.id DESC',
+)
 
 
 #: The newest (or oldest) messages a walk passes at most, in time order, read
@@ -196,10 +233,18 @@ def hits_page(
     if not by_time_index:
         inner = inner.replace('m."timestamp"', '(m."timestamp" + 0)')
     source = "messages" if walk is None else _RECENT[sort].format(n=int(walk))
+    hits = (
+        f'SELECT m.id, m."timestamp", {rank} AS rank'
+        f" FROM {source} m JOIN sessions s ON s.id = m.session_id WHERE {where}"
+    )
+    if sort == "rank" and rank != NO_RANK:
+        # The rank computed once a hit (OFFSET 0 keeps the subquery whole), then sorted.
+        inner, outer = WORD_RANK_ORDERS
+        page = f"SELECT * FROM ({hits} OFFSET 0) r ORDER BY {inner} LIMIT %s OFFSET %s"
+    else:
+        page = f"{hits} ORDER BY {inner} LIMIT %s OFFSET %s"
     return (
-        f'WITH page AS (SELECT m.id, m."timestamp", {rank} AS rank'
-        f" FROM {source} m JOIN sessions s ON s.id = m.session_id"
-        f" WHERE {where} ORDER BY {inner} LIMIT %s OFFSET %s)"
+        f"WITH page AS ({page})"
         ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
         " m.tool_calls, s.source, s.model, s.started_at, page.rank"
         " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
@@ -212,13 +257,13 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     %s`` after the parameters of ``where``, then of ``rank``); the columns of
     :func:`hits_page`. Ranking reads each ranked hit's tsvector: the window
     bounds that work for a word most messages hold."""
-    inner, outer = HIT_ORDERS["rank"]
+    inner, outer = WORD_RANK_ORDERS
     return (
-        'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv'
+        'WITH recent AS MATERIALIZED (SELECT m.id, m."timestamp", m.search_tsv, m.search_len'
         " FROM messages m JOIN sessions s ON s.id = m.session_id"
         f' WHERE {where} ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
-        f' page AS (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
-        f" ORDER BY {inner} LIMIT %s OFFSET %s)"
+        f' page AS (SELECT * FROM (SELECT m.id, m."timestamp", {rank} AS rank FROM recent m'
+        f" OFFSET 0) r ORDER BY {inner} LIMIT %s OFFSET %s)"
         ' SELECT m.id, m.session_id, m."timestamp", m.role, m.content, m.tool_name,'
         " m.tool_calls, s.source, s.model, s.started_at, page.rank"
         " FROM page JOIN messages m ON m.id = page.id JOIN sessions s ON s.id = m.session_id"
@@ -226,16 +271,18 @@ def ranked_window_page(where: str, rank: str, window: int) -> str:
     )
 
 
-def hits_by_session(where: str, rank: str, window: int) -> str:
-    """For each session with hits among the ``window`` newest hits (active messages
-    matching ``where``; its parameters come first, then those of ``rank``):
+def hits_by_session(where: str, rank: str, window: int | None) -> str:
+    """For each session with hits (among the ``window`` newest hits when given; active
+    messages matching ``where``; its parameters come first, then those of ``rank``):
     session_id, its best hit's id, timestamp and rank (rank, then newest), its
-    number of hits and its latest hit's timestamp. ``rank`` is computed for the
-    window's hits only."""
+    number of hits and its latest hit's timestamp. With ``window``, ``rank`` is
+    computed for the window's hits only."""
+    newest = (
+        "" if window is None else f' ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}'
+    )
     return (
         'WITH recent AS MATERIALIZED (SELECT m.id, m.session_id, m."timestamp",'
-        f" m.search_tsv FROM messages m WHERE {where} AND {ACTIVE}"
-        f' ORDER BY m."timestamp" DESC, m.id DESC LIMIT {int(window)}),'
+        f" m.search_tsv, m.search_len FROM messages m WHERE {where} AND {ACTIVE}{newest}),"
         f' hits AS (SELECT m.id, m.session_id, m."timestamp", {rank} AS rank FROM recent m)'
         ' SELECT DISTINCT ON (session_id) session_id, id, "timestamp", rank,'
         " count(*) OVER (PARTITION BY session_id),"

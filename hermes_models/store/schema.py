@@ -68,13 +68,14 @@ BASELINE = (
 
 #: Every migration in order: the baseline, then what this package adds beyond the
 #: Hermes v16 layout (the gram index, :mod:`hermes_models.store.grams`; messages by time;
-#: the PostgreSQL functions' parallel labels, nothing on SQLite).
+#: the PostgreSQL functions' parallel labels and BM25 ranking, nothing on SQLite).
 MIGRATIONS = (
     *BASELINE,
     "0007_cjk_gram_index",
     "0008_time_order_indexes",
     "0009_cjk_gram_changes",
     "0010_parallel_labels",
+    "0011_search_bm25",
 )
 
 #: The migration applied again whenever the full-text indexes are out of step

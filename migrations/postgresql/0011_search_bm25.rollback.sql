@@ -1,0 +1,18 @@
+DROP FUNCTION IF EXISTS hermes_bm25(tsvector, bigint, hermes_bm25_terms);
+DROP FUNCTION IF EXISTS hermes_bm25_term(float8, float8, float8, float8);
+DROP FUNCTION IF EXISTS hermes_lexeme_hits(tsvector, text[]);
+DROP FUNCTION IF EXISTS hermes_phrase_hits(tsvector, text[], boolean);
+DROP FUNCTION IF EXISTS hermes_bm25_terms(text[], boolean[]);
+DROP TYPE IF EXISTS hermes_bm25_terms;
+DROP TRIGGER IF EXISTS hermes_search_stats_insert ON messages;
+DROP TRIGGER IF EXISTS hermes_search_stats_delete ON messages;
+DROP TRIGGER IF EXISTS hermes_search_stats_update ON messages;
+DROP TRIGGER IF EXISTS hermes_search_stats_truncate ON messages;
+DROP FUNCTION IF EXISTS hermes_search_stats_inserted();
+DROP FUNCTION IF EXISTS hermes_search_stats_deleted();
+DROP FUNCTION IF EXISTS hermes_search_stats_updated();
+DROP FUNCTION IF EXISTS hermes_search_stats_truncated();
+DROP FUNCTION IF EXISTS hermes_search_stats_add(bigint, bigint);
+DROP TABLE IF EXISTS hermes_search_stats;
+ALTER TABLE messages DROP COLUMN IF EXISTS search_len;
+DROP FUNCTION IF EXISTS hermes_token_count(tsvector);
