@@ -244,6 +244,17 @@ def stats(db: Backend | None = None) -> dict[str, Any]:
     }
 
 
+def _schema_version_check(version: int | None) -> dict[str, Any]:
+    """The ``schema_version`` check, the same on a file and on a server."""
+    return _check(
+        "schema_version",
+        version == SCHEMA_VERSION,
+        f"{version}"
+        if version == SCHEMA_VERSION
+        else f"{version}: expected {SCHEMA_VERSION} (run `hermes-models migrate`)",
+    )
+
+
 def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "ok": ok, "detail": detail}
 
@@ -547,13 +558,7 @@ def doctor(db: Backend | None = None) -> dict[str, Any]:
     checks = [
         _sqlite_check(),
         _journal_check(db),
-        _check(
-            "schema_version",
-            version == SCHEMA_VERSION,
-            f"{version}"
-            if version == SCHEMA_VERSION
-            else f"{version}: expected {SCHEMA_VERSION} (run `hermes-models migrate`)",
-        ),
+        _schema_version_check(version),
         _integrity(db, present_fts_tables(db)),
         _foreign_keys(db),
         _parent_loops(db),
@@ -585,13 +590,7 @@ def _server_doctor(db: PostgresDatabase) -> dict[str, Any]:
     version = int(_one(db, postgres_sql.SCHEMA_VERSION))
     checks = [
         _check("server", True, f"PostgreSQL {_one(db, postgres_sql.SERVER_VERSION)}"),
-        _check(
-            "schema_version",
-            version == SCHEMA_VERSION,
-            f"{version}"
-            if version == SCHEMA_VERSION
-            else f"{version}: expected {SCHEMA_VERSION} (run `hermes-models migrate`)",
-        ),
+        _schema_version_check(version),
         _parent_loops(db),
         _trigram_check(db),
         _counters(db),
