@@ -236,6 +236,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgresql)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start what the chosen tests marked ``started_early`` wait for (a minute of a
+    lock held by another process, say): each waits in the background from here,
+    beside the tests run before it, and the test itself then reads the outcome."""
+    for item in session.items:
+        marker = item.get_closest_marker("started_early")
+        if marker is not None and marker.args[0] not in _STARTED_EARLY:
+            _STARTED_EARLY.append(marker.args[0])
+            marker.args[0]()
+
+
+#: What pytest_collection_finish started; each is stopped when the run ends.
+_STARTED_EARLY: list[Any] = []
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """End the child processes a failed test left running: Python's exit waits for
     every non-daemon child, and one still looping (an appender whose test raised
@@ -243,6 +258,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for child in multiprocessing.active_children():
         child.kill()
         child.join(10)
+    for started in _STARTED_EARLY:
+        started.stop()
 
 
 @pytest.fixture

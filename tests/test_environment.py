@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import multiprocessing
 import os
 import pwd
@@ -21,6 +22,8 @@ import resource
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -616,23 +619,91 @@ def test_a_second_handle_opened_in_this_process_keeps_its_sqlite_locks(
     assert sound(filled.db_path) == SOUND
 
 
+def wait_out_the_default_patience(folder: str) -> None:
+    """Run by :data:`DEFAULT_PATIENCE` in a process of its own: a store whose write
+    lock another process holds, a write with every setting at its default; prints
+    what came of it as a line of JSON."""
+    path = Path(folder) / "state.db"
+    build(path)
+    outcome: dict[str, Any] = {"raised": None}
+    with SessionDB(path) as store:
+        with locked_by_another_process(path):
+            started = time.monotonic()
+            try:
+                store.set_meta("k", "blocked")
+            except WriteConflictError as exc:
+                outcome = {"raised": type(exc).__name__, "message": str(exc)}
+            outcome["elapsed"] = time.monotonic() - started
+        outcome["value"] = store.get_meta("k")
+    print(json.dumps(outcome))
+
+
+class StartedEarly:
+    """A process that runs ``worker`` (a function of this module, given a folder of
+    its own) from the moment the run's tests are chosen (conftest's
+    ``pytest_collection_finish``), so that its minute of waiting passes beside the
+    tests run before the one that reads :meth:`outcome`. Its environment holds no
+    store key: the lock holder reads the file with plain SQLite."""
+
+    def __init__(self, worker: Callable[[str], None]) -> None:
+        self.worker = worker
+        self.folder: str | None = None
+        self.process: subprocess.Popen[str] | None = None
+
+    def __call__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="hermes-started-early-")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_MODELS_KEY")}
+        code = (
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"import {__name__} as m; m.{self.worker.__name__}({self.folder!r})"
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def stop(self) -> None:
+        """End the process if its test did not read it (a run stopped early)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def outcome(self) -> dict[str, Any]:
+        if self.process is None:
+            self()
+        assert self.process is not None and self.folder is not None
+        try:
+            out, err = self.process.communicate(timeout=600)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        assert self.process.returncode == 0, err[-4000:]
+        return dict(json.loads(out.splitlines()[-1]))
+
+
+DEFAULT_PATIENCE = StartedEarly(wait_out_the_default_patience)
+
+
 @pytest.mark.slow
-def test_the_default_write_patience_ends_in_a_clear_error_not_a_hang(filled: SessionDB) -> None:
+@pytest.mark.started_early(DEFAULT_PATIENCE)
+def test_the_default_write_patience_ends_in_a_clear_error_not_a_hang() -> None:
     """Attempts, each waiting out the 1 s busy timeout, with 20-150 ms pauses between,
     until the 60 s patience has passed: the last attempt may start just before."""
     assert writes_module.WRITE_PATIENCE_S == 60.0
-    with locked_by_another_process(filled.db_path):
-        started = time.monotonic()
-        with pytest.raises(WriteConflictError) as caught:
-            filled.set_meta("k", "blocked")
-        elapsed = time.monotonic() - started
-    found = re.search(r"for (\d+\.\d) s \((\d+) attempts; patience 60 s\)", str(caught.value))
-    assert found, str(caught.value)
+    outcome = DEFAULT_PATIENCE.outcome()
+    assert outcome["raised"] == "WriteConflictError", outcome
+    found = re.search(r"for (\d+\.\d) s \((\d+) attempts; patience 60 s\)", outcome["message"])
+    assert found, outcome["message"]
     low = writes_module.WRITE_PATIENCE_S
+    elapsed = outcome["elapsed"]
     assert low <= elapsed < low + writes_module.BUSY_TIMEOUT_S + writes_module.WRITE_RETRY_MAX_S + 5
     attempt = writes_module.BUSY_TIMEOUT_S + writes_module.WRITE_RETRY_MAX_S
     assert int(found[2]) >= low // attempt
-    assert filled.get_meta("k") == "v"
+    assert outcome["value"] == "v"
 
 
 def test_read_only_handle_on_a_file_without_the_store_is_refused_clearly(tmp_path: Path) -> None:

@@ -625,7 +625,11 @@ class ServerStoreMachine(StoreMachine):
             self.server.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-ServerStoreMachine.TestCase.settings = StoreMachine.TestCase.settings
+# Half the examples on the server: the rules and their checks are the file's, each
+# example pays a database of its own, and the file's run draws the other half.
+ServerStoreMachine.TestCase.settings = settings(
+    StoreMachine.TestCase.settings, max_examples=StoreMachine.TestCase.settings.max_examples // 2
+)
 TestServerStoreAgreesWithModel = pytest.mark.postgresql(
     pytest.mark.slow(ServerStoreMachine.TestCase)
 )
