@@ -284,12 +284,12 @@ def _sqlite_check() -> dict[str, Any]:
 def _journal_mode(db: Backend) -> str:
     """The journal mode the file is in, lower-cased. A handle reading an immutable
     snapshot (a WAL file in a read-only folder without its ``-shm``) reads no WAL and
-    says ``delete`` whatever the file is in: the file's header says instead."""
+    says ``delete`` whatever the file is in: the file's header says instead, and
+    ``"unknown"`` when it cannot (an encrypted file's header is encrypted)."""
     params = db.uri_params if isinstance(db, SqliteFile) else None
     if params is not None and params.get("immutable") == "1":
-        recorded = header_journal_mode(db.path)
-        if recorded is not None:
-            return recorded
+        # An encrypted file keeps its header encrypted: its mode is not known then.
+        return header_journal_mode(db.path) or "unknown"
     return str(_one(db, sqlite_sql.JOURNAL_MODE)).lower()
 
 

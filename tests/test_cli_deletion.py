@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import plain_connection, target_of
+from conftest import EXPORT_FLAGS, plain_connection, target_of
 
 from hermes_models import Session, SessionDB
 
@@ -174,11 +174,13 @@ def test_a_time_no_date_can_stand_for_breaks_no_command(
     shown = script("show", "--db", path, "far", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "from far away" in shown.stdout
-    exported = script("export", "--db", path, "--format", "md", "-o", "out.md", cwd=tmp_path)
+    exported = script(
+        "export", "--db", path, *EXPORT_FLAGS, "--format", "md", "-o", "out.md", cwd=tmp_path
+    )
     assert exported.returncode == 0, exported.stderr
     text = (tmp_path / "out.md").read_text(encoding="utf-8")
     assert "1e+308" in text and "from far away" in text
-    bundle = script("export", "--db", path, "-o", "out.jsonl", cwd=tmp_path)
+    bundle = script("export", "--db", path, *EXPORT_FLAGS, "-o", "out.jsonl", cwd=tmp_path)
     assert bundle.returncode == 0, bundle.stderr
     refused = script("import", "--db", empty, "out.jsonl", cwd=tmp_path)
     assert refused.returncode == 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EXPORT_FLAGS
 from console_script import build_demo_store, run
 from pg_server import Server
 
@@ -47,7 +48,7 @@ COMMANDS = {
     "redact --dry-run": (["redact", "--dry-run"], False),
     "redact": (["redact"], True),
     "import": (["import", "bundle.jsonl"], True),
-    "export": (["export", "-o", "out.jsonl"], True),
+    "export": (["export", *EXPORT_FLAGS, "-o", "out.jsonl"], True),
     "backup": (["backup", "copies/"], True),
 }
 

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import target_of
+from conftest import EXPORT_FLAGS, target_of
 from console_script import build_demo_store, environment, run
 
 from hermes_models import SessionDB
@@ -218,8 +218,12 @@ _REDRAW = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\r\n]")
 #: :func:`test_progress_names_what_it_counts` makes (the demo store, its bundle, a
 #: folder of one transcript).
 PROGRESS = [
-    (["export", "--db", "demo.db", "-o", "out.jsonl"], "exporting", "messages"),
-    (["export", "--db", "demo.db", "--format", "md", "-o", "out.md"], "exporting", "sessions"),
+    (["export", "--db", "demo.db", *EXPORT_FLAGS, "-o", "out.jsonl"], "exporting", "messages"),
+    (
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "--format", "md", "-o", "out.md"],
+        "exporting",
+        "sessions",
+    ),
     (["import", "demo.jsonl", "--db", "new.db"], "importing", "rows"),
     (["import", "transcripts", "--db", "new.db"], "importing", "files"),
     (["optimize", "--rebuild", "--db", "demo.db"], "indexing", "messages"),

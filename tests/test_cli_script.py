@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import test_cli_formats
+from conftest import ENCRYPTED_RUN, EXPORT_FLAGS
 from console_script import (
     SCRIPT,
     build_demo_store,
@@ -77,10 +78,14 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def work(template: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the template files for one test."""
+def work(template: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A fresh copy of the template files for one test (its demo store made again,
+    plain, for a test marked plaintext_file when the template's is encrypted)."""
     target = tmp_path / "work"
     shutil.copytree(template, target)
+    if ENCRYPTED_RUN and request.node.get_closest_marker("plaintext_file") is not None:
+        (target / "demo.db").unlink()
+        build_demo_store(target / "demo.db")
     return target
 
 
@@ -177,13 +182,31 @@ CASES = [
         "--rank-window",
     ),
     ("search: no file", ["search", "--db", "missing.db", "x"], "", 1, "does not exist"),
-    ("export: a bundle", ["export", "--db", "demo.db", "-o", "out.jsonl"], "", 0, "wrote 6"),
-    ("export: unknown", ["export", "--db", "demo.db", "--session", "nope"], "", 1, "no session"),
+    (
+        "export: a bundle",
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "-o", "out.jsonl"],
+        "",
+        0,
+        "wrote 6",
+    ),
+    (
+        "export: unknown",
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "--session", "nope"],
+        "",
+        1,
+        "no session",
+    ),
     ("export: bad format", ["export", "--db", "demo.db", "--format", "xml"], "", 2, "--format"),
-    ("export: bad folder", ["export", "--db", "demo.db", "-o", "no/dir/x.jsonl"], "", 1, "Error"),
+    (
+        "export: bad folder",
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "-o", "no/dir/x.jsonl"],
+        "",
+        1,
+        "Error",
+    ),
     (
         "export: no file can be made there",
-        ["export", "--db", "demo.db", "-o", "/proc/x.jsonl"],
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "-o", "/proc/x.jsonl"],
         "",
         1,
         "Error: cannot write /proc/x.jsonl: No such file or directory\n",
@@ -259,7 +282,7 @@ CASES = [
     # The command line's words, not the library's ("pass overwrite=True").
     (
         "export: file exists",
-        ["export", "--db", "demo.db", "-o", "junk.db"],
+        ["export", "--db", "demo.db", *EXPORT_FLAGS, "-o", "junk.db"],
         "",
         1,
         "junk.db already exists (--force replaces it)",
@@ -284,10 +307,20 @@ CASES = [
 ]
 
 
+#: Rows about a plain file; under HERMES_TEST_ENCRYPTED=1 their store stays plain.
+PLAIN_FILE_ROWS = {"encrypt: no new key", "decrypt: a plain file", "rekey: a plain file"}
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "status", "expected"),
-    [case[1:] for case in CASES],
-    ids=[case[0] for case in CASES],
+    [
+        pytest.param(
+            *case[1:],
+            id=case[0],
+            marks=[pytest.mark.plaintext_file] if case[0] in PLAIN_FILE_ROWS else [],
+        )
+        for case in CASES
+    ],
 )
 def test_exit_status_of_every_command(
     work: Path, args: list[str], stdin: str, status: int, expected: str
@@ -383,7 +416,9 @@ def test_a_closed_pipe_of_a_table_ends_quietly(big_store: Path) -> None:
 # -- python -m, and --db -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["sessions"], ["sessions", "--json"], ["export"], ["stats"]])
+@pytest.mark.parametrize(
+    "args", [["sessions"], ["sessions", "--json"], ["export", *EXPORT_FLAGS], ["stats"]]
+)
 def test_a_closed_standard_output_is_one_error_line_and_changes_nothing(
     work: Path, args: list[str]
 ) -> None:
@@ -681,7 +716,7 @@ READING = [
     ["resume", "demo-retries"],
     ["search", "事件循环"],
     ["search", "asyncio", "--sessions"],
-    ["export"],
+    ["export", *EXPORT_FLAGS],
     ["stats"],
     ["doctor"],
     ["prune", "--older-than", "0", "--dry-run"],
@@ -768,10 +803,12 @@ def test_stats_and_doctor_report_the_journal_mode_of_a_file_read_as_a_snapshot(
         path.parent.chmod(0o755)
     warnings = snapshot_warning(path) if journal_mode == "wal" else ""
     assert (stats.returncode, stats.stderr) == (0, warnings)
-    assert json.loads(stats.stdout)[0]["journal_mode"] == journal_mode
-    assert f"schema                v16 ({journal_mode} journal)" in table.stdout.splitlines()
+    # An encrypted file's header, where the mode is recorded, is encrypted too.
+    shown = "unknown" if ENCRYPTED_RUN and journal_mode == "wal" else journal_mode
+    assert json.loads(stats.stdout)[0]["journal_mode"] == shown
+    assert f"schema                v16 ({shown} journal)" in table.stdout.splitlines()
     [check] = [c for c in json.loads(doctor.stdout) if c["name"] == "journal mode"]
-    assert check["detail"].split(":")[0] == journal_mode, check
+    assert check["detail"].split(":")[0] == shown, check
 
 
 def test_a_read_only_shm_file_left_by_a_reader_does_not_refuse_a_write(work: Path) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import EXPORT_FLAGS
 from console_script import SCRIPT, environment, run
 from rich.cells import cell_len
 
@@ -378,7 +379,7 @@ def test_every_other_command_at_80_columns(
     expectations = [
         (["migrate", "--db", "m.db"], "m.db: schema up to date"),
         (["resume", "--db", "s.db", ids["root"]], ids["tip"]),
-        (["export", "--db", "s.db", "-o", "b.jsonl"], f"wrote {totals} to b.jsonl"),
+        (["export", "--db", "s.db", *EXPORT_FLAGS, "-o", "b.jsonl"], f"wrote {totals} to b.jsonl"),
         (["import", "b.jsonl", "--db", "i.db"], f"imported {totals}"),
         (["archive", "--db", "s.db", ids["fork"]], f"archived {ids['fork']}"),
         (["backup", "--db", "s.db", "copies/"], "integrity_check ok"),

@@ -104,6 +104,7 @@ def test_an_unknown_setting_is_an_error_naming_the_variable() -> None:
         driver.choose("apsw")
 
 
+@pytest.mark.plaintext_file  # it runs the standard library's sqlite3, which has no cipher
 @pytest.mark.slow  # new Python processes
 def test_a_process_told_to_use_the_standard_module_uses_it_for_everything(
     tmp_path: Path,
@@ -131,6 +132,7 @@ def test_a_process_told_to_use_the_standard_module_uses_it_for_everything(
     assert done.stderr.count("has the WAL-reset bug") == 1
 
 
+@pytest.mark.plaintext_file  # it runs the standard library's sqlite3, which has no cipher
 @pytest.mark.slow  # a new Python process
 def test_without_pysqlite3_the_standard_module_runs_everything(tmp_path: Path) -> None:
     # A platform without a wheel: pysqlite3 (nor sqlcipher3) cannot be imported.

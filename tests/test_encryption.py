@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_script import environment, run
+from console_script import environment, make_read_only, run, run_unprivileged
 
 import hermes_models
 from hermes_models import EncryptedStoreError, SessionDB, UnsafeFileError, driver
@@ -244,6 +244,41 @@ def test_doctor_checks_an_encrypted_store_whole(tmp_path: Path) -> None:
     with SessionDB(path, key="k") as store:
         report: dict[str, Any] = hermes_models.health.doctor(store.database)
     assert [check["name"] for check in report["checks"] if not check["ok"]] == []
+
+
+def test_a_read_only_encrypted_file_is_read_and_refused_for_writing_by_name(
+    tmp_path: Path,
+) -> None:
+    # Reading the first page under the key is where SQLite refuses a read-only file
+    # (before the check that names it gave way to "attempt to write a readonly database").
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = folder / "state.db"
+    fill(path, key="k")
+    for sidecar in folder.glob("state.db-*"):
+        sidecar.unlink()
+    before = path.read_bytes()
+    env = {**environment(folder), cipher.KEY_VARIABLE: "k"}
+    make_read_only(path, folder)
+    try:
+        written = run_unprivileged("vacuum", "--db", str(path), cwd=folder, env=env)
+        shown = run_unprivileged("stats", "--json", "--db", str(path), cwd=folder, env=env)
+        found = run_unprivileged("search", CANARY, "--json", "--db", str(path), cwd=folder, env=env)
+    finally:
+        folder.chmod(0o755)
+        path.chmod(0o600)
+    assert (written.returncode, written.stdout, written.stderr) == (
+        1,
+        "",
+        f"Error: {path} cannot be written here (the file or its folder is read-only)\n",
+    )
+    assert shown.returncode == 0, shown.stderr
+    [stats] = json.loads(shown.stdout)
+    assert (stats["sessions"], stats["journal_mode"]) == (3, "unknown")  # the header is encrypted
+    assert found.returncode == 0, found.stderr
+    assert len(json.loads(found.stdout)) == 3
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["state.db"]
 
 
 # -- the command line ---------------------------------------------------------------------------

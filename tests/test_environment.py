@@ -45,6 +45,7 @@ from hermes_models import (
 from hermes_models.cli.commands import main
 from hermes_models.driver import sqlite3
 from hermes_models.store import writes as writes_module
+from hermes_models.store.cipher import open_file
 
 from snapshots import snapshot
 
@@ -540,7 +541,8 @@ def test_the_os_refusing_to_grow_the_file_fails_writes_cleanly(db_path: Path) ->
 
 
 def hold_write_lock(path: str, ready: Any, release: Any) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
+    # With the store's key where the environment gives one (HERMES_TEST_ENCRYPTED=1).
+    conn = open_file(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT INTO state_meta (key, value) VALUES ('holder', 'uncommitted')")

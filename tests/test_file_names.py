@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from conftest import EXPORT_FLAGS
 from console_script import run_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -251,14 +252,14 @@ def test_the_commands_write_and_read_a_tilde_after_a_folder_where_it_names(
         done = run_module(*args, cwd=tmp_path, env=env)
         return done.returncode, done.stdout, done.stderr
 
-    assert run("export", "-o", "./~/x.jsonl") == (
+    assert run("export", *EXPORT_FLAGS, "-o", "./~/x.jsonl") == (
         0,
         "wrote 1 session and 1 message to ./~/x.jsonl\n",
         "",
     )
     assert os.listdir(tmp_path / "~") == ["x.jsonl"]
     # Messages name the folder "~" here, not what reads as the home folder ("~/x.jsonl").
-    assert run("export", "-o", "./~/x.jsonl") == (
+    assert run("export", *EXPORT_FLAGS, "-o", "./~/x.jsonl") == (
         1,
         "",
         f"Error: {tmp_path}/~/x.jsonl already exists (--force replaces it)\n",

@@ -282,6 +282,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.plaintext_file  # the killed writer is the standard library's sqlite3
 @pytest.mark.slow  # a process that dies mid-transaction
 def test_a_hot_journal_is_rolled_back_by_a_writable_open_and_named_by_a_read_only_one(
     tmp_path: Path,

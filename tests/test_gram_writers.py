@@ -270,6 +270,7 @@ def test_another_programs_text_that_is_not_utf8_blocks_no_write_and_no_search(
 
 
 # Five console-script processes (~0.4 s each).
+@pytest.mark.plaintext_file  # the bytes are written with the standard library's sqlite3
 @pytest.mark.slow
 def test_whole_store_commands_read_text_that_is_not_utf8_and_name_the_row(
     tmp_path: Path,
@@ -577,6 +578,7 @@ TestGramIndexAgreesWithTheOracleUnderEveryWriter = pytest.mark.slow(GramWriters.
 
 
 # Hermes v16's released code in a process of its own (~5 s).
+@pytest.mark.plaintext_file  # Hermes v16 writes with the standard library's sqlite3
 @pytest.mark.slow
 def test_a_real_hermes_v16_process_writing_beside_ours_leaves_every_search_exact(
     tmp_path: Path,

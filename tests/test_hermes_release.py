@@ -15,7 +15,10 @@ from hermes_release import HermesError, HermesProcess
 
 from hermes_models import SessionDB
 
-pytestmark = pytest.mark.slow  # installs and starts Hermes' releases
+pytestmark = [
+    pytest.mark.slow,  # installs and starts Hermes' releases
+    pytest.mark.plaintext_file,  # Hermes opens the file with the standard library's sqlite3
+]
 
 #: The columns of a message at v16: every release returns at least these.
 V16_MESSAGE_KEYS = (

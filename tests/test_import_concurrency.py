@@ -28,6 +28,7 @@ import pytest
 import hermes_models.transfer.importer as importer_module
 from hermes_models import ImportConflictError, SessionDB
 from hermes_models.driver import sqlite3
+from hermes_models.store.cipher import open_file
 from hermes_models.store.files import sqlite_uri
 from hermes_models.store.holders import local_holder
 from hermes_models.transfer import pg_staging, staging
@@ -103,7 +104,8 @@ def _appender(path: str, stop: str, conn: Connection) -> None:
 def _reader(path: str, stop: str, expected: int, conn: Connection) -> None:
     """Watch imported sessions; each one seen must already hold all its messages."""
     seen, torn, polls = 0, [], 0
-    reader = sqlite3.connect(sqlite_uri(Path(path), mode="ro"), uri=True)
+    # With the store's key where the environment gives one (HERMES_TEST_ENCRYPTED=1).
+    reader = open_file(sqlite_uri(Path(path), mode="ro"), uri=True)
     while not os.path.exists(stop):
         reader.execute("BEGIN")
         rows = reader.execute(

@@ -246,6 +246,7 @@ def test_the_connection_knows_its_own_sqlite(tmp_path: Path) -> None:
 # -- what users see -------------------------------------------------------------------------------
 
 
+@pytest.mark.plaintext_file  # the vulnerable SQLite has no cipher
 @pytest.mark.slow  # console-script runs on the standard library's SQLite
 def test_the_cli_on_a_vulnerable_sqlite_keeps_files_out_of_wal_and_doctor_marks_exposed(
     tmp_path: Path,
@@ -312,6 +313,7 @@ def test_the_cli_journal_options_are_honoured_and_checked(tmp_path: Path) -> Non
     assert os.path.exists(path) and health.doctor(hermes_models.connect(path))["ok"]
 
 
+@pytest.mark.plaintext_file  # Hermes and the vulnerable SQLite have no cipher
 @pytest.mark.slow  # Hermes v31's own code in a process of its own
 def test_hermes_v31_on_the_vulnerable_sqlite_keeps_files_as_this_package_does(
     tmp_path: Path,

@@ -19,7 +19,10 @@ import pytest
 import hermes_models
 from hermes_models import SessionDB, driver, health
 
-pytestmark = pytest.mark.slow  # processes writing for seconds
+pytestmark = [
+    pytest.mark.slow,  # processes writing for seconds
+    pytest.mark.plaintext_file,  # some of them on the standard library's sqlite3
+]
 
 SECONDS = float(os.environ.get("HERMES_MODELS_STRESS_SECONDS", "8"))
 WRITERS = 4

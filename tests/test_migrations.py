@@ -409,6 +409,7 @@ def test_migrate_creates_the_file_mode_0600(db_path: Path) -> None:
     assert oct(db_path.stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.plaintext_file  # yoyo's own command runs the standard library's sqlite3
 @pytest.mark.slow  # yoyo's console script
 def test_yoyo_rollback_all_then_apply_again(tmp_path: Path) -> None:
     path, fresh = tmp_path / "state.db", tmp_path / "fresh.db"

@@ -109,6 +109,7 @@ READ_COMMANDS = (
 )
 
 
+@pytest.mark.plaintext_file  # the files are Hermes' own, made with the standard library's sqlite3
 @pytest.mark.slow  # seventeen console-script runs a shape
 @pytest.mark.parametrize("shape", newer.SHAPES)
 def test_the_cli_read_commands_change_no_byte_of_the_file(store_file: Path, shape: str) -> None:
@@ -283,6 +284,7 @@ for i in range(count):
 """
 
 
+@pytest.mark.plaintext_file  # a Hermes process writes the file with the standard library's sqlite3
 @pytest.mark.slow  # a Hermes process beside
 @pytest.mark.parametrize("shape", ["v30", "v31"])
 def test_reading_while_a_hermes_process_keeps_appending(

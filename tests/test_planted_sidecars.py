@@ -42,7 +42,10 @@ USER = 64123
 VICTIMS = {"root": 0, "user": USER}
 ROUTES = ("direct", "link to the file", "link to a folder on the way", "hard links")
 
-pytestmark = pytest.mark.slow  # each test runs a dozen processes as three users
+pytestmark = [
+    pytest.mark.slow,  # each test runs a dozen processes as three users
+    pytest.mark.plaintext_file,  # the attacker reads the sidecars' bytes
+]
 
 
 def _name(uid: int) -> str:

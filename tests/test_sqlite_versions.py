@@ -22,7 +22,10 @@ import hermes_models
 from hermes_models import SessionDB, driver, health
 from hermes_models.driver import sqlite3
 
-pytestmark = pytest.mark.slow  # starts Hermes v16 in a process of its own
+pytestmark = [
+    pytest.mark.slow,  # starts Hermes v16 in a process of its own
+    pytest.mark.plaintext_file,  # two SQLites without a cipher write one file
+]
 
 T0 = 1_700_000_000.0
 MULTIMODAL = [

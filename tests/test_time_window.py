@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from conftest import EXPORT_FLAGS
 from console_script import environment, run
 
 from hermes_models import SessionDB
@@ -126,7 +127,7 @@ def test_the_console_script_takes_dates_and_durations(tmp_path: Path) -> None:
     assert sorted(ids("search", "lantern", "--sessions", "--since", "2026-11-04")) == ["day-4"]
     exported = tmp_path / "out.jsonl"
     done = run(
-        "--db", str(db), "export", "--since", "2026-11-04", "-o", str(exported),
+        "--db", str(db), "export", *EXPORT_FLAGS, "--since", "2026-11-04", "-o", str(exported),
         cwd=tmp_path, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -652,7 +652,14 @@ def check_writable(path: StrPath) -> None:
     """
     if not os.path.isfile(path) or not _has_content(path):
         return
-    conn = open_file(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
+    try:
+        # An encrypted file is read as its key is given (its first page): on a
+        # read-only file that read may be what SQLite refuses.
+        conn = open_file(sqlite_uri(path), uri=True, timeout=0, isolation_level=None)
+    except sqlite3.Error as exc:
+        if is_read_only_error(exc):
+            raise read_only_file_error(path) from exc
+        return  # the open that follows says what is wrong, in its own words
     try:
         # Changing a page is what SQLite refuses on a read-only file; rolled back,
         # the change never reaches the file.
