@@ -30,10 +30,11 @@ SERVER_VERSION = "SHOW server_version"
 #: The Hermes schema version the store holds.
 SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
 
-#: The first statement of every write transaction (see PostgresDatabase.write).
-SERIALIZABLE = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
-#: The first statement of a write that only adds rows (PostgresDatabase.write_new_rows).
-REPEATABLE_READ = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+#: How every write transaction begins (see PostgresDatabase.write): the isolation
+#: level travels in the BEGIN, one round trip.
+BEGIN_SERIALIZABLE = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+#: How a write that only adds rows begins (PostgresDatabase.write_new_rows).
+BEGIN_REPEATABLE_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
 #: Transactions of a read-only handle refuse writes.
 READ_ONLY_SESSION = "SET default_transaction_read_only = on"
