@@ -359,25 +359,31 @@ def within(budget: float | None, run: Callable[[], T]) -> T:
     """``run()`` in a transaction (a savepoint inside the caller's) whose statements
     stop after ``budget`` seconds (None: no limit) and are planned for their own
     values (``plan_cache_mode``: see :data:`hermes_models.store.postgres_sql.SET_CUSTOM_PLANS`);
-    both settings are set back afterwards.
+    both settings are set back afterwards (by the transaction's end, or inside a
+    caller's transaction by a statement).
 
     Raises:
         OutOfTime: the server cancelled a statement when the budget ran out.
     """
     db = current()
+    # Set for the transaction only (set_config's is_local): its COMMIT sets them back,
+    # a round trip saved; inside a caller's transaction they are set back here.
+    nested = db.in_transaction()
     try:
         with db.atomic():
             if budget is None:
                 (plans, _) = execute(sql.SET_CUSTOM_PLANS, []).fetchone()
                 result = run()
-                execute(sql.RESET_PLAN_CACHE_MODE, [plans])
+                if nested:
+                    execute(sql.RESET_PLAN_CACHE_MODE, [plans])
                 return result
             milliseconds = max(1, round(budget * 1000))
             (timeout, plans, _, _) = execute(
                 sql.SET_STATEMENT_TIMEOUT, [f"{milliseconds}ms"]
             ).fetchone()
             result = run()
-            execute(sql.RESET_STATEMENT_TIMEOUT, [timeout, plans])
+            if nested:
+                execute(sql.RESET_STATEMENT_TIMEOUT, [timeout, plans])
             return result
     except peewee.DatabaseError as exc:
         cause = exc.args[0] if exc.args else None
