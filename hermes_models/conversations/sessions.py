@@ -288,15 +288,26 @@ def add_token_counts(
         if text is not None:
             values[field] = text
 
+    increments = {f: a for f, a in counters.items() if a is not None}
+    # A server that refuses an overflowing sum itself needs no read first (a round trip
+    # a call); its refusal is worded as the check words it, by the same read afterwards.
+    server_checks = current().refuses_overflow
+
     def run() -> None:
         Session.insert(
             id=session_id, source="unknown", started_at=time.time()
         ).on_conflict_ignore().execute()
-        if not absolute:
-            check_increments(session_id, {f: a for f, a in counters.items() if a is not None})
+        if not absolute and not server_checks:
+            check_increments(session_id, increments)
         Session.update(values).where(Session.id == session_id).execute()
 
-    write(run)
+    try:
+        write(run)
+    except peewee.DataError:
+        if absolute or not server_checks:
+            raise
+        check_increments(session_id, increments)  # raises ValueError naming the counter
+        raise
 
 
 def set_archived(session_id: str, archived: bool) -> bool:
