@@ -294,10 +294,21 @@ def add_token_counts(
     server_checks = current().refuses_overflow
 
     def run() -> None:
+        if server_checks:
+            # One statement: an unknown session is made with what the update gives a
+            # new row (each counter its amount, each label its text), a known one updated.
+            fresh: dict[Any, Any] = {Session.id: session_id, Session.source: "unknown"}
+            fresh[Session.started_at] = time.time()
+            fresh.update(
+                (f, t) for f, t in {**fill_if_null, **replace_if_given}.items() if t is not None
+            )
+            fresh.update(increments)
+            Session.insert(fresh).on_conflict(conflict_target=[Session.id], update=values).execute()
+            return
         Session.insert(
             id=session_id, source="unknown", started_at=time.time()
         ).on_conflict_ignore().execute()
-        if not absolute and not server_checks:
+        if not absolute:
             check_increments(session_id, increments)
         Session.update(values).where(Session.id == session_id).execute()
 
