@@ -9,12 +9,13 @@ are filled only while they are NULL.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 import peewee
-from peewee import fn
+from peewee import Value, fn
 
 from ..checks import (
     check_amount,
@@ -295,15 +296,16 @@ def add_token_counts(
 
     def run() -> None:
         if server_checks:
-            # One statement: an unknown session is made with what the update gives a
-            # new row (each counter its amount, each label its text), a known one updated.
-            fresh: dict[Any, Any] = {Session.id: session_id, Session.source: "unknown"}
-            fresh[Session.started_at] = time.time()
-            fresh.update(
-                (f, t) for f, t in {**fill_if_null, **replace_if_given}.items() if t is not None
+            given: dict[str, Any] = {_column(f): a for f, a in increments.items()}
+            labels = {**fill_if_null, **replace_if_given}
+            given.update((_column(f), t) for f, t in labels.items() if t is not None)
+            upsert = _token_upsert(
+                absolute,
+                tuple(_column(f) for f in increments),
+                tuple(_column(f) for f, t in fill_if_null.items() if t is not None),
+                tuple(_column(f) for f, t in replace_if_given.items() if t is not None),
             )
-            fresh.update(increments)
-            Session.insert(fresh).on_conflict(conflict_target=[Session.id], update=values).execute()
+            upsert.execute(current(), sid=session_id, started=time.time(), **given)
             return
         Session.insert(
             id=session_id, source="unknown", started_at=time.time()
@@ -319,6 +321,43 @@ def add_token_counts(
             raise
         check_increments(session_id, increments)  # raises ValueError naming the counter
         raise
+
+
+def _column(field: Any) -> str:
+    """A ``Session`` field's attribute name (the key of its slot)."""
+    return str(field.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _token_upsert(
+    absolute: bool, counted: tuple[str, ...], filled: tuple[str, ...], replaced: tuple[str, ...]
+) -> Prepared:
+    """:func:`add_token_counts` as one statement where the server refuses an overflow: an
+    unknown session made with what the update gives a new row (each counter its amount,
+    each label its text), a known one updated; rendered once per set of fields given."""
+
+    def build(**slots: Any) -> Any:
+        fresh: dict[Any, Any] = {
+            Session.id: Value(slots["sid"], converter=None),
+            Session.source: "unknown",
+            Session.started_at: Value(slots["started"], converter=None),
+        }
+        update: dict[Any, Any] = {}
+        for name in counted:
+            field, amount = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = amount
+            update[field] = amount if absolute else fn.COALESCE(field, 0) + amount
+        for name in filled:
+            field, text = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = text
+            update[field] = fn.COALESCE(field, text)
+        for name in replaced:
+            field, text = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = text
+            update[field] = text
+        return Session.insert(fresh).on_conflict(conflict_target=[Session.id], update=update)
+
+    return Prepared(build, "sid", "started", *counted, *filled, *replaced)
 
 
 def set_archived(session_id: str, archived: bool) -> bool:
