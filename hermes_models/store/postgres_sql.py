@@ -302,17 +302,36 @@ def _neighbour(compare: str, order: str, active: bool) -> str:
     )
 
 
-def hit_context(include_inactive: bool) -> str:
-    """For each hit of ``%s`` (ids, ``bigint[]``): id, role and content of the message
-    before it in its session, role and content of the one after (by time, then id)."""
+def with_context(page: str, include_inactive: bool) -> str:
+    """``page`` (a statement of hits whose columns include ``id``, ``session_id`` and
+    ``timestamp``) in its order, each row followed by its rank in it, then the role and
+    content of the message before the hit in its session and of the one after (by time,
+    then id; rewound ones left out unless ``include_inactive``): the page and the
+    messages around its hits in one round trip."""
     active = not include_inactive
     return (
-        "SELECT h.id, p.role, p.content, n.role, n.content FROM messages h "
+        "SELECT h.*, p.role, p.content, n.role, n.content FROM"
+        " (SELECT q.*, row_number() OVER () AS hermes_n FROM ("
+        + page
+        + ") q) h "
         + _neighbour("<", "DESC", active)
         + " p ON true "
         + _neighbour(">", "ASC", active)
-        + " n ON true WHERE h.id = ANY(%s)"
+        + " n ON true ORDER BY h.hermes_n"
     )
+
+
+def begin_search(timeout_ms: int | None) -> str:
+    """A search's own transaction begun with its settings in the same round trip: two
+    statements and no parameters (the simple query protocol; the timeout is an integer
+    written in): custom plans (:data:`SET_CUSTOM_PLANS`) and, when given, the time budget
+    as ``statement_timeout``, both for the transaction only (its end sets them back)."""
+    timeout = (
+        ""
+        if timeout_ms is None
+        else f"set_config('statement_timeout', '{int(timeout_ms)}ms', true), "
+    )
+    return "BEGIN; SELECT " + timeout + "set_config('plan_cache_mode', 'force_custom_plan', true)"
 
 
 #: ``(id, content, tool_name, tool_calls)`` of messages ``%s`` (ids, ``bigint[]``).
