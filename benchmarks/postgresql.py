@@ -22,7 +22,11 @@ Three parts (``--only hot,search,writers``; all by default):
   its own session through ``SessionDB.append_message`` for ``--seconds``
   seconds, all released at once, on a fresh file / fresh database per run:
   throughput, p50 / p99 / max latency of one append, errors (the row counts
-  are checked afterwards).
+  are checked afterwards). ``--searchers N`` runs N processes beside them,
+  each calling ``search_messages`` (the queries of ``SEARCHES`` in turn):
+  searches/s, p50 / p99 / max, errors. ``--writers-corpus N`` runs them on a
+  copy of the search corpus of N messages (a database made with the corpus
+  as template, a copy of the file) instead of an empty store.
 
 The server: ``--url`` (an admin URL of an existing server; databases named
 ``hermes_bench_*`` are created on it), else a cluster of the system's
@@ -36,13 +40,14 @@ its fsync; only ``max_connections=200`` is changed (64 writers and more).
 
 Run: python benchmarks/postgresql.py [--messages 100000 1000000] [--only hot,search,writers]
      [--url postgresql://...] [--rounds N] [--search-rounds N] [--writers 8,32,64]
-     [--seconds 10] [--dir /tmp/hermes-pgbench]
+     [--seconds 10] [--searchers 0] [--writers-corpus N] [--dir /tmp/hermes-pgbench]
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import multiprocessing
 import os
 import pwd
@@ -708,15 +713,81 @@ def writer(target: str, index: int, seconds: float, barrier: Any, results: Any) 
     results.put((latencies, errors))
 
 
+#: What the searchers of ``--searchers`` ask, in turn (words, CJK, mixed; both orders).
+SEARCHES: tuple[tuple[str, str | None], ...] = (
+    ("checkpoint", "newest"),
+    ("checkpoint", None),
+    ("数据", None),
+    ("国我", None),
+    ("checkpoint 事件循环", None),
+    ("asyncio timeout", None),
+)
+
+
+def searcher(target: str, index: int, seconds: float, barrier: Any, results: Any) -> None:
+    """Search for ``seconds`` (the queries of :data:`SEARCHES` in turn); report latencies
+    and errors."""
+    store = SessionDB(target)
+    store.search_messages("checkpoint", time_budget=None)  # connected, warm
+    latencies: list[float] = []
+    errors: list[str] = []
+    barrier.wait()
+    end = time.monotonic() + seconds
+    n = index
+    while time.monotonic() < end:
+        query, sort = SEARCHES[n % len(SEARCHES)]
+        started = time.perf_counter()
+        try:
+            store.search_messages(query, sort=sort, time_budget=None)
+        except Exception as exc:  # counted, not raised
+            errors.append(f"{type(exc).__name__}: {exc}")
+        latencies.append(time.perf_counter() - started)
+        n += 1
+    store.close()
+    results.put((latencies, errors))
+
+
+def corpus_copy(url: str, folder: Path, messages: int, backend: str, label: str) -> str:
+    """A copy of the search corpus at ``messages`` for one run (a database made from the
+    corpus database as template, or a copy of the file)."""
+    source = sqlite_corpus(folder, messages)
+    if backend == "postgresql":
+        corpus = pg_corpus(url, source, messages)
+        name = f"hermes_bench_{label}"
+        admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin(url, f"CREATE DATABASE {name} TEMPLATE {urlsplit(corpus).path.lstrip('/')}")
+        return with_database(url, name)
+    path = folder / f"{label}.db"
+    for old in folder.glob(path.name + "*"):
+        old.unlink()
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(path)) as dst,
+    ):
+        src.backup(dst)
+    return str(path)
+
+
 def writers(
-    folder: Path, template: Template, counts: list[int], seconds: float, backends: list[str]
+    folder: Path,
+    template: Template,
+    counts: list[int],
+    seconds: float,
+    backends: list[str],
+    searchers: int = 0,
+    corpus: int | None = None,
 ) -> None:
-    """``count`` processes appending at once for ``seconds``, per backend."""
+    """``count`` processes appending at once for ``seconds``, per backend, beside
+    ``searchers`` processes searching; on an empty store, or on a copy of the search
+    corpus at ``corpus`` messages."""
     lines = []
+    search_lines = []
     ctx = multiprocessing.get_context("spawn")
     for count in counts:
         for backend in backends:
-            if backend == "postgresql":
+            if corpus is not None:
+                target = corpus_copy(template.url, folder, corpus, backend, f"writers_{count}")
+            elif backend == "postgresql":
                 target = template.fresh(f"writers_{count}")
             else:
                 path = folder / f"writers-{count}.db"
@@ -724,27 +795,35 @@ def writers(
                     old.unlink()
                 SessionDB(path).close()
                 target = str(path)
-            barrier = ctx.Barrier(count + 1)
+            with contextlib.closing(SessionDB(target, read_only=True)) as first:
+                rows_before = first.message_count(include_inactive=True)
+            barrier = ctx.Barrier(count + searchers + 1)
             queue = ctx.Queue()
+            found = ctx.Queue()
             procs = [
                 ctx.Process(target=writer, args=(target, i, seconds, barrier, queue))
                 for i in range(count)
             ]
-            for proc in procs:
+            readers = [
+                ctx.Process(target=searcher, args=(target, i, seconds, barrier, found))
+                for i in range(searchers)
+            ]
+            for proc in procs + readers:
                 proc.start()
             before = load()
             barrier.wait()
             started = time.perf_counter()
             collected = [queue.get() for _ in procs]
             elapsed = time.perf_counter() - started
-            for proc in procs:
+            searched = [found.get() for _ in readers]
+            for proc in procs + readers:
                 proc.join()
             during = load()
             latencies = sorted(x for lats, _ in collected for x in lats)
             errors = [e for _, errs in collected for e in errs]
             per_writer = [len(lats) - len(errs) for lats, errs in collected]
             check = SessionDB(target, read_only=True)
-            rows = check.message_count(include_inactive=True)
+            rows = check.message_count(include_inactive=True) - rows_before
             counted = sum(
                 int(check.get_session(f"writer-{i:03d}")["message_count"]) for i in range(count)
             )
@@ -760,8 +839,27 @@ def writers(
             lines.append(line)
             print(line + (f"  first error: {errors[0]}" if errors else "") + f" (before: {before})",
                   flush=True)  # fmt: skip
+            if searchers:
+                times = sorted(x for lats, _ in searched for x in lats)
+                failed = [e for _, errs in searched for e in errs]
+                search_line = (
+                    f"| {count} + {searchers} | {backend} | {len(times) / elapsed:,.1f}"
+                    f" | {_time(percentile(times, 0.5))} | {_time(percentile(times, 0.99))}"
+                    f" | {_time(times[-1])} | {len(failed)} |"
+                )
+                search_lines.append(search_line)
+                print(search_line + (f"  first error: {failed[0]}" if failed else ""), flush=True)
             if backend == "postgresql":
                 template.drop(target)
+            elif corpus is not None:
+                for old in folder.glob(Path(target).name + "*"):
+                    old.unlink()
+    if search_lines:
+        print()
+        print("| Writers + searchers | Backend | Searches/s | p50 | p99 | Max | Errors |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for line in search_lines:
+            print(line)
     print()
     print(
         f"| Writers | Backend | Appends/s ({seconds:.0f} s) | p50 | p99 | Max | Appends per writer"
@@ -790,6 +888,13 @@ def main() -> None:
     parser.add_argument("--search-only", default=None, help="routes whose name has this")
     parser.add_argument("--writers", default="8,32,64")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--searchers", type=int, default=0, help="searching beside the writers")
+    parser.add_argument(
+        "--writers-corpus",
+        type=int,
+        default=None,
+        help="writers on a copy of the search corpus of this many messages (default: empty)",
+    )
     parser.add_argument("--backends", default="sqlite,postgresql")
     args = parser.parse_args()
     parts = [p for p in args.only.split(",") if p]
@@ -817,7 +922,10 @@ def main() -> None:
             search(targets, messages, args.search_rounds, args.search_only)
     if "writers" in parts:
         counts = [int(n) for n in args.writers.split(",") if n]
-        writers(args.dir, template, counts, args.seconds, backends)
+        writers(
+            args.dir, template, counts, args.seconds, backends, args.searchers,
+            args.writers_corpus,
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

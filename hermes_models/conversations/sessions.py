@@ -9,12 +9,13 @@ are filled only while they are NULL.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 import peewee
-from peewee import fn
+from peewee import Value, fn
 
 from ..checks import (
     check_amount,
@@ -288,15 +289,75 @@ def add_token_counts(
         if text is not None:
             values[field] = text
 
+    increments = {f: a for f, a in counters.items() if a is not None}
+    # A server that refuses an overflowing sum itself needs no read first (a round trip
+    # a call); its refusal is worded as the check words it, by the same read afterwards.
+    server_checks = current().refuses_overflow
+
     def run() -> None:
+        if server_checks:
+            given: dict[str, Any] = {_column(f): a for f, a in increments.items()}
+            labels = {**fill_if_null, **replace_if_given}
+            given.update((_column(f), t) for f, t in labels.items() if t is not None)
+            upsert = _token_upsert(
+                absolute,
+                tuple(_column(f) for f in increments),
+                tuple(_column(f) for f, t in fill_if_null.items() if t is not None),
+                tuple(_column(f) for f, t in replace_if_given.items() if t is not None),
+            )
+            upsert.execute(current(), sid=session_id, started=time.time(), **given)
+            return
         Session.insert(
             id=session_id, source="unknown", started_at=time.time()
         ).on_conflict_ignore().execute()
         if not absolute:
-            check_increments(session_id, {f: a for f, a in counters.items() if a is not None})
+            check_increments(session_id, increments)
         Session.update(values).where(Session.id == session_id).execute()
 
-    write(run)
+    try:
+        write(run)
+    except peewee.DataError:
+        if absolute or not server_checks:
+            raise
+        check_increments(session_id, increments)  # raises ValueError naming the counter
+        raise
+
+
+def _column(field: Any) -> str:
+    """A ``Session`` field's attribute name (the key of its slot)."""
+    return str(field.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _token_upsert(
+    absolute: bool, counted: tuple[str, ...], filled: tuple[str, ...], replaced: tuple[str, ...]
+) -> Prepared:
+    """:func:`add_token_counts` as one statement where the server refuses an overflow: an
+    unknown session made with what the update gives a new row (each counter its amount,
+    each label its text), a known one updated; rendered once per set of fields given."""
+
+    def build(**slots: Any) -> Any:
+        fresh: dict[Any, Any] = {
+            Session.id: Value(slots["sid"], converter=None),
+            Session.source: "unknown",
+            Session.started_at: Value(slots["started"], converter=None),
+        }
+        update: dict[Any, Any] = {}
+        for name in counted:
+            field, amount = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = amount
+            update[field] = amount if absolute else fn.COALESCE(field, 0) + amount
+        for name in filled:
+            field, text = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = text
+            update[field] = fn.COALESCE(field, text)
+        for name in replaced:
+            field, text = getattr(Session, name), Value(slots[name], converter=None)
+            fresh[field] = text
+            update[field] = text
+        return Session.insert(fresh).on_conflict(conflict_target=[Session.id], update=update)
+
+    return Prepared(build, "sid", "started", *counted, *filled, *replaced)
 
 
 def set_archived(session_id: str, archived: bool) -> bool:

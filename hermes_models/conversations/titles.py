@@ -12,6 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
+import peewee
+
 from ..checks import check_lookup_key, check_nonblank, check_optional_str, check_session_id
 from ..models import Session, resolve_prompts_of
 from ..store import Prepared, current, write
@@ -147,19 +149,34 @@ def set_title(session_id: str, title: str | None) -> bool:
     check_session_id(session_id)
     clean = stored_title(title)
 
+    # Where the unique index is sure to be there, it refuses a taken title and the
+    # holder is read only then (a round trip fewer a call); elsewhere it is read first.
+    indexed = current().titles_unique_by_index
+
+    def refuse_if_taken() -> None:
+        if clean is None:
+            return
+        holder = (
+            Session.select(Session.id)
+            .where(Session.title == clean, Session.id != session_id)
+            .first()
+        )
+        if holder is not None:
+            raise ValueError(f"Title {clean!r} is already in use by session {holder.id}")
+
     def run() -> bool:
-        if clean is not None:
-            holder = (
-                Session.select(Session.id)
-                .where(Session.title == clean, Session.id != session_id)
-                .first()
-            )
-            if holder is not None:
-                raise ValueError(f"Title {clean!r} is already in use by session {holder.id}")
+        if not indexed:
+            refuse_if_taken()
         changed = Session.update(title=clean).where(Session.id == session_id).execute()
         return bool(changed)
 
-    return bool(write(run))
+    try:
+        return bool(write(run))
+    except peewee.IntegrityError:
+        if not indexed:
+            raise
+        refuse_if_taken()
+        raise
 
 
 def title_of(session_id: Any) -> str | None:

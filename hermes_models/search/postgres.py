@@ -359,20 +359,28 @@ def within(budget: float | None, run: Callable[[], T]) -> T:
     """``run()`` in a transaction (a savepoint inside the caller's) whose statements
     stop after ``budget`` seconds (None: no limit) and are planned for their own
     values (``plan_cache_mode``: see :data:`hermes_models.store.postgres_sql.SET_CUSTOM_PLANS`);
-    both settings are set back afterwards.
+    both settings are set back afterwards (by the transaction's end, or inside a
+    caller's transaction by a statement). A transaction of its own is begun with the
+    settings in one round trip (:func:`hermes_models.store.postgres_sql.begin_search`).
 
     Raises:
         OutOfTime: the server cancelled a statement when the budget ran out.
     """
     db = current()
+    milliseconds = None if budget is None else max(1, round(budget * 1000))
     try:
+        if not db.in_transaction():
+            # Its own transaction, begun with both settings in one round trip; its
+            # end sets them back.
+            with db.atomic(statement=sql.begin_search(milliseconds)):
+                return run()
+        # Inside a caller's transaction: a savepoint, the settings set back after.
         with db.atomic():
-            if budget is None:
+            if milliseconds is None:
                 (plans, _) = execute(sql.SET_CUSTOM_PLANS, []).fetchone()
                 result = run()
                 execute(sql.RESET_PLAN_CACHE_MODE, [plans])
                 return result
-            milliseconds = max(1, round(budget * 1000))
             (timeout, plans, _, _) = execute(
                 sql.SET_STATEMENT_TIMEOUT, [f"{milliseconds}ms"]
             ).fetchone()
@@ -423,11 +431,6 @@ def substring_groups(query: SearchQuery) -> tuple[RoutedGroup, ...]:
     )
 
 
-def _context(ids: list[int], include_inactive: bool) -> dict[int, tuple[Any, ...]]:
-    rows = execute(sql.hit_context(include_inactive), [ids]).fetchall()
-    return {row[0]: tuple(row) for row in rows}
-
-
 def search_messages(
     query: SearchQuery,
     filters: Filters,
@@ -440,15 +443,18 @@ def search_messages(
     """Messages matching ``query`` (arguments checked by
     :func:`hermes_models.search.pipeline.search_messages`); never raises for query text."""
 
+    inactive = filters.include_inactive
+
     def page(groups: tuple[RoutedGroup, ...]) -> list[tuple[Any, ...]]:
+        # Each statement brings the messages around its hits along (one round trip).
         *walks, (statement, params) = page_statements(
             groups, filters, order, limit, offset, rank_window
         )
         for walk, walk_params in walks:
-            rows = list(execute(walk, walk_params).fetchall())
+            rows = list(execute(sql.with_context(walk, inactive), walk_params).fetchall())
             if len(rows) == limit:  # a full page of the first messages in time order
                 return rows
-        return list(execute(statement, params).fetchall())
+        return list(execute(sql.with_context(statement, inactive), params).fetchall())
 
     try:
         rows = within(
@@ -460,9 +466,9 @@ def search_messages(
     except OutOfTime:
         _ran_out(query, budget)
         return []
-    found = present.Found(rows, {})
-    if rows:
-        found.around = _context([row[0] for row in rows], filters.include_inactive)
+    # Each row: the hit's columns, its rank in the page, the messages around it.
+    found = present.Found([row[:-5] for row in rows], {})
+    found.around = {row[0]: (row[0], *row[-4:]) for row in rows}
     return present.hits(found, query)
 
 

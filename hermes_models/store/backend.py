@@ -155,6 +155,13 @@ class Backend(Protocol):
     #: Which value a JSON object's key given twice reads as: ``"first"`` (SQLite's
     #: ``json_extract``) or ``"last"`` (PostgreSQL's ``jsonb``).
     json_duplicate_key: str
+    #: True when the database refuses a counter's sum that overflows (PostgreSQL), so
+    #: an increment needs no read to check it first; False: SQLite, which stores an
+    #: integer past 2**63-1 as an inexact float.
+    refuses_overflow: bool
+    #: True when every store of this kind has a unique index on session titles, so a
+    #: title is set without a read first (the index refuses one taken); False: read.
+    titles_unique_by_index: bool
 
     def titles_beginning(self, titles: Sequence[str]) -> set[str]:
         """The session titles that are one of ``titles``, or one of them followed by a

@@ -41,6 +41,10 @@ class SqliteDialect:
 
     #: Of a JSON object's key given twice, ``json_extract`` reads the first value.
     json_duplicate_key = "first"
+    #: SQLite stores an integer sum past 2**63-1 as an inexact float: the caller checks.
+    refuses_overflow = False
+    #: A file another program made may lack Hermes' unique index on titles: read first.
+    titles_unique_by_index = False
 
     def starts_with(self, field: Any, prefix: str) -> Expression:
         """``field`` begins with ``prefix``, compared exactly (case and every character).
@@ -115,6 +119,10 @@ class PostgresDialect:
 
     #: Of a JSON object's key given twice, ``jsonb`` keeps the last value.
     json_duplicate_key = "last"
+    #: ``bigint`` and ``float8`` arithmetic that overflows is an error (SQLSTATE 22003).
+    refuses_overflow = True
+    #: Every server store has ``idx_sessions_title_unique`` (migration 0002).
+    titles_unique_by_index = True
 
     def starts_with(self, field: Any, prefix: str) -> Expression:
         """``field`` begins with ``prefix``, compared exactly (case and every character)."""

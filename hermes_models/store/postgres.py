@@ -764,7 +764,7 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
             ReadOnlyDatabaseError: the handle was opened read-only.
             WriteConflictError: still refused when the patience ran out.
         """
-        return self._write(fn, postgres_sql.SERIALIZABLE, _RETRIED)
+        return self._write(fn, postgres_sql.BEGIN_SERIALIZABLE, _RETRIED)
 
     def write_new_rows(self, fn: Callable[[], T]) -> T:
         """:meth:`write` for a transaction that adds rows no other client can see
@@ -786,9 +786,9 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
             ReadOnlyDatabaseError: the handle was opened read-only.
             WriteConflictError: still refused when the patience ran out.
         """
-        return self._write(fn, postgres_sql.REPEATABLE_READ, _RETRIED_NEW_ROWS)
+        return self._write(fn, postgres_sql.BEGIN_REPEATABLE_READ, _RETRIED_NEW_ROWS)
 
-    def _write(self, fn: Callable[[], T], isolation: str, retried: Mapping[str, str]) -> T:
+    def _write(self, fn: Callable[[], T], begin: str, retried: Mapping[str, str]) -> T:
         self.refuse_writes()
         if self.in_transaction():
             with self.atomic():
@@ -796,8 +796,7 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
         started = time.monotonic()
         for attempt in itertools.count(1):
             try:
-                with self.atomic():
-                    self.execute_sql(isolation)
+                with self.atomic(statement=begin):
                     return fn()
             except peewee.PeeweeException as exc:
                 why = retried.get(_sqlstate(exc) or "")
@@ -815,6 +814,16 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
                 logger.debug("write retried (attempt %d): %s", attempt, why)
                 time.sleep(random.uniform(writes.WRITE_RETRY_MIN_S, writes.WRITE_RETRY_MAX_S))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def begin(self, isolation_level: Any = None, *, statement: str | None = None) -> None:
+        """peewee's ``BEGIN``; with ``statement``, that statement instead: the write
+        path's ``BEGIN ISOLATION LEVEL ...``, the level set in the same round trip
+        (``SET TRANSACTION`` after a ``BEGIN`` would cost one more)."""
+        if statement is None:
+            super().begin(isolation_level)
+            return
+        with cast(Any, peewee).__exception_wrapper__:  # driver errors as peewee's
+            self.cursor().execute(statement)
 
     def execute_sql(self, sql: str, params: Any = None, *args: Any, **options: Any) -> Any:
         """peewee's, and a statement outside a transaction whose connection was lost

@@ -30,10 +30,11 @@ SERVER_VERSION = "SHOW server_version"
 #: The Hermes schema version the store holds.
 SCHEMA_VERSION = "SELECT max(version) FROM schema_version"
 
-#: The first statement of every write transaction (see PostgresDatabase.write).
-SERIALIZABLE = "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"
-#: The first statement of a write that only adds rows (PostgresDatabase.write_new_rows).
-REPEATABLE_READ = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+#: How every write transaction begins (see PostgresDatabase.write): the isolation
+#: level travels in the BEGIN, one round trip.
+BEGIN_SERIALIZABLE = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+#: How a write that only adds rows begins (PostgresDatabase.write_new_rows).
+BEGIN_REPEATABLE_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
 #: Transactions of a read-only handle refuse writes.
 READ_ONLY_SESSION = "SET default_transaction_read_only = on"
@@ -301,17 +302,36 @@ def _neighbour(compare: str, order: str, active: bool) -> str:
     )
 
 
-def hit_context(include_inactive: bool) -> str:
-    """For each hit of ``%s`` (ids, ``bigint[]``): id, role and content of the message
-    before it in its session, role and content of the one after (by time, then id)."""
+def with_context(page: str, include_inactive: bool) -> str:
+    """``page`` (a statement of hits whose columns include ``id``, ``session_id`` and
+    ``timestamp``) in its order, each row followed by its rank in it, then the role and
+    content of the message before the hit in its session and of the one after (by time,
+    then id; rewound ones left out unless ``include_inactive``): the page and the
+    messages around its hits in one round trip."""
     active = not include_inactive
     return (
-        "SELECT h.id, p.role, p.content, n.role, n.content FROM messages h "
+        "SELECT h.*, p.role, p.content, n.role, n.content FROM"
+        " (SELECT q.*, row_number() OVER () AS hermes_n FROM ("
+        + page
+        + ") q) h "
         + _neighbour("<", "DESC", active)
         + " p ON true "
         + _neighbour(">", "ASC", active)
-        + " n ON true WHERE h.id = ANY(%s)"
+        + " n ON true ORDER BY h.hermes_n"
     )
+
+
+def begin_search(timeout_ms: int | None) -> str:
+    """A search's own transaction begun with its settings in the same round trip: two
+    statements and no parameters (the simple query protocol; the timeout is an integer
+    written in): custom plans (:data:`SET_CUSTOM_PLANS`) and, when given, the time budget
+    as ``statement_timeout``, both for the transaction only (its end sets them back)."""
+    timeout = (
+        ""
+        if timeout_ms is None
+        else f"set_config('statement_timeout', '{int(timeout_ms)}ms', true), "
+    )
+    return "BEGIN; SELECT " + timeout + "set_config('plan_cache_mode', 'force_custom_plan', true)"
 
 
 #: ``(id, content, tool_name, tool_calls)`` of messages ``%s`` (ids, ``bigint[]``).
