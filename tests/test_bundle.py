@@ -20,7 +20,7 @@ from hermes_models import BundleError, SessionDB
 from hermes_models.cli.commands import cli
 from hermes_models.driver import sqlite3
 from hermes_models.transfer import pg_staging, staging
-from hermes_models.transfer.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS
+from hermes_models.transfer.bundle import FORMAT, MESSAGE_COLUMNS, SESSION_COLUMNS, selection
 
 import legacy
 
@@ -344,6 +344,32 @@ def test_binary_data_is_refused_by_a_server_store(
         " PostgreSQL store cannot hold (its columns are text); nothing was imported"
     )
     assert _dump(target) == before
+
+
+@pytest.mark.slow  # 1,200 sessions
+@pytest.mark.backends("postgresql")  # SQLite's planner reads no row counts to go stale
+def test_a_large_import_leaves_the_server_statistics_of_what_it_added(
+    tmp_path: Path, target: Any
+) -> None:
+    # A chain of the imported sessions is walked link by link (export, lineage,
+    # listing): with the statistics of the empty tables the planner hashed the whole
+    # table at every link. Row counts are what the import's ANALYZE leaves.
+    source = tmp_path / "chain.db"
+    links = staging.SMALL_IMPORT + 200
+    with SessionDB(source) as store:
+        parent = None
+        for n in range(links):
+            store.create_session(f"c{n:05d}", "cli", parent_session_id=parent)
+            parent = f"c{n:05d}"
+        store.export_bundle(tmp_path / "chain.jsonl")
+    with SessionDB(target) as store:
+        assert store.import_bundle(tmp_path / "chain.jsonl")["sessions_added"] == links
+        counted = store.database.execute_sql(
+            "SELECT relname, reltuples::bigint FROM pg_class"
+            " WHERE relname IN ('sessions', 'messages') ORDER BY relname"
+        ).fetchall()
+        assert counted == [("messages", 0), ("sessions", links)]
+        assert selection("c00000") == [f"c{n:05d}" for n in range(links)]
 
 
 def test_progress_is_reported_up_to_the_total(source_db: Path, tmp_path: Path, target: Any) -> None:
