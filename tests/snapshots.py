@@ -56,8 +56,8 @@ def store_snapshot(target: Any) -> dict[str, list[tuple[Any, ...]]]:
             for name in names
         }
         if "hermes_search_stats" in found:
-            # Its rows are striped by the writing backend's pid (slot = pid % 8): what
-            # the store holds is their sum, the messages and their tokens.
+            # Its rows are each writing transaction's, folded now and then into one per
+            # backend: what the store holds is their sum, the messages and their tokens.
             rows = found["hermes_search_stats"]
             found["hermes_search_stats"] = [
                 (sum(row[1] for row in rows), sum(row[2] for row in rows))

@@ -165,3 +165,56 @@ def test_the_server_keeps_the_statistics_bm25_reads(store: SessionDB) -> None:
     ]
     assert stats() == (len(rows), sum(int(r[3]) for r in rows))
     assert len(rows) == 16
+
+
+@pytest.mark.backends("postgresql")
+def test_a_long_write_beside_appends_on_the_same_backend_slot_commits(store: SessionDB) -> None:
+    """A transaction that deletes messages, open while another connection appends and
+    commits, commits itself: the statistics' rows are each transaction's own. They
+    were one per backend slot (pid % 8), and with the appender's slot the delete
+    failed its serialization check on every retry (60 s of retries beside a gateway)."""
+    import psycopg
+
+    url = target_of(store.database)
+    store.create_session("old", "cli", started_at=T0)
+    store.create_session("live", "cli", started_at=T0)
+    for k in range(5):
+        store.append_message("old", "user", f"gone {k}", timestamp=T0 + k)
+    # Two connections whose backends share a slot: by the pigeonhole, among nine.
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(9)]
+    try:
+        by_slot: dict[int, list[Any]] = {}
+        for conn in conns:
+            by_slot.setdefault(conn.info.backend_pid % 8, []).append(conn)
+        long, appender = next(pair for pair in by_slot.values() if len(pair) > 1)[:2]
+        appender.execute("SET statement_timeout = '20s'")  # never waits for ever
+        long.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+        assert long.execute("SELECT count(*) FROM messages").fetchone() == (5,)
+        for k in range(3):
+            appender.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp)"
+                " VALUES ('live', 'user', %s, %s)",
+                (f"turn {k}", T0 + 10 + k),
+            )
+        long.execute("DELETE FROM messages WHERE session_id = 'old'")
+        long.execute("COMMIT")
+        # And 1,100 one-statement writes: each adds a row, and one transaction in
+        # 512 folds the committed ones into its backend's row.
+        with appender.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO messages (session_id, role, content, timestamp)"
+                " VALUES ('live', 'user', 'more words here', %s)",
+                [(T0 + 100 + k,) for k in range(1100)],
+            )
+        docs, tokens, rows = appender.execute(
+            "SELECT sum(docs), sum(tokens), count(*) FROM hermes_search_stats"
+        ).fetchone()
+        counted = appender.execute(
+            "SELECT count(*), coalesce(sum(search_len), 0) FROM messages"
+        ).fetchone()
+    finally:
+        for conn in conns:
+            conn.close()
+    assert (int(docs), int(tokens)) == (int(counted[0]), int(counted[1]))
+    assert int(counted[0]) == 1103
+    assert rows < 1100
