@@ -40,7 +40,6 @@ from hot_paths import decoded_rows, plain_conversation
 from latency_proxy import LatencyProxy, select_one_ms
 from postgresql import (
     DEFAULT_DIR,
-    LISTING_SQL,
     PG_JSON,
     Template,
     load,
@@ -49,6 +48,7 @@ from postgresql import (
     sqlite_corpus,
     start_cluster,
 )
+from postgresql import Plain as HotPlain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from statement_count import Counted, _psycopg
@@ -195,25 +195,13 @@ SEARCH_SESSIONS_SQL = (
 )
 
 
-class Plain:
-    """The simplest correct psycopg code for each call (autocommit connection)."""
+class Plain(HotPlain):
+    """The simplest correct psycopg code for each call (autocommit connection): the
+    readers and the listing statement of ``postgresql.py``'s, and the writes here."""
 
     def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.q = QmarkConn(conn)
-        self.listing = LISTING_SQL.format(
-            lf="chr(10)", cr="chr(13)",
-            branched=PG_JSON.format("_branched_from"), delegate=PG_JSON.format("_delegate_from"),
-        )  # fmt: skip
-
-    def one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        row = self.conn.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
-    def row(self, sql: str, params: tuple[Any, ...]) -> dict[str, Any] | None:
-        cursor = self.conn.execute(sql, params)
-        row = cursor.fetchone()
-        return None if row is None else dict(zip([c[0] for c in cursor.description], row))
+        super().__init__(conn, postgres=True)
+        self.qmark = QmarkConn(conn)
 
     def write(self, *statements: tuple[str, tuple[Any, ...]]) -> Any:
         """``BEGIN``, the statements, ``COMMIT``; the first statement's first row."""
@@ -369,7 +357,7 @@ def calls(store: SessionDB, plain: Plain, tag: str) -> dict[str, tuple[Call, Cal
         ),
         "get_messages_as_conversation (1,000)": (
             lambda: store.get_messages_as_conversation("big"),
-            lambda: plain_conversation(plain.q, "big"),  # type: ignore[arg-type]
+            lambda: plain_conversation(plain.qmark, "big"),  # type: ignore[arg-type]
             None,
         ),
         "get_meta": (
