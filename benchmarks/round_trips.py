@@ -597,7 +597,7 @@ def measure_calls(
         counts = (count_statements(ours), count_statements(theirs))
         started = time.perf_counter()
         ours(), theirs()
-        n = rounds if time.perf_counter() - started < 0.2 else max(5, rounds // 4)
+        n = rounds if time.perf_counter() - started < 0.2 else min(rounds, max(5, rounds // 4))
         medians = timed_rounds([ours, theirs, *lite], n)
         o, p = medians[0], medians[1]
         on_file = medians[2] if lite else None
@@ -697,6 +697,8 @@ def main() -> None:
         " them) instead of the calls on a fresh store",
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     only = {w for w in args.only.split(",") if w} or None
     url = args.url or start_cluster(args.dir / "pg")
     print(f"{server_facts(url)}; SQLite {sqlite3.sqlite_version}; {load()}")
@@ -719,8 +721,9 @@ def main() -> None:
     loopback, added = both_latencies(
         target,
         args.latency_ms,
-        lambda u, tag: measure(u, tag, args.rounds if tag == "loopback" else args.rounds // 4,
-                               only),
+        # With added latency a quarter of the rounds (at least one): each call is slower.
+        lambda u, tag: measure(u, tag, args.rounds if tag == "loopback" else
+                               max(1, args.rounds // 4), only),
     )  # fmt: skip
     template.drop(target)
     print_table(loopback, added, args.latency_ms)
