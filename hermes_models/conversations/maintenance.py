@@ -47,7 +47,7 @@ from ..store import (
     current,
     fetch_dicts,
     refuse_newer_schema,
-    write,
+    write_deletion,
 )
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ def delete_sessions(session_ids: Iterable[Any], *, sessions_dir: Any = None) -> 
         _after_commit_remove(folder, doomed)
         return len(present)
 
-    return int(write(run))
+    return int(write_deletion(run))
 
 
 def delete_session(session_id: str, *, sessions_dir: Any = None) -> bool:
@@ -291,7 +291,7 @@ def _delete_matching(query: Any, sessions_dir: Any) -> int:
         _after_commit_remove(folder, ids)
         return deleted
 
-    return int(write(run))
+    return int(write_deletion(run))
 
 
 def _old_sessions_args(older_than_days: float, source: str | None) -> tuple[float, bool]:
@@ -540,7 +540,7 @@ def erase_sessions(
         _after_commit_remove(folder, doomed)
         return present, doomed, plan
 
-    present, doomed, plan = write(run)
+    present, doomed, plan = write_deletion(run)
     traces = db.erase_traces() if scrub else _UNSCRUBBED
     return EraseReport(
         sessions=tuple(doomed),

@@ -15,6 +15,7 @@ from .binding import (
     unbind_current,
     using,
     write,
+    write_deletion,
 )
 from .cipher import is_open_encrypted, open_file, opened_key
 from .connection import connect, decrypt_store, encrypt_store, rekey_store
@@ -238,4 +239,5 @@ __all__ = [
     "using",
     "warn_once",
     "write",
+    "write_deletion",
 ]

@@ -82,6 +82,11 @@ class Backend(Protocol):
         """Run ``fn`` as one write transaction, retried as the backend retries."""
         ...
 
+    def write_deletion(self, fn: Callable[[], T]) -> T:
+        """:meth:`write` for a transaction that deletes sessions and what hangs from
+        them (on a server its rules are kept by row locks and foreign keys)."""
+        ...
+
     def refuse_writes(self) -> None:
         """Raise when this handle may not write (read-only, or a newer Hermes file)."""
         ...

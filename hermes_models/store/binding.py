@@ -108,3 +108,10 @@ def write(fn: Callable[[], T], *, db: Backend | None = None) -> T:
     """Run ``fn`` as one write transaction, retried (on a file, ``BEGIN IMMEDIATE``:
     :meth:`hermes_models.store.db.HermesDatabase.write`)."""
     return (db or current()).write(fn)
+
+
+def write_deletion(fn: Callable[[], T], *, db: Backend | None = None) -> T:
+    """:func:`write` for a transaction that deletes sessions and what hangs from them
+    (on a server at ``REPEATABLE READ``:
+    :meth:`hermes_models.store.postgres.PostgresDatabase.write_deletion`)."""
+    return (db or current()).write_deletion(fn)

@@ -412,6 +412,10 @@ class HermesDatabase(SqliteDialect, peewee.SqliteDatabase):
         self.checkpoints.after_write(self)
         return result
 
+    def write_deletion(self, fn: Callable[[], T]) -> T:
+        """:meth:`write` (on a file, one writer at a time keeps every rule)."""
+        return self.write(fn)
+
     def refuse_writes(self) -> None:
         """Raise what :meth:`write` raises before it starts when this handle cannot write.
 

@@ -788,6 +788,30 @@ class PostgresDatabase(PostgresDialect, PooledDatabase, _Connections):  # type: 
         """
         return self._write(fn, postgres_sql.BEGIN_REPEATABLE_READ, _RETRIED_NEW_ROWS)
 
+    def write_deletion(self, fn: Callable[[], T]) -> T:
+        """:meth:`write` for a transaction that deletes sessions and what hangs from them
+        (messages, compression locks; other children orphaned): ``fn`` runs at
+        ``REPEATABLE READ``, outside the server's serializable bookkeeping.
+
+        Such a transaction reads the sessions table whole (the walk down to the
+        subagent runs reads every session's tag), and the short writes committing
+        around it update rows of that table: to the server's serializable checks
+        it is the middle of a cycle on every try while a gateway appends without
+        pause, and it was refused until its patience ran out. What it must not
+        miss is kept by the rows themselves instead: a message, child session or
+        re-parenting added after its snapshot references a doomed session through
+        a foreign key, whose check refuses the delete (a foreign key violation:
+        ``fn`` deletes or unlinks every reference it can see, so one it cannot
+        see is new); a row it updates or deletes that another client changed after
+        its snapshot is refused as a serialization failure. ``fn`` then runs again
+        on a newer snapshot and sees them.
+
+        Raises:
+            ReadOnlyDatabaseError: the handle was opened read-only.
+            WriteConflictError: still refused when the patience ran out.
+        """
+        return self._write(fn, postgres_sql.BEGIN_REPEATABLE_READ, _RETRIED_DELETION)
+
     def _write(self, fn: Callable[[], T], begin: str, retried: Mapping[str, str]) -> T:
         self.refuse_writes()
         if self.in_transaction():
@@ -1244,6 +1268,10 @@ _RETRIED = {
 #: :meth:`PostgresDatabase.write_new_rows` runs again after those and after a unique
 #: violation (another client took a key after the transaction's snapshot).
 _RETRIED_NEW_ROWS = {**_RETRIED, "23505": "a key taken meanwhile"}
+#: :meth:`PostgresDatabase.write_deletion` runs again after those and after a foreign key
+#: violation: a row added after its snapshot references a session it deletes (it
+#: deletes or unlinks every reference it can see).
+_RETRIED_DELETION = {**_RETRIED, "23503": "a reference added meanwhile"}
 #: SQLSTATEs of a server that ended the session (besides class 08, connection errors).
 _SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 
