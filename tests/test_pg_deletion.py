@@ -175,23 +175,24 @@ def test_deleting_beside_a_tight_append_loop_needs_few_tries(
     store.create_session("live", "cli")
     url = target_of(store.database)
     written: list[int] = []
-    stop = threading.Event()
+    stop, writing = threading.Event(), threading.Event()
 
     def writer() -> None:
         with SessionDB(url) as other:
             while not stop.is_set():
                 written.append(other.append_message("live", "user", f"turn {len(written)}"))
+                writing.set()
 
     attempts = before_first_write(store, monkeypatch, lambda attempt: None)
     thread = threading.Thread(target=writer)
     thread.start()
     try:
+        assert writing.wait(30)  # the deletions run while it appends
         for n in range(12):
             store.delete_session(f"old{n}")
     finally:
         stop.set()
         thread.join(60)
-    assert len(written) > 0
     assert [m["id"] for m in store.get_messages("live")] == written
     assert [store.get_session(f"old{n}") for n in range(12)] == [None] * 12
     # Rows of the deleted sessions and of the live one never meet: a try is refused
