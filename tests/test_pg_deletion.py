@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from conftest import target_of
+from conftest import plain_connection, target_of
 
 from hermes_models import SessionDB
 from hermes_models.store import writes
@@ -71,12 +71,10 @@ def before_first_write(
 
 
 def messages_of(store: SessionDB, session_id: str) -> int:
-    with psycopg.connect(target_of(store.database).split("?")[0]) as conn:
-        schema = store.database.target.schema  # type: ignore[attr-defined]
-        if schema:
-            conn.execute(f"SET search_path TO {schema}, public")
-        row = conn.execute("SELECT count(*) FROM messages WHERE session_id = %s", [session_id])
-        return int(row.fetchone()[0])  # type: ignore[index]
+    """Messages of ``session_id`` as another client counts them (plain SQL)."""
+    with plain_connection(store.database, Path("unused: a server")) as conn:
+        row = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", [session_id])
+        return int(row.fetchone()[0])
 
 
 def test_a_deletion_is_not_refused_for_reads_that_a_write_beside_it_makes(
