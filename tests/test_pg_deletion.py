@@ -70,6 +70,19 @@ def before_first_write(
     return attempts
 
 
+def on_first_try(store: SessionDB, act: Callable[[SessionDB], None]) -> Callable[[int], None]:
+    """A ``beside`` for :func:`before_first_write`: ``act`` on another handle on the
+    store, on the deletion's first try only."""
+    url = target_of(store.database)
+
+    def beside(attempt: int) -> None:
+        if attempt == 1:
+            with SessionDB(url) as other:
+                act(other)
+
+    return beside
+
+
 def messages_of(store: SessionDB, session_id: str) -> int:
     """Messages of ``session_id`` as another client counts them (plain SQL)."""
     with plain_connection(store.database, Path("unused: a server")) as conn:
@@ -112,14 +125,11 @@ def test_a_message_added_to_a_doomed_session_meanwhile_goes_with_it(
     store: SessionDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     old_and_live(store)
-    url = target_of(store.database)
 
-    def beside(attempt: int) -> None:
-        if attempt == 1:
-            with SessionDB(url) as other:
-                other.append_message("old", "assistant", "a late answer")
+    def late_answer(other: SessionDB) -> None:
+        other.append_message("old", "assistant", "a late answer")
 
-    attempts = before_first_write(store, monkeypatch, beside)
+    attempts = before_first_write(store, monkeypatch, on_first_try(store, late_answer))
     report = store.erase_sessions(["old"])
     assert attempts == [1, 2]  # refused once (the new message's key), then run again
     assert report["sessions"] == ["old"]
@@ -137,15 +147,12 @@ def test_a_child_started_under_a_doomed_session_meanwhile_follows_the_rules(
     store: SessionDB, monkeypatch: pytest.MonkeyPatch, tags: Any, kept: bool
 ) -> None:
     old_and_live(store)
-    url = target_of(store.database)
 
-    def beside(attempt: int) -> None:
-        if attempt == 1:
-            with SessionDB(url) as other:
-                other.create_session("child", "cli", parent_session_id="old", model_config=tags)
-                other.append_message("child", "user", "a child's words")
+    def child(other: SessionDB) -> None:
+        other.create_session("child", "cli", parent_session_id="old", model_config=tags)
+        other.append_message("child", "user", "a child's words")
 
-    attempts = before_first_write(store, monkeypatch, beside)
+    attempts = before_first_write(store, monkeypatch, on_first_try(store, child))
     report = store.erase_sessions(["old"])
     assert attempts == [1, 2]
     assert store.get_session("old") is None
